@@ -1,0 +1,133 @@
+"""The config store service: `ConfigStore` answering on the config queues.
+
+Each request is handled to completion without yielding between its SQLite
+read and write, so requests are atomic even though several run at once.
+A push goes out on the notify topic *before* the reply, so a writer that has
+its answer knows every watcher has been told.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from toolservice_base import topics
+from toolservice_base.messaging import PULSAR_ERRORS, Connection, Message, Publisher
+from toolservice_base.rpc import RequestServer
+from toolservice_base.schemas import (
+    ConfigPush,
+    ConfigRequest,
+    ConfigResponse,
+    ConfigValue,
+    Error,
+    describe_validation_error,
+)
+
+from .store import Changes, ConfigStore, Conflict, StoreError
+
+log = structlog.get_logger("discovery.config")
+
+STORE_FILE = "config.sqlite"
+
+
+class ConfigStoreService:
+    """Serve a `ConfigStore` over Pulsar."""
+
+    def __init__(self, connection: Connection, store: ConfigStore) -> None:
+        self._connection = connection
+        self.store = store
+        self._server = RequestServer(
+            connection, topics.CONFIG_REQUEST, topics.CONFIG_RESPONSE, self._handle, subscription="config-store"
+        )
+        self._notify: Publisher | None = None
+        self._stopped = False
+
+    @classmethod
+    def in_data_dir(cls, connection: Connection, data_dir: str | Path) -> "ConfigStoreService":
+        return cls(connection, ConfigStore(Path(data_dir) / STORE_FILE))
+
+    async def start(self) -> None:
+        self._notify = await self._connection.publisher(topics.CONFIG_NOTIFY)
+        await self._server.start()
+        log.info("config.store_started", path=str(self.store.path), version=self.store.version)
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        await self._server.stop()
+        if self._notify is not None:
+            await self._connection.close_publisher(self._notify)
+            self._notify = None
+        self.store.close()
+        log.info("config.store_stopped")
+
+    async def _handle(self, message: Message, reply: Any) -> None:
+        try:
+            request = ConfigRequest.model_validate_json(message.data())
+        except (ValidationError, ValueError) as exc:
+            reason = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+            log.warning("config.request_rejected", reason=reason)
+            await reply(ConfigResponse(error=Error(type="bad-request", message=f"bad config request: {reason}")))
+            return
+        started = time.perf_counter()
+        try:
+            response, changes = self._execute(request)
+        except Conflict as exc:
+            response, changes = ConfigResponse(version=self.store.version, error=Error(type="conflict", message=str(exc))), {}
+        except StoreError as exc:
+            log.info("config.write_refused", operation=request.operation, reason=str(exc))
+            response, changes = ConfigResponse(version=self.store.version, error=Error(type="invalid", message=str(exc))), {}
+        if changes:
+            await self._push(ConfigPush(version=response.version or 0, changes=changes))
+            log.info(
+                "config.changed",
+                operation=request.operation,
+                workspace=request.workspace,
+                version=response.version,
+                types=sorted(changes),
+                ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+        await reply(response)
+
+    def _execute(self, request: ConfigRequest) -> tuple[ConfigResponse, Changes]:
+        store, ws = self.store, request.workspace
+        op = request.operation
+        if op == "get":
+            found = store.get(ws, [(k.type, k.key) for k in request.keys])
+            values = [ConfigValue(type=t, key=k, value=v) for t, k, v in found]
+            return ConfigResponse(version=store.version, values=values), {}
+        if op == "put":
+            version, changes = store.apply(
+                ws,
+                puts=[(v.type, v.key, v.value) for v in request.values],
+                deletes=[(k.type, k.key) for k in request.keys],
+                expect=[(e.type, e.key, e.value) for e in request.expect],
+            )
+            return ConfigResponse(version=version), changes
+        if op == "delete":
+            version, changes = store.apply(
+                ws, deletes=[(k.type, k.key) for k in request.keys], expect=[(e.type, e.key, e.value) for e in request.expect]
+            )
+            return ConfigResponse(version=version), changes
+        if op in ("list", "getvalues"):
+            if not request.type:
+                raise StoreError(f"operation '{op}' needs 'type'")
+            if op == "list":
+                return ConfigResponse(version=store.version, directory=store.list(ws, request.type)), {}
+            pairs = store.getvalues(ws, request.type)
+            return ConfigResponse(version=store.version, values=[ConfigValue(type=request.type, key=k, value=v) for k, v in pairs]), {}
+        version, config = store.config(ws)
+        return ConfigResponse(version=version, config=config), {}
+
+    async def _push(self, push: ConfigPush) -> None:
+        if self._notify is None:
+            return
+        try:
+            await self._notify.send(push)
+        except PULSAR_ERRORS as exc:
+            log.warning("config.push_failed", version=push.version, error=str(exc))

@@ -1,0 +1,182 @@
+"""Config items in SQLite: `(workspace, type, key) -> value` and one version.
+
+Every write operation is one transaction that also bumps the version, so a
+reader that sees version N sees every write N covers. A write that changes
+nothing (same value, missing key) does not bump it: readers reload only on
+real change.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+
+from toolservice_base.schemas import (
+    ToolDescriptor,
+    ToolServiceDescriptor,
+    check_tool_against_service,
+    validate_config_item,
+)
+
+Changes = dict[str, list[str]]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS items (
+    workspace TEXT NOT NULL,
+    type TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (workspace, type, key)
+);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta (name, value) VALUES ('version', 0);
+"""
+
+
+class StoreError(ValueError):
+    """A write was refused; nothing was stored."""
+
+
+class Conflict(StoreError):
+    """A write's precondition (`expect`) did not hold; nothing was stored."""
+
+
+class ConfigStore:
+    """The durable store behind the config service. Not thread-safe: one owner."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    @property
+    def version(self) -> int:
+        return int(self._db.execute("SELECT value FROM meta WHERE name='version'").fetchone()[0])
+
+    def _bump(self) -> int:
+        self._db.execute("UPDATE meta SET value = value + 1 WHERE name='version'")
+        return self.version
+
+    def get(self, workspace: str, keys: Iterable[tuple[str, str]]) -> list[tuple[str, str, str]]:
+        found = []
+        for item_type, key in keys:
+            value = self._value(workspace, item_type, key)
+            if value is not None:
+                found.append((item_type, key, value))
+        return found
+
+    def list(self, workspace: str, item_type: str) -> list[str]:
+        rows = self._db.execute("SELECT key FROM items WHERE workspace=? AND type=? ORDER BY key", (workspace, item_type))
+        return [r[0] for r in rows]
+
+    def getvalues(self, workspace: str, item_type: str) -> list[tuple[str, str]]:
+        rows = self._db.execute("SELECT key, value FROM items WHERE workspace=? AND type=? ORDER BY key", (workspace, item_type))
+        return [(r[0], r[1]) for r in rows]
+
+    def config(self, workspace: str) -> tuple[int, dict[str, dict[str, str]]]:
+        result: dict[str, dict[str, str]] = {}
+        self._db.execute("BEGIN")
+        try:
+            for item_type, key, value in self._db.execute(
+                "SELECT type, key, value FROM items WHERE workspace=? ORDER BY type, key", (workspace,)
+            ):
+                result.setdefault(item_type, {})[key] = value
+            version = self.version
+        finally:
+            self._db.execute("COMMIT")
+        return version, result
+
+    def _validate(self, workspace: str, values: list[tuple[str, str, str]]) -> None:
+        """Check every `tool` and `tool-service` value, and each tool against its service."""
+        services: dict[str, ToolServiceDescriptor] = {}
+        tools: list[ToolDescriptor] = []
+        for item_type, key, value in values:
+            try:
+                parsed = validate_config_item(item_type, key, value)
+            except ValueError as exc:
+                raise StoreError(str(exc)) from None
+            if isinstance(parsed, ToolServiceDescriptor):
+                services[parsed.id] = parsed
+            elif isinstance(parsed, ToolDescriptor):
+                tools.append(parsed)
+        for tool in tools:
+            if tool.type != "tool-service" or tool.service is None:
+                continue
+            service = services.get(tool.service)
+            if service is None:
+                stored = self.get(workspace, [("tool-service", tool.service)])
+                if stored:
+                    try:
+                        service = ToolServiceDescriptor.model_validate_json(stored[0][2])
+                    except ValueError:
+                        service = None
+            if service is not None:
+                try:
+                    check_tool_against_service(tool, service)
+                except ValueError as exc:
+                    raise StoreError(f"tool/{tool.name}: {exc}") from None
+
+    def apply(
+        self,
+        workspace: str,
+        puts: list[tuple[str, str, str]] = [],  # noqa: B006 - never mutated
+        deletes: list[tuple[str, str]] = [],  # noqa: B006
+        expect: list[tuple[str, str, str | None]] = [],  # noqa: B006
+    ) -> tuple[int, Changes]:
+        """Write and delete in one transaction and at most one version bump.
+
+        `expect` holds preconditions `(type, key, value or None for absent)`;
+        if any fails, nothing is written and `Conflict` names the key. This is
+        what lets the registry merge without ever clobbering an item an
+        operator wrote a moment earlier.
+        """
+        self._validate(workspace, puts)
+        changed: set[str] = set()
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for item_type, key, wanted in expect:
+                current = self._value(workspace, item_type, key)
+                if current != wanted:
+                    state = "absent" if current is None else "different"
+                    raise Conflict(f"{item_type}/{key} is {state} (expected {'absent' if wanted is None else 'a known value'})")
+            for item_type, key, value in puts:
+                if self._value(workspace, item_type, key) == value:
+                    continue
+                self._db.execute(
+                    "INSERT INTO items (workspace, type, key, value) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (workspace, type, key) DO UPDATE SET value=excluded.value",
+                    (workspace, item_type, key, value),
+                )
+                changed.add(item_type)
+            for item_type, key in deletes:
+                cursor = self._db.execute(
+                    "DELETE FROM items WHERE workspace=? AND type=? AND key=?", (workspace, item_type, key)
+                )
+                if cursor.rowcount:
+                    changed.add(item_type)
+            version = self._bump() if changed else self.version
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        return version, {t: [workspace] for t in sorted(changed)}
+
+    def _value(self, workspace: str, item_type: str, key: str) -> str | None:
+        row = self._db.execute(
+            "SELECT value FROM items WHERE workspace=? AND type=? AND key=?", (workspace, item_type, key)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def put(self, workspace: str, values: list[tuple[str, str, str]]) -> tuple[int, Changes]:
+        """Write all values or none; returns (version, changed types -> [workspace])."""
+        return self.apply(workspace, puts=values)
+
+    def delete(self, workspace: str, keys: list[tuple[str, str]]) -> tuple[int, Changes]:
+        return self.apply(workspace, deletes=keys)

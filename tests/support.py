@@ -1,0 +1,56 @@
+"""Helpers shared by the tests (imported as `support`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+async def eventually(check: Callable[[], Awaitable[T] | T], timeout: float = 5.0, interval: float = 0.02) -> T:
+    """Poll `check` until it returns something truthy; fail with its last value."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+            result = await result
+        last = result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s; last value: {last!r}")
+        await asyncio.sleep(interval)
+
+
+def toolreg_env(url: str, data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
+    env.update(PULSAR_URL=url, TOOLREG_DATA_DIR=str(data_dir), TOOLREG_LOG_FORMAT="json", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+def toolreg(*args: str, env: dict[str, str], input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a user would (`python -m discovery.cli` = the `toolreg` script)."""
+    return subprocess.run(
+        [sys.executable, "-m", "discovery.cli", *args],
+        env=env, input=input, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def toolreg_background(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    handle = open(log, "ab")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "discovery.cli", *args], env=env, stdout=handle, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    finally:
+        handle.close()

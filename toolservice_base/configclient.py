@@ -1,0 +1,129 @@
+"""The config-store client: every process's way to read and write config items."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+
+from pydantic import ValidationError
+
+from . import topics
+from .messaging import Connection, Message, Subscription
+from .rpc import DEFAULT_TIMEOUT, RequestClient
+from .schemas import ConfigKey, ConfigPush, ConfigRequest, ConfigResponse, ConfigValue, ExpectedValue
+
+PushHandler = Callable[[ConfigPush], Awaitable[None]]
+
+
+class ConfigError(RuntimeError):
+    """The config store refused a request; the message says why."""
+
+    def __init__(self, message: str, kind: str = "error") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class ConfigConflict(ConfigError):
+    """A conditional write found the store in another state; nothing was written."""
+
+
+class ConfigClient:
+    """Typed calls on the config store's request/response queues."""
+
+    def __init__(self, connection: Connection, *, workspace: str = "default", timeout: float = DEFAULT_TIMEOUT) -> None:
+        self._connection = connection
+        self.workspace = workspace
+        self.timeout = timeout
+        self._rpc = RequestClient(connection, topics.CONFIG_REQUEST, topics.CONFIG_RESPONSE, name="config-client")
+
+    async def start(self) -> "ConfigClient":
+        await self._rpc.start()
+        return self
+
+    async def _call(self, request: ConfigRequest, timeout: float | None = None) -> ConfigResponse:
+        body = await self._rpc.request(request, timeout=timeout or self.timeout)
+        try:
+            response = ConfigResponse.model_validate(body)
+        except ValidationError as exc:
+            raise ConfigError(f"config store sent a malformed response: {exc.errors()[0]['msg']}") from None
+        if response.error is not None:
+            error_class = ConfigConflict if response.error.type == "conflict" else ConfigError
+            raise error_class(response.error.message, response.error.type)
+        return response
+
+    async def get(self, keys: Iterable[tuple[str, str]], *, workspace: str | None = None) -> dict[tuple[str, str], str]:
+        """Values of the keys that exist; missing keys are simply absent."""
+        request = ConfigRequest(
+            operation="get", workspace=workspace or self.workspace, keys=[ConfigKey(type=t, key=k) for t, k in keys]
+        )
+        response = await self._call(request)
+        return {(v.type, v.key): v.value for v in response.values or []}
+
+    async def put(self, items: Iterable[tuple[str, str, str]], *, workspace: str | None = None) -> int:
+        """Write all items atomically; returns the new version."""
+        request = ConfigRequest(
+            operation="put",
+            workspace=workspace or self.workspace,
+            values=[ConfigValue(type=t, key=k, value=v) for t, k, v in items],
+        )
+        return (await self._call(request)).version or 0
+
+    async def apply(
+        self,
+        *,
+        puts: Iterable[tuple[str, str, str]] = (),
+        deletes: Iterable[tuple[str, str]] = (),
+        expect: Iterable[tuple[str, str, str | None]] = (),
+        workspace: str | None = None,
+    ) -> int:
+        """Puts and deletes in one transaction, guarded by `expect` preconditions.
+
+        Raises `ConfigConflict` when a precondition fails; returns the version.
+        """
+        request = ConfigRequest(
+            operation="put",
+            workspace=workspace or self.workspace,
+            values=[ConfigValue(type=t, key=k, value=v) for t, k, v in puts],
+            keys=[ConfigKey(type=t, key=k) for t, k in deletes],
+            expect=[ExpectedValue(type=t, key=k, value=v) for t, k, v in expect],
+        )
+        return (await self._call(request)).version or 0
+
+    async def delete(self, keys: Iterable[tuple[str, str]], *, workspace: str | None = None) -> int:
+        request = ConfigRequest(
+            operation="delete", workspace=workspace or self.workspace, keys=[ConfigKey(type=t, key=k) for t, k in keys]
+        )
+        return (await self._call(request)).version or 0
+
+    async def list(self, item_type: str, *, workspace: str | None = None) -> list[str]:
+        request = ConfigRequest(operation="list", workspace=workspace or self.workspace, type=item_type)
+        return list((await self._call(request)).directory or [])
+
+    async def getvalues(self, item_type: str, *, workspace: str | None = None) -> dict[str, str]:
+        request = ConfigRequest(operation="getvalues", workspace=workspace or self.workspace, type=item_type)
+        return {v.key: v.value for v in (await self._call(request)).values or []}
+
+    async def config(self, *, workspace: str | None = None, timeout: float | None = None) -> tuple[int, dict[str, dict[str, str]]]:
+        """Everything in the workspace and the version it was read at."""
+        request = ConfigRequest(operation="config", workspace=workspace or self.workspace)
+        response = await self._call(request, timeout)
+        return response.version or 0, response.config or {}
+
+    async def close(self) -> None:
+        await self._rpc.close()
+
+
+async def watch_config(connection: Connection, handler: PushHandler) -> Subscription:
+    """Call `handler` with every config push; malformed pushes are dropped."""
+    import structlog
+
+    log = structlog.get_logger("toolservice_base.configclient")
+
+    async def on_push(message: Message) -> None:
+        try:
+            push = ConfigPush.model_validate_json(message.data())
+        except (ValidationError, ValueError) as exc:
+            log.warning("config.push_rejected", reason=str(exc).splitlines()[0])
+            return
+        await handler(push)
+
+    return await connection.subscribe(topics.CONFIG_NOTIFY, on_push)

@@ -1,0 +1,1 @@
+"""Example tool services: `toolreg serve toolservice_base.examples.joke:JokeService`."""

@@ -1,0 +1,220 @@
+"""The one Pulsar layer: a connection, publishers and subscriptions on `pulsar.asyncio`.
+
+Every trap in the broker notes is handled here once, so nothing above has to
+know them:
+
+- a consumer gets exactly one long-lived `receive()` loop, cancelled only when
+  the consumer closes (a cancelled `receive()` eats the next message);
+- producers are unbatched (latency matters more than throughput on
+  request/response) with a queue sized for bursts, and are flushed and closed
+  before the client, before the event loop ends;
+- Pulsar errors are caught by name (`PULSAR_ERRORS`);
+- subscription names default to a unique name per process, so a dead process
+  never holds a subscription another one needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import _pulsar
+import pulsar
+import pulsar.asyncio as pulsar_asyncio
+import structlog
+from pydantic import BaseModel
+
+from .settings import Settings
+
+log = structlog.get_logger("toolservice_base.messaging")
+
+PULSAR_ERRORS: tuple[type[BaseException], ...] = (pulsar_asyncio.PulsarException, _pulsar.PulsarException)
+PRODUCER_QUEUE = 20_000
+
+Message = pulsar.Message
+Handler = Callable[[Message], Awaitable[None]]
+
+
+def encode(payload: BaseModel | dict[str, Any] | bytes | str) -> bytes:
+    """The one JSON encoding of everything we send."""
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, str):
+        return payload.encode()
+    if isinstance(payload, BaseModel):
+        return payload.model_dump_json(by_alias=True, exclude_none=True).encode()
+    import json
+
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+class Publisher:
+    """A producer that takes models, dicts or bytes."""
+
+    def __init__(self, producer: pulsar_asyncio.Producer, topic: str) -> None:
+        self._producer = producer
+        self.topic = topic
+
+    async def send(self, payload: BaseModel | dict[str, Any] | bytes | str, properties: dict[str, str] | None = None) -> None:
+        await self._producer.send(encode(payload), properties=properties or None)
+
+    async def close(self) -> None:
+        try:
+            await self._producer.flush()
+            await self._producer.close()
+        except PULSAR_ERRORS as exc:
+            log.debug("producer.close_failed", topic=self.topic, error=str(exc))
+
+
+class Subscription:
+    """One consumer and the single receive loop that feeds its handler.
+
+    The handler runs inline: a handler that wants concurrency starts its own
+    tasks (and so owns its back-pressure). A handler that raises is logged and
+    the loop goes on: one bad message never stops a subscription.
+    """
+
+    def __init__(self, consumer: pulsar_asyncio.Consumer, topic: str, handler: Handler) -> None:
+        self._consumer = consumer
+        self.topic = topic
+        self._handler = handler
+        self._closing = False
+        self._task = asyncio.create_task(self._run(), name=f"receive:{topic}")
+
+    async def _run(self) -> None:
+        while not self._closing:
+            try:
+                message = await self._consumer.receive()
+            except PULSAR_ERRORS as exc:
+                if self._closing:
+                    return
+                log.warning("consumer.receive_failed", topic=self.topic, error=str(exc))
+                await asyncio.sleep(0.2)
+                continue
+            try:
+                await self._consumer.acknowledge(message)
+            except PULSAR_ERRORS as exc:
+                log.debug("consumer.ack_failed", topic=self.topic, error=str(exc))
+            try:
+                await self._handler(message)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("consumer.handler_failed", topic=self.topic)
+
+    async def close(self) -> None:
+        self._closing = True
+        self._task.cancel()
+        try:
+            await self._task
+        except (asyncio.CancelledError, Exception):
+            pass
+        try:
+            await self._consumer.close()
+        except PULSAR_ERRORS as exc:
+            log.debug("consumer.close_failed", topic=self.topic, error=str(exc))
+
+
+class Connection:
+    """A Pulsar client plus everything opened on it, closed in the safe order."""
+
+    def __init__(self, client: pulsar_asyncio.Client, url: str) -> None:
+        self._client = client
+        self.url = url
+        self._publishers: list[Publisher] = []
+        self._subscriptions: list[Subscription] = []
+        self._closed = False
+
+    @classmethod
+    async def open(cls, settings: Settings | None = None, *, url: str | None = None) -> "Connection":
+        """Connect to `url`, or to the broker the settings resolve to.
+
+        Creation is lazy in pulsar-client, so the first producer or consumer
+        is where an unreachable broker shows up: callers get a one-line error
+        from `open_checked` style helpers above, not a C++ log line.
+        """
+        settings = settings or Settings.from_env()
+        target = url or settings.resolve_pulsar_url()
+        kwargs: dict[str, Any] = {
+            "operation_timeout_seconds": 10,
+            "connection_timeout_ms": 5000,
+            "logger": pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+        }
+        if settings.auth_token:
+            kwargs["authentication"] = pulsar.AuthenticationToken(settings.auth_token)
+        client = pulsar_asyncio.Client(target, **kwargs)
+        return cls(client, target)
+
+    async def publisher(self, topic: str) -> Publisher:
+        producer = await self._client.create_producer(
+            topic,
+            batching_enabled=False,
+            max_pending_messages=PRODUCER_QUEUE,
+            send_timeout_millis=10_000,
+        )
+        publisher = Publisher(producer, topic)
+        self._publishers.append(publisher)
+        return publisher
+
+    async def subscribe(
+        self,
+        topic: str,
+        handler: Handler,
+        *,
+        subscription: str | None = None,
+        shared: bool = False,
+        receiver_queue: int = 1000,
+    ) -> Subscription:
+        """Subscribe and start the receive loop.
+
+        `shared=True` spreads messages over every consumer of `subscription`
+        (a service's instances); otherwise each subscription is exclusive and,
+        by default, uniquely named for this process.
+        """
+        name = subscription or unique_name("sub")
+        consumer = await self._client.subscribe(
+            topic,
+            name,
+            consumer_type=pulsar.ConsumerType.Shared if shared else pulsar.ConsumerType.Exclusive,
+            receiver_queue_size=receiver_queue,
+        )
+        sub = Subscription(consumer, topic, handler)
+        self._subscriptions.append(sub)
+        return sub
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        if sub in self._subscriptions:
+            self._subscriptions.remove(sub)
+        await sub.close()
+
+    async def close_publisher(self, publisher: Publisher) -> None:
+        if publisher in self._publishers:
+            self._publishers.remove(publisher)
+        await publisher.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for sub in list(self._subscriptions):
+            await sub.close()
+        for publisher in list(self._publishers):
+            await publisher.close()
+        self._subscriptions.clear()
+        self._publishers.clear()
+        try:
+            await self._client.close()
+        except PULSAR_ERRORS as exc:
+            log.debug("client.close_failed", error=str(exc))
+
+    async def __aenter__(self) -> "Connection":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

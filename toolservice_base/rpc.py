@@ -1,0 +1,213 @@
+"""Request/response over a pair of queues, correlated on the `id` property.
+
+The client side (`RequestClient`) subscribes to the response queue *before*
+it sends anything: on a non-persistent topic a response published before the
+subscription exists is gone. Every client has its own exclusive subscription,
+so it sees every response on the queue and keeps those whose `id` it issued.
+
+The server side (`serve_requests`) is a Shared subscription on the request
+queue, so instances of one service split the load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import structlog
+from pydantic import BaseModel
+
+from .messaging import PULSAR_ERRORS, Connection, Message, Publisher, Subscription, unique_name
+
+log = structlog.get_logger("toolservice_base.rpc")
+
+DEFAULT_TIMEOUT = 30.0
+
+
+class RequestTimeout(TimeoutError):
+    """No (further) response arrived in time."""
+
+
+class RequestClient:
+    """Send requests on one queue and collect their responses from another."""
+
+    def __init__(self, connection: Connection, request_queue: str, response_queue: str, *, name: str = "client") -> None:
+        self._connection = connection
+        self.request_queue = request_queue
+        self.response_queue = response_queue
+        self._name = name
+        self._pending: dict[str, asyncio.Queue[dict[str, Any]]] = {}
+        self._publisher: Publisher | None = None
+        self._subscription: Subscription | None = None
+        self._start_lock = asyncio.Lock()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def start(self) -> "RequestClient":
+        async with self._start_lock:
+            if self._publisher is None:
+                self._subscription = await self._connection.subscribe(
+                    self.response_queue, self._on_response, subscription=unique_name(self._name)
+                )
+                self._publisher = await self._connection.publisher(self.request_queue)
+        return self
+
+    async def _on_response(self, message: Message) -> None:
+        request_id = (message.properties() or {}).get("id")
+        queue = self._pending.get(request_id) if request_id else None
+        if queue is None:
+            return  # another client's response, or one that arrived after its timeout
+        try:
+            body = json.loads(message.data())
+        except (ValueError, UnicodeDecodeError):
+            body = {"error": {"type": "bad-response", "message": "response is not JSON"}, "end_of_stream": True}
+        if not isinstance(body, dict):
+            body = {"error": {"type": "bad-response", "message": "response is not a JSON object"}, "end_of_stream": True}
+        queue.put_nowait(body)
+
+    async def stream(
+        self,
+        request: BaseModel | dict[str, Any],
+        *,
+        is_last: Callable[[dict[str, Any]], bool] = lambda body: True,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield each response to `request` until `is_last` says it was the last.
+
+        `timeout` bounds the wait for each next response, so a long stream that
+        keeps moving never times out, and a stalled one does.
+        """
+        await self.start()
+        assert self._publisher is not None
+        request_id = uuid.uuid4().hex
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._pending[request_id] = queue
+        try:
+            await self._publisher.send(request, properties={"id": request_id})
+            while True:
+                try:
+                    body = await asyncio.wait_for(queue.get(), timeout)
+                except asyncio.TimeoutError:
+                    raise RequestTimeout(
+                        f"no response on {self.response_queue} within {timeout:g}s; is a service consuming {self.request_queue}?"
+                    ) from None
+                yield body
+                if is_last(body):
+                    return
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def request(self, request: BaseModel | dict[str, Any], *, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+        """One request, one response."""
+        async for body in self.stream(request, timeout=timeout):
+            return body
+        raise RequestTimeout("no response")  # pragma: no cover - stream always yields or raises
+
+    async def close(self) -> None:
+        if self._subscription is not None:
+            await self._connection.unsubscribe(self._subscription)
+            self._subscription = None
+        if self._publisher is not None:
+            await self._connection.close_publisher(self._publisher)
+            self._publisher = None
+
+
+Responder = Callable[[Message, Callable[[BaseModel | dict[str, Any]], Awaitable[None]]], Awaitable[None]]
+
+
+class RequestServer:
+    """Consume a request queue (Shared) and answer on the response queue.
+
+    `handle(message, reply)` is called for each request; `reply(body)` sends a
+    response carrying the request's `id`. At most `max_in_flight` handlers run
+    at once: past that the receive loop waits, which is the back-pressure the
+    broker's Shared dispatch then spreads to other instances.
+    """
+
+    def __init__(
+        self,
+        connection: Connection,
+        request_queue: str,
+        response_queue: str,
+        handle: Responder,
+        *,
+        subscription: str,
+        max_in_flight: int = 64,
+    ) -> None:
+        self._connection = connection
+        self.request_queue = request_queue
+        self.response_queue = response_queue
+        self._handle = handle
+        self._subscription_name = subscription
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._max_in_flight = max_in_flight
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._publisher: Publisher | None = None
+        self._subscription: Subscription | None = None
+        self.handled = 0
+
+    async def start(self) -> None:
+        self._publisher = await self._connection.publisher(self.response_queue)
+        self._subscription = await self._connection.subscribe(
+            self.request_queue,
+            self._on_request,
+            subscription=self._subscription_name,
+            shared=True,
+            receiver_queue=min(self._max_in_flight, 1000),
+        )
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    async def _on_request(self, message: Message) -> None:
+        await self._slots.acquire()
+        task = asyncio.create_task(self._run(message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, message: Message) -> None:
+        request_id = (message.properties() or {}).get("id", "")
+        started = time.perf_counter()
+
+        async def reply(body: BaseModel | dict[str, Any]) -> None:
+            assert self._publisher is not None
+            try:
+                await self._publisher.send(body, properties={"id": request_id})
+            except PULSAR_ERRORS as exc:
+                log.warning("response.send_failed", queue=self.response_queue, id=request_id, error=str(exc))
+
+        try:
+            await self._handle(message, reply)
+        except Exception:
+            log.exception("request.handler_failed", queue=self.request_queue, id=request_id)
+        finally:
+            self.handled += 1
+            self._slots.release()
+            log.debug("request.done", queue=self.request_queue, id=request_id, ms=round((time.perf_counter() - started) * 1000, 2))
+
+    async def stop_receiving(self) -> None:
+        """Stop taking new requests; in-flight ones go on."""
+        if self._subscription is not None:
+            await self._connection.unsubscribe(self._subscription)
+            self._subscription = None
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Wait for in-flight handlers, then close the response producer."""
+        if self._tasks:
+            done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+            for task in pending:
+                task.cancel()
+        if self._publisher is not None:
+            await self._connection.close_publisher(self._publisher)
+            self._publisher = None
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        await self.stop_receiving()
+        await self.drain(timeout)

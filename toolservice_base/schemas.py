@@ -1,0 +1,383 @@
+"""Every wire model of the product, in one module.
+
+Descriptors keep the spec's hyphenated JSON keys (`request-queue`,
+`config-params`, `sent-at`) as aliases, so what travels and what an operator
+writes by hand are the same documents. Python code uses the snake_case names.
+Limits live here too: a model that parsed is a model that is safe to store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,128}$"
+QUEUE_PATTERN = re.compile(r"^(persistent|non-persistent)://([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]{1,200})$")
+ARGUMENT_TYPES = ("string", "number", "integer", "boolean", "object", "array")
+
+MAX_MESSAGE_BYTES = 64 * 1024
+MAX_DESCRIPTION = 4096
+MAX_ARGUMENTS = 64
+MAX_CONFIG_PARAMS = 64
+MAX_TOOLS_PER_SERVICE = 256
+MAX_CONFIG_VALUE_BYTES = 4096
+MAX_VERSION = 64
+DEFAULT_TTL = 15.0
+
+Name = str
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+class WireModel(BaseModel):
+    """Base of the hyphenated-key documents."""
+
+    model_config = ConfigDict(alias_generator=_kebab, populate_by_name=True, frozen=True)
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+    def to_json(self) -> str:
+        return canonical_json(self.to_wire())
+
+
+def canonical_json(value: Any) -> str:
+    """One byte-exact rendering per value: sorted keys, no spaces, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def check_name(value: str, what: str = "name") -> str:
+    if not isinstance(value, str) or not re.match(NAME_PATTERN, value):
+        raise ValueError(f"{what} {value!r} must match {NAME_PATTERN}")
+    return value
+
+
+def check_queue(value: str) -> str:
+    if not QUEUE_PATTERN.match(value):
+        raise ValueError(
+            f"queue {value!r} must look like persistent://tenant/namespace/topic or non-persistent://tenant/namespace/topic"
+        )
+    return value
+
+
+def queue_namespace(queue: str) -> str:
+    """`tenant/namespace` of a queue URI already checked by `check_queue`."""
+    match = QUEUE_PATTERN.match(queue)
+    if match is None:
+        raise ValueError(f"not a queue URI: {queue!r}")
+    return f"{match.group(2)}/{match.group(3)}"
+
+
+# --- tool-service protocol (spec section 3) --------------------------------
+
+
+class ConfigParam(WireModel):
+    model_config = ConfigDict(alias_generator=_kebab, populate_by_name=True, frozen=True, extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN)
+    required: bool = False
+
+
+class ToolServiceDescriptor(WireModel):
+    """`tool-service/<id>`: where a service listens and which config it takes."""
+
+    model_config = ConfigDict(alias_generator=_kebab, populate_by_name=True, frozen=True, extra="forbid")
+
+    id: str = Field(pattern=NAME_PATTERN)
+    request_queue: str
+    response_queue: str
+    config_params: list[ConfigParam] = Field(default_factory=list, max_length=MAX_CONFIG_PARAMS)
+
+    @field_validator("request_queue", "response_queue")
+    @classmethod
+    def _queue(cls, value: str) -> str:
+        return check_queue(value)
+
+    @field_validator("config_params")
+    @classmethod
+    def _unique_params(cls, value: list[ConfigParam]) -> list[ConfigParam]:
+        names = [p.name for p in value]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"config param named twice: {', '.join(dupes)}")
+        return value
+
+
+class Argument(WireModel):
+    model_config = ConfigDict(alias_generator=_kebab, populate_by_name=True, frozen=True, extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN)
+    type: Literal["string", "number", "integer", "boolean", "object", "array"]
+    description: str = Field(max_length=MAX_DESCRIPTION)
+
+
+class ToolDescriptor(WireModel):
+    """`tool/<name>`: what the LLM sees, plus values for the service's config params.
+
+    Keys other than the fixed ones are config values; pydantic keeps them as
+    extra fields so a descriptor round-trips unchanged.
+    """
+
+    model_config = ConfigDict(alias_generator=_kebab, populate_by_name=True, frozen=True, extra="allow")
+
+    type: str = Field(default="tool-service", pattern=NAME_PATTERN)
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = Field(max_length=MAX_DESCRIPTION)
+    service: str | None = Field(default=None, pattern=NAME_PATTERN)
+    arguments: list[Argument] = Field(default_factory=list, max_length=MAX_ARGUMENTS)
+
+    @model_validator(mode="after")
+    def _check(self) -> "ToolDescriptor":
+        if self.type == "tool-service" and not self.service:
+            raise ValueError("a tool of type 'tool-service' needs 'service'")
+        names = [a.name for a in self.arguments]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"argument named twice: {', '.join(dupes)}")
+        for key, value in self.config_values.items():
+            check_name(key, "config key")
+            if len(canonical_json(value).encode()) > MAX_CONFIG_VALUE_BYTES:
+                raise ValueError(f"config value {key!r} is larger than {MAX_CONFIG_VALUE_BYTES} bytes")
+        return self
+
+    @property
+    def config_values(self) -> dict[str, Any]:
+        return dict(self.__pydantic_extra__ or {})
+
+
+def check_tool_against_service(tool: ToolDescriptor, service: ToolServiceDescriptor) -> None:
+    """Raise ValueError unless `tool`'s config values fit `service`'s params."""
+    params = {p.name: p for p in service.config_params}
+    values = tool.config_values
+    unknown = sorted(set(values) - set(params))
+    if unknown:
+        known = ", ".join(sorted(params)) or "none"
+        raise ValueError(
+            f"tool {tool.name!r}: {', '.join(unknown)} is not a config param of service {service.id!r} (params: {known})"
+        )
+    missing = sorted(name for name, p in params.items() if p.required and name not in values)
+    if missing:
+        raise ValueError(f"tool {tool.name!r}: required config param {', '.join(missing)} of service {service.id!r} is missing")
+
+
+class Error(BaseModel):
+    type: str
+    message: str
+
+
+class ToolServiceRequest(BaseModel):
+    """What the agent sends; `config` and `arguments` are JSON text, per the spec."""
+
+    user: str = ""
+    config: str = "{}"
+    arguments: str = "{}"
+
+
+class ToolServiceResponse(BaseModel):
+    error: Error | None = None
+    response: str = ""
+    end_of_stream: bool = True
+
+
+# --- config store (spec section 5) -----------------------------------------
+
+ConfigOperation = Literal["get", "put", "delete", "list", "getvalues", "config"]
+
+
+class ConfigKey(BaseModel):
+    type: str = Field(pattern=NAME_PATTERN)
+    key: str = Field(min_length=1, max_length=512)
+
+
+class ConfigValue(ConfigKey):
+    value: str
+
+
+class ExpectedValue(ConfigKey):
+    """A precondition: the item holds `value`, or is absent when `value` is null."""
+
+    value: str | None = None
+
+
+class ConfigRequest(BaseModel):
+    """A config-store call.
+
+    Beyond the spec's fields, a `put` may carry `keys` to delete in the same
+    transaction and `expect` preconditions (compare-and-set); a writer that
+    sends neither gets exactly the spec's behaviour.
+    """
+
+    operation: ConfigOperation
+    workspace: str = Field(default="default", pattern=NAME_PATTERN)
+    keys: list[ConfigKey] = Field(default_factory=list)
+    values: list[ConfigValue] = Field(default_factory=list)
+    type: str | None = Field(default=None, pattern=NAME_PATTERN)
+    expect: list[ExpectedValue] = Field(default_factory=list)
+
+
+class ConfigResponse(BaseModel):
+    version: int | None = None
+    values: list[ConfigValue] | None = None
+    directory: list[str] | None = None
+    config: dict[str, dict[str, str]] | None = None
+    error: Error | None = None
+
+
+class ConfigPush(BaseModel):
+    """Sent after every change: which types changed in which workspaces."""
+
+    version: int
+    changes: dict[str, list[str]] = Field(default_factory=dict)
+
+
+def validate_config_item(item_type: str, key: str, value: str) -> ToolDescriptor | ToolServiceDescriptor | None:
+    """Parse a `tool` or `tool-service` item; other types are opaque text.
+
+    Raises ValueError naming the offending field, and checks that the key is
+    the descriptor's own name so `tool/a` can never hold tool `b`.
+    """
+    model: type[ToolDescriptor] | type[ToolServiceDescriptor]
+    if item_type == "tool":
+        model = ToolDescriptor
+    elif item_type == "tool-service":
+        model = ToolServiceDescriptor
+    else:
+        return None
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{item_type}/{key}: value is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{item_type}/{key}: value must be a JSON object")
+    try:
+        parsed = model.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(f"{item_type}/{key}: {describe_validation_error(exc)}") from None
+    own = parsed.name if isinstance(parsed, ToolDescriptor) else parsed.id
+    if own != key:
+        field = "name" if item_type == "tool" else "id"
+        raise ValueError(f"{item_type}/{key}: field '{field}' is {own!r} but the key is {key!r}; they must match")
+    return parsed
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """pydantic's errors as one line: `field: message; field: message`."""
+    parts = []
+    for err in exc.errors(include_url=False)[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "value"
+        parts.append(f"{where}: {err['msg']}")
+    more = len(exc.errors()) - 5
+    if more > 0:
+        parts.append(f"and {more} more")
+    return "; ".join(parts)
+
+
+# --- self-announcement (spec section 4) ------------------------------------
+
+AnnouncementKind = Literal["announce", "heartbeat", "withdraw"]
+
+
+def descriptor_digest(service: ToolServiceDescriptor, tools: list[ToolDescriptor]) -> str:
+    """sha256 of the canonical JSON of service + tools: the same offer, the same digest."""
+    body = {"service": service.to_wire(), "tools": sorted((t.to_wire() for t in tools), key=lambda t: t["name"])}
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+class Announcement(WireModel):
+    model_config = ConfigDict(alias_generator=_kebab, populate_by_name=True, frozen=True, extra="forbid")
+
+    kind: AnnouncementKind
+    instance: str = Field(pattern=NAME_PATTERN)
+    sequence: int = Field(ge=0)
+    sent_at: float
+    ttl: float = Field(default=DEFAULT_TTL, gt=0, le=3600)
+    workspace: str = Field(default="default", pattern=NAME_PATTERN)
+    digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    service: ToolServiceDescriptor | None = None
+    tools: list[ToolDescriptor] | None = Field(default=None, max_length=MAX_TOOLS_PER_SERVICE)
+    version: str = Field(default="", max_length=MAX_VERSION)
+    signature: str | None = Field(default=None, max_length=512)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Announcement":
+        if self.kind == "announce":
+            if self.service is None or self.tools is None:
+                raise ValueError("an announce needs 'service' and 'tools'")
+            for tool in self.tools:
+                if tool.service != self.service.id:
+                    raise ValueError(f"tool {tool.name!r} names service {tool.service!r}, not {self.service.id!r}")
+                check_tool_against_service(tool, self.service)
+            names = [t.name for t in self.tools]
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"tool announced twice: {', '.join(dupes)}")
+            if descriptor_digest(self.service, self.tools) != self.digest:
+                raise ValueError("digest does not match service + tools")
+        return self
+
+
+class Probe(WireModel):
+    """Ask live services to re-announce; `instance` narrows it to one."""
+
+    instance: str | None = Field(default=None, pattern=NAME_PATTERN)
+    reason: str = Field(default="", max_length=200)
+
+
+# --- registry query API (spec section 6) -----------------------------------
+
+RegistryOperation = Literal["list", "get", "rejections", "conflicts", "release"]
+
+
+class RegistryRequest(BaseModel):
+    operation: RegistryOperation
+    name: str | None = Field(default=None, pattern=NAME_PATTERN)
+    workspace: str = Field(default="default", pattern=NAME_PATTERN)
+
+
+class ToolStatus(BaseModel):
+    name: str
+    service: str | None
+    source: Literal["announced", "static"]
+    status: str
+    instances: int = 0
+    last_heartbeat_age: float | None = None
+    workspace: str = "default"
+    version: str = ""
+
+
+class Rejection(BaseModel):
+    at: float
+    reason: str
+    instance: str | None = None
+    service: str | None = None
+    excerpt: str = ""
+
+
+class Conflict(BaseModel):
+    at: float
+    tool: str
+    service: str
+    held_by: str
+    workspace: str = "default"
+
+
+class RegistryResponse(BaseModel):
+    tools: list[ToolStatus] | None = None
+    tool: ToolStatus | None = None
+    rejections: list[Rejection] | None = None
+    conflicts: list[Conflict] | None = None
+    held: list[str] | None = None
+    error: Error | None = None

@@ -1,0 +1,237 @@
+"""`DynamicToolService`: write `invoke`, get a tool service that announces itself.
+
+An author declares the service and its tools as spec JSON and overrides
+`invoke`:
+
+    class JokeService(DynamicToolService):
+        descriptor = {"id": "joke-service", "config-params": [{"name": "style"}]}
+        tools = [{"name": "tell-joke", "description": "...", "arguments": [...]}]
+
+        async def invoke(self, user, config, arguments):
+            return f"A {config.get('style', 'plain')} joke about {arguments['topic']}"
+
+Queues left out of `descriptor` default to `non-persistent://tg/request/<id>`
+and `non-persistent://tg/response/<id>`; `type` and `service` left out of a
+tool default to `tool-service` and the service's id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import signal
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+import structlog
+from pydantic import ValidationError
+
+from . import topics
+from .announcer import Announcer
+from .messaging import Connection, Message
+from .rpc import RequestServer
+from .schemas import (
+    DEFAULT_TTL,
+    Error,
+    ToolDescriptor,
+    ToolServiceDescriptor,
+    ToolServiceRequest,
+    ToolServiceResponse,
+    check_tool_against_service,
+    describe_validation_error,
+)
+from .settings import Settings
+
+log = structlog.get_logger("toolservice_base.service")
+
+
+class ServiceDefinitionError(ValueError):
+    """The class attributes of a `DynamicToolService` subclass are not a valid service."""
+
+
+class BadRequest(ValueError):
+    """A request that cannot be parsed; answered with an error, never a crash."""
+
+
+def build_descriptors(descriptor: dict[str, Any], tools: list[dict[str, Any]]) -> tuple[ToolServiceDescriptor, list[ToolDescriptor]]:
+    """Fill the defaults an author may leave out and validate everything."""
+    if not isinstance(descriptor, dict) or "id" not in descriptor:
+        raise ServiceDefinitionError("`descriptor` must be a dict with at least an 'id'")
+    service_id = descriptor["id"]
+    full = {
+        "request-queue": topics.default_request_queue(str(service_id)),
+        "response-queue": topics.default_response_queue(str(service_id)),
+        **descriptor,
+    }
+    try:
+        service = ToolServiceDescriptor.model_validate(full)
+    except ValidationError as exc:
+        raise ServiceDefinitionError(f"descriptor of {service_id!r}: {describe_validation_error(exc)}") from None
+    parsed: list[ToolDescriptor] = []
+    for raw in tools:
+        item = {"type": "tool-service", "service": service.id, **raw}
+        try:
+            tool = ToolDescriptor.model_validate(item)
+        except ValidationError as exc:
+            raise ServiceDefinitionError(f"tool {raw.get('name')!r}: {describe_validation_error(exc)}") from None
+        if tool.service != service.id:
+            raise ServiceDefinitionError(f"tool {tool.name!r} names service {tool.service!r}, not {service.id!r}")
+        try:
+            check_tool_against_service(tool, service)
+        except ValueError as exc:
+            raise ServiceDefinitionError(str(exc)) from None
+        parsed.append(tool)
+    return service, parsed
+
+
+def _parse_request(data: bytes) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    try:
+        request = ToolServiceRequest.model_validate_json(data)
+    except ValidationError as exc:
+        raise BadRequest(f"request is not a ToolServiceRequest: {describe_validation_error(exc)}") from None
+    parsed: dict[str, dict[str, Any]] = {}
+    for field in ("config", "arguments"):
+        text = getattr(request, field) or "{}"
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BadRequest(f"request field '{field}' is not JSON: {exc.msg} at column {exc.colno}") from None
+        if not isinstance(value, dict):
+            raise BadRequest(f"request field '{field}' must be a JSON object, got {type(value).__name__}")
+        parsed[field] = value
+    return request.user, parsed["config"], parsed["arguments"]
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+class DynamicToolService:
+    """Base class of every tool service. Override `invoke`."""
+
+    descriptor: ClassVar[dict[str, Any]] = {}
+    tools: ClassVar[list[dict[str, Any]]] = []
+    ttl: ClassVar[float] = DEFAULT_TTL
+    announce: ClassVar[bool] = True
+    workspace: ClassVar[str] = "default"
+    version: ClassVar[str] = ""
+    max_in_flight: ClassVar[int] = 64
+
+    def __init__(
+        self,
+        *,
+        settings: Settings | None = None,
+        connection: Connection | None = None,
+        ttl: float | None = None,
+        announce: bool | None = None,
+        workspace: str | None = None,
+    ) -> None:
+        self.service_descriptor, self.tool_descriptors = build_descriptors(type(self).descriptor, type(self).tools)
+        self.settings = settings or Settings.from_env()
+        self._connection = connection
+        self._own_connection = connection is None
+        self.lease_ttl = float(ttl if ttl is not None else type(self).ttl)
+        self.announcing = type(self).announce if announce is None else announce
+        self.lease_workspace = workspace or type(self).workspace
+        self._server: RequestServer | None = None
+        self.announcer: Announcer | None = None
+        self._stopped = asyncio.Event()
+        self._stopping = False
+
+    @property
+    def id(self) -> str:
+        return self.service_descriptor.id
+
+    async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> Any:
+        """Answer one call. Return a value, or be an async generator to stream."""
+        raise NotImplementedError(f"{type(self).__name__} must override invoke(user, config, arguments)")
+
+    async def _handle(self, message: Message, reply: Any) -> None:
+        try:
+            user, config, arguments = _parse_request(message.data())
+            result = self.invoke(user, config, arguments)
+            if inspect.isasyncgen(result):
+                await self._stream(result, reply)
+                return
+            if inspect.isawaitable(result):
+                result = await result
+            await reply(ToolServiceResponse(response=_as_text(result), end_of_stream=True))
+        except BadRequest as exc:
+            log.warning("request.rejected", service=self.id, reason=str(exc))
+            await reply(ToolServiceResponse(error=Error(type="bad-request", message=str(exc)), end_of_stream=True))
+        except Exception as exc:
+            log.warning("invoke.failed", service=self.id, error=f"{type(exc).__name__}: {exc}")
+            await reply(ToolServiceResponse(error=Error(type=type(exc).__name__, message=str(exc)), end_of_stream=True))
+
+    @staticmethod
+    async def _stream(chunks: AsyncIterator[Any], reply: Any) -> None:
+        async for chunk in chunks:
+            await reply(ToolServiceResponse(response=_as_text(chunk), end_of_stream=False))
+        await reply(ToolServiceResponse(response="", end_of_stream=True))
+
+    async def start(self) -> None:
+        """Subscribe to requests, then (and only then) announce."""
+        if self._connection is None:
+            self._connection = await Connection.open(self.settings)
+        service = self.service_descriptor
+        self._server = RequestServer(
+            self._connection,
+            service.request_queue,
+            service.response_queue,
+            self._handle,
+            subscription=service.id,
+            max_in_flight=type(self).max_in_flight,
+        )
+        await self._server.start()
+        log.info("service.listening", service=service.id, queue=service.request_queue)
+        if self.announcing:
+            self.announcer = Announcer(
+                self._connection,
+                service,
+                self.tool_descriptors,
+                ttl=self.lease_ttl,
+                workspace=self.lease_workspace,
+                version=type(self).version,
+            )
+            await self.announcer.start()
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        """Withdraw, stop taking requests, finish the ones in flight, close."""
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        try:
+            if self.announcer is not None:
+                await self.announcer.withdraw()
+            if self._server is not None:
+                await self._server.stop(timeout)
+            if self.announcer is not None:
+                await self.announcer.stop()
+            if self._own_connection and self._connection is not None:
+                await self._connection.close()
+        finally:
+            log.info("service.stopped", service=self.id)
+            self._stopped.set()
+
+    async def run(self) -> None:
+        """Start, serve until SIGTERM or SIGINT, then stop gracefully."""
+        loop = asyncio.get_running_loop()
+        stop_requested = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop_requested.set)
+        try:
+            await self.start()
+            await stop_requested.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.stop()
+
+    async def __aenter__(self) -> "DynamicToolService":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
