@@ -54,6 +54,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def port_is_free(port: int) -> bool:
+    """pulsar-lite binds with port reuse, so a taken port does not make it fail: check first."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine, a listener is not
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def accepts_connections(port: int, timeout: float = 0.25) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout):
@@ -129,6 +140,8 @@ class EmbeddedBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "broker.toml"
         config.write_text(CONFIG)
+        if port and not port_is_free(port):
+            raise BrokerError(f"port {port} on 127.0.0.1 is in use; choose another --port or leave it out")
         port = port or free_port()
         logfile = open(self.log_file, "ab")
         try:

@@ -10,12 +10,20 @@ know them:
   before the client, before the event loop ends;
 - Pulsar errors are caught by name (`PULSAR_ERRORS`);
 - subscription names default to a unique name per process, so a dead process
-  never holds a subscription another one needs.
+  never holds a subscription another one needs;
+- pulsar-lite keys the consumers of a subscription by the client-local
+  consumer id, which every client counts from 0, so the second process to join
+  a Shared subscription would collide ("Consumer 0 already exists") and lose
+  its connection. Shared subscriptions therefore get a client of their own
+  and a random consumer id (see `_shift_consumer_id`), with a retry on
+  collision. On Apache Pulsar this costs a few milliseconds at start and
+  changes nothing else.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -32,6 +40,8 @@ log = structlog.get_logger("toolservice_base.messaging")
 
 PULSAR_ERRORS: tuple[type[BaseException], ...] = (pulsar_asyncio.PulsarException, _pulsar.PulsarException)
 PRODUCER_QUEUE = 20_000
+ID_SHIFT_RANGE = 64
+SHARED_ATTEMPTS = 6
 
 Message = pulsar.Message
 Handler = Callable[[Message], Awaitable[None]]
@@ -124,8 +134,10 @@ class Subscription:
 class Connection:
     """A Pulsar client plus everything opened on it, closed in the safe order."""
 
-    def __init__(self, client: pulsar_asyncio.Client, url: str) -> None:
+    def __init__(self, client: pulsar_asyncio.Client, url: str, client_options: dict[str, Any] | None = None) -> None:
         self._client = client
+        self._client_options = client_options or {}
+        self._shared_client: pulsar_asyncio.Client | None = None
         self.url = url
         self._publishers: list[Publisher] = []
         self._subscriptions: list[Subscription] = []
@@ -149,7 +161,7 @@ class Connection:
         if settings.auth_token:
             kwargs["authentication"] = pulsar.AuthenticationToken(settings.auth_token)
         client = pulsar_asyncio.Client(target, **kwargs)
-        return cls(client, target)
+        return cls(client, target, kwargs)
 
     async def publisher(self, topic: str) -> Publisher:
         producer = await self._client.create_producer(
@@ -178,15 +190,46 @@ class Connection:
         by default, uniquely named for this process.
         """
         name = subscription or unique_name("sub")
-        consumer = await self._client.subscribe(
-            topic,
-            name,
-            consumer_type=pulsar.ConsumerType.Shared if shared else pulsar.ConsumerType.Exclusive,
-            receiver_queue_size=receiver_queue,
-        )
+        if shared:
+            consumer = await self._subscribe_shared(topic, name, receiver_queue)
+        else:
+            consumer = await self._client.subscribe(
+                topic, name, consumer_type=pulsar.ConsumerType.Exclusive, receiver_queue_size=receiver_queue
+            )
         sub = Subscription(consumer, topic, handler)
         self._subscriptions.append(sub)
         return sub
+
+    async def _subscribe_shared(self, topic: str, name: str, receiver_queue: int) -> pulsar_asyncio.Consumer:
+        if self._shared_client is None:
+            # A short operation timeout: a collision shows up as a timeout, and we retry.
+            self._shared_client = pulsar_asyncio.Client(self.url, **{**self._client_options, "operation_timeout_seconds": 2})
+        last: BaseException | None = None
+        for attempt in range(1, SHARED_ATTEMPTS + 1):
+            await self._shift_consumer_id(self._shared_client, topic)
+            try:
+                return await self._shared_client.subscribe(
+                    topic, name, consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=receiver_queue
+                )
+            except PULSAR_ERRORS as exc:
+                last = exc
+                log.warning("consumer.shared_subscribe_retry", topic=topic, subscription=name, attempt=attempt, error=str(exc))
+        raise last  # type: ignore[misc]
+
+    @staticmethod
+    async def _shift_consumer_id(client: pulsar_asyncio.Client, topic: str) -> None:
+        """Use up a random number of consumer ids on a throwaway topic in `topic`'s namespace."""
+        count = random.randrange(ID_SHIFT_RANGE)
+        if not count:
+            return
+        scheme, _, rest = topic.partition("://")
+        tenant_ns = "/".join(rest.split("/")[:2])
+        throwaway = f"non-persistent://{tenant_ns}/consumer-id-shift"
+        results = await asyncio.gather(
+            *(client.subscribe(throwaway, unique_name("shift"), receiver_queue_size=1) for _ in range(count)),
+            return_exceptions=True,
+        )
+        await asyncio.gather(*(c.close() for c in results if isinstance(c, pulsar_asyncio.Consumer)), return_exceptions=True)
 
     async def unsubscribe(self, sub: Subscription) -> None:
         if sub in self._subscriptions:
@@ -208,10 +251,13 @@ class Connection:
             await publisher.close()
         self._subscriptions.clear()
         self._publishers.clear()
-        try:
-            await self._client.close()
-        except PULSAR_ERRORS as exc:
-            log.debug("client.close_failed", error=str(exc))
+        for client in (self._shared_client, self._client):
+            if client is None:
+                continue
+            try:
+                await client.close()
+            except PULSAR_ERRORS as exc:
+                log.debug("client.close_failed", error=str(exc))
 
     async def __aenter__(self) -> "Connection":
         return self

@@ -126,8 +126,12 @@ class RequestServer:
 
     `handle(message, reply)` is called for each request; `reply(body)` sends a
     response carrying the request's `id`. At most `max_in_flight` handlers run
-    at once: past that the receive loop waits, which is the back-pressure the
-    broker's Shared dispatch then spreads to other instances.
+    at once; the rest wait their turn in arrival order.
+
+    The receive loop itself never waits for a slot: on a non-persistent topic
+    the broker drops messages for a consumer with no free permits, so a loop
+    that stalled on back-pressure would lose requests. Past `max_backlog`
+    waiting requests, new ones are answered at once with `busy`.
     """
 
     def __init__(
@@ -139,6 +143,8 @@ class RequestServer:
         *,
         subscription: str,
         max_in_flight: int = 64,
+        max_backlog: int = 10_000,
+        busy: Callable[[str], BaseModel | dict[str, Any]] | None = None,
     ) -> None:
         self._connection = connection
         self.request_queue = request_queue
@@ -146,7 +152,8 @@ class RequestServer:
         self._handle = handle
         self._subscription_name = subscription
         self._slots = asyncio.Semaphore(max_in_flight)
-        self._max_in_flight = max_in_flight
+        self._max_backlog = max_backlog
+        self._busy = busy or (lambda message: {"error": {"type": "busy", "message": message}, "end_of_stream": True})
         self._tasks: set[asyncio.Task[None]] = set()
         self._publisher: Publisher | None = None
         self._subscription: Subscription | None = None
@@ -159,7 +166,6 @@ class RequestServer:
             self._on_request,
             subscription=self._subscription_name,
             shared=True,
-            receiver_queue=min(self._max_in_flight, 1000),
         )
 
     @property
@@ -167,29 +173,36 @@ class RequestServer:
         return len(self._tasks)
 
     async def _on_request(self, message: Message) -> None:
-        await self._slots.acquire()
+        if len(self._tasks) >= self._max_backlog:
+            request_id = (message.properties() or {}).get("id", "")
+            log.warning("request.busy", queue=self.request_queue, backlog=len(self._tasks))
+            await self._send(self._busy(f"{self.request_queue} has {len(self._tasks)} requests waiting; retry later"), request_id)
+            return
         task = asyncio.create_task(self._run(message))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _send(self, body: BaseModel | dict[str, Any], request_id: str) -> None:
+        assert self._publisher is not None
+        try:
+            await self._publisher.send(body, properties={"id": request_id})
+        except PULSAR_ERRORS as exc:
+            log.warning("response.send_failed", queue=self.response_queue, id=request_id, error=str(exc))
+
     async def _run(self, message: Message) -> None:
         request_id = (message.properties() or {}).get("id", "")
-        started = time.perf_counter()
 
         async def reply(body: BaseModel | dict[str, Any]) -> None:
-            assert self._publisher is not None
-            try:
-                await self._publisher.send(body, properties={"id": request_id})
-            except PULSAR_ERRORS as exc:
-                log.warning("response.send_failed", queue=self.response_queue, id=request_id, error=str(exc))
+            await self._send(body, request_id)
 
-        try:
-            await self._handle(message, reply)
-        except Exception:
-            log.exception("request.handler_failed", queue=self.request_queue, id=request_id)
-        finally:
-            self.handled += 1
-            self._slots.release()
+        async with self._slots:
+            started = time.perf_counter()
+            try:
+                await self._handle(message, reply)
+            except Exception:
+                log.exception("request.handler_failed", queue=self.request_queue, id=request_id)
+            finally:
+                self.handled += 1
             log.debug("request.done", queue=self.request_queue, id=request_id, ms=round((time.perf_counter() - started) * 1000, 2))
 
     async def stop_receiving(self) -> None:

@@ -301,8 +301,9 @@ class Announcement(WireModel):
 
     kind: AnnouncementKind
     instance: str = Field(pattern=NAME_PATTERN)
-    sequence: int = Field(ge=0)
-    sent_at: float
+    sequence: int = Field(ge=0, le=2**63 - 1)
+    # Finite only: `Infinity` would make a message that never goes stale, a replay that never ages out.
+    sent_at: float = Field(ge=0, allow_inf_nan=False)
     ttl: float = Field(default=DEFAULT_TTL, gt=0, le=3600)
     workspace: str = Field(default="default", pattern=NAME_PATTERN)
     digest: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -342,9 +343,11 @@ RegistryOperation = Literal["list", "get", "rejections", "conflicts", "release"]
 
 
 class RegistryRequest(BaseModel):
+    """A query; `workspace` left out means the registry's own default workspace."""
+
     operation: RegistryOperation
     name: str | None = Field(default=None, pattern=NAME_PATTERN)
-    workspace: str = Field(default="default", pattern=NAME_PATTERN)
+    workspace: str | None = Field(default=None, pattern=NAME_PATTERN)
 
 
 class ToolStatus(BaseModel):
@@ -367,11 +370,18 @@ class Rejection(BaseModel):
 
 
 class Conflict(BaseModel):
+    """An announced item refused because another holder has the key.
+
+    `held_by` is `static` (an item the registry does not own) or the id of the
+    service that claimed it first; `reason` says which key and why.
+    """
+
     at: float
     tool: str
     service: str
     held_by: str
     workspace: str = "default"
+    reason: str = ""
 
 
 class RegistryResponse(BaseModel):
@@ -380,4 +390,5 @@ class RegistryResponse(BaseModel):
     rejections: list[Rejection] | None = None
     conflicts: list[Conflict] | None = None
     held: list[str] | None = None
+    released: list[str] | None = None
     error: Error | None = None

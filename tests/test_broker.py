@@ -1,0 +1,56 @@
+"""The embedded broker: loopback only, no metrics listener, reuse, clean stop."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from toolservice_base import BrokerError, EmbeddedBroker
+from toolservice_base.broker import accepts_connections
+
+
+def listening_sockets(pid: int) -> list[str]:
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+    return [line.split()[3] for line in out.splitlines() if f"pid={pid}," in line]
+
+
+def test_listens_on_loopback_only_without_a_metrics_listener(broker: EmbeddedBroker) -> None:
+    assert broker.process is not None
+    assert listening_sockets(broker.process.pid) == [f"127.0.0.1:{broker.port}"]
+    assert "enabled = false" in (broker.data_dir / "broker.toml").read_text()
+
+
+def test_writes_its_url_and_removes_it_on_stop(tmp_path: Path) -> None:
+    embedded = EmbeddedBroker(tmp_path)
+    url = embedded.start()
+    assert (tmp_path / "broker.url").read_text().strip() == url
+    port = embedded.port
+    embedded.stop()
+    assert not (tmp_path / "broker.url").exists()
+    assert port is not None and not accepts_connections(port)
+
+
+def test_a_second_start_on_the_same_data_dir_reuses_the_running_broker(broker: EmbeddedBroker) -> None:
+    other = EmbeddedBroker(broker.data_dir)
+    assert other.start() == broker.url
+    assert other.reused
+    other.stop()  # stopping a reused broker leaves it running
+    assert broker.port is not None and accepts_connections(broker.port)
+
+
+def test_a_stale_url_file_is_not_trusted(tmp_path: Path) -> None:
+    (tmp_path / "broker.url").write_text("pulsar://127.0.0.1:1\n")
+    (tmp_path / "broker.pid").write_text("999999\n")
+    embedded = EmbeddedBroker(tmp_path)
+    try:
+        assert embedded.start() != "pulsar://127.0.0.1:1"
+        assert not embedded.reused
+    finally:
+        embedded.stop()
+
+
+def test_a_port_in_use_fails_with_a_clear_error(tmp_path: Path, broker: EmbeddedBroker) -> None:
+    with pytest.raises(BrokerError, match="in use"):
+        EmbeddedBroker(tmp_path / "other").start(port=broker.port, timeout=3)
