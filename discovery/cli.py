@@ -18,7 +18,6 @@ import fcntl
 import importlib
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -36,39 +35,16 @@ from toolservice_base import (
     NoBrokerError,
     RequestTimeout,
     ServiceDefinitionError,
-    Settings,
     configure_logging,
 )
+from toolservice_base.signing import SigningError
 
+from .trust import PolicyError, policy_from
+from .cli_common import CommandError, fail, settings_of, start_health, wait_for_signal
 from .configsvc import ConfigStoreService
+from .health import DEFAULT_METRICS_PORT, HealthServer
 
 Handler = Callable[[argparse.Namespace], Awaitable[int]]
-
-
-class CommandError(RuntimeError):
-    """A failure the user can fix; printed as one line, exit code 1."""
-
-
-def fail(message: str) -> int:
-    print(f"toolreg: {message}", file=sys.stderr)
-    return 1
-
-
-def settings_of(args: argparse.Namespace) -> Settings:
-    return Settings.from_env(data_dir=getattr(args, "data_dir", None))
-
-
-async def wait_for_signal() -> None:
-    """Return on the first SIGTERM or SIGINT (Ctrl-C)."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
 
 
 # --- toolreg up ------------------------------------------------------------
@@ -100,11 +76,21 @@ class UpLock:
 
 async def cmd_up(args: argparse.Namespace) -> int:
     settings = settings_of(args)
+    try:
+        trust = policy_from(args.trust_policy)
+    except PolicyError as exc:
+        raise CommandError(str(exc)) from None
     lock = UpLock(settings.data_dir)
     lock.acquire()
     broker: EmbeddedBroker | None = None
+    health: HealthServer | None = None
     started = time.perf_counter()
     try:
+        up = False
+        health = start_health(args.metrics_port)
+        if health is not None:
+            health.add_check("startup", lambda: None if up else "starting")
+            print(f"metrics       {health.url}/metrics (and /healthz, /readyz)")
         if settings.pulsar_url:
             url = settings.pulsar_url
             print(f"broker        {url} (PULSAR_URL)")
@@ -116,24 +102,32 @@ async def cmd_up(args: argparse.Namespace) -> int:
         connection = await Connection.open(settings, url=url)
         store = ConfigStoreService.in_data_dir(connection, settings.data_dir)
         await store.start()
+        if health is not None:
+            health.add_check("config-store", store.readiness)
         print(f"config store  {store.store.path} (version {store.store.version})")
         registry = None
         if not args.no_registry:
-            from .registry import Registry
+            from .registry import Registry, RegistryOptions
 
-            registry = Registry(connection)
+            registry = Registry(connection, options=RegistryOptions(trust=trust))
             await registry.start()
+            if health is not None:
+                health.add_check("registry", registry.readiness)
             print("registry      listening on non-persistent://tg/discovery/tool-descriptors")
+        up = True
         print(f"ready in {(time.perf_counter() - started) * 1000:.0f} ms; Ctrl-C to stop", flush=True)
         try:
             await wait_for_signal()
         finally:
+            up = False
             print("stopping", flush=True)
             if registry is not None:
                 await registry.stop()
             await store.stop()
             await connection.close()
     finally:
+        if health is not None:
+            health.stop()
         if broker is not None:
             broker.stop()
         lock.release()
@@ -167,10 +161,18 @@ async def cmd_serve(args: argparse.Namespace) -> int:
             ttl=args.ttl,
             announce=False if args.no_announce else None,
             workspace=args.workspace,
+            signing_key=args.signing_key,
         )
-    except ServiceDefinitionError as exc:
+    except (ServiceDefinitionError, SigningError) as exc:
         raise CommandError(f"{args.target}: {exc}") from None
-    await service.run()
+    health = start_health(args.metrics_port)
+    if health is not None:
+        health.add_check("service", service.readiness)
+    try:
+        await service.run()
+    finally:
+        if health is not None:
+            health.stop()
     return 0
 
 
@@ -294,6 +296,14 @@ async def cmd_call(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import demo
+
+    if getattr(args, "log_level", None) is None:
+        configure_logging("warning")  # the story is the output; --log-level info shows the events too
+    return await demo(args.dir)
+
+
 # --- parser ----------------------------------------------------------------
 
 
@@ -318,6 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Run the config store and the registry; without PULSAR_URL, also an embedded pulsar-lite broker on 127.0.0.1.")
     up.add_argument("--port", type=int, default=None, help="port for the embedded broker (default: a free one)")
     up.add_argument("--no-registry", action="store_true", help="run only the broker and the config store")
+    up.add_argument("--trust-policy", default=None, metavar="PATH",
+                    help="accept only announcements signed by keys in this policy (env TOOLREG_TRUST_POLICY; edit with `toolreg trust add`)")
+    up.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                    help=f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
+                         "off by default; bound to 127.0.0.1 unless TOOLREG_METRICS_HOST)")
     up.set_defaults(handler=cmd_up)
 
     serve = sub.add_parser("serve", parents=[common], help="run a DynamicToolService subclass",
@@ -326,6 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ttl", type=float, default=None, help="lease length in seconds (default: the class's ttl, 15)")
     serve.add_argument("--no-announce", action="store_true", help="do not announce (for services wired by hand)")
     serve.add_argument("--workspace", default=None, help="workspace the tools belong to (default: the class's, 'default')")
+    serve.add_argument("--signing-key", default=None, metavar="PATH",
+                       help="Ed25519 private key to sign announcements with (env TOOLREG_SIGNING_KEY; make one with `toolreg keygen`)")
+    serve.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                       help=f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
+                            "off by default; bound to 127.0.0.1 unless TOOLREG_METRICS_HOST)")
     serve.set_defaults(handler=cmd_serve)
 
     config_common = argparse.ArgumentParser(add_help=False, parents=[common])
@@ -358,12 +378,21 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("--static-dir", default=None, help="fallback directory of tool-service/*.json and tool/*.json")
     call.set_defaults(handler=cmd_call)
 
+    demo = sub.add_parser("demo", help="run the whole story on an embedded broker, step by step, with timings",
+                          description="Start a broker, store and registry in a fresh directory (default ./.toolreg-demo, wiped first), "
+                                      "then register, call, remove and hand-wire tools, printing each step with its timing.")
+    demo.add_argument("--dir", default=None, help="the demo's own data directory (default ./.toolreg-demo; wiped first)")
+    demo.set_defaults(handler=cmd_demo)
+
     try:
         from . import cli_registry
     except ImportError:
         cli_registry = None  # type: ignore[assignment]
     if cli_registry is not None:
         cli_registry.add_commands(sub, common)
+    from . import cli_trust
+
+    cli_trust.add_commands(sub, common)
     return parser
 
 

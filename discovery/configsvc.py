@@ -8,6 +8,7 @@ its answer knows every watcher has been told.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from toolservice_base.schemas import (
     describe_validation_error,
 )
 
+from .health import ConfigStoreMetrics
 from .store import Changes, ConfigStore, Conflict, StoreError
 
 log = structlog.get_logger("discovery.config")
@@ -37,9 +39,10 @@ STORE_FILE = "config.sqlite"
 class ConfigStoreService:
     """Serve a `ConfigStore` over Pulsar."""
 
-    def __init__(self, connection: Connection, store: ConfigStore) -> None:
+    def __init__(self, connection: Connection, store: ConfigStore, *, metrics: ConfigStoreMetrics | None = None) -> None:
         self._connection = connection
         self.store = store
+        self.metrics = metrics or ConfigStoreMetrics.default()
         self._server = RequestServer(
             connection, topics.CONFIG_REQUEST, topics.CONFIG_RESPONSE, self._handle, subscription="config-store"
         )
@@ -53,7 +56,22 @@ class ConfigStoreService:
     async def start(self) -> None:
         self._notify = await self._connection.publisher(topics.CONFIG_NOTIFY)
         await self._server.start()
+        self.metrics.set_version(self.store.version)
         log.info("config.store_started", path=str(self.store.path), version=self.store.version)
+
+    def readiness(self) -> str | None:
+        """None while the store answers requests and pushes changes; else why not. For `/readyz`."""
+        if self._stopped:
+            return "stopped"
+        if self._notify is None:
+            return "not started"
+        if not (self._notify.connected and self._server.connected):
+            return f"not connected to the broker at {self._connection.url}"
+        try:
+            _ = self.store.version  # one read proves the SQLite file answers
+        except sqlite3.Error as exc:
+            return f"store {self.store.path} unreadable: {exc}"
+        return None
 
     async def stop(self) -> None:
         if self._stopped:
@@ -72,6 +90,7 @@ class ConfigStoreService:
         except (ValidationError, ValueError) as exc:
             reason = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
             log.warning("config.request_rejected", reason=reason)
+            self.metrics.request("invalid", "bad-request")
             await reply(ConfigResponse(error=Error(type="bad-request", message=f"bad config request: {reason}")))
             return
         started = time.perf_counter()
@@ -82,7 +101,9 @@ class ConfigStoreService:
         except StoreError as exc:
             log.info("config.write_refused", operation=request.operation, reason=str(exc))
             response, changes = ConfigResponse(version=self.store.version, error=Error(type="invalid", message=str(exc))), {}
+        self.metrics.request(request.operation, response.error.type if response.error else None)
         if changes:
+            self.metrics.set_version(response.version or 0)
             await self._push(ConfigPush(version=response.version or 0, changes=changes))
             log.info(
                 "config.changed",

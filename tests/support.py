@@ -45,6 +45,16 @@ def toolreg(*args: str, env: dict[str, str], input: str | None = None, timeout: 
     )
 
 
+async def atoolreg(*args: str, env: dict[str, str], input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`toolreg` as a subprocess without blocking the event loop (in-process services keep serving)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "discovery.cli", *args, env=env,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(input.encode() if input is not None else None), timeout)
+    return subprocess.CompletedProcess(list(args), proc.returncode or 0, out.decode(), err.decode())
+
+
 def toolreg_background(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     handle = open(log, "ab")
     try:

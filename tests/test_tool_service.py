@@ -64,6 +64,15 @@ def test_a_bad_definition_is_refused_with_the_field_named() -> None:
         Bad(settings=Settings(pulsar_url="pulsar://unused:1"))
 
 
+def test_a_service_too_large_to_announce_is_refused_at_definition() -> None:
+    class Huge(DynamicToolService):
+        descriptor = {"id": "huge"}
+        tools = [{"name": f"tool-{n}", "description": "x" * 4000} for n in range(20)]
+
+    with pytest.raises(ServiceDefinitionError, match="over the registry's 64 KiB limit"):
+        Huge(settings=Settings(pulsar_url="pulsar://unused:1"))
+
+
 async def test_a_value_is_one_response_and_non_strings_are_json(settings: Settings, connection: Connection) -> None:
     async with Flaky(settings=settings, announce=False) as svc:
         client = await client_for(connection, svc)

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from . import topics
 from .messaging import PULSAR_ERRORS, Connection, Message, Publisher, Subscription, unique_name
 from .schemas import Announcement, Probe, ToolDescriptor, ToolServiceDescriptor, descriptor_digest
+from .signing import Ed25519PrivateKey, sign
 
 log = structlog.get_logger("toolservice_base.announcer")
 
@@ -41,8 +42,10 @@ class Announcer:
         ttl: float,
         workspace: str = "default",
         version: str = "",
+        signing_key: Ed25519PrivateKey | None = None,
     ) -> None:
         self._connection = connection
+        self._signing_key = signing_key
         self.service = service
         self.tools = tools
         self.ttl = ttl
@@ -78,6 +81,8 @@ class Announcer:
             return False
         async with self._send_lock:  # sequence order on the wire = sequence order of numbers
             message = self._message(kind)
+            if self._signing_key is not None:
+                message = sign(message, self._signing_key)
             try:
                 await self._publisher.send(message.to_json())
             except PULSAR_ERRORS as exc:

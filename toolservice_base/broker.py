@@ -48,10 +48,18 @@ def binary_path() -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def reserve_port() -> socket.socket:
+    """Bind (not listen) a free loopback port and keep it bound until the broker listens.
+
+    pulsar-lite binds with SO_REUSEPORT, so it can share the port with this
+    socket, while no other process's bind to port 0 can be handed the same
+    port in the meantime: two brokers never end up on one port.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 def port_is_free(port: int) -> bool:
@@ -142,7 +150,15 @@ class EmbeddedBroker:
         config.write_text(CONFIG)
         if port and not port_is_free(port):
             raise BrokerError(f"port {port} on 127.0.0.1 is in use; choose another --port or leave it out")
-        port = port or free_port()
+        reservation = None if port else reserve_port()
+        try:
+            chosen = port if port else int(reservation.getsockname()[1])  # type: ignore[union-attr]
+            return self._launch(chosen, config, timeout)
+        finally:
+            if reservation is not None:
+                reservation.close()
+
+    def _launch(self, port: int, config: Path, timeout: float) -> str:
         logfile = open(self.log_file, "ab")
         try:
             self.process = subprocess.Popen(

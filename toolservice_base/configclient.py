@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import structlog
 
 from pydantic import ValidationError
 
 from . import topics
 from .messaging import Connection, Message, Subscription
-from .rpc import DEFAULT_TIMEOUT, RequestClient
+from .rpc import DEFAULT_TIMEOUT, RequestClient, RequestTimeout
 from .schemas import ConfigKey, ConfigPush, ConfigRequest, ConfigResponse, ConfigValue, ExpectedValue
 
 PushHandler = Callable[[ConfigPush], Awaitable[None]]
+FIRST_ATTEMPT = 0.5
+
+log = structlog.get_logger("toolservice_base.configclient")
 
 
 class ConfigError(RuntimeError):
@@ -40,7 +47,7 @@ class ConfigClient:
         return self
 
     async def _call(self, request: ConfigRequest, timeout: float | None = None) -> ConfigResponse:
-        body = await self._rpc.request(request, timeout=timeout or self.timeout)
+        body = await self._request(request, timeout or self.timeout)
         try:
             response = ConfigResponse.model_validate(body)
         except ValidationError as exc:
@@ -49,6 +56,31 @@ class ConfigClient:
             error_class = ConfigConflict if response.error.type == "conflict" else ConfigError
             raise error_class(response.error.message, response.error.type)
         return response
+
+    async def _request(self, request: ConfigRequest, timeout: float) -> dict[str, Any]:
+        """Send, and resend on silence, within `timeout` overall.
+
+        A non-persistent topic drops a message for a consumer whose permits
+        have not reached the broker yet, which happens in the first moments
+        after a store (re)subscribes. Every store operation is safe to repeat
+        (a repeated put changes nothing; a repeated conditional write fails
+        its precondition and the caller re-reads), so a lost request costs a
+        short attempt, not the whole timeout.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        attempt = FIRST_ATTEMPT
+        while True:
+            remaining = deadline - loop.time()
+            try:
+                return await self._rpc.request(request, timeout=min(attempt, remaining))
+            except RequestTimeout:
+                if deadline - loop.time() <= 0.01:
+                    raise RequestTimeout(
+                        f"the config store did not answer within {timeout:g}s; is it running (`toolreg up`)?"
+                    ) from None
+                log.debug("config.request_retry", operation=request.operation, after=attempt)
+                attempt *= 2
 
     async def get(self, keys: Iterable[tuple[str, str]], *, workspace: str | None = None) -> dict[tuple[str, str], str]:
         """Values of the keys that exist; missing keys are simply absent."""
@@ -102,6 +134,11 @@ class ConfigClient:
         request = ConfigRequest(operation="getvalues", workspace=workspace or self.workspace, type=item_type)
         return {v.key: v.value for v in (await self._call(request)).values or []}
 
+    async def version(self, *, workspace: str | None = None, timeout: float | None = None) -> int:
+        """The store's current version, cheaply (an empty `get`): for periodic change checks."""
+        request = ConfigRequest(operation="get", workspace=workspace or self.workspace)
+        return (await self._call(request, timeout)).version or 0
+
     async def config(self, *, workspace: str | None = None, timeout: float | None = None) -> tuple[int, dict[str, dict[str, str]]]:
         """Everything in the workspace and the version it was read at."""
         request = ConfigRequest(operation="config", workspace=workspace or self.workspace)
@@ -114,9 +151,6 @@ class ConfigClient:
 
 async def watch_config(connection: Connection, handler: PushHandler) -> Subscription:
     """Call `handler` with every config push; malformed pushes are dropped."""
-    import structlog
-
-    log = structlog.get_logger("toolservice_base.configclient")
 
     async def on_push(message: Message) -> None:
         try:

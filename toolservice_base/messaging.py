@@ -41,6 +41,7 @@ log = structlog.get_logger("toolservice_base.messaging")
 PULSAR_ERRORS: tuple[type[BaseException], ...] = (pulsar_asyncio.PulsarException, _pulsar.PulsarException)
 PRODUCER_QUEUE = 20_000
 ID_SHIFT_RANGE = 64
+CLOSE_GRACE = 0.05
 SHARED_ATTEMPTS = 6
 
 Message = pulsar.Message
@@ -73,6 +74,11 @@ class Publisher:
 
     async def send(self, payload: BaseModel | dict[str, Any] | bytes | str, properties: dict[str, str] | None = None) -> None:
         await self._producer.send(encode(payload), properties=properties or None)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the producer has a live broker connection now (readiness probes ask this)."""
+        return bool(self._producer.is_connected())
 
     async def close(self) -> None:
         try:
@@ -258,6 +264,11 @@ class Connection:
                 await client.close()
             except PULSAR_ERRORS as exc:
                 log.debug("client.close_failed", error=str(exc))
+        # Exiting right after `Client.close()` aborts the process about one time
+        # in five ("terminate called without an active exception", or a
+        # segfault): the interpreter tears down while the client's I/O threads
+        # still wind down. 50 ms of grace made it vanish (0 aborts in 80 runs).
+        await asyncio.sleep(CLOSE_GRACE)
 
     async def __aenter__(self) -> "Connection":
         return self

@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -77,7 +77,7 @@ class RequestClient:
         *,
         is_last: Callable[[dict[str, Any]], bool] = lambda body: True,
         timeout: float = DEFAULT_TIMEOUT,
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Yield each response to `request` until `is_last` says it was the last.
 
         `timeout` bounds the wait for each next response, so a long stream that
@@ -171,6 +171,11 @@ class RequestServer:
     @property
     def in_flight(self) -> int:
         return len(self._tasks)
+
+    @property
+    def connected(self) -> bool:
+        """Subscribed, and the response producer is connected to the broker: requests can be answered."""
+        return self._subscription is not None and self._publisher is not None and self._publisher.connected
 
     async def _on_request(self, message: Message) -> None:
         if len(self._tasks) >= self._max_backlog:

@@ -21,7 +21,9 @@ import asyncio
 import inspect
 import json
 import signal
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 import structlog
@@ -30,20 +32,27 @@ from pydantic import ValidationError
 from . import topics
 from .announcer import Announcer
 from .messaging import Connection, Message
+from .metrics import ServiceMetrics
 from .rpc import RequestServer
 from .schemas import (
     DEFAULT_TTL,
+    MAX_MESSAGE_BYTES,
     Error,
     ToolDescriptor,
     ToolServiceDescriptor,
     ToolServiceRequest,
     ToolServiceResponse,
+    canonical_json,
     check_tool_against_service,
     describe_validation_error,
 )
 from .settings import Settings
+from .signing import Ed25519PrivateKey, load_private_key
 
 log = structlog.get_logger("toolservice_base.service")
+
+
+ANNOUNCE_OVERHEAD = 1024  # the announcement's own fields and signature around the descriptors
 
 
 class ServiceDefinitionError(ValueError):
@@ -82,6 +91,12 @@ def build_descriptors(descriptor: dict[str, Any], tools: list[dict[str, Any]]) -
         except ValueError as exc:
             raise ServiceDefinitionError(str(exc)) from None
         parsed.append(tool)
+    size = len(canonical_json({"service": service.to_wire(), "tools": [t.to_wire() for t in parsed]}).encode())
+    if size > MAX_MESSAGE_BYTES - ANNOUNCE_OVERHEAD:
+        raise ServiceDefinitionError(
+            f"service {service.id!r}: its announcement would be about {size // 1024} KiB, over the registry's "
+            f"{MAX_MESSAGE_BYTES // 1024} KiB limit; shorten descriptions or split it into several services"
+        )
     return service, parsed
 
 
@@ -126,6 +141,8 @@ class DynamicToolService:
         ttl: float | None = None,
         announce: bool | None = None,
         workspace: str | None = None,
+        signing_key: Ed25519PrivateKey | str | Path | None = None,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self.service_descriptor, self.tool_descriptors = build_descriptors(type(self).descriptor, type(self).tools)
         self.settings = settings or Settings.from_env()
@@ -134,6 +151,9 @@ class DynamicToolService:
         self.lease_ttl = float(ttl if ttl is not None else type(self).ttl)
         self.announcing = type(self).announce if announce is None else announce
         self.lease_workspace = workspace or type(self).workspace
+        key_source = signing_key if signing_key is not None else self.settings.signing_key_file
+        self.signing_key = load_private_key(key_source) if isinstance(key_source, (str, Path)) else key_source
+        self.metrics = (metrics or ServiceMetrics.default()).bind(self.id)
         self._server: RequestServer | None = None
         self.announcer: Announcer | None = None
         self._stopped = asyncio.Event()
@@ -147,7 +167,19 @@ class DynamicToolService:
         """Answer one call. Return a value, or be an async generator to stream."""
         raise NotImplementedError(f"{type(self).__name__} must override invoke(user, config, arguments)")
 
+    def readiness(self) -> str | None:
+        """None while the service takes requests (subscribed, broker connected); else why not. For `/readyz`."""
+        if self._stopping:
+            return "stopping"
+        if self._server is None:
+            return "not started"
+        if not self._server.connected:
+            return f"not connected to the broker for {self.service_descriptor.request_queue}"
+        return None
+
     async def _handle(self, message: Message, reply: Any) -> None:
+        started = time.perf_counter()
+        error: str | None = None
         try:
             user, config, arguments = _parse_request(message.data())
             result = self.invoke(user, config, arguments)
@@ -158,11 +190,15 @@ class DynamicToolService:
                 result = await result
             await reply(ToolServiceResponse(response=_as_text(result), end_of_stream=True))
         except BadRequest as exc:
+            error = "bad-request"
             log.warning("request.rejected", service=self.id, reason=str(exc))
             await reply(ToolServiceResponse(error=Error(type="bad-request", message=str(exc)), end_of_stream=True))
         except Exception as exc:
+            error = "exception"
             log.warning("invoke.failed", service=self.id, error=f"{type(exc).__name__}: {exc}")
             await reply(ToolServiceResponse(error=Error(type=type(exc).__name__, message=str(exc)), end_of_stream=True))
+        finally:
+            self.metrics.observe(time.perf_counter() - started, error)
 
     @staticmethod
     async def _stream(chunks: AsyncIterator[Any], reply: Any) -> None:
@@ -193,6 +229,7 @@ class DynamicToolService:
                 ttl=self.lease_ttl,
                 workspace=self.lease_workspace,
                 version=type(self).version,
+                signing_key=self.signing_key,
             )
             await self.announcer.start()
 

@@ -42,6 +42,7 @@ class Settings:
     data_dir: Path = field(default_factory=lambda: Path(DEFAULT_DATA_DIR))
     pulsar_url: str | None = None
     auth_token: str | None = None
+    signing_key_file: Path | None = None
 
     @classmethod
     def from_env(cls, data_dir: str | Path | None = None, pulsar_url: str | None = None) -> "Settings":
@@ -50,6 +51,7 @@ class Settings:
             data_dir=Path(directory),
             pulsar_url=pulsar_url or os.environ.get("PULSAR_URL") or None,
             auth_token=_read_token(),
+            signing_key_file=Path(os.environ["TOOLREG_SIGNING_KEY"]) if os.environ.get("TOOLREG_SIGNING_KEY") else None,
         )
 
     @property

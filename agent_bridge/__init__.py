@@ -1,0 +1,38 @@
+"""The agent side of tool discovery: call tool services, and keep a live, hot-reloading set of them.
+
+    from agent_bridge import ToolSet
+
+    async with ToolSet(workspace="default") as tools:
+        print(tools.as_openai_tools())
+        print(await tools.invoke("tell-joke", {"topic": "cats"}))
+
+`ToolSet` reads `tool` + `tool-service` items from the config store, builds one
+implementation per tool through a factory keyed by the tool's `type`
+(`tool-service` built in; `register_tool_type` for others), follows every
+change without a restart, and falls back to its last snapshot or a directory
+of static JSON files when the store does not answer at start.
+"""
+
+from toolservice_base.rpc import RequestTimeout
+
+from .client import ToolError, ToolServiceClient
+from .impls import Tool, ToolContext, ToolFactory, ToolServiceImpl, arguments_schema, register_tool_type
+from .static import StaticDirError, load_static_dir
+from .toolset import BridgeUnavailable, ToolSet, UnknownToolError
+
+__all__ = [
+    "BridgeUnavailable",
+    "RequestTimeout",
+    "StaticDirError",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolFactory",
+    "ToolServiceClient",
+    "ToolServiceImpl",
+    "ToolSet",
+    "UnknownToolError",
+    "arguments_schema",
+    "load_static_dir",
+    "register_tool_type",
+]

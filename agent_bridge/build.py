@@ -1,0 +1,205 @@
+"""From raw `tool` + `tool-service` items to a set of built tools, reusing what did not change.
+
+A tool is rebuilt only when its *signature* changed: the stored text of its own
+item plus that of the service it names. Comparing text first means an unchanged
+tool is not even parsed again, which keeps a reload of 1,000 tools with one
+change cheap. Everything else is carried over as the same objects, and so are
+the clients of unchanged services. Tools that failed before are tried again on
+every build: a service that appeared or a factory registered since may fix them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache, partial
+
+import structlog
+
+from toolservice_base.messaging import Connection
+from toolservice_base.schemas import ToolDescriptor, ToolServiceDescriptor, validate_config_item
+
+from .client import ToolServiceClient
+from .impls import Tool, ToolContext, ToolFactory
+
+log = structlog.get_logger("agent_bridge.build")
+
+Items = dict[str, dict[str, str]]
+"""Raw config items by type, then key: exactly what the store's `config` returns."""
+
+TYPES = ("tool-service", "tool")
+
+Signature = tuple[str, str | None]
+"""(text of the tool item, text of its service's item or None)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One working tool: its descriptor, implementation and the clients it uses."""
+
+    tool: ToolDescriptor
+    impl: Tool
+    signature: Signature
+    clients: tuple[ToolServiceClient, ...]
+
+
+@dataclass(frozen=True)
+class Built:
+    entries: dict[str, Entry]
+    problems: dict[str, str]
+    clients: dict[str, ToolServiceClient]
+    service_problems: dict[str, str]
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class _ClientPool:
+    """One client per service id: the old one while its descriptor is unchanged, else a new one."""
+
+    def __init__(self, connection: Connection, previous: Mapping[str, ToolServiceClient]) -> None:
+        self._connection = connection
+        self._previous = previous
+        self.clients: dict[str, ToolServiceClient] = {}
+        self.created: list[ToolServiceClient] = []
+
+    def adopt(self, client: ToolServiceClient) -> None:
+        self.clients.setdefault(client.service.id, client)
+
+    def get(self, service: ToolServiceDescriptor) -> ToolServiceClient:
+        client = self.clients.get(service.id)
+        if client is not None and client.service == service:
+            return client
+        old = self._previous.get(service.id)
+        if old is not None and old.service == service and not old.closed:
+            client = old
+        else:
+            client = ToolServiceClient(self._connection, service)
+            self.created.append(client)
+        self.clients[service.id] = client
+        return client
+
+
+_warming: set[asyncio.Task[ToolServiceClient]] = set()
+
+
+async def _warm_up(clients: list[ToolServiceClient], timeout: float) -> None:
+    """Start new clients, waiting at most `timeout`: a slow broker must not hold up the swap.
+
+    Starts still running go on in the background (they are never cancelled:
+    a cancelled subscribe may still create its consumer); one that fails is
+    not fatal, the client starts again on its first call.
+    """
+    if not clients:
+        return
+    tasks = [asyncio.create_task(c.start(), name=f"warm-up:{c.service.id}") for c in clients]
+    for client, task in zip(clients, tasks):
+        _warming.add(task)
+        task.add_done_callback(partial(_warmed, client))
+    await asyncio.wait(tasks, timeout=timeout)
+
+
+def _warmed(client: ToolServiceClient, task: asyncio.Task[ToolServiceClient]) -> None:
+    _warming.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("client.start_failed", service=client.service.id, error=one_line(task.exception()))  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=4096)
+def _parse_service(key: str, text: str) -> ToolServiceDescriptor:
+    """Parsed once per distinct text: descriptors are frozen, so sharing them is safe."""
+    parsed = validate_config_item("tool-service", key, text)
+    assert isinstance(parsed, ToolServiceDescriptor)
+    return parsed
+
+
+def parse_services(raw: Mapping[str, str]) -> tuple[dict[str, ToolServiceDescriptor], dict[str, str]]:
+    services: dict[str, ToolServiceDescriptor] = {}
+    problems: dict[str, str] = {}
+    for key, text in raw.items():
+        try:
+            services[key] = _parse_service(key, text)
+        except ValueError as exc:
+            problems[key] = one_line(exc)
+    return services, problems
+
+
+async def build(
+    items: Items,
+    previous: Mapping[str, Entry],
+    previous_clients: Mapping[str, ToolServiceClient],
+    factories: Mapping[str, ToolFactory],
+    *,
+    connection: Connection,
+    workspace: str,
+    user: str,
+    timeout: float,
+    warm_up: float,
+) -> Built:
+    """Build the tools of `items`; on any failure of the build itself, close what it created."""
+    raw_services = items.get("tool-service", {})
+    services, service_problems = parse_services(raw_services)
+    pool = _ClientPool(connection, previous_clients)
+    entries: dict[str, Entry] = {}
+    problems: dict[str, str] = {}
+    pending: list[tuple[ToolDescriptor, Signature]] = []
+    for name, text in sorted(items.get("tool", {}).items()):
+        old = previous.get(name)
+        if old is not None and old.signature[0] == text:
+            signature = (text, raw_services.get(old.tool.service) if old.tool.service else None)
+            if old.signature == signature and all(not c.closed for c in old.clients):
+                entries[name] = old
+                for client in old.clients:
+                    pool.adopt(client)
+                continue
+        try:
+            tool = validate_config_item("tool", name, text)
+        except ValueError as exc:
+            problems[name] = one_line(exc)
+            continue
+        assert isinstance(tool, ToolDescriptor)
+        pending.append((tool, (text, raw_services.get(tool.service) if tool.service else None)))
+
+    try:
+        for tool, signature in pending:
+            factory = factories.get(tool.type)
+            if factory is None:
+                problems[tool.name] = (
+                    f"no factory for tool type {tool.type!r}; register one with "
+                    f"agent_bridge.register_tool_type({tool.type!r}, factory)"
+                )
+                continue
+            used: list[ToolServiceClient] = []
+
+            def get_client(service: ToolServiceDescriptor, used: list[ToolServiceClient] = used) -> ToolServiceClient:
+                client = pool.get(service)
+                used.append(client)
+                return client
+
+            ctx = ToolContext(workspace, user, timeout, connection, services, service_problems, get_client)
+            try:
+                impl = factory(tool, ctx)
+                if inspect.isawaitable(impl):
+                    impl = await impl
+                if not callable(getattr(impl, "invoke", None)):
+                    raise TypeError(f"factory returned {type(impl).__name__}, which has no invoke(**arguments)")
+            except Exception as exc:
+                problems[tool.name] = one_line(exc)
+                continue
+            entries[tool.name] = Entry(tool, impl, signature, tuple(dict.fromkeys(used)))
+
+        in_use = {c.service.id: c for entry in entries.values() for c in entry.clients}
+        unused = [c for c in pool.created if in_use.get(c.service.id) is not c]
+        fresh = [c for c in pool.created if in_use.get(c.service.id) is c]
+        await _warm_up(fresh, warm_up)
+        for client in unused:
+            await client.close()
+    except BaseException:
+        for client in pool.created:
+            await client.close()
+        raise
+    return Built(entries, problems, in_use, service_problems)

@@ -1,0 +1,51 @@
+#!/bin/sh
+# Create the tenant and namespaces toolreg uses on an Apache Pulsar cluster. Safe to run again.
+#
+# Runs in the apachepulsar/pulsar image (it needs bin/pulsar-admin). Settings, all optional:
+#   PULSAR_ADMIN_URL         the broker's admin (HTTP) URL         default http://localhost:8080
+#   PULSAR_CLUSTER           the cluster the tenant may use        default standalone
+#   PULSAR_ADMIN_TOKEN_FILE  a superuser token, if auth is on      default: no auth (also when the file is empty)
+#   TOOLREG_ROLE             role to grant produce+consume on the namespaces (with authorization on)
+#
+# Every toolreg topic is non-persistent://tg/<namespace>/<name>; shared subscriptions also open
+# throwaway consumers on non-persistent://tg/request/consumer-id-shift, in the request namespace.
+set -eu
+
+ADMIN_URL="${PULSAR_ADMIN_URL:-http://localhost:8080}"
+CLUSTER="${PULSAR_CLUSTER:-standalone}"
+TENANT="tg"
+NAMESPACES="request response notify discovery"
+ADMIN_BIN="${PULSAR_HOME:-/pulsar}/bin/pulsar-admin"
+
+admin() {
+  if [ -n "${PULSAR_ADMIN_TOKEN_FILE:-}" ] && [ -s "$PULSAR_ADMIN_TOKEN_FILE" ]; then
+    "$ADMIN_BIN" --admin-url "$ADMIN_URL" \
+      --auth-plugin org.apache.pulsar.client.impl.auth.AuthenticationToken \
+      --auth-params "file://$PULSAR_ADMIN_TOKEN_FILE" "$@"
+  else
+    "$ADMIN_BIN" --admin-url "$ADMIN_URL" "$@"
+  fi
+}
+
+if admin tenants get "$TENANT" >/dev/null 2>&1; then
+  echo "tenant $TENANT: exists"
+else
+  admin tenants create "$TENANT" --allowed-clusters "$CLUSTER"
+  echo "tenant $TENANT: created (cluster $CLUSTER)"
+fi
+
+existing="$(admin namespaces list "$TENANT")"
+for name in $NAMESPACES; do
+  namespace="$TENANT/$name"
+  if printf '%s\n' "$existing" | grep -qx "$namespace"; then
+    echo "namespace $namespace: exists"
+  else
+    admin namespaces create "$namespace"
+    echo "namespace $namespace: created"
+  fi
+  if [ -n "${TOOLREG_ROLE:-}" ]; then
+    admin namespaces grant-permission "$namespace" --role "$TOOLREG_ROLE" --actions produce,consume
+    echo "namespace $namespace: role $TOOLREG_ROLE may produce and consume"
+  fi
+done
+echo "toolreg namespaces ready on $ADMIN_URL"

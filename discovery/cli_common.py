@@ -1,0 +1,52 @@
+"""What every `toolreg` command shares: one-line failures, settings, signals, the health server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from toolservice_base import Settings
+
+from .health import HealthError, HealthServer, metrics_address
+
+
+class CommandError(RuntimeError):
+    """A failure the user can fix; printed as one line, exit code 1."""
+
+
+def fail(message: str) -> int:
+    print(f"toolreg: {message}", file=sys.stderr)
+    return 1
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(data_dir=getattr(args, "data_dir", None))
+
+
+def broker_error(url: str | None, exc: BaseException) -> str:
+    where = f" at {url}" if url else ""
+    return f"cannot reach the broker{where} ({exc}); run `toolreg up`, or set PULSAR_URL"
+
+
+async def wait_for_signal() -> None:
+    """Return on the first SIGTERM or SIGINT (Ctrl-C)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def start_health(port: int | None) -> HealthServer | None:
+    """Serve /healthz, /readyz and /metrics if --metrics-port or TOOLREG_METRICS_PORT asks for it."""
+    try:
+        address = metrics_address(port)
+        return HealthServer(*address).start() if address is not None else None
+    except HealthError as exc:
+        raise CommandError(str(exc)) from None

@@ -1,0 +1,225 @@
+"""The registry's `toolreg` commands: `registry`, `tools`, `rejections`, `conflicts`, `release`.
+
+Each handler is an `async def (args) -> int`. Anything a user can get wrong
+(no broker, no registry, no store) ends as one line on stderr and exit
+code 1; command output goes to stdout, logs to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from toolservice_base import topics
+from toolservice_base.messaging import PULSAR_ERRORS, Connection
+from toolservice_base.settings import NoBrokerError
+
+from .registry import Registry, RegistryError, RegistryOptions
+from .registry_client import DEFAULT_TIMEOUT, RegistryClient, RegistryQueryError, RegistryUnavailable
+from .cli_common import CommandError, broker_error, fail, settings_of, start_health, wait_for_signal
+from .trust import TRUST_POLICY_ENV, PolicyError, TrustPolicy, policy_from
+
+
+
+
+def _trust_policy(args: argparse.Namespace) -> TrustPolicy | None:
+    return policy_from(getattr(args, "trust_policy", None))
+
+
+async def cmd_registry(args: argparse.Namespace) -> int:
+    """Run the registry until SIGTERM/SIGINT."""
+    connection: Connection | None = None
+    try:
+        options = RegistryOptions(trust=_trust_policy(args))
+    except PolicyError as exc:
+        return fail(str(exc))
+    try:
+        connection = await Connection.open(settings_of(args))
+        registry = Registry(connection, options=options)
+        try:
+            await registry.start()
+        except RegistryError as exc:
+            return fail(str(exc))
+        health = start_health(args.metrics_port)
+        if health is not None:
+            health.add_check("registry", registry.readiness)
+            print(f"metrics on {health.url}/metrics (and /healthz, /readyz)", flush=True)
+        print(f"registry listening on {topics.TOOL_DESCRIPTORS}; queries on {topics.REGISTRY_REQUEST}", flush=True)
+        try:
+            await wait_for_signal()
+        finally:
+            if health is not None:
+                health.stop()
+            await registry.stop()
+        return 0
+    except (NoBrokerError, CommandError) as exc:
+        return fail(str(exc))
+    except PULSAR_ERRORS as exc:
+        return fail(broker_error(connection.url if connection else None, exc))
+    finally:
+        if connection is not None:
+            await connection.close()
+
+
+async def _query(args: argparse.Namespace, action: Callable[[RegistryClient], Awaitable[int]]) -> int:
+    connection: Connection | None = None
+    try:
+        connection = await Connection.open(settings_of(args))
+        client = RegistryClient(connection, timeout=args.timeout)
+        try:
+            await client.start()
+            return await action(client)
+        finally:
+            await client.close()
+    except NoBrokerError as exc:
+        return fail(str(exc))
+    except (RegistryUnavailable, RegistryQueryError) as exc:
+        return fail(str(exc))
+    except PULSAR_ERRORS as exc:
+        return fail(broker_error(connection.url if connection else None, exc))
+    finally:
+        if connection is not None:
+            await connection.close()
+
+
+def _table(headers: Sequence[str], rows: list[Sequence[str]]) -> str:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [headers, *rows]]
+    return "\n".join(lines)
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s ago"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def _print_json(items: list[Any]) -> None:
+    print(json.dumps([item.model_dump(mode="json") for item in items], indent=2))
+
+
+async def cmd_tools(args: argparse.Namespace) -> int:
+    async def action(client: RegistryClient) -> int:
+        listing = await client.list(args.workspace)
+        if listing.held:
+            print(
+                f"toolreg: self-preservation is holding the removal of {', '.join(listing.held)}: their leases ran out together; "
+                "they come back if their heartbeats resume, or run `toolreg release` to remove them",
+                file=sys.stderr,
+            )
+        if args.json:
+            _print_json(listing.tools)
+            return 0
+        if not listing.tools:
+            print(f"no tools in workspace {args.workspace or 'default'!r}")
+            return 0
+        rows = [
+            (t.name, t.service or "-", t.source, t.status, str(t.instances) if t.source == "announced" else "-", _age(t.last_heartbeat_age))
+            for t in listing.tools
+        ]
+        print(_table(("TOOL", "SERVICE", "SOURCE", "STATUS", "INSTANCES", "LAST HEARTBEAT"), rows))
+        return 0
+
+    return await _query(args, action)
+
+
+async def cmd_rejections(args: argparse.Namespace) -> int:
+    async def action(client: RegistryClient) -> int:
+        rejections = await client.rejections()
+        if args.json:
+            _print_json(rejections)
+            return 0
+        if not rejections:
+            print("no rejected announcements")
+            return 0
+        now = time.time()
+        rows = [(_age(now - r.at), r.service or "-", r.instance or "-", r.reason) for r in rejections]
+        print(_table(("WHEN", "SERVICE", "INSTANCE", "REASON"), rows))
+        return 0
+
+    return await _query(args, action)
+
+
+async def cmd_conflicts(args: argparse.Namespace) -> int:
+    async def action(client: RegistryClient) -> int:
+        conflicts = await client.conflicts()
+        if args.json:
+            _print_json(conflicts)
+            return 0
+        if not conflicts:
+            print("no conflicts")
+            return 0
+        rows = [(c.tool, c.service, c.held_by, c.workspace, c.reason) for c in conflicts]
+        print(_table(("TOOL", "REFUSED FOR", "HELD BY", "WORKSPACE", "REASON"), rows))
+        return 0
+
+    return await _query(args, action)
+
+
+async def cmd_release(args: argparse.Namespace) -> int:
+    async def action(client: RegistryClient) -> int:
+        released = await client.release()
+        if released:
+            print(f"released {len(released)} service(s): {', '.join(released)}; their tools are being removed")
+        else:
+            print("nothing is held; no deletions were waiting")
+        return 0
+
+    return await _query(args, action)
+
+
+def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
+    """Register the registry's subcommands on the `toolreg` parser."""
+    query = argparse.ArgumentParser(add_help=False, parents=[common_parent])
+    query.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help=f"seconds to wait for the registry (default {DEFAULT_TIMEOUT:g})")
+
+    registry = subparsers.add_parser(
+        "registry", parents=[common_parent], help="run the registry alone (broker and config store already running)",
+        description="Run the registry until SIGTERM or Ctrl-C: merge announced tool services into the config store "
+        "and remove them when their leases run out. `toolreg up` runs one for you; use this to run it separately.",
+    )
+    registry.add_argument(
+        "--trust-policy", default=None, metavar="PATH",
+        help=f"accept only announcements signed by keys in this policy (env {TRUST_POLICY_ENV}; edit with `toolreg trust add`)",
+    )
+    registry.add_argument("--metrics-port", type=int, default=None,
+                          help="serve /healthz, /readyz and /metrics on this port (env TOOLREG_METRICS_PORT; default off)")
+    registry.set_defaults(handler=cmd_registry)
+
+    tools = subparsers.add_parser(
+        "tools", parents=[query], help="list tools: announced and static, with status and instances",
+        description="List the tools of a workspace: the announced ones the registry merged (with their service, "
+        "status, instance count and last heartbeat) and the static ones written by hand.",
+    )
+    tools.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
+    tools.add_argument("--workspace", default=None, help="config workspace (default: the registry's, 'default')")
+    tools.set_defaults(handler=cmd_tools)
+
+    rejections = subparsers.add_parser(
+        "rejections", parents=[query], help="list recently rejected announcements and why",
+        description="List the most recent announcements the registry refused (malformed, too large, stale, replayed, bad queues).",
+    )
+    rejections.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    rejections.set_defaults(handler=cmd_rejections)
+
+    conflicts = subparsers.add_parser(
+        "conflicts", parents=[query], help="list announced tools refused because the name is taken",
+        description="List announced tools the registry refused because a static item or an earlier service holds the name.",
+    )
+    conflicts.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    conflicts.set_defaults(handler=cmd_conflicts)
+
+    release = subparsers.add_parser(
+        "release", parents=[query], help="confirm the removals self-preservation is holding",
+        description="When many leases run out at once the registry holds their removal (self-preservation). "
+        "Run this to confirm those services are gone and remove their tools now.",
+    )
+    release.set_defaults(handler=cmd_release)

