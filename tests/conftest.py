@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from discovery.configsvc import ConfigStoreService
-from toolservice_base import ConfigClient, Connection, EmbeddedBroker, Settings, configure_logging
+from toolservice_base import ConfigClient, Connection, DynamicToolService, EmbeddedBroker, Settings, configure_logging
+from toolservice_base.examples.calculator import CalculatorService
+from toolservice_base.examples.countdown import CountdownService
+from toolservice_base.examples.echo import EchoService
+from toolservice_base.examples.joke import JokeService
 
 configure_logging("warning", json=True)
 
@@ -50,3 +54,14 @@ async def config_client(connection: Connection, config_store: ConfigStoreService
     await client.start()
     yield client
     await client.close()
+
+
+@pytest.fixture
+async def running(settings: Settings) -> AsyncIterator[dict[str, DynamicToolService]]:
+    """The four example services, started without announcing (wired by hand), by id."""
+    services = [cls(settings=settings, announce=False) for cls in (JokeService, CalculatorService, CountdownService, EchoService)]
+    for service in services:
+        await service.start()
+    yield {s.id: s for s in services}
+    for service in services:
+        await service.stop()

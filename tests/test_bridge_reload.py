@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,10 +11,6 @@ import pytest
 from agent_bridge import ToolServiceImpl, ToolSet
 from discovery.configsvc import ConfigStoreService
 from toolservice_base import ConfigClient, ConfigPush, Connection, DynamicToolService, Settings, watch_config
-from toolservice_base.examples.calculator import CalculatorService
-from toolservice_base.examples.countdown import CountdownService
-from toolservice_base.examples.echo import EchoService
-from toolservice_base.examples.joke import JokeService
 
 from support import eventually
 
@@ -30,15 +25,6 @@ def tool_item(service: DynamicToolService, **changes: Any) -> tuple[str, str, st
     tool = {**service.tool_descriptors[0].to_wire(), **changes}
     return ("tool", tool["name"], json.dumps(tool))
 
-
-@pytest.fixture
-async def running(settings: Settings) -> AsyncIterator[dict[str, DynamicToolService]]:
-    services = [cls(settings=settings, announce=False) for cls in (JokeService, CalculatorService, CountdownService, EchoService)]
-    for service in services:
-        await service.start()
-    yield {s.id: s for s in services}
-    for service in services:
-        await service.stop()
 
 
 def client_of(tools: ToolSet, name: str) -> Any:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,10 +11,6 @@ import pytest
 import agent_bridge.impls
 from agent_bridge import ToolContext, ToolError, ToolSet, UnknownToolError, register_tool_type
 from toolservice_base import ConfigClient, Connection, DynamicToolService, Settings, ToolDescriptor
-from toolservice_base.examples.calculator import CalculatorService
-from toolservice_base.examples.countdown import CountdownService
-from toolservice_base.examples.echo import EchoService
-from toolservice_base.examples.joke import JokeService
 
 from support import eventually
 
@@ -25,15 +20,6 @@ def items(*services: DynamicToolService) -> list[tuple[str, str, str]]:
     out = [("tool-service", s.id, s.service_descriptor.to_json()) for s in services]
     return out + [("tool", t.name, t.to_json()) for s in services for t in s.tool_descriptors]
 
-
-@pytest.fixture
-async def running(settings: Settings) -> AsyncIterator[dict[str, DynamicToolService]]:
-    services = [cls(settings=settings, announce=False) for cls in (JokeService, CalculatorService, CountdownService, EchoService)]
-    for service in services:
-        await service.start()
-    yield {s.id: s for s in services}
-    for service in services:
-        await service.stop()
 
 
 def toolset(connection: Connection, settings: Settings, **options: Any) -> ToolSet:
