@@ -1,4 +1,4 @@
-# The two set-up commands of the README: `make demo` and `make test`.
+# The set-up commands of the README: `make demo`, `make test` and `make bench`.
 # Each creates .venv and installs the project into it when needed.
 
 PYTHON ?= python3
@@ -19,6 +19,17 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The benchmark suite (bench/): every figure beside its reference, ~6 minutes on 2 cores.
+# Writes bench/results.json and bench/RESULTS.md. BENCH_ARGS=--quick for a smoke run.
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .toolreg .pytest_cache

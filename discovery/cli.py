@@ -39,7 +39,6 @@ from toolservice_base import (
 )
 from toolservice_base.signing import SigningError
 
-from .trust import PolicyError, policy_from
 from .cli_common import CommandError, fail, settings_of, start_health, wait_for_signal
 from .configsvc import ConfigStoreService
 from .health import DEFAULT_METRICS_PORT, HealthServer
@@ -75,11 +74,10 @@ class UpLock:
 
 
 async def cmd_up(args: argparse.Namespace) -> int:
+    from .cli_registry import registry_options, trust_line
+
     settings = settings_of(args)
-    try:
-        trust = policy_from(args.trust_policy)
-    except PolicyError as exc:
-        raise CommandError(str(exc)) from None
+    options = registry_options(args)
     lock = UpLock(settings.data_dir)
     lock.acquire()
     broker: EmbeddedBroker | None = None
@@ -107,13 +105,14 @@ async def cmd_up(args: argparse.Namespace) -> int:
         print(f"config store  {store.store.path} (version {store.store.version})")
         registry = None
         if not args.no_registry:
-            from .registry import Registry, RegistryOptions
+            from .registry import Registry
 
-            registry = Registry(connection, options=RegistryOptions(trust=trust))
+            registry = Registry(connection, options=options)
             await registry.start()
             if health is not None:
                 health.add_check("registry", registry.readiness)
             print("registry      listening on non-persistent://tg/discovery/tool-descriptors")
+            print(f"trust         {trust_line(options)}")
         up = True
         print(f"ready in {(time.perf_counter() - started) * 1000:.0f} ms; Ctrl-C to stop", flush=True)
         try:
@@ -328,8 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Run the config store and the registry; without PULSAR_URL, also an embedded pulsar-lite broker on 127.0.0.1.")
     up.add_argument("--port", type=int, default=None, help="port for the embedded broker (default: a free one)")
     up.add_argument("--no-registry", action="store_true", help="run only the broker and the config store")
-    up.add_argument("--trust-policy", default=None, metavar="PATH",
-                    help="accept only announcements signed by keys in this policy (env TOOLREG_TRUST_POLICY; edit with `toolreg trust add`)")
+    from .cli_registry import add_registry_options
+
+    add_registry_options(up)
     up.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                     help=f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
                          "off by default; bound to 127.0.0.1 unless TOOLREG_METRICS_HOST)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,21 +22,71 @@ from toolservice_base.settings import NoBrokerError
 from .registry import Registry, RegistryError, RegistryOptions
 from .registry_client import DEFAULT_TIMEOUT, RegistryClient, RegistryQueryError, RegistryUnavailable
 from .cli_common import CommandError, broker_error, fail, settings_of, start_health, wait_for_signal
-from .trust import TRUST_POLICY_ENV, PolicyError, TrustPolicy, policy_from
+from .trust import TRUST_POLICY_ENV, PolicyError, policy_from
+from .validation import DEFAULT_MAX_SKEW, DEFAULT_NAMESPACES
+
+ALLOWED_NAMESPACES_ENV = "TOOLREG_ALLOWED_NAMESPACES"
+MAX_CLOCK_SKEW_ENV = "TOOLREG_MAX_CLOCK_SKEW"
 
 
+def add_registry_options(parser: argparse.ArgumentParser) -> None:
+    """The trust and bad-input options shared by `toolreg up` and `toolreg registry`."""
+    parser.add_argument(
+        "--trust-policy", default=None, metavar="PATH",
+        help=f"accept only announcements signed by keys in this policy (env {TRUST_POLICY_ENV}; edit with `toolreg trust add`)",
+    )
+    parser.add_argument(
+        "--allow-namespace", action="append", default=None, metavar="TENANT/NAMESPACE", dest="allow_namespace",
+        help=f"a namespace announced queues may live in; repeat for more (env {ALLOWED_NAMESPACES_ENV}, comma-separated; "
+        f"default {' '.join(DEFAULT_NAMESPACES)})",
+    )
+    parser.add_argument(
+        "--max-clock-skew", type=float, default=None, metavar="SECONDS",
+        help=f"refuse announcements whose sent-at is further than this from the registry's clock (env {MAX_CLOCK_SKEW_ENV}; "
+        f"default {DEFAULT_MAX_SKEW:g})",
+    )
 
 
-def _trust_policy(args: argparse.Namespace) -> TrustPolicy | None:
-    return policy_from(getattr(args, "trust_policy", None))
+def registry_options(args: argparse.Namespace) -> RegistryOptions:
+    """`RegistryOptions` from the flags, else the environment, else the defaults; a bad value is a `CommandError`."""
+    try:
+        trust = policy_from(getattr(args, "trust_policy", None))
+    except PolicyError as exc:
+        raise CommandError(str(exc)) from None
+    namespaces = getattr(args, "allow_namespace", None)
+    if not namespaces:
+        from_env = os.environ.get(ALLOWED_NAMESPACES_ENV, "")
+        namespaces = [item.strip() for item in from_env.split(",") if item.strip()] or list(DEFAULT_NAMESPACES)
+    skew = getattr(args, "max_clock_skew", None)
+    if skew is None:
+        text = os.environ.get(MAX_CLOCK_SKEW_ENV)
+        try:
+            skew = float(text) if text else DEFAULT_MAX_SKEW
+        except ValueError:
+            raise CommandError(f"{MAX_CLOCK_SKEW_ENV}={text!r} is not a number of seconds") from None
+    try:
+        return RegistryOptions(trust=trust, allowed_namespaces=tuple(namespaces), max_clock_skew=skew)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def trust_line(options: RegistryOptions) -> str:
+    """What `toolreg up` and `toolreg registry` print about trust at start: never silent about accepting everyone."""
+    namespaces = ", ".join(options.allowed_namespaces)
+    trust = options.trust
+    if trust is None:
+        return f"no trust policy: every valid announcement is accepted, signed or not (--trust-policy PATH to require signatures); queues in {namespaces}"
+    where = getattr(trust, "path", None)
+    keys = len(getattr(trust, "keys", ()))
+    return f"trust policy {where or '(in memory)'}: {keys} key(s); only their signed announcements are accepted; queues in {namespaces}"
 
 
 async def cmd_registry(args: argparse.Namespace) -> int:
     """Run the registry until SIGTERM/SIGINT."""
     connection: Connection | None = None
     try:
-        options = RegistryOptions(trust=_trust_policy(args))
-    except PolicyError as exc:
+        options = registry_options(args)
+    except CommandError as exc:
         return fail(str(exc))
     try:
         connection = await Connection.open(settings_of(args))
@@ -49,6 +100,7 @@ async def cmd_registry(args: argparse.Namespace) -> int:
             health.add_check("registry", registry.readiness)
             print(f"metrics on {health.url}/metrics (and /healthz, /readyz)", flush=True)
         print(f"registry listening on {topics.TOOL_DESCRIPTORS}; queries on {topics.REGISTRY_REQUEST}", flush=True)
+        print(f"trust: {trust_line(options)}", flush=True)
         try:
             await wait_for_signal()
         finally:
@@ -186,10 +238,7 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
         description="Run the registry until SIGTERM or Ctrl-C: merge announced tool services into the config store "
         "and remove them when their leases run out. `toolreg up` runs one for you; use this to run it separately.",
     )
-    registry.add_argument(
-        "--trust-policy", default=None, metavar="PATH",
-        help=f"accept only announcements signed by keys in this policy (env {TRUST_POLICY_ENV}; edit with `toolreg trust add`)",
-    )
+    add_registry_options(registry)
     registry.add_argument("--metrics-port", type=int, default=None,
                           help="serve /healthz, /readyz and /metrics on this port (env TOOLREG_METRICS_PORT; default off)")
     registry.set_defaults(handler=cmd_registry)

@@ -20,6 +20,7 @@ from toolservice_base import topics
 from toolservice_base.messaging import PULSAR_ERRORS, Connection, Message, Publisher
 from toolservice_base.rpc import RequestServer
 from toolservice_base.schemas import (
+    MAX_CONFIG_REQUEST_BYTES,
     ConfigPush,
     ConfigRequest,
     ConfigResponse,
@@ -85,8 +86,11 @@ class ConfigStoreService:
         log.info("config.store_stopped")
 
     async def _handle(self, message: Message, reply: Any) -> None:
+        data = message.data()
         try:
-            request = ConfigRequest.model_validate_json(message.data())
+            if len(data) > MAX_CONFIG_REQUEST_BYTES:
+                raise ValueError(f"request is {len(data)} bytes; the limit is {MAX_CONFIG_REQUEST_BYTES}")
+            request = ConfigRequest.model_validate_json(data)
         except (ValidationError, ValueError) as exc:
             reason = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
             log.warning("config.request_rejected", reason=reason)

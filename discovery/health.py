@@ -217,6 +217,8 @@ ANNOUNCEMENT_KINDS = ("announce", "heartbeat", "withdraw")
 
 REJECTION_REASONS = (
     "too-large",
+    "skew",
+    "capacity",
     "malformed",
     "namespace",
     "stale",
@@ -232,7 +234,9 @@ _REASON_MARKERS: tuple[tuple[str, str], ...] = (
     ("bytes; the limit is", "too-large"),
     ("not a valid announcement", "malformed"),
     ("outside the allowed namespaces", "namespace"),
+    ("ahead of the registry's clock", "skew"),
     ("stale:", "stale"),
+    ("capacity:", "capacity"),
     ("is not after", "replay"),
     ("may not announce", "untrusted"),
     ("unknown key", "untrusted"),

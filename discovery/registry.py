@@ -35,6 +35,7 @@ from toolservice_base.configclient import ConfigClient, ConfigError, watch_confi
 from toolservice_base.messaging import PULSAR_ERRORS, Connection, Message, Publisher, Subscription, unique_name
 from toolservice_base.rpc import RequestServer, RequestTimeout
 from toolservice_base.schemas import (
+    MAX_QUERY_BYTES,
     Announcement,
     Conflict,
     ConfigPush,
@@ -44,6 +45,7 @@ from toolservice_base.schemas import (
     RegistryResponse,
     Rejection,
     ToolStatus,
+    check_namespace,
     describe_validation_error,
 )
 
@@ -51,10 +53,24 @@ from .health import RegistryMetrics
 from .leases import Lease, LeaseTable, ServiceKey
 from .merge import RECORD_TYPE, Offer, OwnershipRecord
 from .state import ServiceState
-from .validation import DEFAULT_NAMESPACES, AnnouncementValidator, Rejected, RejectionLog, TrustCheck, excerpt
+from .validation import (
+    DEFAULT_MAX_SKEW,
+    DEFAULT_NAMESPACES,
+    SEQUENCE_MEMORY,
+    AnnouncementValidator,
+    Rejected,
+    RejectionLog,
+    TrustCheck,
+    excerpt,
+)
 from .writer import StoreWriter
 
 log = structlog.get_logger("discovery.registry")
+
+DESCRIPTOR_PERMITS = 10_000
+"""Receiver queue on `tool-descriptors`. The topic is non-persistent: the broker drops what a consumer has
+no permits for, so a burst beyond the queue is lost, not delayed. 1,000 (the default) dropped heartbeats
+from 8,700/s up on 2 cores; 10,000 (~2 MB of heartbeats) absorbs a second of burst (`make bench`, throughput)."""
 
 
 @dataclass
@@ -72,6 +88,12 @@ class RegistryOptions:
     max_rejections: int = 200
     allowed_namespaces: tuple[str, ...] = DEFAULT_NAMESPACES
     """`tenant/namespace` a service's queues may live in."""
+    max_clock_skew: float = DEFAULT_MAX_SKEW
+    """Seconds `sent-at` may be ahead of the registry's clock; also the longest a message may be in flight."""
+    max_instances: int = 10_000
+    """Instance leases held at once, all services together: a flood of fresh instance ids stops here."""
+    max_instances_per_service: int = 256
+    """Instances of one service at once: one noisy service cannot use up `max_instances`."""
     probe_interval: float = 1.0
     """At most one probe per instance per this many seconds."""
     max_probes_per_second: float = 50.0
@@ -91,7 +113,13 @@ class RegistryOptions:
             raise ValueError("self_preservation_share must be in (0, 1]")
         if self.self_preservation_min < 1 or self.max_rejections < 1:
             raise ValueError("self_preservation_min and max_rejections must be at least 1")
-        self.allowed_namespaces = tuple(self.allowed_namespaces)
+        if not self.max_clock_skew > 0:
+            raise ValueError("max_clock_skew must be positive")
+        if self.max_instances < 1 or not 1 <= self.max_instances_per_service <= self.max_instances:
+            raise ValueError("max_instances_per_service must be at least 1 and at most max_instances")
+        self.allowed_namespaces = tuple(check_namespace(namespace) for namespace in self.allowed_namespaces)
+        if not self.allowed_namespaces:
+            raise ValueError("allowed_namespaces must name at least one tenant/namespace")
 
 
 class RegistryError(RuntimeError):
@@ -154,7 +182,9 @@ class Registry:
         self.metrics = metrics or RegistryMetrics.default()
         opts = self.options
         self.leases = LeaseTable(threshold=opts.self_preservation_share, minimum=opts.self_preservation_min)
-        self.validator = AnnouncementValidator(opts.allowed_namespaces)
+        self.validator = AnnouncementValidator(
+            opts.allowed_namespaces, max_skew=opts.max_clock_skew, memory=max(SEQUENCE_MEMORY, 2 * opts.max_instances)
+        )
         self.rejection_log = RejectionLog(opts.max_rejections)
         self._services: dict[ServiceKey, ServiceState] = {}
         self._order = itertools.count(1)
@@ -192,7 +222,8 @@ class Registry:
             raise RegistryError(f"the config store did not answer ({exc}); start it first (`toolreg up`)") from None
         self._probe_publisher = await self._connection.publisher(topics.TOOL_PROBE)
         self._descriptors = await self._connection.subscribe(
-            topics.TOOL_DESCRIPTORS, self._on_message, subscription=unique_name("tool-registry")
+            topics.TOOL_DESCRIPTORS, self._on_message, subscription=unique_name("tool-registry"),
+            receiver_queue=DESCRIPTOR_PERMITS,
         )
         self._watch = await watch_config(self._connection, self._on_push)
         await self._server.start()
@@ -206,7 +237,9 @@ class Registry:
         await self._probe(None, "registry started")
         log.info("registry.started", services=len(self._services), leases=len(self.leases), workspaces=sorted(self.writer.indexed))
         if self.options.trust is None:
-            log.info("registry.untrusted", note="no trust policy: every valid announcement is accepted, signed or not")
+            log.warning("registry.untrusted", note="no trust policy: every valid announcement is accepted, signed or not")
+        else:
+            log.info("registry.trusted", keys=len(getattr(self.options.trust, "keys", ())), path=str(getattr(self.options.trust, "path", "")))
 
     async def stop(self) -> None:
         """Stop taking messages, finish pending writes (briefly), close. The store keeps what was merged."""
@@ -273,6 +306,11 @@ class Registry:
         except Rejected as exc:
             self._reject(exc.reason, data, wall, instance=exc.instance, service=exc.service)
             return
+        if announcement.kind == "announce":
+            refusal = self._over_capacity(announcement)
+            if refusal is not None:
+                self._reject(refusal, data, wall, instance=announcement.instance, service=announcement.service.id if announcement.service else None)
+                return
         self.metrics.announcement(announcement.kind)
         if announcement.kind == "announce":
             await self._on_announce(announcement, now, wall)
@@ -282,17 +320,50 @@ class Registry:
             self._on_withdraw(announcement)
 
     def _authorize(self, announcement: Announcement) -> str | None:
-        """Ask the trust policy. A heartbeat or withdraw is judged against the service its instance
-        announced; one from an unknown instance changes nothing (it only earns a probe)."""
+        """Ask the trust policy.
+
+        An announce must be allowed its service and tools, and, if its
+        instance holds a lease for another service, that service too: else a
+        key trusted for one service could move another's instances away and
+        so remove its tools. A heartbeat or withdraw is judged against the
+        service its instance announced; one from an unknown instance changes
+        nothing but still needs a trusted signature, so outsiders cannot
+        spend probes or sequence memory.
+        """
         trust = self.options.trust
         assert trust is not None
+        lease = self.leases.get(announcement.instance)
         if announcement.kind == "announce":
             assert announcement.service is not None and announcement.tools is not None
-            return trust.check(announcement, announcement.service.id, [tool.name for tool in announcement.tools])
+            refusal = trust.check(announcement, announcement.service.id, [tool.name for tool in announcement.tools])
+            if refusal is None and lease is not None and lease.service[1] != announcement.service.id:
+                moved = trust.check(announcement, lease.service[1], [])
+                if moved is not None:
+                    return f"instance {announcement.instance} serves {lease.service[1]!r}: {moved}"
+            return refusal
+        return trust.check(announcement, lease.service[1] if lease is not None else None, [])
+
+    def _over_capacity(self, announcement: Announcement) -> str | None:
+        """Why a new instance cannot get a lease (the caps on per-instance state), or None.
+
+        `state.since` holds every instance of a service that announced since
+        the last merge, so it is an upper bound of its instances, at O(1).
+        """
+        assert announcement.service is not None
+        key = (announcement.workspace, announcement.service.id)
         lease = self.leases.get(announcement.instance)
-        if lease is None:
-            return None
-        return trust.check(announcement, lease.service[1], [])
+        if lease is not None and lease.service == key:
+            return None  # a renewal: no new state
+        opts = self.options
+        state = self._services.get(key)
+        if state is not None and len(state.since) >= opts.max_instances_per_service:
+            return (
+                f"capacity: service {key[1]!r} already has {len(state.since)} instances, "
+                f"the limit per service is {opts.max_instances_per_service}"
+            )
+        if len(self.leases) >= opts.max_instances:
+            return f"capacity: the registry holds {len(self.leases)} instance leases, the limit is {opts.max_instances}"
+        return None
 
     def _reject(self, reason: str, data: bytes, wall: float, *, instance: str | None = None, service: str | None = None) -> None:
         self.rejection_log.add(Rejection(at=wall, reason=reason, instance=instance, service=service, excerpt=excerpt(data)))
@@ -307,6 +378,8 @@ class Registry:
             state = self._services[key] = ServiceState(key, next(self._order))
         known = announcement.digest in state.offers
         state.offers[announcement.digest] = Offer(announcement.service, tuple(announcement.tools), announcement.digest, announcement.version)
+        if len(state.offers) > 2 * self.options.max_instances_per_service:
+            self._forget_unused_offers(state, keep=announcement.digest)
         previous = self.leases.get(announcement.instance)
         self.leases.renew(
             announcement.instance, key, ttl=announcement.ttl, now=now, wall=wall,
@@ -335,6 +408,12 @@ class Registry:
             await self._probe(announcement.instance, "heartbeat with an unknown digest")
         elif state is None or lease.digest not in state.offers:
             await self._probe(announcement.instance, "descriptors not known since the registry started")
+
+    def _forget_unused_offers(self, state: ServiceState, keep: str) -> None:
+        """Drop offers no instance holds: an instance cycling digests must not grow them between merges."""
+        in_use = {lease.digest for lease in self.leases.of_service(state.key)} | {keep}
+        for digest in [digest for digest in state.offers if digest not in in_use]:
+            del state.offers[digest]
 
     def _on_withdraw(self, announcement: Announcement) -> None:
         lease = self.leases.remove(announcement.instance)
@@ -455,10 +534,17 @@ class Registry:
         return [key[1] for key in services]
 
     async def _handle(self, message: Message, reply: Any) -> None:
+        data = message.data()
+        if len(data) > MAX_QUERY_BYTES:
+            log.warning("registry.query_rejected", reason="too large", bytes=len(data))
+            await reply(RegistryResponse(error=Error(type="bad-request", message=f"bad registry request: {len(data)} bytes; the limit is {MAX_QUERY_BYTES}")))
+            return
         try:
-            request = RegistryRequest.model_validate_json(message.data())
+            request = RegistryRequest.model_validate_json(data)
         except ValidationError as exc:
-            await reply(RegistryResponse(error=Error(type="bad-request", message=f"bad registry request: {describe_validation_error(exc)}")))
+            reason = describe_validation_error(exc)
+            log.warning("registry.query_rejected", reason=reason)
+            await reply(RegistryResponse(error=Error(type="bad-request", message=f"bad registry request: {reason}")))
             return
         workspace = request.workspace or self.workspace_default
         try:

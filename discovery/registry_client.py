@@ -39,6 +39,11 @@ class Listing:
     """Services whose deletions self-preservation is holding."""
 
 
+Rejections = list[Rejection]
+Conflicts = list[Conflict]
+Names = list[str]
+
+
 class RegistryClient:
     """Query a running registry over Pulsar."""
 
@@ -80,13 +85,13 @@ class RegistryClient:
             raise
         return response.tool
 
-    async def rejections(self) -> list[Rejection]:
+    async def rejections(self) -> Rejections:
         return (await self._call("rejections")).rejections or []
 
-    async def conflicts(self) -> list[Conflict]:
+    async def conflicts(self) -> Conflicts:
         return (await self._call("conflicts")).conflicts or []
 
-    async def release(self) -> list[str]:
+    async def release(self) -> Names:
         """Confirm the deletions self-preservation holds; returns the services released."""
         return (await self._call("release")).released or []
 

@@ -66,12 +66,12 @@ class ServiceState:
             return None
         for instance in [i for i in self.since if i not in {lease.instance for lease in leases}]:
             del self.since[instance]
+        digest: str | None = None
+        version = ""
         if offer is not None:
             digest, version = offer.digest, offer.version
         elif self.record is not None:
             digest, version = self.record.digest, self.record.version
-        else:
-            digest, version = None, ""
         instances = {
             lease.instance: InstanceRecord(ttl=lease.ttl, since=round(self.since.get(lease.instance, lease.last_seen), 3))
             for lease in sorted(leases, key=lambda lease: lease.instance)

@@ -20,6 +20,11 @@ from toolservice_base.schemas import (
 )
 
 Changes = dict[str, list[str]]
+Items = list[tuple[str, str, str]]
+Keys = list[tuple[str, str]]
+Expectations = list[tuple[str, str, str | None]]
+Pairs = list[tuple[str, str]]
+Names = list[str]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
@@ -64,7 +69,7 @@ class ConfigStore:
         self._db.execute("UPDATE meta SET value = value + 1 WHERE name='version'")
         return self.version
 
-    def get(self, workspace: str, keys: Iterable[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    def get(self, workspace: str, keys: Iterable[tuple[str, str]]) -> Items:
         found = []
         for item_type, key in keys:
             value = self._value(workspace, item_type, key)
@@ -72,11 +77,11 @@ class ConfigStore:
                 found.append((item_type, key, value))
         return found
 
-    def list(self, workspace: str, item_type: str) -> list[str]:
+    def list(self, workspace: str, item_type: str) -> Names:
         rows = self._db.execute("SELECT key FROM items WHERE workspace=? AND type=? ORDER BY key", (workspace, item_type))
         return [r[0] for r in rows]
 
-    def getvalues(self, workspace: str, item_type: str) -> list[tuple[str, str]]:
+    def getvalues(self, workspace: str, item_type: str) -> Pairs:
         rows = self._db.execute("SELECT key, value FROM items WHERE workspace=? AND type=? ORDER BY key", (workspace, item_type))
         return [(r[0], r[1]) for r in rows]
 
@@ -93,7 +98,7 @@ class ConfigStore:
             self._db.execute("COMMIT")
         return version, result
 
-    def _validate(self, workspace: str, values: list[tuple[str, str, str]]) -> None:
+    def _validate(self, workspace: str, values: Items) -> None:
         """Check every `tool` and `tool-service` value, and each tool against its service."""
         services: dict[str, ToolServiceDescriptor] = {}
         tools: list[ToolDescriptor] = []
@@ -126,9 +131,9 @@ class ConfigStore:
     def apply(
         self,
         workspace: str,
-        puts: list[tuple[str, str, str]] = [],  # noqa: B006 - never mutated
-        deletes: list[tuple[str, str]] = [],  # noqa: B006
-        expect: list[tuple[str, str, str | None]] = [],  # noqa: B006
+        puts: Items = [],  # noqa: B006 - never mutated
+        deletes: Keys = [],  # noqa: B006
+        expect: Expectations = [],  # noqa: B006
     ) -> tuple[int, Changes]:
         """Write and delete in one transaction and at most one version bump.
 
@@ -174,9 +179,9 @@ class ConfigStore:
         ).fetchone()
         return None if row is None else str(row[0])
 
-    def put(self, workspace: str, values: list[tuple[str, str, str]]) -> tuple[int, Changes]:
+    def put(self, workspace: str, values: Items) -> tuple[int, Changes]:
         """Write all values or none; returns (version, changed types -> [workspace])."""
         return self.apply(workspace, puts=values)
 
-    def delete(self, workspace: str, keys: list[tuple[str, str]]) -> tuple[int, Changes]:
+    def delete(self, workspace: str, keys: Keys) -> tuple[int, Changes]:
         return self.apply(workspace, deletes=keys)

@@ -90,8 +90,13 @@ class TrustPolicy:
     def add(self, key: TrustedKey) -> None:
         self.keys[key.id] = key
 
-    def check(self, announcement: Announcement, service_id: str, tool_names: list[str]) -> str | None:
-        """None if the announcement may claim `service_id` and `tool_names`, else why not."""
+    def check(self, announcement: Announcement, service_id: str | None, tool_names: list[str]) -> str | None:
+        """None if the announcement may claim `service_id` and `tool_names`, else why not.
+
+        `service_id` None (a heartbeat or withdraw from an instance the registry
+        does not know) checks only that a trusted key signed it: an outsider
+        must not be able to spend the registry's probes or sequence memory.
+        """
         kid = signature_key_id(announcement)
         if kid is None:
             return "unsigned announcement (a trust policy is configured)"
@@ -100,6 +105,8 @@ class TrustPolicy:
             return f"signed by unknown key {kid}"
         if not verify(announcement, key.public_key):
             return f"bad signature for key {key.name!r}"
+        if service_id is None:
+            return None
         return key.allows(service_id, tool_names)
 
     def to_json(self) -> str:

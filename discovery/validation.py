@@ -4,9 +4,15 @@ Anyone who can publish on the topic can send anything, so every message is
 judged here first (spec section 8): size, shape (the pydantic
 `Announcement`, which already checks names, lengths, the digest and each
 tool against its service), queues in an allowed set of namespaces, and
-freshness (no stale `sent-at`, no `sequence` that is not after the last one
-seen from the instance). A refusal is a `Rejected` carrying a one-line
-reason; the registry logs it and keeps it in a bounded list.
+freshness (`sent-at` inside the skew window, no `sequence` that is not after
+the last one seen from the instance). A refusal is a `Rejected` carrying a
+one-line reason; the registry logs it and keeps it in a bounded list.
+
+The skew window is what stops a replay once the sequence memory has
+forgotten the instance (a registry restart, or eviction): a message is
+refused when its `sent-at` is more than `max_skew` seconds ahead of the
+registry's clock, or older than its own ttl or `max_skew`, whichever is
+shorter (a message older than its ttl could not keep a lease alive anyway).
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
-from toolservice_base.schemas import MAX_MESSAGE_BYTES, Announcement, Rejection, describe_validation_error, queue_namespace
+from toolservice_base.schemas import MAX_MESSAGE_BYTES, Announcement, Rejection, describe_validation_error, printable, queue_namespace
 
 DEFAULT_NAMESPACES = ("tg/request", "tg/response")
 SEQUENCE_MEMORY = 10_000
+DEFAULT_MAX_SKEW = 30.0
+"""Seconds a sender's clock may differ from the registry's (NTP-synced hosts differ by milliseconds)."""
 EXCERPT = 160
 
 
@@ -32,7 +40,9 @@ Authorize = Callable[[Announcement], "str | None"]
 class TrustCheck(Protocol):
     """What the registry needs of a trust policy (`discovery.trust.TrustPolicy` is one)."""
 
-    def check(self, announcement: Announcement, service_id: str, tool_names: list[str]) -> str | None: ...
+    def check(self, announcement: Announcement, service_id: str | None, tool_names: list[str]) -> str | None:
+        """None to accept; else the reason. `service_id` None: only the signature is judged."""
+        ...
 
 
 class Rejected(ValueError):
@@ -78,9 +88,13 @@ class AnnouncementValidator:
         *,
         max_bytes: int = MAX_MESSAGE_BYTES,
         memory: int = SEQUENCE_MEMORY,
+        max_skew: float = DEFAULT_MAX_SKEW,
     ) -> None:
+        if not max_skew > 0:
+            raise ValueError("max_skew must be positive")
         self.allowed_namespaces = frozenset(allowed_namespaces)
         self.max_bytes = max_bytes
+        self.max_skew = max_skew
         self._memory = memory
         self._last_sequence: OrderedDict[str, int] = OrderedDict()
 
@@ -100,7 +114,7 @@ class AnnouncementValidator:
             instance, service = _guess_ids(data)
             raise Rejected(f"not a valid announcement: {describe_validation_error(exc)}", instance=instance, service=service) from None
         except ValueError as exc:  # e.g. recursion limits inside the JSON parser
-            raise Rejected(f"not a valid announcement: {exc}") from None
+            raise Rejected(f"not a valid announcement: {printable(str(exc))}") from None
         service_id = announcement.service.id if announcement.service else None
         ids = {"instance": announcement.instance, "service": service_id}
         if announcement.service is not None:
@@ -109,11 +123,18 @@ class AnnouncementValidator:
                 if namespace not in self.allowed_namespaces:
                     allowed = ", ".join(sorted(self.allowed_namespaces))
                     raise Rejected(f"queue {queue} is outside the allowed namespaces ({allowed})", **ids)
-        oldest = now - announcement.ttl
-        if announcement.sent_at < oldest:
+        ahead = announcement.sent_at - now
+        if ahead > self.max_skew:
             raise Rejected(
-                f"stale: sent {now - announcement.sent_at:.1f}s ago, more than its ttl of {announcement.ttl:g}s"
-                " (a replay, or the sender's clock is behind)",
+                f"stale: sent-at is {ahead:.1f}s ahead of the registry's clock, more than the allowed skew of {self.max_skew:g}s"
+                " (a forged time, or the sender's clock is ahead)",
+                **ids,
+            )
+        window = min(announcement.ttl, self.max_skew)
+        if -ahead > window:
+            limit = f"its ttl of {announcement.ttl:g}s" if announcement.ttl <= self.max_skew else f"the allowed skew of {self.max_skew:g}s"
+            raise Rejected(
+                f"stale: sent {-ahead:.1f}s ago, more than {limit} (a replay, or the sender's clock is behind)",
                 **ids,
             )
         last = self._last_sequence.get(announcement.instance)

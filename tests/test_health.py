@@ -334,6 +334,7 @@ def _validator_reasons() -> dict[str, str]:
         "malformed": reason_of(b"{not json"),
         "namespace": reason_of(announcement("svc", instance="y", namespace="elsewhere")),
         "stale": reason_of(announcement("svc", instance="z", sent_at=now - 100)),
+        "skew": reason_of(announcement("svc", instance="w", sent_at=now + 100)),
         "replay": reason_of(announcement("svc", sequence=5)),
         # a tool named "unsigned" must not turn an untrusted key into an "unsigned" label
         "untrusted": reason_of(sign(announcement("unsigned", ("unsigned",), instance="x-2"), key), authorize),
@@ -347,6 +348,7 @@ def test_rejection_reasons_map_real_messages_to_fixed_labels() -> None:
         assert text, f"no message produced for {expected}"
         assert rejection_reason(text) == expected.removesuffix("-key"), text
     assert rejection_reason("the config store refused service 'svc': bad value") == "store-refused"
+    assert rejection_reason("capacity: the registry holds 10000 instance leases, the limit is 10000") == "capacity"
     assert rejection_reason("something new") == "other"
 
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from . import topics
 from .messaging import Connection, Message, Subscription
 from .rpc import DEFAULT_TIMEOUT, RequestClient, RequestTimeout
-from .schemas import ConfigKey, ConfigPush, ConfigRequest, ConfigResponse, ConfigValue, ExpectedValue
+from .schemas import MAX_PUSH_BYTES, ConfigKey, ConfigPush, ConfigRequest, ConfigResponse, ConfigValue, ExpectedValue
 
 PushHandler = Callable[[ConfigPush], Awaitable[None]]
 FIRST_ATTEMPT = 0.5
@@ -150,11 +150,20 @@ class ConfigClient:
 
 
 async def watch_config(connection: Connection, handler: PushHandler) -> Subscription:
-    """Call `handler` with every config push; malformed pushes are dropped."""
+    """Call `handler` with every config push; malformed or oversized pushes are dropped, logged with the reason.
+
+    Anyone on the broker can publish on the notify topic, so the size is
+    checked before parsing. A well-formed forged push costs the watcher one
+    refetch from the store (the store, not the push, is the truth).
+    """
 
     async def on_push(message: Message) -> None:
+        data = message.data()
+        if len(data) > MAX_PUSH_BYTES:
+            log.warning("config.push_rejected", reason=f"push is {len(data)} bytes; the limit is {MAX_PUSH_BYTES}")
+            return
         try:
-            push = ConfigPush.model_validate_json(message.data())
+            push = ConfigPush.model_validate_json(data)
         except (ValidationError, ValueError) as exc:
             log.warning("config.push_rejected", reason=str(exc).splitlines()[0])
             return

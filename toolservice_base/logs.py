@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import TextIO
 
 import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
-def configure_logging(level: str | None = None, *, json: bool | None = None, stream: object = None) -> None:
+def configure_logging(level: str | None = None, *, json: bool | None = None, stream: TextIO | None = None) -> None:
     """Configure structlog once per process.
 
     `TOOLREG_LOG_LEVEL` and `TOOLREG_LOG_FORMAT` (`console`|`json`) override
@@ -22,12 +23,12 @@ def configure_logging(level: str | None = None, *, json: bool | None = None, str
     out = stream or sys.stderr
     if json is None:
         fmt = os.environ.get("TOOLREG_LOG_FORMAT", "").lower()
-        json = fmt == "json" if fmt else not getattr(out, "isatty", lambda: False)()
+        json = fmt == "json" if fmt else not out.isatty()
     renderer: structlog.typing.Processor
     if json:
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=getattr(out, "isatty", lambda: False)())
+        renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

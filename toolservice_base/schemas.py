@@ -23,7 +23,10 @@ from pydantic import (
 )
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,128}$"
-QUEUE_PATTERN = re.compile(r"^(persistent|non-persistent)://([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]{1,200})$")
+QUEUE_PATTERN = re.compile(
+    r"^(persistent|non-persistent)://([A-Za-z0-9_.-]{1,128})/([A-Za-z0-9_.-]{1,128})/([A-Za-z0-9_.-]{1,200})$"
+)
+NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}/[A-Za-z0-9_.-]{1,128}$")
 ARGUMENT_TYPES = ("string", "number", "integer", "boolean", "object", "array")
 
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -33,6 +36,16 @@ MAX_CONFIG_PARAMS = 64
 MAX_TOOLS_PER_SERVICE = 256
 MAX_CONFIG_VALUE_BYTES = 4096
 MAX_VERSION = 64
+# What each consumer reads at most before it parses anything: the bound on the
+# memory and CPU one message from anyone on the broker can cost it.
+MAX_REQUEST_BYTES = 1024 * 1024
+"""A tool-service request (user, config and arguments as JSON text)."""
+MAX_CONFIG_REQUEST_BYTES = 4 * 1024 * 1024
+"""A config-store request: a registry batch or a hand-written item; under pulsar-lite's ~5 MiB message limit."""
+MAX_QUERY_BYTES = 4 * 1024
+"""A registry query (`{"operation": ..., "name": ..., "workspace": ...}`)."""
+MAX_PUSH_BYTES = 256 * 1024
+"""A config push (`{version, changes: {type: [workspace]}}`)."""
 DEFAULT_TTL = 15.0
 
 Name = str
@@ -70,6 +83,13 @@ def check_queue(value: str) -> str:
         raise ValueError(
             f"queue {value!r} must look like persistent://tenant/namespace/topic or non-persistent://tenant/namespace/topic"
         )
+    return value
+
+
+def check_namespace(value: str) -> str:
+    """A `tenant/namespace` pair, as allowed queue namespaces are written."""
+    if not isinstance(value, str) or not NAMESPACE_PATTERN.match(value):
+        raise ValueError(f"namespace {value!r} must look like tenant/namespace, e.g. tg/request")
     return value
 
 
@@ -273,12 +293,22 @@ def validate_config_item(item_type: str, key: str, value: str) -> ToolDescriptor
     return parsed
 
 
+def printable(text: str, limit: int = 200) -> str:
+    """`text` safe for a one-line log or reason: control characters escaped, length capped.
+
+    Field names in an error come from the sender (an unknown key is reported
+    by name), so a key holding a newline must not forge a second log line.
+    """
+    escaped = text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+    return escaped if len(escaped) <= limit else escaped[:limit] + "…"
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     """pydantic's errors as one line: `field: message; field: message`."""
     parts = []
     for err in exc.errors(include_url=False)[:5]:
-        where = ".".join(str(p) for p in err["loc"]) or "value"
-        parts.append(f"{where}: {err['msg']}")
+        where = ".".join(printable(str(p), 40) for p in err["loc"]) or "value"
+        parts.append(f"{where}: {printable(err['msg'])}")
     more = len(exc.errors()) - 5
     if more > 0:
         parts.append(f"and {more} more")

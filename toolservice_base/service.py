@@ -37,6 +37,7 @@ from .rpc import RequestServer
 from .schemas import (
     DEFAULT_TTL,
     MAX_MESSAGE_BYTES,
+    MAX_REQUEST_BYTES,
     Error,
     ToolDescriptor,
     ToolServiceDescriptor,
@@ -100,7 +101,9 @@ def build_descriptors(descriptor: dict[str, Any], tools: list[dict[str, Any]]) -
     return service, parsed
 
 
-def _parse_request(data: bytes) -> tuple[str, dict[str, Any], dict[str, Any]]:
+def _parse_request(data: bytes, max_bytes: int = MAX_REQUEST_BYTES) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    if len(data) > max_bytes:
+        raise BadRequest(f"request is {len(data)} bytes; the limit is {max_bytes}")
     try:
         request = ToolServiceRequest.model_validate_json(data)
     except ValidationError as exc:
@@ -112,6 +115,8 @@ def _parse_request(data: bytes) -> tuple[str, dict[str, Any], dict[str, Any]]:
             value = json.loads(text)
         except json.JSONDecodeError as exc:
             raise BadRequest(f"request field '{field}' is not JSON: {exc.msg} at column {exc.colno}") from None
+        except RecursionError:
+            raise BadRequest(f"request field '{field}' is nested too deeply") from None
         if not isinstance(value, dict):
             raise BadRequest(f"request field '{field}' must be a JSON object, got {type(value).__name__}")
         parsed[field] = value
@@ -132,6 +137,8 @@ class DynamicToolService:
     workspace: ClassVar[str] = "default"
     version: ClassVar[str] = ""
     max_in_flight: ClassVar[int] = 64
+    max_request_bytes: ClassVar[int] = MAX_REQUEST_BYTES
+    """Larger requests are answered `bad-request` unread: one caller cannot make an instance parse megabytes."""
 
     def __init__(
         self,
@@ -181,7 +188,7 @@ class DynamicToolService:
         started = time.perf_counter()
         error: str | None = None
         try:
-            user, config, arguments = _parse_request(message.data())
+            user, config, arguments = _parse_request(message.data(), type(self).max_request_bytes)
             result = self.invoke(user, config, arguments)
             if inspect.isasyncgen(result):
                 await self._stream(result, reply)

@@ -1,0 +1,102 @@
+"""`python -m bench` (what `make bench` runs): every benchmark, its reference, one table.
+
+    python -m bench                  # all six, ~6 minutes on 2 cores
+    python -m bench --quick          # smaller counts: a smoke test in about a minute
+    python -m bench --only death     # one benchmark (repeat --only for several)
+
+Runs against fresh embedded brokers, or against the broker `PULSAR_URL`
+names (give it a cluster of its own: the benchmarks start their own config
+store and registry on the well-known topics). Writes `results.json` and
+`RESULTS.md` beside this file unless `--out` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+import sys
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from toolservice_base import configure_logging
+
+from . import report
+from .common import PROFILE_ENV, Workdirs
+
+Benchmark = Callable[[Workdirs, bool], Awaitable[dict[str, Any]]]
+
+BENCHMARKS: dict[str, str] = {
+    "propagation": "bench.b_propagation",
+    "death": "bench.b_death",
+    "invoke": "bench.b_invoke",
+    "throughput": "bench.b_throughput",
+    "reload": "bench.b_reload",
+    "scale": "bench.b_scale",
+}
+"""Name -> module with `run(work, quick)`, in the order they run."""
+
+
+def load(name: str) -> Benchmark:
+    run: Benchmark = importlib.import_module(BENCHMARKS[name]).run
+    return run
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller counts and shorter runs (a smoke test)")
+    parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
+                        help=f"run only this benchmark; repeatable ({', '.join(BENCHMARKS)})")
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="sample the separately run registry with py-spy into DIR (throughput, scale); slows it down")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
+                        help="where results.json and RESULTS.md go (default: bench/)")
+    return parser.parse_args(argv)
+
+
+async def run_all(names: list[str], quick: bool) -> list[dict[str, Any]]:
+    work = Workdirs()
+    results = []
+    try:
+        for name in names:
+            started = time.monotonic()
+            try:
+                result = await load(name)(work, quick)
+            except Exception as exc:  # one broken benchmark must not hide the others' figures
+                traceback.print_exc()
+                result = {"name": name, "title": "failed", "error": f"{type(exc).__name__}: {exc}",
+                          "rows": [{"figure": "benchmark failed", "ours": f"{type(exc).__name__}: {exc}"[:80], "met": False}]}
+            result["seconds"] = round(time.monotonic() - started, 1)
+            results.append(result)
+    finally:
+        work.cleanup()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
+    configure_logging("error")
+    names = args.only or list(BENCHMARKS)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        os.environ[PROFILE_ENV] = str(args.profile.resolve())
+    started = time.monotonic()
+    results = asyncio.run(run_all(names, args.quick))
+    wall = time.monotonic() - started
+    broker = "PULSAR_URL (external)" if os.environ.get("PULSAR_URL") else "embedded pulsar-lite, a fresh one per benchmark"
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = report.write(results, args.out, argv, wall, broker)
+    print()
+    print(report.table(results))
+    print(f"\n{len(results)} benchmark(s) in {wall:.0f} s; wrote {json_path.name} and {md_path.name} in {args.out.name}/")
+    failed = [r["name"] for r in results if "error" in r]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

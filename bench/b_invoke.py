@@ -1,0 +1,116 @@
+"""3. Invocation overhead: `ToolSet.invoke` on an echo service vs bare pulsar-client, same broker, same payload.
+
+Ours: the echo service in its own process (`python -m bench.serve`, a
+`DynamicToolService`), called through a running `ToolSet`. Reference: a
+bare pulsar-client responder in its own process (`bench.raw responder`)
+called by bare pulsar-client: the sync API for the sequential round trip
+(the floor), pulsar.asyncio for concurrency (what an asyncio agent gets
+without us). The request bytes are the ones `ToolServiceClient` sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from agent_bridge import ToolSet
+from toolservice_base import Connection
+from toolservice_base.schemas import ToolServiceRequest
+
+from . import raw
+from .common import Progress, Stack, Workdirs, spawn, summary_ms, wait_for_line
+from .b_death import Watch
+
+NAME = "invoke"
+TARGET_RATIO = 1.5
+RAW_REQUEST = "non-persistent://tg/request/raw-echo"
+RAW_RESPONSE = "non-persistent://tg/response/raw-echo"
+TEXT = "hello, tool"
+
+
+async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
+    progress = Progress(NAME)
+    stack = Stack(work.make(NAME), registry=True).start()
+    try:
+        service = spawn(["-m", "bench.serve", "--id", "bench-echo"], stack.env(), stack.workdir / "echo.log")
+        stack.processes["echo"] = service
+        responder = spawn(["-m", "bench.raw", "responder", stack.url, RAW_REQUEST, RAW_RESPONSE], stack.env(), stack.workdir / "raw.log")
+        stack.processes["raw"] = responder
+        wait_for_line(stack.workdir / "raw.log", "raw responder ready", responder)
+        connection = await Connection.open(stack.settings)
+        try:
+            async with ToolSet(settings=stack.settings, connection=connection) as tools:
+                await Watch(tools).listed(["bench-echo"])
+                return await _measure(stack.url, tools, quick, progress)
+        finally:
+            await connection.close()
+    finally:
+        stack.stop()
+
+
+async def _ours_sequential(tools: ToolSet, count: int) -> list[float]:
+    samples = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        await tools.invoke("bench-echo", {"text": TEXT})
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+async def _ours_concurrent(tools: ToolSet, concurrency: int, seconds: float) -> float:
+    loop = asyncio.get_running_loop()
+    stop_at = loop.time() + seconds
+    done = 0
+
+    async def worker() -> None:
+        nonlocal done
+        while loop.time() < stop_at:
+            await tools.invoke("bench-echo", {"text": TEXT})
+            done += 1
+
+    started = loop.time()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done / (loop.time() - started)
+
+
+async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress) -> dict[str, Any]:
+    count = 200 if quick else 1000
+    seconds = 1.0 if quick else 3.0
+    payload = ToolServiceRequest(user="", config="{}", arguments=json.dumps({"text": TEXT})).model_dump_json().encode()
+    await _ours_sequential(tools, 50)  # warm-up: first calls pay for lazy set-up on both sides
+    progress.update(f"{count} sequential ToolSet.invoke", force=True)
+    ours = summary_ms(await _ours_sequential(tools, count))
+    progress.update(f"{count} sequential raw round trips", force=True)
+    raw_sync = summary_ms(await asyncio.to_thread(raw.sequential_rtt, url, RAW_REQUEST, RAW_RESPONSE, payload, count))
+    _, _, async_lat = await raw.concurrent_rtt(url, RAW_REQUEST, RAW_RESPONSE, payload, 1, 60, max_calls=count)
+    raw_async = summary_ms(async_lat)
+    throughput: dict[str, dict[str, float]] = {}
+    for concurrency in (1, 16, 64):
+        progress.update(f"throughput at concurrency {concurrency}", force=True)
+        ours_rate = await _ours_concurrent(tools, concurrency, seconds)
+        calls, elapsed, _ = await raw.concurrent_rtt(url, RAW_REQUEST, RAW_RESPONSE, payload, concurrency, seconds)
+        throughput[str(concurrency)] = {"ours_calls_per_s": round(ours_rate, 1), "raw_asyncio_calls_per_s": round(calls / elapsed, 1)}
+    progress.done(f"p50 {ours['p50_ms']:.3f} ms vs raw {raw_sync['p50_ms']:.3f} ms")
+    ratio_p50 = ours["p50_ms"] / raw_sync["p50_ms"]
+    ratio_async = ours["p50_ms"] / raw_async["p50_ms"]
+    rows: list[dict[str, Any]] = [
+        {"figure": f"{count} sequential calls, p50", "ours": ours["p50_ms"], "reference": raw_sync["p50_ms"], "unit": "ms"},
+        {"figure": f"{count} sequential calls, p99", "ours": ours["p99_ms"], "reference": raw_sync["p99_ms"], "unit": "ms"},
+        {"figure": "p50 ratio to raw pulsar-client (sync)", "ours": round(ratio_p50, 2), "reference": 1.0, "unit": "x",
+         "target": f"<= {TARGET_RATIO:g}x", "met": ratio_p50 <= TARGET_RATIO},
+        {"figure": "p50 ratio to raw pulsar.asyncio", "ours": round(ratio_async, 2), "reference": 1.0, "unit": "x"},
+    ]
+    for concurrency, figures in throughput.items():
+        rows.append({"figure": f"throughput, concurrency {concurrency}", "ours": figures["ours_calls_per_s"],
+                     "reference": figures["raw_asyncio_calls_per_s"], "unit": "calls/s"})
+    return {
+        "name": NAME,
+        "title": "Invocation overhead",
+        "rows": rows,
+        "reference_is": "bare pulsar-client request/response (responder and caller, no product code) on the same broker with "
+                        "the same request bytes: sync API for sequential latency, pulsar.asyncio for throughput",
+        "data": {"ours": ours, "raw_sync": raw_sync, "raw_asyncio": raw_async, "ratio_p50_sync": round(ratio_p50, 3),
+                 "ratio_p50_asyncio": round(ratio_async, 3), "throughput": throughput, "payload_bytes": len(payload)},
+    }

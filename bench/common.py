@@ -1,0 +1,301 @@
+"""What every benchmark shares: statistics, the progress line, and the product stack it measures.
+
+A benchmark never talks to a half-reused deployment: each one gets a `Stack`
+of its own (a fresh embedded broker unless `PULSAR_URL` names one, a fresh
+data directory, and the product's own processes started the way an operator
+starts them: `toolreg up`, `toolreg registry`). Figures are therefore the
+product as deployed, with the registry and the store in processes of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from toolservice_base import EmbeddedBroker, Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+# --- statistics ------------------------------------------------------------
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """Nearest-rank percentile: p99 of 200 samples is the 198th, a real observation, not an interpolation."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+def summary_ms(samples_s: list[float]) -> dict[str, float]:
+    """p50/p95/p99/max in milliseconds, plus the sample count."""
+    ms = [s * 1000 for s in samples_s]
+    return {
+        "n": len(ms),
+        "p50_ms": round(statistics.median(ms), 3) if ms else float("nan"),
+        "p95_ms": round(percentile(ms, 95), 3),
+        "p99_ms": round(percentile(ms, 99), 3),
+        "max_ms": round(max(ms), 3) if ms else float("nan"),
+    }
+
+
+# --- progress --------------------------------------------------------------
+
+
+class Progress:
+    """One status line on stderr, rewritten in place on a terminal, one line per step otherwise.
+
+    The suite runs for minutes; a silent terminal looks hung.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.started = time.monotonic()
+        self._tty = sys.stderr.isatty()
+        self._last = 0.0
+
+    def update(self, text: str, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < (0.2 if self._tty else 5.0):
+            return
+        self._last = now
+        line = f"[{self.name} {now - self.started:5.1f}s] {text}"
+        if self._tty:
+            sys.stderr.write("\r\033[K" + line)
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def done(self, text: str) -> None:
+        self.update(text, force=True)
+        if self._tty:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+# --- waiting ---------------------------------------------------------------
+
+
+async def until(check: Callable[[], Any], what: str, timeout: float = 30.0, interval: float = 0.001) -> float:
+    """Poll `check` until truthy; returns perf_counter() at the moment it was seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return time.perf_counter()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"bench: timed out after {timeout:g}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+# --- processes -------------------------------------------------------------
+
+
+def product_env(url: str, data_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment a product process gets: our broker and data dir, quiet JSON logs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_URL", "TOOLREG_"))}
+    env.update(PULSAR_URL=url, TOOLREG_DATA_DIR=str(data_dir), TOOLREG_LOG_FORMAT="json", TOOLREG_LOG_LEVEL="warning",
+               PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(extra)
+    return env
+
+
+def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A child Python process (`python -m ...`), logging to `log`, in its own session so Ctrl-C reaches us first."""
+    with open(log, "ab") as handle:
+        return subprocess.Popen(
+            [sys.executable, *args], env=env, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+
+
+PROFILE_ENV = "TOOLREG_BENCH_PROFILE_DIR"
+
+
+def _spawn_profiled(out: Path, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """The registry under `py-spy record` (raw collapsed stacks in `out`); py-spy sits next to the interpreter."""
+    py_spy = Path(sys.executable).parent / "py-spy"
+    with open(log, "ab") as handle:
+        return subprocess.Popen(
+            [str(py_spy), "record", "--format", "raw", "--rate", "250", "--output", str(out), "--", sys.executable, *args],
+            env=env, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM one process we started (by its pid), then SIGKILL if it lingers."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_for_line(log: Path, marker: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Block until `marker` shows in a child's log (its own 'ready' line)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and marker in log.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"bench: {log.name} exited ({proc.returncode}) before '{marker}':\n{log.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.02)
+    raise TimeoutError(f"bench: no '{marker}' in {log.name} after {timeout:g}s")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def read_metrics(port: int) -> dict[str, float]:
+    """A Prometheus text page as {series: value} (series with labels kept verbatim)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            try:
+                values[name] = float(value)
+            except ValueError:
+                pass
+    return values
+
+
+# --- the stack -------------------------------------------------------------
+
+
+@dataclass
+class Stack:
+    """Broker + config store (+ registry) for one benchmark, torn down in reverse order.
+
+    `split_registry=True` runs the registry as a process of its own
+    (`toolreg registry`), so its CPU and memory can be measured alone; its
+    /metrics page (counters of heartbeats, expiries, rejections) is on
+    `metrics_port`.
+    """
+
+    workdir: Path
+    registry: bool = True
+    split_registry: bool = False
+    url: str = ""
+    data_dir: Path = field(init=False)
+    metrics_port: int | None = None
+    broker: EmbeddedBroker | None = None
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.data_dir = self.workdir / "data"
+
+    @property
+    def settings(self) -> Settings:
+        return Settings(data_dir=self.data_dir, pulsar_url=self.url)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return product_env(self.url, self.data_dir, **extra)
+
+    def start(self) -> "Stack":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        external = os.environ.get("PULSAR_URL")
+        if external:
+            self.url = external
+        else:
+            self.broker = EmbeddedBroker(self.workdir / "broker")
+            self.url = self.broker.start()
+        up_args = ["-m", "discovery.cli", "up"]
+        if not self.registry or self.split_registry:
+            up_args.append("--no-registry")
+        log = self.workdir / "up.log"
+        proc = self.processes["up"] = spawn(up_args, self.env(), log)
+        wait_for_line(log, "ready in", proc)
+        if self.registry and self.split_registry:
+            self.metrics_port = free_port()
+            log = self.workdir / "registry.log"
+            args = ["-m", "discovery.cli", "registry", "--metrics-port", str(self.metrics_port)]
+            profile_dir = os.environ.get(PROFILE_ENV)
+            if profile_dir:  # `--profile`: sample the registry with py-spy; its CPU figures then include py-spy's
+                out = Path(profile_dir) / f"registry-{self.workdir.name}.txt"
+                proc = self.processes["registry"] = _spawn_profiled(out, args, self.env(), log)
+            else:
+                proc = self.processes["registry"] = spawn(args, self.env(), log)
+            wait_for_line(log, "registry listening", proc)
+        return self
+
+    @property
+    def registry_pid(self) -> int:
+        """The registry's own pid (under `--profile`, the child py-spy started, not py-spy)."""
+        pid = self.processes["registry"].pid
+        if os.environ.get(PROFILE_ENV):
+            import psutil
+
+            children = psutil.Process(pid).children()
+            if children:
+                return int(children[0].pid)
+        return pid
+
+    def stop(self) -> None:
+        if os.environ.get(PROFILE_ENV) and "registry" in self.processes:
+            # py-spy writes its profile when the program it runs exits: stop the registry, not py-spy.
+            import psutil
+
+            child = self.registry_pid
+            if child != self.processes["registry"].pid:
+                psutil.Process(child).terminate()
+            try:
+                self.processes["registry"].wait(15)
+            except subprocess.TimeoutExpired:
+                pass
+        for name in reversed(list(self.processes)):
+            stop_process(self.processes.pop(name))
+        if self.broker is not None:
+            self.broker.stop()
+            self.broker = None
+
+
+class Workdirs:
+    """Temporary directories for one run, removed at the end (they hold nothing worth keeping)."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="toolreg-bench-"))
+
+    def make(self, name: str) -> Path:
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+async def gather_limited(limit: int, jobs: list[Callable[[], Awaitable[T]]]) -> list[T]:
+    """Run coroutine factories at most `limit` at a time (starting 20 services at once on 2 cores is its own benchmark)."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(job: Callable[[], Awaitable[T]]) -> T:
+        async with gate:
+            return await job()
+
+    return await asyncio.gather(*(one(job) for job in jobs))

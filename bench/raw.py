@@ -1,0 +1,155 @@
+"""The physical limit: pulsar-client alone, no product code, on the same broker.
+
+Each product figure is set beside what bare pulsar-client does with the same
+messages on the same broker in the same run:
+
+- `responder`: a request/response echo server in its own process (sync API:
+  receive, send the answer with the request's `id`, acknowledge);
+- `sequential_rtt` / `concurrent_rtt`: the matching client side;
+- `consumer`: a process that only receives and counts, the broker's raw consume
+  rate (and CPU floor) for a topic.
+
+Run as `python -m bench.raw responder URL REQ RESP` or
+`python -m bench.raw consumer URL TOPIC SECONDS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import time
+import uuid
+
+import pulsar
+import pulsar.asyncio as pulsar_asyncio
+
+QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+
+
+def responder(url: str, request_topic: str, response_topic: str) -> None:
+    """Echo every request's `arguments` text back in a response body, until SIGTERM."""
+    client = pulsar.Client(url, logger=QUIET)
+    producer = client.create_producer(response_topic, batching_enabled=False, max_pending_messages=20_000)
+    consumer = client.subscribe(request_topic, f"raw-{uuid.uuid4().hex[:8]}", consumer_type=pulsar.ConsumerType.Exclusive)
+    print("raw responder ready", flush=True)
+    while True:
+        message = consumer.receive()
+        request = json.loads(message.data())
+        body = json.dumps({"error": None, "response": json.loads(request["arguments"])["text"], "end_of_stream": True})
+        producer.send_async(body.encode(), None, properties={"id": message.properties()["id"]})
+        consumer.acknowledge(message)
+
+
+def sequential_rtt(url: str, request_topic: str, response_topic: str, payload: bytes, count: int, warmup: int = 50) -> list[float]:
+    """`count` request/response round trips, one at a time, on the sync API; seconds each."""
+    client = pulsar.Client(url, logger=QUIET)
+    try:
+        consumer = client.subscribe(response_topic, f"raw-rtt-{uuid.uuid4().hex[:8]}")
+        producer = client.create_producer(request_topic, batching_enabled=False)
+        samples: list[float] = []
+        for number in range(warmup + count):
+            request_id = uuid.uuid4().hex
+            started = time.perf_counter()
+            producer.send(payload, properties={"id": request_id})
+            while True:
+                message = consumer.receive(10_000)
+                consumer.acknowledge(message)
+                if message.properties().get("id") == request_id:
+                    break
+            if number >= warmup:
+                samples.append(time.perf_counter() - started)
+        return samples
+    finally:
+        client.close()
+
+
+async def concurrent_rtt(
+    url: str, request_topic: str, response_topic: str, payload: bytes, concurrency: int, seconds: float, max_calls: int | None = None
+) -> tuple[int, float, list[float]]:
+    """Calls completed in `seconds` (or `max_calls`) by `concurrency` workers on pulsar.asyncio, no product code.
+
+    Returns (calls, elapsed seconds, each call's latency in seconds).
+    """
+    client = pulsar_asyncio.Client(url, logger=QUIET)
+    consumer = await client.subscribe(response_topic, f"raw-conc-{uuid.uuid4().hex[:8]}")
+    producer = await client.create_producer(request_topic, batching_enabled=False, max_pending_messages=20_000)
+    waiting: dict[str, asyncio.Future[None]] = {}
+
+    async def receive_loop() -> None:
+        while True:
+            message = await consumer.receive()
+            await consumer.acknowledge(message)
+            future = waiting.pop(message.properties().get("id", ""), None)
+            if future is not None and not future.done():
+                future.set_result(None)
+
+    receiver = asyncio.create_task(receive_loop())
+    loop = asyncio.get_running_loop()
+    stop_at = loop.time() + seconds
+    done = 0
+    latencies: list[float] = []
+    limit = max_calls if max_calls is not None else float("inf")
+
+    async def worker() -> None:
+        nonlocal done
+        while loop.time() < stop_at and done < limit:
+            request_id = uuid.uuid4().hex
+            future = waiting[request_id] = loop.create_future()
+            t0 = time.perf_counter()
+            await producer.send(payload, properties={"id": request_id})
+            await asyncio.wait_for(future, 10)
+            latencies.append(time.perf_counter() - t0)
+            done += 1
+
+    started = loop.time()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = loop.time() - started
+    receiver.cancel()
+    try:
+        await receiver
+    except BaseException:
+        pass
+    await producer.flush()
+    await producer.close()
+    await consumer.close()
+    await client.close()
+    await asyncio.sleep(0.05)
+    return done, elapsed, latencies
+
+
+def consumer(url: str, topic: str, seconds: float) -> None:
+    """Receive and acknowledge for `seconds` after the first message; print JSON {received, seconds}."""
+    client = pulsar.Client(url, logger=QUIET)
+    sub = client.subscribe(topic, f"raw-count-{uuid.uuid4().hex[:8]}", receiver_queue_size=1000)
+    print("raw consumer ready", flush=True)
+    received, first, last = 0, None, None
+    stop = threading.Event()
+    while not stop.is_set():
+        try:
+            message = sub.receive(500)
+        except pulsar.Timeout:
+            if first is not None and time.perf_counter() - first > seconds:
+                break
+            continue
+        sub.acknowledge(message)
+        last = time.perf_counter()
+        if first is None:
+            first = last
+        received += 1
+        if last - first > seconds:
+            break
+    span = (last - first) if first is not None and last is not None else 0.0
+    print(json.dumps({"received": received, "seconds": span}), flush=True)
+    client.close()
+
+
+if __name__ == "__main__":
+    command, *rest = sys.argv[1:]
+    if command == "responder":
+        responder(*rest)
+    elif command == "consumer":
+        consumer(rest[0], rest[1], float(rest[2]))
+    else:
+        raise SystemExit(f"unknown command {command!r}")
