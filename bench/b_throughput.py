@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from .common import Progress, Stack, Workdirs, spawn, stop_process, wait_for_line
-from .regload import CpuMeter, populate, read_counters, settle
+from .regload import CpuMeter, populate, settle
 from .simproc import SimProcess
 
 NAME = "throughput"

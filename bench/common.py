@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from toolservice_base import EmbeddedBroker, Settings
+from toolservice_base.broker import terminate
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -141,13 +141,7 @@ def _spawn_profiled(out: Path, args: list[str], env: dict[str, str], log: Path) 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
     """SIGTERM one process we started (by its pid), then SIGKILL if it lingers."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    terminate(proc, timeout)
 
 
 def wait_for_line(log: Path, marker: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from .cli_common import CommandError, fail, settings_of, start_health, wait_for_
 from .configsvc import ConfigStoreService
 from .health import DEFAULT_METRICS_PORT, HealthServer
 
-Handler = Callable[[argparse.Namespace], Awaitable[int]]
+Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
 
 # --- toolreg up ------------------------------------------------------------

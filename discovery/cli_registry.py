@@ -138,7 +138,7 @@ async def _query(args: argparse.Namespace, action: Callable[[RegistryClient], Aw
             await connection.close()
 
 
-def _table(headers: Sequence[str], rows: list[Sequence[str]]) -> str:
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
     lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [headers, *rows]]
     return "\n".join(lines)

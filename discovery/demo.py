@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from toolservice_base import ConfigClient, Connection, EmbeddedBroker, Settings
+from toolservice_base.broker import terminate
 
 from .configsvc import ConfigStoreService
 from .registry import Registry
@@ -104,12 +105,9 @@ async def run_demo(data_dir: Path) -> None:
         def stop_services() -> None:
             for proc in services:
                 if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
+                    proc.send_signal(signal.SIGTERM)  # all at once, then wait for each
             for proc in services:
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                terminate(proc)
 
         stack.callback(stop_services)
 

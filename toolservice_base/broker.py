@@ -104,6 +104,17 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def terminate(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM a process we started, then SIGKILL it if it is still there after `timeout`."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 class EmbeddedBroker:
     """Start, find or stop the pulsar-lite broker of one data directory."""
 
@@ -218,13 +229,7 @@ class EmbeddedBroker:
         process, self.process = self.process, None
         if process is None:
             return
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        terminate(process, timeout)
         for path in (self.url_file, self.pid_file):
             try:
                 if path == self.pid_file and path.read_text().strip() != str(process.pid):

@@ -170,8 +170,11 @@ class DynamicToolService:
     def id(self) -> str:
         return self.service_descriptor.id
 
-    async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> Any:
-        """Answer one call. Return a value, or be an async generator to stream."""
+    def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> Any:
+        """Answer one call: override as `async def` returning a value, or as an async generator to stream.
+
+        Declared plain (not `async def`) so both kinds of override type-check.
+        """
         raise NotImplementedError(f"{type(self).__name__} must override invoke(user, config, arguments)")
 
     def readiness(self) -> str | None:
