@@ -273,6 +273,9 @@ def parse_arguments(pairs: list[str], types: dict[str, str]) -> dict[str, Any]:
 async def cmd_call(args: argparse.Namespace) -> int:
     from agent_bridge import ToolError, ToolSet
 
+    if getattr(args, "log_level", None) is None:
+        configure_logging("warning")  # stdout is the observation; say --log-level info to see the bridge's events
+
     settings = settings_of(args)
     static_dir = Path(args.static_dir) if args.static_dir else None
     async with ToolSet(workspace=args.workspace, settings=settings, static_dir=static_dir) as tools:
