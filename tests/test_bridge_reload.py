@@ -86,7 +86,7 @@ async def test_100_reloads_while_calls_run_lose_no_call(
         assert tools.get("echo") is echo_impl and client_of(tools, "echo") is echo_client and not echo_client.closed
 
 
-async def test_unchanged_services_keep_their_client_and_a_changed_one_gets_a_new_one(
+async def test_clients_are_kept_while_a_service_keeps_its_queues_and_replaced_when_they_move(
     connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     joke, calc, echo = running["joke-service"], running["calculator"], running["echo"]
@@ -109,16 +109,25 @@ async def test_unchanged_services_keep_their_client_and_a_changed_one_gets_a_new
         assert client_of(tools, "tell-joke") is clients["tell-joke"]
         assert tools.describe()[2]["description"] == "Jokes, now better"
 
-        # The joke service's descriptor changes (a new config param): its client is replaced and
-        # the old one closed; the other services' clients are the same objects as at start.
+        # The joke service's descriptor changes but its queues do not (a new config param):
+        # the tool is rebuilt on the same client, which now carries the new descriptor.
         changed_service = {**joke.service_descriptor.to_wire(), "config-params": [{"name": "style"}, {"name": "mood"}]}
         version = await config_client.put([("tool-service", "joke-service", json.dumps(changed_service))])
+        await tools.wait_for(lambda t, v=version: t.version == v, timeout=3)
+        assert client_of(tools, "tell-joke") is clients["tell-joke"]
+        assert [p.name for p in clients["tell-joke"].service.config_params] == ["style", "mood"]
+        assert await tools.invoke("tell-joke", {"topic": "owls"}) == "I would tell you a joke about owls, but it would be too punny."
+
+        # Its queues change: the client is replaced and the old one closed; the other
+        # services' clients are the same objects as at start.
+        moved = {**changed_service, "response-queue": "non-persistent://tg/response/joke-service-v2"}
+        version = await config_client.put([("tool-service", "joke-service", json.dumps(moved))])
         await tools.wait_for(lambda t, v=version: t.version == v, timeout=3)
         assert client_of(tools, "tell-joke") is not clients["tell-joke"]
         await eventually(lambda: clients["tell-joke"].closed)
         assert client_of(tools, "calculate") is clients["calculate"] and client_of(tools, "echo") is clients["echo"]
         assert tools.get("calculate") is before["calculate"] and tools.get("echo") is before["echo"]
-        assert await tools.invoke("tell-joke", {"topic": "owls"}) == "I would tell you a joke about owls, but it would be too punny."
+        assert await tools.invoke("calculate", {"expression": "6 * 7"}) == "42"
 
 
 async def test_a_call_in_flight_on_a_removed_tool_completes(
