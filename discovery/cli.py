@@ -39,7 +39,11 @@ from toolservice_base import (
 )
 from toolservice_base.signing import SigningError
 
-from .cli_common import CommandError, fail, settings_of, start_health, wait_for_signal
+from . import cli_registry, cli_trust
+from .cli_common import CommandError, broker_error, fail, settings_of, start_health, wait_for_signal
+from .registry import Registry, RegistryError
+from .registry_client import RegistryQueryError, RegistryUnavailable
+from .trust import PolicyError
 from .configsvc import ConfigStoreService
 from .health import DEFAULT_METRICS_PORT, HealthServer
 
@@ -74,10 +78,8 @@ class UpLock:
 
 
 async def cmd_up(args: argparse.Namespace) -> int:
-    from .cli_registry import registry_options, trust_line
-
     settings = settings_of(args)
-    options = registry_options(args)
+    options = cli_registry.registry_options(args)
     lock = UpLock(settings.data_dir)
     lock.acquire()
     broker: EmbeddedBroker | None = None
@@ -105,14 +107,12 @@ async def cmd_up(args: argparse.Namespace) -> int:
         print(f"config store  {store.store.path} (version {store.store.version})")
         registry = None
         if not args.no_registry:
-            from .registry import Registry
-
             registry = Registry(connection, options=options)
             await registry.start()
             if health is not None:
                 health.add_check("registry", registry.readiness)
             print("registry      listening on non-persistent://tg/discovery/tool-descriptors")
-            print(f"trust         {trust_line(options)}")
+            print(f"trust         {cli_registry.trust_line(options)}")
         up = True
         print(f"ready in {(time.perf_counter() - started) * 1000:.0f} ms; Ctrl-C to stop", flush=True)
         try:
@@ -330,9 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Run the config store and the registry; without PULSAR_URL, also an embedded pulsar-lite broker on 127.0.0.1.")
     up.add_argument("--port", type=int, default=None, help="port for the embedded broker (default: a free one)")
     up.add_argument("--no-registry", action="store_true", help="run only the broker and the config store")
-    from .cli_registry import add_registry_options
-
-    add_registry_options(up)
+    cli_registry.add_registry_options(up)
     up.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                     help=f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
                          "off by default; bound to 127.0.0.1 unless TOOLREG_METRICS_HOST)")
@@ -387,28 +385,31 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", default=None, help="the demo's own data directory (default ./.toolreg-demo; wiped first)")
     demo.set_defaults(handler=cmd_demo)
 
-    try:
-        from . import cli_registry
-    except ImportError:
-        cli_registry = None  # type: ignore[assignment]
-    if cli_registry is not None:
-        cli_registry.add_commands(sub, common)
-    from . import cli_trust
-
+    cli_registry.add_commands(sub, common)
     cli_trust.add_commands(sub, common)
     return parser
 
 
+USER_ERRORS: tuple[type[Exception], ...] = (
+    CommandError, NoBrokerError, BrokerError, ConfigError,
+    RegistryError, RegistryUnavailable, RegistryQueryError, PolicyError, SigningError,
+)
+"""Errors whose message already says what went wrong and what to do: printed as is."""
+
+
 def run(handler: Handler, args: argparse.Namespace) -> int:
+    """Run one command; the one place an error becomes a line on stderr and exit code 1."""
     configure_logging(getattr(args, "log_level", None))
     try:
         return asyncio.run(handler(args))
-    except CommandError as exc:
-        return fail(str(exc))
-    except (NoBrokerError, BrokerError, ConfigError) as exc:
+    except USER_ERRORS as exc:
         return fail(str(exc))
     except PULSAR_ERRORS as exc:
-        return fail(f"broker error: {exc}; is the broker running (`toolreg up`, or PULSAR_URL)?")
+        try:
+            url: str | None = settings_of(args).resolve_pulsar_url()
+        except NoBrokerError:
+            url = None
+        return fail(broker_error(url, exc))
     except KeyboardInterrupt:
         return 130
 

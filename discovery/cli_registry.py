@@ -16,12 +16,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from toolservice_base import topics
-from toolservice_base.messaging import PULSAR_ERRORS, Connection
-from toolservice_base.settings import NoBrokerError
+from toolservice_base.messaging import Connection
 
-from .registry import Registry, RegistryError, RegistryOptions
-from .registry_client import DEFAULT_TIMEOUT, RegistryClient, RegistryQueryError, RegistryUnavailable
-from .cli_common import CommandError, broker_error, fail, settings_of, start_health, wait_for_signal
+from .registry import Registry, RegistryOptions
+from .registry_client import DEFAULT_TIMEOUT, RegistryClient
+from .cli_common import CommandError, settings_of, start_health, wait_for_signal
 from .trust import TRUST_POLICY_ENV, PolicyError, policy_from
 from .validation import DEFAULT_MAX_SKEW, DEFAULT_NAMESPACES
 
@@ -83,18 +82,11 @@ def trust_line(options: RegistryOptions) -> str:
 
 async def cmd_registry(args: argparse.Namespace) -> int:
     """Run the registry until SIGTERM/SIGINT."""
-    connection: Connection | None = None
+    options = registry_options(args)
+    connection = await Connection.open(settings_of(args))
     try:
-        options = registry_options(args)
-    except CommandError as exc:
-        return fail(str(exc))
-    try:
-        connection = await Connection.open(settings_of(args))
         registry = Registry(connection, options=options)
-        try:
-            await registry.start()
-        except RegistryError as exc:
-            return fail(str(exc))
+        await registry.start()
         health = start_health(args.metrics_port)
         if health is not None:
             health.add_check("registry", registry.readiness)
@@ -108,34 +100,21 @@ async def cmd_registry(args: argparse.Namespace) -> int:
                 health.stop()
             await registry.stop()
         return 0
-    except (NoBrokerError, CommandError) as exc:
-        return fail(str(exc))
-    except PULSAR_ERRORS as exc:
-        return fail(broker_error(connection.url if connection else None, exc))
     finally:
-        if connection is not None:
-            await connection.close()
+        await connection.close()
 
 
 async def _query(args: argparse.Namespace, action: Callable[[RegistryClient], Awaitable[int]]) -> int:
-    connection: Connection | None = None
+    connection = await Connection.open(settings_of(args))
     try:
-        connection = await Connection.open(settings_of(args))
         client = RegistryClient(connection, timeout=args.timeout)
         try:
             await client.start()
             return await action(client)
         finally:
             await client.close()
-    except NoBrokerError as exc:
-        return fail(str(exc))
-    except (RegistryUnavailable, RegistryQueryError) as exc:
-        return fail(str(exc))
-    except PULSAR_ERRORS as exc:
-        return fail(broker_error(connection.url if connection else None, exc))
     finally:
-        if connection is not None:
-            await connection.close()
+        await connection.close()
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -4,26 +4,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
-from toolservice_base.signing import SigningError, generate_key_pair, load_private_key, public_key_text
+from toolservice_base.signing import generate_key_pair, load_private_key, public_key_text
 
-from .trust import PolicyError, TrustPolicy, trusted_key
-
-DEFAULT_POLICY_ENV = "TOOLREG_TRUST_POLICY"
-
+from .cli_common import fail
+from .trust import TRUST_POLICY_ENV, TrustPolicy, trusted_key
 
 def policy_path(args: argparse.Namespace) -> Path:
-    return Path(args.policy or os.environ.get(DEFAULT_POLICY_ENV) or "trust.json")
+    return Path(args.policy or os.environ.get(TRUST_POLICY_ENV) or "trust.json")
 
 
 async def cmd_keygen(args: argparse.Namespace) -> int:
-    try:
-        private, public = generate_key_pair(Path(args.path))
-    except SigningError as exc:
-        print(f"toolreg: {exc}", file=sys.stderr)
-        return 1
+    private, public = generate_key_pair(Path(args.path))
     print(f"private key  {private} (mode 0600; give it to the service: toolreg serve --signing-key {private})")
     print(f"public key   {public}: {public.read_text().strip()}")
     print(f"trust it     toolreg trust add NAME --public-key {public} --services 'SERVICE-ID*' --tools 'TOOL*'")
@@ -47,17 +40,13 @@ def _key_text(value: str) -> str:
 
 async def cmd_trust_add(args: argparse.Namespace) -> int:
     path = policy_path(args)
-    try:
-        policy = _load_or_new(path)
-        entry = trusted_key(args.name, _key_text(args.public_key), args.services, args.tools)
-        replaced = [k for k in policy.keys.values() if k.name == entry.name and k.id != entry.id]
-        for old in replaced:
-            del policy.keys[old.id]
-        policy.add(entry)
-        policy.save(path)
-    except (PolicyError, SigningError) as exc:
-        print(f"toolreg: {exc}", file=sys.stderr)
-        return 1
+    policy = _load_or_new(path)
+    entry = trusted_key(args.name, _key_text(args.public_key), args.services, args.tools)
+    replaced = [k for k in policy.keys.values() if k.name == entry.name and k.id != entry.id]
+    for old in replaced:
+        del policy.keys[old.id]
+    policy.add(entry)
+    policy.save(path)
     verb = "replaced" if replaced else "added"
     print(f"{verb} key {entry.name!r} ({entry.id}) in {path}: services {', '.join(entry.services)}; tools {', '.join(entry.tools)}")
     print("the registry reads the policy at start: restart it (or `toolreg up`) to apply")
@@ -66,15 +55,10 @@ async def cmd_trust_add(args: argparse.Namespace) -> int:
 
 async def cmd_trust_remove(args: argparse.Namespace) -> int:
     path = policy_path(args)
-    try:
-        policy = TrustPolicy.load(path)
-    except PolicyError as exc:
-        print(f"toolreg: {exc}", file=sys.stderr)
-        return 1
+    policy = TrustPolicy.load(path)
     matches = [k for k in policy.keys.values() if args.name in (k.name, k.id)]
     if not matches:
-        print(f"toolreg: no key named {args.name!r} in {path}", file=sys.stderr)
-        return 1
+        return fail(f"no key named {args.name!r} in {path}")
     for key in matches:
         del policy.keys[key.id]
     policy.save(path)
@@ -83,11 +67,7 @@ async def cmd_trust_remove(args: argparse.Namespace) -> int:
 
 
 async def cmd_trust_list(args: argparse.Namespace) -> int:
-    try:
-        policy = TrustPolicy.load(policy_path(args))
-    except PolicyError as exc:
-        print(f"toolreg: {exc}", file=sys.stderr)
-        return 1
+    policy = TrustPolicy.load(policy_path(args))
     print(f"{'NAME':<20} {'KEY ID':<17} {'SERVICES':<24} TOOLS")
     for key in sorted(policy.keys.values(), key=lambda k: k.name):
         print(f"{key.name:<20} {key.id:<17} {','.join(key.services):<24} {','.join(key.tools)}")
@@ -101,7 +81,7 @@ def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
     keygen.set_defaults(handler=cmd_keygen)
 
     policy = argparse.ArgumentParser(add_help=False)
-    policy.add_argument("--policy", default=None, help=f"the policy file (env {DEFAULT_POLICY_ENV}, default ./trust.json)")
+    policy.add_argument("--policy", default=None, help=f"the policy file (env {TRUST_POLICY_ENV}, default ./trust.json)")
     trust = sub.add_parser("trust", parents=[common], help="edit the registry's trust policy",
                            description="Edit the trust policy: which public keys may announce which service ids and tool names.")
     trust_sub = trust.add_subparsers(dest="trust_command", metavar="ACTION", required=True)
