@@ -133,8 +133,15 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h ago"
 
 
-def _print_json(items: list[Any]) -> None:
-    print(json.dumps([item.model_dump(mode="json") for item in items], indent=2))
+def _show(args: argparse.Namespace, items: Sequence[Any], empty: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+    """`--json`: the items as a JSON list; otherwise a table, or `empty` when there is nothing."""
+    if args.json:
+        print(json.dumps([item.model_dump(mode="json") for item in items], indent=2))
+    elif not items:
+        print(empty)
+    else:
+        print(_table(headers, rows))
+    return 0
 
 
 async def cmd_tools(args: argparse.Namespace) -> int:
@@ -146,18 +153,12 @@ async def cmd_tools(args: argparse.Namespace) -> int:
                 "they come back if their heartbeats resume, or run `toolreg release` to remove them",
                 file=sys.stderr,
             )
-        if args.json:
-            _print_json(listing.tools)
-            return 0
-        if not listing.tools:
-            print(f"no tools in workspace {args.workspace or 'default'!r}")
-            return 0
         rows = [
             (t.name, t.service or "-", t.source, t.status, str(t.instances) if t.source == "announced" else "-", _age(t.last_heartbeat_age))
             for t in listing.tools
         ]
-        print(_table(("TOOL", "SERVICE", "SOURCE", "STATUS", "INSTANCES", "LAST HEARTBEAT"), rows))
-        return 0
+        return _show(args, listing.tools, f"no tools in workspace {args.workspace or 'default'!r}",
+                     ("TOOL", "SERVICE", "SOURCE", "STATUS", "INSTANCES", "LAST HEARTBEAT"), rows)
 
     return await _query(args, action)
 
@@ -165,16 +166,9 @@ async def cmd_tools(args: argparse.Namespace) -> int:
 async def cmd_rejections(args: argparse.Namespace) -> int:
     async def action(client: RegistryClient) -> int:
         rejections = await client.rejections()
-        if args.json:
-            _print_json(rejections)
-            return 0
-        if not rejections:
-            print("no rejected announcements")
-            return 0
         now = time.time()
         rows = [(_age(now - r.at), r.service or "-", r.instance or "-", r.reason) for r in rejections]
-        print(_table(("WHEN", "SERVICE", "INSTANCE", "REASON"), rows))
-        return 0
+        return _show(args, rejections, "no rejected announcements", ("WHEN", "SERVICE", "INSTANCE", "REASON"), rows)
 
     return await _query(args, action)
 
@@ -182,15 +176,8 @@ async def cmd_rejections(args: argparse.Namespace) -> int:
 async def cmd_conflicts(args: argparse.Namespace) -> int:
     async def action(client: RegistryClient) -> int:
         conflicts = await client.conflicts()
-        if args.json:
-            _print_json(conflicts)
-            return 0
-        if not conflicts:
-            print("no conflicts")
-            return 0
         rows = [(c.tool, c.service, c.held_by, c.workspace, c.reason) for c in conflicts]
-        print(_table(("TOOL", "REFUSED FOR", "HELD BY", "WORKSPACE", "REASON"), rows))
-        return 0
+        return _show(args, conflicts, "no conflicts", ("TOOL", "REFUSED FOR", "HELD BY", "WORKSPACE", "REASON"), rows)
 
     return await _query(args, action)
 
