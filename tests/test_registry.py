@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 import structlog
 
 from discovery.configsvc import ConfigStoreService
@@ -254,64 +256,64 @@ async def test_malformed_queries_get_an_error_response(connection: Connection, r
     await raw.close()
 
 
-async def test_self_preservation_holds_mass_expiry_and_releases_on_request(
-    settings: Settings, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
-) -> None:
+@pytest.fixture
+async def four_announced(settings: Settings, config_client: ConfigClient, registry: Registry) -> AsyncIterator[list[DynamicToolService]]:
+    """Four services with short leases, merged into the store: enough leases for self-preservation to apply."""
     services = [cls(settings=settings, ttl=TTL) for cls in (JokeService, EchoService, CalculatorService, CountdownService)]
     for svc in services:
         await svc.start()
     try:
         await eventually(lambda: _count_tools(config_client, 4), timeout=1.0)
-        with structlog.testing.capture_logs() as logs:
-            for svc in services:
-                silence(svc)
-            await eventually(lambda: len(registry.held_services()) == 4, timeout=TTL + 1.0)
-            await asyncio.sleep(TTL)  # held, not removed, however long
-        assert len(await config_client.list("tool")) == 4
-        warning = next(entry for entry in logs if entry["event"] == "registry.self_preservation")
-        assert "toolreg release" in warning["action"] and "4 of 4" in warning["reason"]
-        listing = await registry_client.list()
-        assert {t.status for t in listing.tools} == {"held"}
-        assert listing.held == ["calculator", "countdown", "echo", "joke-service"]
-        assert sorted(await registry_client.release()) == listing.held
-        await eventually(lambda: _empty(config_client), timeout=1.0)
-        assert registry.held_services() == []
+        yield services
     finally:
         for svc in services:
             await svc.stop()
 
 
-async def test_self_preservation_ends_when_heartbeats_resume(
-    settings: Settings, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
+async def test_self_preservation_holds_mass_expiry_and_releases_on_request(
+    config_client: ConfigClient, registry: Registry, registry_client: RegistryClient, four_announced: list[DynamicToolService]
 ) -> None:
-    services = [cls(settings=settings, ttl=TTL) for cls in (JokeService, EchoService, CalculatorService, CountdownService)]
-    for svc in services:
-        await svc.start()
-    try:
-        await eventually(lambda: _count_tools(config_client, 4), timeout=1.0)
+    services = four_announced
+    with structlog.testing.capture_logs() as logs:
         for svc in services:
             silence(svc)
         await eventually(lambda: len(registry.held_services()) == 4, timeout=TTL + 1.0)
-        survivor = services[0]
+        await asyncio.sleep(TTL)  # held, not removed, however long
+    assert len(await config_client.list("tool")) == 4
+    warning = next(entry for entry in logs if entry["event"] == "registry.self_preservation")
+    assert "toolreg release" in warning["action"] and "4 of 4" in warning["reason"]
+    listing = await registry_client.list()
+    assert {t.status for t in listing.tools} == {"held"}
+    assert listing.held == ["calculator", "countdown", "echo", "joke-service"]
+    assert sorted(await registry_client.release()) == listing.held
+    await eventually(lambda: _empty(config_client), timeout=1.0)
+    assert registry.held_services() == []
 
-        async def keep_beating() -> None:
-            while True:
-                await heartbeat(survivor)
-                await asyncio.sleep(TTL / 3)
 
-        beating = asyncio.create_task(keep_beating())
-        try:
-            await eventually(lambda: registry.held_services() == [], timeout=1.0)
-            assert (await registry_client.get("tell-joke")).status == "live"  # type: ignore[union-attr]
-            # the others were not heard from: they expire normally one ttl later
-            await eventually(lambda: _tool_names(config_client, {"tell-joke"}), timeout=TTL + 1.0)
-            await asyncio.sleep(TTL)
-            assert await _tool_names(config_client, {"tell-joke"})
-        finally:
-            beating.cancel()
+async def test_self_preservation_ends_when_heartbeats_resume(
+    config_client: ConfigClient, registry: Registry, registry_client: RegistryClient, four_announced: list[DynamicToolService]
+) -> None:
+    services = four_announced
+    for svc in services:
+        silence(svc)
+    await eventually(lambda: len(registry.held_services()) == 4, timeout=TTL + 1.0)
+    survivor = services[0]
+
+    async def keep_beating() -> None:
+        while True:
+            await heartbeat(survivor)
+            await asyncio.sleep(TTL / 3)
+
+    beating = asyncio.create_task(keep_beating())
+    try:
+        await eventually(lambda: registry.held_services() == [], timeout=1.0)
+        assert (await registry_client.get("tell-joke")).status == "live"  # type: ignore[union-attr]
+        # the others were not heard from: they expire normally one ttl later
+        await eventually(lambda: _tool_names(config_client, {"tell-joke"}), timeout=TTL + 1.0)
+        await asyncio.sleep(TTL)
+        assert await _tool_names(config_client, {"tell-joke"})
     finally:
-        for svc in services:
-            await svc.stop()
+        beating.cancel()
 
 
 async def _tool_names(client: ConfigClient, names: set[str]) -> bool:
