@@ -49,7 +49,7 @@ class RegistryClient:
 
     def __init__(self, connection: Connection, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.timeout = timeout
-        self._rpc = RequestClient(connection, topics.REGISTRY_REQUEST, topics.REGISTRY_RESPONSE, name="registry-client")
+        self._rpc = RequestClient(connection, topics.REGISTRY_REQUEST, topics.REGISTRY_RESPONSE, name="registry-client", bulk=True)
 
     async def start(self) -> "RegistryClient":
         await self._rpc.start()

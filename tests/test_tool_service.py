@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+import structlog
 
 from toolservice_base import Connection, RequestClient, ServiceDefinitionError, Settings
 from toolservice_base.examples.calculator import CalculatorService
@@ -157,3 +158,22 @@ async def test_instances_share_the_load(settings: Settings, connection: Connecti
         bodies = await asyncio.gather(*(client.request(request({}), timeout=5) for _ in range(40)))
         answered_by = {b["response"] for b in bodies}
         assert answered_by == {str(id(one)), str(id(two))}
+
+
+async def test_answers_over_64_kib_are_delivered_and_logged_at_powers_of_ten(settings: Settings, connection: Connection) -> None:
+    class Big(DynamicToolService):
+        descriptor = {"id": "big"}
+        tools = [{"name": "big", "description": "Answers with a large text", "arguments": []}]
+
+        async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> str:
+            return "x" * 70_000
+
+    with structlog.testing.capture_logs() as logs:
+        async with Big(settings=settings, announce=False) as svc:
+            client = await client_for(connection, svc)
+            for _ in range(11):
+                body = await client.request(request({}), timeout=5)
+                assert len(body["response"]) == 70_000
+    large = [entry for entry in logs if entry["event"] == "response.large"]
+    assert [entry["large_so_far"] for entry in large] == [1, 10]
+    assert large[0]["bytes"] > 64 * 1024 and "stream" in large[0]["hint"]

@@ -40,7 +40,7 @@ class ConfigClient:
         self._connection = connection
         self.workspace = workspace
         self.timeout = timeout
-        self._rpc = RequestClient(connection, topics.CONFIG_REQUEST, topics.CONFIG_RESPONSE, name="config-client")
+        self._rpc = RequestClient(connection, topics.CONFIG_REQUEST, topics.CONFIG_RESPONSE, name="config-client", bulk=True)
 
     async def start(self) -> "ConfigClient":
         await self._rpc.start()

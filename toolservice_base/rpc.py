@@ -21,13 +21,14 @@ from typing import Any
 import structlog
 from pydantic import BaseModel
 
-from .messaging import PULSAR_ERRORS, Connection, Message, Publisher, Subscription, unique_name
+from .messaging import LARGE_MESSAGE, PULSAR_ERRORS, Connection, Message, Publisher, Subscription, encode, unique_name
 
 log = structlog.get_logger("toolservice_base.rpc")
 
 DEFAULT_TIMEOUT = 30.0
 READY_INTERVAL = 0.05
 READY_ATTEMPTS = 40
+_POWERS_OF_TEN = frozenset(10**k for k in range(10))
 
 
 class RequestTimeout(TimeoutError):
@@ -37,8 +38,12 @@ class RequestTimeout(TimeoutError):
 class RequestClient:
     """Send requests on one queue and collect their responses from another."""
 
-    def __init__(self, connection: Connection, request_queue: str, response_queue: str, *, name: str = "client") -> None:
+    def __init__(
+        self, connection: Connection, request_queue: str, response_queue: str, *, name: str = "client", bulk: bool = False
+    ) -> None:
+        """`bulk=True` when responses can exceed 64 KiB (see `Connection.subscribe`)."""
         self._connection = connection
+        self._bulk = bulk
         self.request_queue = request_queue
         self.response_queue = response_queue
         self._name = name
@@ -55,7 +60,7 @@ class RequestClient:
         async with self._start_lock:
             if self._publisher is None:
                 self._subscription = await self._connection.subscribe(
-                    self.response_queue, self._on_response, subscription=unique_name(self._name)
+                    self.response_queue, self._on_response, subscription=unique_name(self._name), bulk=self._bulk
                 )
                 await self._until_receiving()
                 self._publisher = await self._connection.publisher(self.request_queue)
@@ -188,6 +193,7 @@ class RequestServer:
         self._publisher: Publisher | None = None
         self._subscription: Subscription | None = None
         self.handled = 0
+        self._large = 0
 
     async def start(self) -> None:
         self._publisher = await self._connection.publisher(self.response_queue)
@@ -219,8 +225,19 @@ class RequestServer:
 
     async def _send(self, body: BaseModel | dict[str, Any], request_id: str) -> None:
         assert self._publisher is not None
+        data = encode(body)
+        if len(data) > LARGE_MESSAGE:
+            self._large += 1
+            if self._large in _POWERS_OF_TEN:
+                log.warning(
+                    "response.large",
+                    queue=self.response_queue,
+                    bytes=len(data),
+                    large_so_far=self._large,
+                    hint="answers over 64 KiB can cost other calls on the caller's connection their answer; stream them in parts",
+                )
         try:
-            await self._publisher.send(body, properties={"id": request_id})
+            await self._publisher.send(data, properties={"id": request_id})
         except PULSAR_ERRORS as exc:
             log.warning("response.send_failed", queue=self.response_queue, id=request_id, error=str(exc))
 
