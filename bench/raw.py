@@ -4,12 +4,13 @@ Each product figure is set beside what bare pulsar-client does with the same
 messages on the same broker in the same run:
 
 - `responder`: a request/response echo server in its own process (sync API:
-  receive, send the answer with the request's `id`, acknowledge);
+  receive, send the answer with the request's `id`, acknowledge), and
+  `async-responder`, the same on pulsar.asyncio;
 - `sequential_rtt` / `concurrent_rtt`: the matching client side;
 - `consumer`: a process that only receives and counts, the broker's raw consume
   rate (and CPU floor) for a topic.
 
-Run as `python -m bench.raw responder URL REQ RESP` or
+Run as `python -m bench.raw responder|async-responder URL REQ RESP` or
 `python -m bench.raw consumer URL TOPIC SECONDS`.
 """
 
@@ -40,6 +41,20 @@ def responder(url: str, request_topic: str, response_topic: str) -> None:
         body = json.dumps({"error": None, "response": json.loads(request["arguments"])["text"], "end_of_stream": True})
         producer.send_async(body.encode(), None, properties={"id": message.properties()["id"]})
         consumer.acknowledge(message)
+
+
+async def async_responder(url: str, request_topic: str, response_topic: str) -> None:
+    """`responder` on pulsar.asyncio: the floor for a service that, like ours, runs on an event loop."""
+    client = pulsar_asyncio.Client(url, logger=QUIET)
+    producer = await client.create_producer(response_topic, batching_enabled=False, max_pending_messages=20_000)
+    consumer = await client.subscribe(request_topic, f"raw-{uuid.uuid4().hex[:8]}", consumer_type=pulsar.ConsumerType.Exclusive)
+    print("raw responder ready", flush=True)
+    while True:
+        message = await consumer.receive()
+        request = json.loads(message.data())
+        body = json.dumps({"error": None, "response": json.loads(request["arguments"])["text"], "end_of_stream": True})
+        await producer.send(body.encode(), properties={"id": message.properties()["id"]})
+        await consumer.acknowledge(message)
 
 
 def sequential_rtt(url: str, request_topic: str, response_topic: str, payload: bytes, count: int, warmup: int = 50) -> list[float]:
@@ -80,13 +95,22 @@ async def concurrent_rtt(
     async def receive_loop() -> None:
         while True:
             message = await consumer.receive()
-            await consumer.acknowledge(message)
             future = waiting.pop(message.properties().get("id", ""), None)
             if future is not None and not future.done():
-                future.set_result(None)
+                future.set_result(None)  # before the ack: the caller must not wait on it
+            await consumer.acknowledge(message)
 
     receiver = asyncio.create_task(receive_loop())
     loop = asyncio.get_running_loop()
+    for _ in range(50):  # until a first answer arrives: a fresh consumer's permits may not be at the broker yet
+        request_id = uuid.uuid4().hex
+        first = waiting[request_id] = loop.create_future()
+        await producer.send(payload, properties={"id": request_id})
+        try:
+            await asyncio.wait_for(first, 0.2)
+            break
+        except asyncio.TimeoutError:
+            waiting.pop(request_id, None)
     stop_at = loop.time() + seconds
     done = 0
     latencies: list[float] = []
@@ -149,6 +173,8 @@ if __name__ == "__main__":
     command, *rest = sys.argv[1:]
     if command == "responder":
         responder(*rest)
+    elif command == "async-responder":
+        asyncio.run(async_responder(*rest))
     elif command == "consumer":
         consumer(rest[0], rest[1], float(rest[2]))
     else:
