@@ -52,7 +52,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
                         help=f"run only this benchmark; repeatable ({', '.join(BENCHMARKS)})")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                        help="sample the separately run registry with py-spy into DIR (throughput, scale); slows it down")
+                        help="sample with py-spy into DIR: the registry (throughput, scale), the echo service and the "
+                             "bridge during sequential calls (invoke); slows what it samples")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
                         help="where results.json and RESULTS.md go (default: bench/)")
     return parser.parse_args(argv)

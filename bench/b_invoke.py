@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from typing import Any
 
@@ -21,7 +22,7 @@ from toolservice_base import Connection
 from toolservice_base.schemas import ToolServiceRequest
 
 from . import raw
-from .common import Progress, Stack, Workdirs, spawn, summary_ms, wait_for_line
+from .common import Progress, Stack, Workdirs, profiling, sampled, spawn, summary_ms, wait_for_line
 from .b_death import Watch
 
 NAME = "invoke"
@@ -52,7 +53,7 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         try:
             async with ToolSet(settings=stack.settings, connection=connection) as tools:
                 await Watch(tools).listed(["bench-echo"])
-                return await _measure(stack.url, tools, quick, progress)
+                return await _measure(stack.url, tools, quick, progress, service.pid)
         finally:
             await connection.close()
     finally:
@@ -84,7 +85,7 @@ async def _ours_concurrent(tools: ToolSet, concurrency: int, seconds: float) -> 
     return done / (loop.time() - started)
 
 
-async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress) -> dict[str, Any]:
+async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, service_pid: int) -> dict[str, Any]:
     count = 200 if quick else 1000
     seconds = 1.0 if quick else 3.0
     payload = ToolServiceRequest(user="", config="{}", arguments=json.dumps({"text": TEXT})).model_dump_json().encode()
@@ -101,6 +102,10 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress) ->
         samples["async"] += (await raw.concurrent_rtt(url, RAW_REQUEST, RAW_RESPONSE, payload, 1, 60, max_calls=per_round))[2]
         samples["both"] += (await raw.concurrent_rtt(url, ASYNC_REQUEST, ASYNC_RESPONSE, payload, 1, 60, max_calls=per_round))[2]
     ours, raw_sync, raw_async, raw_both = (summary_ms(samples[k]) for k in ("ours", "sync", "async", "both"))
+    if profiling():  # an extra, untimed pass: py-spy slows down what it samples
+        progress.update(f"{count} sequential calls under py-spy", force=True)
+        with sampled(service_pid, "invoke-service"), sampled(os.getpid(), "invoke-bridge"):
+            await _ours_sequential(tools, count)
     throughput: dict[str, dict[str, float]] = {}
     for concurrency in (1, 16, 64):
         progress.update(f"throughput at concurrency {concurrency}", force=True)

@@ -10,7 +10,9 @@ product as deployed, with the registry and the store in processes of their own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import shutil
 import statistics
 import subprocess
@@ -18,7 +20,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -137,6 +139,38 @@ def _spawn_profiled(out: Path, args: list[str], env: dict[str, str], log: Path) 
             [str(py_spy), "record", "--format", "raw", "--rate", "250", "--output", str(out), "--", sys.executable, *args],
             env=env, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
+
+
+def profiling() -> bool:
+    """Whether `python -m bench --profile DIR` asked for py-spy profiles."""
+    return bool(os.environ.get(PROFILE_ENV))
+
+
+@contextlib.contextmanager
+def sampled(pid: int, name: str) -> Iterator[None]:
+    """Under `--profile`, py-spy samples the running process `pid` (native frames too) for the block.
+
+    Raw collapsed stacks go to `<profile dir>/<name>.txt`; `python -m bench.profile_summary`
+    reads them. Without `--profile` this does nothing.
+    """
+    if not profiling():
+        yield
+        return
+    py_spy = Path(sys.executable).parent / "py-spy"
+    out = Path(os.environ[PROFILE_ENV]) / f"{name}.txt"
+    spy = subprocess.Popen(
+        [str(py_spy), "record", "--native", "--threads", "--format", "raw", "--rate", "250", "--output", str(out), "--pid", str(pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)  # attaching takes a moment
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its output when interrupted
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            terminate(spy)
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:

@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 
 from discovery.configsvc import ConfigStoreService
+from discovery.registry import Registry
+from discovery.registry_client import RegistryClient
 from toolservice_base import ConfigClient, Connection, DynamicToolService, EmbeddedBroker, Settings, configure_logging
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.countdown import CountdownService
 from toolservice_base.examples.echo import EchoService
 from toolservice_base.examples.joke import JokeService
+from registry_support import FAST
 
 configure_logging("warning", json=True)
 
@@ -65,3 +68,20 @@ async def running(settings: Settings) -> AsyncIterator[dict[str, DynamicToolServ
     yield {s.id: s for s in services}
     for service in services:
         await service.stop()
+
+
+@pytest.fixture
+async def registry(connection: Connection, config_store: ConfigStoreService) -> AsyncIterator[Registry]:
+    """A registry with a fast sweep, on the test's store."""
+    reg = Registry(connection, options=FAST)
+    await reg.start()
+    yield reg
+    await reg.stop()
+
+
+@pytest.fixture
+async def registry_client(connection: Connection, registry: Registry) -> AsyncIterator[RegistryClient]:
+    client = RegistryClient(connection, timeout=5)
+    await client.start()
+    yield client
+    await client.close()

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-
-from discovery.configsvc import ConfigStoreService
-from discovery.registry import Registry, RegistryOptions
-from discovery.registry_client import RegistryClient
-from toolservice_base import Connection, DynamicToolService
+from discovery.registry import RegistryOptions
+from toolservice_base import DynamicToolService
 from toolservice_base.schemas import Announcement, ToolDescriptor, ToolServiceDescriptor, descriptor_digest
 
 FAST = RegistryOptions(sweep_interval=0.1, coalesce_window=0.05)
@@ -71,22 +66,6 @@ async def heartbeat(service: DynamicToolService) -> None:
     """One heartbeat from a silenced service (its instance is heard from again)."""
     assert service.announcer is not None
     await service.announcer._send("heartbeat")
-
-
-@pytest.fixture
-async def registry(connection: Connection, config_store: ConfigStoreService) -> AsyncIterator[Registry]:
-    reg = Registry(connection, options=FAST)
-    await reg.start()
-    yield reg
-    await reg.stop()
-
-
-@pytest.fixture
-async def registry_client(connection: Connection, registry: Registry) -> AsyncIterator[RegistryClient]:
-    client = RegistryClient(connection, timeout=5)
-    await client.start()
-    yield client
-    await client.close()
 
 
 def by_name(items: list[Any]) -> dict[str, Any]:

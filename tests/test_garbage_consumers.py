@@ -22,7 +22,7 @@ from discovery.registry import Registry
 from discovery.registry_client import RegistryClient
 from discovery.validation import AnnouncementValidator, Rejected
 from garbage_support import captured_logs, corpus, crashes, figures, mutated, only, random_bytes, random_json
-from registry_support import announcement, registry, registry_client  # noqa: F401 - fixtures
+from registry_support import announcement
 from support import eventually
 from toolservice_base import ConfigClient, Connection, RequestClient, Settings, topics
 from toolservice_base.examples.echo import EchoService

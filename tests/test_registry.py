@@ -14,7 +14,7 @@ import structlog
 from discovery.configsvc import ConfigStoreService
 from discovery.registry import Registry, RegistryOptions
 from discovery.registry_client import RegistryClient
-from registry_support import FAST, announcement, by_name, heartbeat, registry, registry_client, silence  # noqa: F401 - fixtures
+from registry_support import FAST, announcement, by_name, heartbeat, silence
 from support import eventually
 from toolservice_base import ConfigClient, Connection, DynamicToolService, RequestClient, Settings, topics
 from toolservice_base.examples.calculator import CalculatorService

@@ -20,7 +20,6 @@ import pytest
 
 from discovery.configsvc import ConfigStoreService
 from discovery.registry import Registry
-from registry_support import registry  # noqa: F401 - fixture
 from support import atoolreg, eventually, toolreg_background, toolreg_env
 from toolservice_base import ConfigClient, Connection, EmbeddedBroker, Settings, topics
 from toolservice_base.examples.joke import JokeService
