@@ -31,6 +31,7 @@ from toolservice_base.settings import Settings
 from .build import TYPES, Built, Entry, Items, build, one_line
 from .client import DEFAULT_CALL_TIMEOUT, ToolServiceClient
 from .impls import Tool, ToolFactory, arguments_schema, registered_factories
+from .llm_names import openai_names
 from .snapshot import read_snapshot, snapshot_path, write_snapshot
 from .static import StaticDirError, load_static_dir
 
@@ -112,6 +113,7 @@ class ToolSet:
         self._callbacks: list[ChangeCallback] = []
         self._retiring: dict[asyncio.Task[None], ToolServiceClient] = {}
         self._closed = False
+        self._openai_cache: tuple[_State, dict[str, str], dict[str, str]] | None = None
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -236,8 +238,13 @@ class ToolSet:
         ]
 
     def as_openai_tools(self) -> list[dict[str, Any]]:
-        """OpenAI function calling: `[{"type": "function", "function": {name, description, parameters}}]`."""
-        return [{"type": "function", "function": spec} for spec in self.describe()]
+        """OpenAI function calling: `[{"type": "function", "function": {name, description, parameters}}]`.
+
+        Names OpenAI would refuse (dots, over 64 characters) are given in a form
+        it accepts (see `llm_names`); `invoke` takes either form.
+        """
+        names = self._openai_names()[0]
+        return [{"type": "function", "function": {**spec, "name": names[spec["name"]]}} for spec in self.describe()]
 
     def as_mcp_tools(self) -> list[dict[str, Any]]:
         """MCP `tools/list`: `[{name, description, inputSchema}]`."""
@@ -245,11 +252,21 @@ class ToolSet:
 
     # --- calls ---------------------------------------------------------------
 
+    def _openai_names(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(tool name -> OpenAI name, OpenAI name -> tool name) for the current set, worked out once per set."""
+        state = self._state
+        if self._openai_cache is None or self._openai_cache[0] is not state:
+            forward = openai_names(state.entries)
+            self._openai_cache = (state, forward, {safe: name for name, safe in forward.items() if safe != name})
+        return self._openai_cache[1], self._openai_cache[2]
+
     def _lookup(self, name: str) -> Tool:
         if self._closed:
             raise RuntimeError("this ToolSet is closed; open a new one")
         state = self._state
         entry = state.entries.get(name)
+        if entry is None:
+            entry = state.entries.get(self._openai_names()[1].get(name, ""))
         if entry is not None:
             return entry.impl
         if name in state.problems:

@@ -10,6 +10,7 @@ import pytest
 
 import agent_bridge.impls
 from agent_bridge import ToolContext, ToolError, ToolSet, UnknownToolError, register_tool_type
+from agent_bridge.llm_names import OPENAI_NAME
 from toolservice_base import ConfigClient, Connection, DynamicToolService, Settings, ToolDescriptor
 
 from support import eventually
@@ -92,6 +93,35 @@ async def test_describe_openai_and_mcp_shapes(
         mcp = tools.as_mcp_tools()
         assert mcp[1] == {"name": "tell-joke", "description": "Tell a joke on a given topic", "inputSchema": joke_schema}
         assert json.loads(json.dumps(openai)) == openai  # plain JSON, ready to send
+
+
+async def test_openai_gets_names_it_accepts_and_invoke_takes_them_back(
+    connection: Connection, settings: Settings, config_client: ConfigClient
+) -> None:
+    class Namespaced(DynamicToolService):
+        descriptor = {"id": "acme"}
+        tools = [
+            {"name": "acme.search.v2", "description": "Search", "arguments": [{"name": "q", "type": "string", "description": "q"}]},
+            {"name": "acme." + "long" * 20, "description": "A long name"},
+        ]
+
+        async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> str:
+            return f"found {arguments.get('q', 'all')}"
+
+    service = Namespaced(settings=settings, announce=False)
+    await service.start()
+    try:
+        await config_client.put(items(service))
+        async with toolset(connection, settings) as tools:
+            names = [f["function"]["name"] for f in tools.as_openai_tools()]
+            assert "acme_search_v2" in names and all(OPENAI_NAME.match(n) for n in names)
+            assert await tools.invoke("acme_search_v2", {"q": "cats"}) == "found cats"
+            assert await tools.invoke("acme.search.v2", {"q": "dogs"}) == "found dogs"
+            long_name = next(n for n in names if n != "acme_search_v2")
+            assert await tools.invoke(long_name) == "found all"
+            assert [d["name"] for d in tools.describe()] == sorted(["acme.search.v2", "acme." + "long" * 20])
+    finally:
+        await service.stop()
 
 
 async def test_the_per_call_user_overrides_the_toolset_user(
