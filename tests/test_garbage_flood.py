@@ -19,6 +19,7 @@ from garbage_support import corpus, figures, mutated, random_bytes, random_json
 from registry_support import announcement
 from support import eventually, toolreg_background, toolreg_env
 from toolservice_base import ConfigClient, Connection, EmbeddedBroker, topics
+from toolservice_base.messaging import LARGE_MESSAGE
 
 FLOOD = 10_000
 PER_SERVICE_CAP = 256  # RegistryOptions.max_instances_per_service's default
@@ -56,18 +57,32 @@ async def send_paced(publisher: Any, messages: list[bytes], metrics: str, *, alr
     """Send in batches and wait for the registry to count each batch before the next.
 
     The topic is non-persistent: the broker drops what a consumer has no
-    permits for, so an unpaced flood would lose messages before they reach
-    the registry and prove nothing about it.
+    permits for, and what comes next to a message over 64 KiB on the same
+    connection (see `toolservice_base.messaging`), so an unpaced flood would
+    lose messages before they reach the registry and prove nothing about it.
+    A large message therefore goes in a batch of its own.
     """
-    batch = 250
-    for start in range(0, len(messages), batch):
-        chunk = messages[start : start + batch]
+    sent = 0
+    for chunk in _batches(messages, 250):
         await asyncio.gather(*(publisher.send(data) for data in chunk))
+        sent += len(chunk)
         if refused is None:
-            expected = already + start + len(chunk)
+            expected = already + sent
             await eventually(lambda: rejections_total(metrics) >= expected, timeout=20.0, interval=0.05)
         else:
             await asyncio.sleep(0.2)
+
+
+def _batches(messages: list[bytes], size: int) -> list[list[bytes]]:
+    batches: list[list[bytes]] = [[]]
+    for data in messages:
+        if len(data) > LARGE_MESSAGE:
+            batches += [[data], []]
+        else:
+            if len(batches[-1]) == size:
+                batches.append([])
+            batches[-1].append(data)
+    return [batch for batch in batches if batch]
 
 
 def log_events(path: Path, event: str) -> list[dict[str, Any]]:
