@@ -7,7 +7,8 @@ there must be none (an unchanged digest means no write).
 
 Reference, same window: a bare pulsar-client consumer on its own
 subscription to the same topic, so it receives exactly the same 400
-messages/s: the CPU any consumer of this stream must spend.
+messages/s: the CPU any consumer of this stream must spend; and the same
+consumer on pulsar.asyncio, what any event-loop process must spend.
 """
 
 from __future__ import annotations
@@ -69,12 +70,14 @@ async def _stable_version(config: ConfigClient, quiet: float = 1.5, timeout: flo
 async def _window(stack: Stack, sim: SimProcess, config: ConfigClient, window: float, version: int, populated_s: float,
                   tools_listed: int, progress: Progress) -> dict[str, Any]:
     assert stack.metrics_port is not None
-    log = stack.workdir / "raw-consumer.log"
+    log, async_log = stack.workdir / "raw-consumer.log", stack.workdir / "raw-async-consumer.log"
     raw = spawn(["-m", "bench.raw", "consumer", stack.url, topics.TOOL_DESCRIPTORS, str(window)], stack.env(), log)
+    raw_async = spawn(["-m", "bench.raw", "async-consumer", stack.url, topics.TOOL_DESCRIPTORS, str(window)], stack.env(), async_log)
     try:
         wait_for_line(log, "raw consumer ready", raw)
+        wait_for_line(async_log, "raw consumer ready", raw_async)
         before = await read_counters(stack.metrics_port)
-        registry, reference = CpuMeter(stack.registry_pid), CpuMeter(raw.pid)
+        registry, reference, async_reference = CpuMeter(stack.registry_pid), CpuMeter(raw.pid), CpuMeter(raw_async.pid)
         rate = SERVICES * INSTANCES / (TTL / 3)
         step = asyncio.create_task(sim.step(rate, window))
         peak_rss, samples = 0.0, []
@@ -84,12 +87,13 @@ async def _window(stack: Stack, sim: SimProcess, config: ConfigClient, window: f
             peak_rss = max(peak_rss, registry.process.memory_info().rss / 2**20)
             progress.update(f"{time.monotonic() - started:4.0f}/{window:g} s at {rate:g} hb/s")
         sent = await step
-        ours, ref = registry.read(), reference.read()
+        ours, ref, async_ref = registry.read(), reference.read(), async_reference.read()
         samples.append(ours)
         after = await settle(stack.metrics_port, quiet=0.3)
         bumps = await config.version() - version
     finally:
         stop_process(raw)
+        stop_process(raw_async)
     per_minute = bumps * 60 / window
     dropped = int(sent["sent"] - (after.heartbeats - before.heartbeats) - (after.rejections - before.rejections))
     progress.done(f"registry CPU {ours['cpu_share']:.1%}, RSS {max(peak_rss, ours['rss_mb']):.0f} MB, {bumps} version bumps")
@@ -99,6 +103,8 @@ async def _window(stack: Stack, sim: SimProcess, config: ConfigClient, window: f
         "rows": [
             {"figure": f"registry CPU share, {SERVICES * INSTANCES:,} instances, {rate:g} hb/s", "ours": round(ours["cpu_share"] * 100, 2),
              "reference": round(ref["cpu_share"] * 100, 2), "unit": "% of a core"},
+            {"figure": "registry CPU share vs a bare pulsar.asyncio consumer", "ours": round(ours["cpu_share"] * 100, 2),
+             "reference": round(async_ref["cpu_share"] * 100, 2), "unit": "% of a core"},
             {"figure": "registry RSS, peak", "ours": round(max(peak_rss, ours["rss_mb"]), 1), "reference": ref["rss_mb"], "unit": "MB"},
             {"figure": "store version bumps per minute, nothing changing", "ours": round(per_minute, 2), "reference": 0,
              "target": "0", "met": bumps == 0},
@@ -106,9 +112,10 @@ async def _window(stack: Stack, sim: SimProcess, config: ConfigClient, window: f
              "reference": "0 / 0", "target": "0 / 0", "met": dropped <= 0 and after.expiries == before.expiries},
         ],
         "reference_is": "a bare pulsar-client consumer (sync API) on its own subscription to the same topic in the same window: "
-                        "the CPU and memory any process must spend just receiving this stream",
+                        "the CPU and memory any process must spend just receiving this stream; also the same consumer on "
+                        "pulsar.asyncio, the floor for a process on an event loop",
         "data": {"window_s": window, "services": SERVICES, "instances": SERVICES * INSTANCES, "tools": SERVICES * TOOLS,
                  "tools_in_store": tools_listed, "heartbeat_rate": rate, "populate_and_merge_s": round(populated_s, 2),
-                 "registry": {**ours, "peak_rss_mb": round(peak_rss, 1)}, "raw_consumer": ref, "sent": sent,
+                 "registry": {**ours, "peak_rss_mb": round(peak_rss, 1)}, "raw_consumer": ref, "raw_asyncio_consumer": async_ref, "sent": sent,
                  "version_bumps": bumps, "dropped": dropped, "expiries": int(after.expiries - before.expiries)},
     }

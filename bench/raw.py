@@ -8,10 +8,10 @@ messages on the same broker in the same run:
   `async-responder`, the same on pulsar.asyncio;
 - `sequential_rtt` / `concurrent_rtt`: the matching client side;
 - `consumer`: a process that only receives and counts, the broker's raw consume
-  rate (and CPU floor) for a topic.
+  rate (and CPU floor) for a topic; `async-consumer`, the same on pulsar.asyncio.
 
 Run as `python -m bench.raw responder|async-responder URL REQ RESP` or
-`python -m bench.raw consumer URL TOPIC SECONDS`.
+`python -m bench.raw consumer|async-consumer URL TOPIC SECONDS`.
 """
 
 from __future__ import annotations
@@ -169,6 +169,27 @@ def consumer(url: str, topic: str, seconds: float) -> None:
     client.close()
 
 
+async def async_consumer(url: str, topic: str, seconds: float) -> None:
+    """`consumer` on pulsar.asyncio: the floor for a process that, like the registry, runs on an event loop."""
+    client = pulsar_asyncio.Client(url, logger=QUIET)
+    sub = await client.subscribe(topic, f"raw-count-{uuid.uuid4().hex[:8]}", receiver_queue_size=1000)
+    print("raw consumer ready", flush=True)
+    received, first, last = 0, None, None
+    while True:
+        message = await sub.receive()
+        # Acknowledged without awaiting the receipt, as the product's consumers do,
+        # so both sides pay for the same crossings.
+        sub._consumer.acknowledge_async(message._message, lambda result: None)
+        last = time.perf_counter()
+        if first is None:
+            first = last
+        received += 1
+        if last - first > seconds:
+            break
+    print(json.dumps({"received": received, "seconds": last - first}), flush=True)
+    await client.close()
+
+
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
     if command == "responder":
@@ -177,5 +198,7 @@ if __name__ == "__main__":
         asyncio.run(async_responder(*rest))
     elif command == "consumer":
         consumer(rest[0], rest[1], float(rest[2]))
+    elif command == "async-consumer":
+        asyncio.run(async_consumer(rest[0], rest[1], float(rest[2])))
     else:
         raise SystemExit(f"unknown command {command!r}")
