@@ -2,8 +2,16 @@
 
 The client side (`RequestClient`) subscribes to the response queue *before*
 it sends anything: on a non-persistent topic a response published before the
-subscription exists is gone. Every client has its own exclusive subscription,
-so it sees every response on the queue and keeps those whose `id` it issued.
+subscription exists is gone. Every client has its own exclusive subscription
+and keeps the responses whose `id` it issued.
+
+Each client also has a private reply queue, `<response-queue>.<client id>`,
+named in every request's `reply-to` property, and our servers answer there.
+On the shared queue every client receives every client's answers: N agents
+calling one service each received N times the traffic, and another agent's
+answer over 64 KiB could cost a call its own answer (see `messaging`). A
+server that does not know `reply-to` answers on the shared queue, which the
+client still reads, so either side may be older than the other.
 
 The server side (`serve_requests`) is a Shared subscription on the request
 queue, so instances of one service split the load.
@@ -13,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
@@ -25,6 +35,9 @@ from .messaging import LARGE_MESSAGE, PULSAR_ERRORS, Connection, Message, Publis
 log = structlog.get_logger("toolservice_base.rpc")
 
 DEFAULT_TIMEOUT = 30.0
+REPLY_TO = "reply-to"
+MAX_REPLY_QUEUES = 1024
+_REPLY_SUFFIX = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 READY_INTERVAL = 0.05
 READY_ATTEMPTS = 40
 _POWERS_OF_TEN = frozenset(10**k for k in range(10))
@@ -49,6 +62,8 @@ class RequestClient:
         self._pending: dict[str, asyncio.Queue[dict[str, Any]]] = {}
         self._publisher: Publisher | None = None
         self._subscription: Subscription | None = None
+        self._private: Subscription | None = None
+        self.reply_queue = private_queue(response_queue, uuid.uuid4().hex[:16])
         self._start_lock = asyncio.Lock()
 
     @property
@@ -61,12 +76,18 @@ class RequestClient:
                 self._subscription = await self._connection.subscribe(
                     self.response_queue, self._on_response, subscription=unique_name(self._name), bulk=self._bulk
                 )
-                await self._until_receiving()
+                ready = [self._until_receiving(self.response_queue)]
+                if self.reply_queue is not None:
+                    self._private = await self._connection.subscribe(
+                        self.reply_queue, self._on_response, subscription=unique_name(self._name), bulk=self._bulk
+                    )
+                    ready.append(self._until_receiving(self.reply_queue))
+                await asyncio.gather(*ready)
                 self._publisher = await self._connection.publisher(self.request_queue)
         return self
 
-    async def _until_receiving(self) -> None:
-        """Return once our subscription has been seen to receive a message.
+    async def _until_receiving(self, queue: str) -> None:
+        """Return once our subscription to `queue` has been seen to receive a message.
 
         `subscribe()` returns before the broker has the consumer's first
         permits, and a non-persistent topic drops what a consumer has no
@@ -78,7 +99,7 @@ class RequestClient:
         ping_id = f"ready-{uuid.uuid4().hex}"
         arrived: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._pending[ping_id] = arrived
-        publisher = await self._connection.publisher(self.response_queue)
+        publisher = await self._connection.publisher(queue)
         try:
             for _ in range(READY_ATTEMPTS):
                 await publisher.send(b"{}", properties={"id": ping_id})
@@ -87,7 +108,7 @@ class RequestClient:
                     return
                 except asyncio.TimeoutError:
                     continue
-            log.warning("client.not_confirmed", queue=self.response_queue, waited=READY_ATTEMPTS * READY_INTERVAL)
+            log.warning("client.not_confirmed", queue=queue, waited=READY_ATTEMPTS * READY_INTERVAL)
         finally:
             self._pending.pop(ping_id, None)
             await self._connection.close_publisher(publisher)
@@ -124,7 +145,8 @@ class RequestClient:
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._pending[request_id] = queue
         try:
-            await self._publisher.send(request, properties={"id": request_id})
+            properties = {"id": request_id} if self.reply_queue is None else {"id": request_id, REPLY_TO: self.reply_queue}
+            await self._publisher.send(request, properties=properties)
             while True:
                 try:
                     # asyncio.timeout, not wait_for: on Python 3.11 wait_for wraps the
@@ -148,12 +170,31 @@ class RequestClient:
         raise RequestTimeout("no response")  # pragma: no cover - stream always yields or raises
 
     async def close(self) -> None:
-        if self._subscription is not None:
-            await self._connection.unsubscribe(self._subscription)
-            self._subscription = None
+        for sub in (self._subscription, self._private):
+            if sub is not None:
+                await self._connection.unsubscribe(sub)
+        self._subscription = self._private = None
         if self._publisher is not None:
             await self._connection.close_publisher(self._publisher)
             self._publisher = None
+
+
+def private_queue(response_queue: str, client_id: str) -> str | None:
+    """A client's own reply queue next to `response_queue`, or None if the name would be too long for a topic."""
+    queue = f"{response_queue}.{client_id}"
+    return queue if len(queue.rpartition("/")[2]) <= 200 else None
+
+
+def reply_queue(response_queue: str, requested: str | None) -> str | None:
+    """The queue a request asked to be answered on, if it is a private queue of `response_queue`.
+
+    Anything else is ignored (the answer goes to the shared queue), so a request
+    cannot make a server publish on a topic of its choosing.
+    """
+    prefix = response_queue + "."
+    if requested and requested.startswith(prefix) and _REPLY_SUFFIX.match(requested[len(prefix) :]):
+        return requested
+    return None
 
 
 Responder = Callable[[Message, Callable[[BaseModel | dict[str, Any]], Awaitable[None]]], Awaitable[None]]
@@ -194,6 +235,7 @@ class RequestServer:
         self._busy = busy or (lambda message: {"error": {"type": "busy", "message": message}, "end_of_stream": True})
         self._tasks: set[asyncio.Task[None]] = set()
         self._publisher: Publisher | None = None
+        self._replies: OrderedDict[str, asyncio.Future[Publisher]] = OrderedDict()
         self._subscription: Subscription | None = None
         self.handled = 0
         self._large = 0
@@ -218,16 +260,18 @@ class RequestServer:
 
     async def _on_request(self, message: Message) -> None:
         if len(self._tasks) >= self._max_backlog:
-            request_id = (message.properties() or {}).get("id", "")
+            properties = message.properties() or {}
             log.warning("request.busy", queue=self.request_queue, backlog=len(self._tasks))
-            await self._send(self._busy(f"{self.request_queue} has {len(self._tasks)} requests waiting; retry later"), request_id)
+            busy = self._busy(f"{self.request_queue} has {len(self._tasks)} requests waiting; retry later")
+            await self._send(busy, properties.get("id", ""), reply_queue(self.response_queue, properties.get(REPLY_TO)))
             return
         task = asyncio.create_task(self._run(message))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, body: BaseModel | dict[str, Any], request_id: str) -> None:
-        assert self._publisher is not None
+    async def _send(self, body: BaseModel | dict[str, Any], request_id: str, reply_to: str | None) -> None:
+        publisher = await self._reply_publisher(reply_to) if reply_to is not None else self._publisher
+        assert publisher is not None
         data = encode(body)
         if len(data) > LARGE_MESSAGE:
             self._large += 1
@@ -240,15 +284,46 @@ class RequestServer:
                     hint="answers over 64 KiB can cost other calls on the caller's connection their answer; stream them in parts",
                 )
         try:
-            await self._publisher.send(data, properties={"id": request_id})
+            await publisher.send(data, properties={"id": request_id})
         except PULSAR_ERRORS as exc:
-            log.warning("response.send_failed", queue=self.response_queue, id=request_id, error=str(exc))
+            log.warning("response.send_failed", queue=publisher.topic, id=request_id, error=str(exc))
+
+    async def _reply_publisher(self, queue: str) -> Publisher | None:
+        """The producer for a client's private queue: opened on its first answer, the least recently used closed past 1,024.
+
+        If it cannot be opened (say the broker refuses to create topics), the
+        answer goes to the shared queue, which every client also reads.
+        """
+        opening = self._replies.get(queue)
+        if opening is None:
+            opening = self._replies[queue] = asyncio.ensure_future(self._connection.publisher(queue))
+            if len(self._replies) > MAX_REPLY_QUEUES:
+                _, oldest = self._replies.popitem(last=False)
+                asyncio.ensure_future(self._close_reply(oldest))
+        else:
+            self._replies.move_to_end(queue)
+        try:
+            return await asyncio.shield(opening)
+        except PULSAR_ERRORS as exc:
+            if self._replies.get(queue) is opening:
+                del self._replies[queue]
+            log.warning("response.reply_queue_failed", queue=queue, error=str(exc), fallback=self.response_queue)
+            return self._publisher
+
+    async def _close_reply(self, opening: asyncio.Future[Publisher]) -> None:
+        try:
+            publisher = await opening
+        except PULSAR_ERRORS:
+            return
+        await self._connection.close_publisher(publisher)
 
     async def _run(self, message: Message) -> None:
-        request_id = (message.properties() or {}).get("id", "")
+        properties = message.properties() or {}
+        request_id = properties.get("id", "")
+        reply_to = reply_queue(self.response_queue, properties.get(REPLY_TO))
 
         async def reply(body: BaseModel | dict[str, Any]) -> None:
-            await self._send(body, request_id)
+            await self._send(body, request_id, reply_to)
 
         # No per-request log line here: a structlog call costs more than the rest of
         # this method (py-spy: 5% of a service's main thread); latency is in the metrics.
@@ -267,11 +342,14 @@ class RequestServer:
             self._subscription = None
 
     async def drain(self, timeout: float = 30.0) -> None:
-        """Wait for in-flight handlers, then close the response producer."""
+        """Wait for in-flight handlers, then close the response producers."""
         if self._tasks:
             done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
             for task in pending:
                 task.cancel()
+        replies, self._replies = list(self._replies.values()), OrderedDict()
+        for opening in replies:
+            await self._close_reply(opening)
         if self._publisher is not None:
             await self._connection.close_publisher(self._publisher)
             self._publisher = None

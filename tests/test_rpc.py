@@ -1,0 +1,94 @@
+"""Request/response on a real broker: each caller gets its answers on a queue of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from toolservice_base import Connection, RequestClient
+from toolservice_base.messaging import Message
+from toolservice_base.rpc import REPLY_TO, RequestServer, reply_queue
+
+REQUESTS = "non-persistent://tg/request/rpc-echo"
+RESPONSES = "non-persistent://tg/response/rpc-echo"
+
+Reply = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+async def echo(message: Message, reply: Reply) -> None:
+    await reply({"echo": json.loads(message.data())["text"]})
+
+
+async def listen(connection: Connection, topic: str) -> list[Message]:
+    """Every message that arrives on `topic` from now on."""
+    seen: list[Message] = []
+
+    async def keep(message: Message) -> None:
+        seen.append(message)
+
+    await connection.subscribe(topic, keep)
+    return seen
+
+
+def test_only_a_private_queue_of_the_servers_own_response_queue_is_accepted() -> None:
+    assert reply_queue(RESPONSES, RESPONSES + ".a1b2") == RESPONSES + ".a1b2"
+    assert reply_queue(RESPONSES, None) is None
+    assert reply_queue(RESPONSES, "non-persistent://tg/response/other.a1b2") is None
+    assert reply_queue(RESPONSES, RESPONSES + ".a/b") is None
+    assert reply_queue(RESPONSES, RESPONSES + "." + "x" * 41) is None
+
+
+async def test_each_caller_gets_its_answers_on_its_own_queue_and_the_shared_queue_stays_quiet(connection: Connection) -> None:
+    server = RequestServer(connection, REQUESTS, RESPONSES, echo, subscription="rpc-echo")
+    await server.start()
+    first = await RequestClient(connection, REQUESTS, RESPONSES).start()
+    second = await RequestClient(connection, REQUESTS, RESPONSES).start()
+    shared = await listen(connection, RESPONSES)
+    try:
+        answers = await asyncio.gather(
+            *(client.request({"text": f"{n}-{i}"}, timeout=5) for n, client in enumerate((first, second)) for i in range(20))
+        )
+        assert [a["echo"] for a in answers] == [f"{n}-{i}" for n in range(2) for i in range(20)]
+        assert first.reply_queue != second.reply_queue
+        await asyncio.sleep(0.2)
+        assert shared == [], "answers were broadcast on the shared response queue"
+    finally:
+        await first.close()
+        await second.close()
+        await server.stop()
+
+
+async def test_a_server_that_answers_on_the_shared_queue_is_still_heard(connection: Connection) -> None:
+    """A server built without `reply-to` support (an older version, or another implementation)."""
+    answers = await connection.publisher(RESPONSES)
+
+    async def old_server(message: Message) -> None:
+        text = json.loads(message.data())["text"]
+        await answers.send({"echo": text}, properties={"id": message.properties()["id"]})
+
+    await connection.subscribe(REQUESTS, old_server)
+    client = await RequestClient(connection, REQUESTS, RESPONSES).start()
+    try:
+        assert (await client.request({"text": "hi"}, timeout=5))["echo"] == "hi"
+    finally:
+        await client.close()
+
+
+async def test_a_reply_to_elsewhere_is_answered_on_the_shared_queue(connection: Connection) -> None:
+    server = RequestServer(connection, REQUESTS, RESPONSES, echo, subscription="rpc-echo")
+    await server.start()
+    elsewhere = "non-persistent://tg/response/not-the-callers"
+    shared, other = await listen(connection, RESPONSES), await listen(connection, elsewhere)
+    requests = await connection.publisher(REQUESTS)
+    try:
+        await requests.send({"text": "x"}, properties={"id": "r-1", REPLY_TO: elsewhere})
+        for _ in range(100):
+            if shared:
+                break
+            await asyncio.sleep(0.05)
+        assert [m.properties()["id"] for m in shared] == ["r-1"]
+        assert other == []
+    finally:
+        await server.stop()
