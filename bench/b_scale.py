@@ -70,9 +70,10 @@ async def _stable_version(config: ConfigClient, quiet: float = 1.5, timeout: flo
 async def _window(stack: Stack, sim: SimProcess, config: ConfigClient, window: float, version: int, populated_s: float,
                   tools_listed: int, progress: Progress) -> dict[str, Any]:
     assert stack.metrics_port is not None
+    # The reference consumers outlive the window, so they are still there to be measured at its end.
     log, async_log = stack.workdir / "raw-consumer.log", stack.workdir / "raw-async-consumer.log"
-    raw = spawn(["-m", "bench.raw", "consumer", stack.url, topics.TOOL_DESCRIPTORS, str(window)], stack.env(), log)
-    raw_async = spawn(["-m", "bench.raw", "async-consumer", stack.url, topics.TOOL_DESCRIPTORS, str(window)], stack.env(), async_log)
+    raw = spawn(["-m", "bench.raw", "consumer", stack.url, topics.TOOL_DESCRIPTORS, str(window + 10)], stack.env(), log)
+    raw_async = spawn(["-m", "bench.raw", "async-consumer", stack.url, topics.TOOL_DESCRIPTORS, str(window + 10)], stack.env(), async_log)
     try:
         wait_for_line(log, "raw consumer ready", raw)
         wait_for_line(async_log, "raw consumer ready", raw_async)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import threading
 import time
 import uuid
 
@@ -148,24 +147,18 @@ def consumer(url: str, topic: str, seconds: float) -> None:
     client = pulsar.Client(url, logger=QUIET)
     sub = client.subscribe(topic, f"raw-count-{uuid.uuid4().hex[:8]}", receiver_queue_size=1000)
     print("raw consumer ready", flush=True)
-    received, first, last = 0, None, None
-    stop = threading.Event()
-    while not stop.is_set():
+    count = _Count(seconds)
+    while True:
         try:
             message = sub.receive(500)
         except pulsar.Timeout:
-            if first is not None and time.perf_counter() - first > seconds:
+            if count.first is not None and time.perf_counter() - count.first > seconds:
                 break
             continue
         sub.acknowledge(message)
-        last = time.perf_counter()
-        if first is None:
-            first = last
-        received += 1
-        if last - first > seconds:
+        if count.tick():
             break
-    span = (last - first) if first is not None and last is not None else 0.0
-    print(json.dumps({"received": received, "seconds": span}), flush=True)
+    count.report()
     client.close()
 
 
@@ -174,20 +167,37 @@ async def async_consumer(url: str, topic: str, seconds: float) -> None:
     client = pulsar_asyncio.Client(url, logger=QUIET)
     sub = await client.subscribe(topic, f"raw-count-{uuid.uuid4().hex[:8]}", receiver_queue_size=1000)
     print("raw consumer ready", flush=True)
-    received, first, last = 0, None, None
+    count = _Count(seconds)
     while True:
         message = await sub.receive()
         # Acknowledged without awaiting the receipt, as the product's consumers do,
         # so both sides pay for the same crossings.
         sub._consumer.acknowledge_async(message._message, lambda result: None)
-        last = time.perf_counter()
-        if first is None:
-            first = last
-        received += 1
-        if last - first > seconds:
+        if count.tick():
             break
-    print(json.dumps({"received": received, "seconds": last - first}), flush=True)
+    count.report()
     await client.close()
+
+
+class _Count:
+    """Messages received, and the span from the first to the last; done `seconds` after the first."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.received = 0
+        self.first: float | None = None
+        self.last: float | None = None
+
+    def tick(self) -> bool:
+        self.last = time.perf_counter()
+        if self.first is None:
+            self.first = self.last
+        self.received += 1
+        return self.last - self.first > self.seconds
+
+    def report(self) -> None:
+        span = (self.last - self.first) if self.first is not None and self.last is not None else 0.0
+        print(json.dumps({"received": self.received, "seconds": span}), flush=True)
 
 
 if __name__ == "__main__":
