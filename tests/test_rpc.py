@@ -7,6 +7,9 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import _pulsar
+import pulsar.asyncio as pulsar_asyncio
+
 from toolservice_base import Connection, RequestClient
 from toolservice_base.messaging import Message
 from toolservice_base.rpc import REPLY_TO, RequestServer, reply_queue
@@ -92,3 +95,34 @@ async def test_a_reply_to_elsewhere_is_answered_on_the_shared_queue(connection: 
         assert other == []
     finally:
         await server.stop()
+
+
+class _NoPrivateTopics:
+    """A connection whose broker refuses to create topics other than the shared response queue (no broker needed)."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.sent: list[tuple[str, dict[str, str]]] = []
+
+    async def publisher(self, topic: str) -> Any:
+        if topic != RESPONSES:
+            self.attempts += 1
+            raise pulsar_asyncio.PulsarException(_pulsar.Result.TopicNotFound)
+        connection = self
+
+        class Shared:
+            async def send(self, data: bytes, properties: dict[str, str]) -> None:
+                connection.sent.append((topic, properties))
+
+        return Shared()
+
+
+async def test_when_a_private_queue_cannot_be_opened_answers_go_to_the_shared_queue_without_retrying() -> None:
+    fake = _NoPrivateTopics()
+    server = RequestServer(fake, REQUESTS, RESPONSES, echo, subscription="rpc-echo")  # type: ignore[arg-type]
+    server._publisher = await fake.publisher(RESPONSES)
+    private = RESPONSES + ".c1"
+    await server._send({"echo": "a"}, "r-1", private)
+    await server._send({"echo": "b"}, "r-2", private)
+    assert fake.sent == [(RESPONSES, {"id": "r-1"}), (RESPONSES, {"id": "r-2"})]
+    assert fake.attempts == 1

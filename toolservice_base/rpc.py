@@ -235,7 +235,8 @@ class RequestServer:
         self._busy = busy or (lambda message: {"error": {"type": "busy", "message": message}, "end_of_stream": True})
         self._tasks: set[asyncio.Task[None]] = set()
         self._publisher: Publisher | None = None
-        self._replies: OrderedDict[str, asyncio.Future[Publisher]] = OrderedDict()
+        self._replies: OrderedDict[str, asyncio.Future[Publisher | None]] = OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
         self._subscription: Subscription | None = None
         self.handled = 0
         self._large = 0
@@ -299,23 +300,29 @@ class RequestServer:
             opening = self._replies[queue] = asyncio.ensure_future(self._connection.publisher(queue))
             if len(self._replies) > MAX_REPLY_QUEUES:
                 _, oldest = self._replies.popitem(last=False)
-                asyncio.ensure_future(self._close_reply(oldest))
+                closing = asyncio.create_task(self._close_reply(oldest))
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
         else:
             self._replies.move_to_end(queue)
         try:
             return await asyncio.shield(opening)
         except PULSAR_ERRORS as exc:
             if self._replies.get(queue) is opening:
-                del self._replies[queue]
-            log.warning("response.reply_queue_failed", queue=queue, error=str(exc), fallback=self.response_queue)
+                # Remembered: later answers to this caller go to the shared queue at once.
+                shared = asyncio.get_running_loop().create_future()
+                shared.set_result(self._publisher)
+                self._replies[queue] = shared
+                log.warning("response.reply_queue_failed", queue=queue, error=str(exc), fallback=self.response_queue)
             return self._publisher
 
-    async def _close_reply(self, opening: asyncio.Future[Publisher]) -> None:
+    async def _close_reply(self, opening: asyncio.Future[Publisher | None]) -> None:
         try:
             publisher = await opening
         except PULSAR_ERRORS:
             return
-        await self._connection.close_publisher(publisher)
+        if publisher is not None and publisher is not self._publisher:
+            await self._connection.close_publisher(publisher)
 
     async def _run(self, message: Message) -> None:
         properties = message.properties() or {}
@@ -350,6 +357,8 @@ class RequestServer:
         replies, self._replies = list(self._replies.values()), OrderedDict()
         for opening in replies:
             await self._close_reply(opening)
+        if self._closing:
+            await asyncio.wait(set(self._closing), timeout=timeout)
         if self._publisher is not None:
             await self._connection.close_publisher(self._publisher)
             self._publisher = None
