@@ -17,6 +17,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Self
 
@@ -58,6 +59,16 @@ class _State:
     problems: Mapping[str, str] = field(default_factory=dict)
     clients: Mapping[str, ToolServiceClient] = field(default_factory=dict)
     service_problems: Mapping[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def openai_names(self) -> dict[str, str]:
+        """Tool name -> the name OpenAI accepts (see `llm_names`), worked out once per set."""
+        return openai_names(self.entries)
+
+    @cached_property
+    def by_openai_name(self) -> dict[str, str]:
+        """The other way, for the names that differ."""
+        return {safe: name for name, safe in self.openai_names.items() if safe != name}
 
 
 @dataclass(frozen=True)
@@ -113,7 +124,6 @@ class ToolSet:
         self._callbacks: list[ChangeCallback] = []
         self._retiring: dict[asyncio.Task[None], ToolServiceClient] = {}
         self._closed = False
-        self._openai_cache: tuple[_State, dict[str, str], dict[str, str]] | None = None
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -243,7 +253,7 @@ class ToolSet:
         Names OpenAI would refuse (dots, over 64 characters) are given in a form
         it accepts (see `llm_names`); `invoke` takes either form.
         """
-        names = self._openai_names()[0]
+        names = self._state.openai_names
         return [{"type": "function", "function": {**spec, "name": names[spec["name"]]}} for spec in self.describe()]
 
     def as_mcp_tools(self) -> list[dict[str, Any]]:
@@ -252,21 +262,13 @@ class ToolSet:
 
     # --- calls ---------------------------------------------------------------
 
-    def _openai_names(self) -> tuple[dict[str, str], dict[str, str]]:
-        """(tool name -> OpenAI name, OpenAI name -> tool name) for the current set, worked out once per set."""
-        state = self._state
-        if self._openai_cache is None or self._openai_cache[0] is not state:
-            forward = openai_names(state.entries)
-            self._openai_cache = (state, forward, {safe: name for name, safe in forward.items() if safe != name})
-        return self._openai_cache[1], self._openai_cache[2]
-
     def _lookup(self, name: str) -> Tool:
         if self._closed:
             raise RuntimeError("this ToolSet is closed; open a new one")
         state = self._state
         entry = state.entries.get(name)
         if entry is None:
-            entry = state.entries.get(self._openai_names()[1].get(name, ""))
+            entry = state.entries.get(state.by_openai_name.get(name, ""))
         if entry is not None:
             return entry.impl
         if name in state.problems:

@@ -261,10 +261,9 @@ class RequestServer:
 
     async def _on_request(self, message: Message) -> None:
         if len(self._tasks) >= self._max_backlog:
-            properties = message.properties() or {}
             log.warning("request.busy", queue=self.request_queue, backlog=len(self._tasks))
             busy = self._busy(f"{self.request_queue} has {len(self._tasks)} requests waiting; retry later")
-            await self._send(busy, properties.get("id", ""), reply_queue(self.response_queue, properties.get(REPLY_TO)))
+            await self._send(busy, *self._return_address(message))
             return
         task = asyncio.create_task(self._run(message))
         self._tasks.add(task)
@@ -324,10 +323,13 @@ class RequestServer:
         if publisher is not None and publisher is not self._publisher:
             await self._connection.close_publisher(publisher)
 
-    async def _run(self, message: Message) -> None:
+    def _return_address(self, message: Message) -> tuple[str, str | None]:
+        """The request's `id`, and the private queue to answer on (None: the shared queue)."""
         properties = message.properties() or {}
-        request_id = properties.get("id", "")
-        reply_to = reply_queue(self.response_queue, properties.get(REPLY_TO))
+        return properties.get("id", ""), reply_queue(self.response_queue, properties.get(REPLY_TO))
+
+    async def _run(self, message: Message) -> None:
+        request_id, reply_to = self._return_address(message)
 
         async def reply(body: BaseModel | dict[str, Any]) -> None:
             await self._send(body, request_id, reply_to)
