@@ -131,19 +131,24 @@ def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[b
 PROFILE_ENV = "TOOLREG_BENCH_PROFILE_DIR"
 
 
-def _spawn_profiled(out: Path, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """The registry under `py-spy record` (raw collapsed stacks in `out`); py-spy sits next to the interpreter."""
-    py_spy = Path(sys.executable).parent / "py-spy"
-    with open(log, "ab") as handle:
-        return subprocess.Popen(
-            [str(py_spy), "record", "--format", "raw", "--rate", "250", "--output", str(out), "--", sys.executable, *args],
-            env=env, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-
-
 def profiling() -> bool:
     """Whether `python -m bench --profile DIR` asked for py-spy profiles."""
     return bool(os.environ.get(PROFILE_ENV))
+
+
+def _py_spy_record(name: str, *options: str) -> list[str]:
+    """A `py-spy record` command writing raw collapsed stacks to `<profile dir>/<name>.txt`; py-spy sits next to the interpreter."""
+    out = Path(os.environ[PROFILE_ENV]) / f"{name}.txt"
+    return [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw", "--rate", "250", "--output", str(out), *options]
+
+
+def _spawn_profiled(name: str, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A Python process run under py-spy from its start."""
+    with open(log, "ab") as handle:
+        return subprocess.Popen(
+            _py_spy_record(name, "--", sys.executable, *args),
+            env=env, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
 
 
 @contextlib.contextmanager
@@ -156,10 +161,8 @@ def sampled(pid: int, name: str) -> Iterator[None]:
     if not profiling():
         yield
         return
-    py_spy = Path(sys.executable).parent / "py-spy"
-    out = Path(os.environ[PROFILE_ENV]) / f"{name}.txt"
     spy = subprocess.Popen(
-        [str(py_spy), "record", "--native", "--threads", "--format", "raw", "--rate", "250", "--output", str(out), "--pid", str(pid)],
+        _py_spy_record(name, "--native", "--threads", "--pid", str(pid)),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
     )
     time.sleep(0.5)  # attaching takes a moment
@@ -263,10 +266,8 @@ class Stack:
             self.metrics_port = free_port()
             log = self.workdir / "registry.log"
             args = ["-m", "discovery.cli", "registry", "--metrics-port", str(self.metrics_port)]
-            profile_dir = os.environ.get(PROFILE_ENV)
-            if profile_dir:  # `--profile`: sample the registry with py-spy; its CPU figures then include py-spy's
-                out = Path(profile_dir) / f"registry-{self.workdir.name}.txt"
-                proc = self.processes["registry"] = _spawn_profiled(out, args, self.env(), log)
+            if profiling():  # `--profile`: sample the registry with py-spy; its CPU figures then include py-spy's
+                proc = self.processes["registry"] = _spawn_profiled(f"registry-{self.workdir.name}", args, self.env(), log)
             else:
                 proc = self.processes["registry"] = spawn(args, self.env(), log)
             wait_for_line(log, "registry listening", proc)
@@ -276,7 +277,7 @@ class Stack:
     def registry_pid(self) -> int:
         """The registry's own pid (under `--profile`, the child py-spy started, not py-spy)."""
         pid = self.processes["registry"].pid
-        if os.environ.get(PROFILE_ENV):
+        if profiling():
             import psutil
 
             children = psutil.Process(pid).children()
@@ -285,7 +286,7 @@ class Stack:
         return pid
 
     def stop(self) -> None:
-        if os.environ.get(PROFILE_ENV) and "registry" in self.processes:
+        if profiling() and "registry" in self.processes:
             # py-spy writes its profile when the program it runs exits: stop the registry, not py-spy.
             import psutil
 

@@ -29,11 +29,13 @@ def layer(frames: list[str]) -> str:
                          ("acknowledgeAsync", "pulsar-client C++: acknowledge"), ("gil_scoped_acquire", "pulsar-client callback taking the GIL")):
         if marker in stack:
             return name
+    if "pydantic" in stack:  # pydantic-core's native frames carry no Python file
+        return "pydantic"
     python = [f for f in frames if ".py:" in f]
     innermost = python[-1] if python else leaf
-    for marker, name in (("pydantic", "pydantic"), ("json/", "json"), ("structlog", "logging"), ("prometheus_client", "metrics"),
+    for marker, name in (("json/", "json"), ("structlog", "logging"), ("prometheus_client", "metrics"),
                          ("pulsar/", "pulsar-client Python wrapper"), ("asyncio/", "asyncio"), ("selectors.py", "asyncio")):
-        if marker in innermost or (marker == "pydantic" and "pydantic" in stack):
+        if marker in innermost:
             return name
     if any(part in innermost for part in OURS):
         return "our code (own frames)"
