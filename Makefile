@@ -18,6 +18,8 @@ demo: $(STAMP)
 	$(BIN)/toolreg demo
 
 test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy toolservice_base discovery agent_bridge
 	$(BIN)/python -m pytest
 
 # The benchmark suite (bench/): every figure beside its reference, ~6 minutes on 2 cores.

@@ -13,12 +13,25 @@ change without a restart, and falls back to its last snapshot or a directory
 of static JSON files when the store does not answer at start.
 """
 
-from toolservice_base.rpc import RequestTimeout
+from toolservice_base.errors import (
+    BridgeUnavailable,
+    RequestTimeout,
+    ToolDiscoveryError,
+    ToolError,
+    UnknownToolError,
+)
 
-from .client import ToolError, ToolServiceClient
-from .impls import Tool, ToolContext, ToolFactory, ToolServiceImpl, arguments_schema, register_tool_type
+from .client import ToolServiceClient
+from .impls import (
+    Tool,
+    ToolContext,
+    ToolFactory,
+    ToolServiceImpl,
+    arguments_schema,
+    register_tool_type,
+)
 from .static import StaticDirError, load_static_dir
-from .toolset import BridgeUnavailable, ToolSet, UnknownToolError
+from .toolset import ToolSet
 
 __all__ = [
     "BridgeUnavailable",
@@ -26,6 +39,7 @@ __all__ = [
     "StaticDirError",
     "Tool",
     "ToolContext",
+    "ToolDiscoveryError",
     "ToolError",
     "ToolFactory",
     "ToolServiceClient",

@@ -16,15 +16,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
-import structlog
-
-from toolservice_base.messaging import Connection
-from toolservice_base.schemas import ToolDescriptor, ToolServiceDescriptor, validate_config_item
+from toolservice_base.logs import get_logger
+from toolservice_base.schemas import (
+    ToolDescriptor,
+    ToolServiceDescriptor,
+    validate_config_item,
+)
+from toolservice_base.transport import Transport
 
 from .client import ToolServiceClient
 from .impls import Tool, ToolContext, ToolFactory
 
-log = structlog.get_logger("agent_bridge.build")
+log = get_logger("agent_bridge.build")
 
 Items = dict[str, dict[str, str]]
 """Raw config items by type, then key: exactly what the store's `config` returns."""
@@ -73,7 +76,7 @@ class _ClientPool:
     cycles, 0 without), which showed up as lost answers during reloads.
     """
 
-    def __init__(self, connection: Connection, previous: Mapping[str, ToolServiceClient]) -> None:
+    def __init__(self, connection: Transport, previous: Mapping[str, ToolServiceClient]) -> None:
         self._connection = connection
         self._previous = previous
         self.clients: dict[str, ToolServiceClient] = {}
@@ -147,7 +150,7 @@ async def build(
     previous_clients: Mapping[str, ToolServiceClient],
     factories: Mapping[str, ToolFactory],
     *,
-    connection: Connection,
+    connection: Transport,
     workspace: str,
     user: str,
     timeout: float,

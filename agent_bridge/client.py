@@ -14,48 +14,23 @@ import asyncio
 import json
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
-from typing import Any, cast
+from typing import Any
 
-import structlog
-from pydantic import ValidationError
-
-from toolservice_base.messaging import Connection
+from toolservice_base.errors import ToolError
+from toolservice_base.logs import get_logger
 from toolservice_base.rpc import RequestClient
-from toolservice_base.schemas import (
-    ToolServiceDescriptor,
-    ToolServiceRequest,
-    ToolServiceResponse,
-    describe_validation_error,
-)
+from toolservice_base.schemas import ToolServiceDescriptor, ToolServiceRequest, is_last_response, response_chunk
+from toolservice_base.transport import Transport
 
-log = structlog.get_logger("agent_bridge.client")
+log = get_logger("agent_bridge.client")
 
 DEFAULT_CALL_TIMEOUT = 30.0
-
-
-class ToolError(Exception):
-    """A tool call failed: the service answered with an error, or could not be asked.
-
-    `type` and `message` are the service's own (`ExpressionError`, `division by
-    zero`), so an agent can show the LLM exactly what went wrong.
-    """
-
-    def __init__(self, type: str, message: str, *, service: str = "") -> None:
-        where = f" (tool service {service!r})" if service else ""
-        super().__init__(f"{type}: {message}{where}")
-        self.type = type
-        self.message = message
-        self.service = service
-
-
-def _is_last(body: dict[str, Any]) -> bool:
-    return bool(body.get("end_of_stream", True)) or bool(body.get("error"))
 
 
 class ToolServiceClient:
     """Request/response with one tool service, shared by every tool it serves."""
 
-    def __init__(self, connection: Connection, service: ToolServiceDescriptor) -> None:
+    def __init__(self, connection: Transport, service: ToolServiceDescriptor) -> None:
         self.service = service
         self._rpc = RequestClient(connection, service.request_queue, service.response_queue, name=f"bridge-{service.id}")
         self._in_flight = 0
@@ -120,25 +95,16 @@ class ToolServiceClient:
         self._in_flight += 1
         self._idle.clear()
         try:
-            responses = self._rpc.stream(request, is_last=_is_last, timeout=timeout)
-            async with aclosing(cast(AsyncGenerator[dict[str, Any], None], responses)) as bodies:
+            responses = self._rpc.stream(request, is_last=is_last_response, timeout=timeout)
+            async with aclosing(responses) as bodies:
                 async for body in bodies:
-                    chunk = self._parse(body)
+                    chunk = response_chunk(body, self.service.id)
                     if chunk:
                         yield chunk
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
-
-    def _parse(self, body: dict[str, Any]) -> str:
-        try:
-            response = ToolServiceResponse.model_validate(body)
-        except ValidationError as exc:
-            raise ToolError("bad-response", describe_validation_error(exc), service=self.service.id) from None
-        if response.error is not None:
-            raise ToolError(response.error.type, response.error.message, service=self.service.id)
-        return response.response
 
     async def close_when_idle(self, timeout: float | None = None) -> None:
         """Close once no call is in flight; after `timeout` seconds, close anyway."""

@@ -17,13 +17,13 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from toolservice_base.messaging import Connection
 from toolservice_base.schemas import (
     ToolDescriptor,
     ToolServiceDescriptor,
     check_name,
     check_tool_against_service,
 )
+from toolservice_base.transport import Transport
 
 from .client import DEFAULT_CALL_TIMEOUT, ToolServiceClient
 
@@ -46,7 +46,7 @@ class ToolContext:
     workspace: str
     user: str
     timeout: float
-    connection: Connection
+    connection: Transport
     services: Mapping[str, ToolServiceDescriptor]
     service_problems: Mapping[str, str]
     get_client: Callable[[ToolServiceDescriptor], ToolServiceClient]

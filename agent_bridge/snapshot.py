@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
+from toolservice_base.logs import get_logger
 
 from .build import TYPES, Items
 
-log = structlog.get_logger("agent_bridge.snapshot")
+log = get_logger("agent_bridge.snapshot")
 
 FORMAT = 1
 

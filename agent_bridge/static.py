@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from toolservice_base.errors import ToolDiscoveryError
+
 from .build import TYPES, Items
 
 
-class StaticDirError(ValueError):
+class StaticDirError(ToolDiscoveryError, ValueError):
     """The static directory cannot be used; the message says what to fix."""
 
 

@@ -21,13 +21,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Self
 
-import structlog
-
-from toolservice_base.configclient import ConfigClient, ConfigError, watch_config
-from toolservice_base.messaging import PULSAR_ERRORS, Connection, Subscription
-from toolservice_base.rpc import RequestTimeout
+from toolservice_base.configclient import ConfigClient, watch_config
+from toolservice_base.errors import (
+    BridgeUnavailable,
+    ConfigError,
+    TransportError,
+    UnknownToolError,
+)
+from toolservice_base.logs import get_logger
 from toolservice_base.schemas import ConfigPush, check_name
 from toolservice_base.settings import Settings
+from toolservice_base.transport import Subscription, Transport, open_transport
 
 from .build import TYPES, Built, Entry, Items, build, one_line
 from .client import DEFAULT_CALL_TIMEOUT, ToolServiceClient
@@ -36,19 +40,11 @@ from .llm_names import openai_names
 from .snapshot import read_snapshot, snapshot_path, write_snapshot
 from .static import StaticDirError, load_static_dir
 
-log = structlog.get_logger("agent_bridge.toolset")
+log = get_logger("agent_bridge.toolset")
 
-STORE_ERRORS: tuple[type[BaseException], ...] = (RequestTimeout, ConfigError, *PULSAR_ERRORS)
+STORE_ERRORS: tuple[type[Exception], ...] = (TransportError, ConfigError)
 
 ChangeCallback = Callable[[list[str], list[str], list[str], int], Awaitable[None] | None]
-
-
-class UnknownToolError(LookupError):
-    """`invoke` named a tool the set does not hold."""
-
-
-class BridgeUnavailable(RuntimeError):
-    """Neither the config store nor a fallback could give the ToolSet its tools."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +84,7 @@ class ToolSet:
         workspace: str = "default",
         *,
         settings: Settings | None = None,
-        connection: Connection | None = None,
+        connection: Transport | None = None,
         static_dir: str | Path | None = None,
         data_dir: str | Path | None = None,
         factories: Mapping[str, ToolFactory] | None = None,
@@ -138,7 +134,7 @@ class ToolSet:
         first: asyncio.Task[tuple[int, Items]] | None = None
         try:
             if self._connection is None:
-                self._connection = await Connection.open(self._settings, url=self._pulsar_url)
+                self._connection = await open_transport(self._settings, url=self._pulsar_url)
             self._config = ConfigClient(self._connection, workspace=self.workspace, timeout=self.store_timeout)
             # Not cancelled at the deadline: with the broker down, the subscribes inside take the
             # client's operation timeout; a late answer is applied by the reloader instead.
@@ -188,8 +184,6 @@ class ToolSet:
                 await first
             except (asyncio.CancelledError, Exception):
                 pass  # its outcome no longer matters: we are closing
-            except PULSAR_ERRORS:
-                pass
         if self._watch is not None and self._connection is not None:
             await self._connection.unsubscribe(self._watch)
             self._watch = None
@@ -324,7 +318,7 @@ class ToolSet:
         if self._watch is None:
             try:
                 await self._ensure_watch()
-            except PULSAR_ERRORS as exc:
+            except TransportError as exc:
                 log.warning("toolset.watch_failed", error=one_line(exc))
         async with self._reload_lock:
             version, items = await self._fetch()

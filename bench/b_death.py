@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from agent_bridge import ToolSet
-from toolservice_base import Connection
+from toolservice_base import open_transport
 
 from .common import Progress, Stack, Workdirs, spawn, stop_process, summary_ms
 from .simproc import SimProcess
@@ -72,7 +72,7 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     procs: list[subprocess.Popen[bytes]] = []
     sim: SimProcess | None = None
     try:
-        connection = await Connection.open(stack.settings)
+        connection = await open_transport(stack.settings)
         try:
             sim = await SimProcess.start(stack.url, stack.data_dir, services=4, instances=5, tools=1, ttl=15, prefix="live")
             await sim.announce()

@@ -18,12 +18,21 @@ import time
 from typing import Any
 
 from agent_bridge import ToolSet
-from toolservice_base import Connection
+from toolservice_base import open_transport
 from toolservice_base.schemas import ToolServiceRequest
 
 from . import raw
-from .common import Progress, Stack, Workdirs, profiling, sampled, spawn, summary_ms, wait_for_line
 from .b_death import Watch
+from .common import (
+    Progress,
+    Stack,
+    Workdirs,
+    profiling,
+    sampled,
+    spawn,
+    summary_ms,
+    wait_for_line,
+)
 
 NAME = "invoke"
 TARGET_RATIO = 1.5
@@ -49,7 +58,7 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         stack.processes["raw-async"] = async_responder
         wait_for_line(stack.workdir / "raw.log", "raw responder ready", responder)
         wait_for_line(stack.workdir / "raw-async.log", "raw responder ready", async_responder)
-        connection = await Connection.open(stack.settings)
+        connection = await open_transport(stack.settings)
         try:
             async with ToolSet(settings=stack.settings, connection=connection) as tools:
                 await Watch(tools).listed(["bench-echo"])

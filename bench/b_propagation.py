@@ -18,7 +18,7 @@ from typing import Any
 
 from agent_bridge import ToolSet
 from agent_bridge.client import ToolServiceClient
-from toolservice_base import Connection
+from toolservice_base import Transport, open_transport
 
 from .common import Progress, Stack, Workdirs, summary_ms
 from .serve import echo_class
@@ -32,7 +32,7 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     progress = Progress(NAME)
     stack = Stack(work.make(NAME)).start()
     try:
-        connection = await Connection.open(stack.settings)
+        connection = await open_transport(stack.settings)
         try:
             return await _measure(stack, connection, starts, progress)
         finally:
@@ -41,7 +41,7 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         stack.stop()
 
 
-async def _measure(stack: Stack, connection: Connection, starts: int, progress: Progress) -> dict[str, Any]:
+async def _measure(stack: Stack, connection: Transport, starts: int, progress: Progress) -> dict[str, Any]:
     service_class = echo_class("bench-echo")
     invokable, started_s, listed, physical, gone = [], [], [], [], []
     attempts = 0

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from agent_bridge import ToolSet
-from toolservice_base import ConfigClient, Connection
+from toolservice_base import ConfigClient, open_transport
 
 from .common import Progress, Stack, Workdirs, spawn, summary_ms
 
@@ -48,7 +48,7 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     stack = Stack(work.make(NAME), registry=False).start()
     try:
         stack.processes["echo"] = spawn(["-m", "bench.serve", "--id", SERVICE, "--no-announce"], stack.env(), stack.workdir / "echo.log")
-        connection = await Connection.open(stack.settings)
+        connection = await open_transport(stack.settings)
         config = await ConfigClient(connection, timeout=10).start()
         try:
             await config.put([("tool-service", SERVICE, service_item())])
@@ -77,7 +77,7 @@ async def _measure(config: ConfigClient, tools: ToolSet, quick: bool, progress: 
         for start in range(0, len(new), 200):
             await config.put(new[start:start + 200])
         present = size
-        await tools.wait_for(lambda ts: len(ts) >= size, timeout=60)
+        await tools.wait_for(lambda ts, size=size: len(ts) >= size, timeout=60)
         reloads, fetches = [], []
         for revision in range(1, per_size + 1):
             t0 = time.perf_counter()

@@ -17,7 +17,7 @@ import asyncio
 import time
 from typing import Any
 
-from toolservice_base import ConfigClient, Connection, topics
+from toolservice_base import ConfigClient, open_transport, topics
 
 from .common import Progress, Stack, Workdirs, spawn, stop_process, wait_for_line
 from .regload import CpuMeter, populate, read_counters, settle
@@ -33,7 +33,7 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     stack = Stack(work.make(NAME), split_registry=True).start()
     sim: SimProcess | None = None
     try:
-        connection = await Connection.open(stack.settings)
+        connection = await open_transport(stack.settings)
         config = await ConfigClient(connection, timeout=10).start()
         try:
             sim = await SimProcess.start(stack.url, stack.data_dir, services=SERVICES, instances=INSTANCES, tools=TOOLS, ttl=TTL)
@@ -72,8 +72,8 @@ async def _window(stack: Stack, sim: SimProcess, config: ConfigClient, window: f
     assert stack.metrics_port is not None
     # The reference consumers outlive the window, so they are still there to be measured at its end.
     log, async_log = stack.workdir / "raw-consumer.log", stack.workdir / "raw-async-consumer.log"
-    raw = spawn(["-m", "bench.raw", "consumer", stack.url, topics.TOOL_DESCRIPTORS, str(window + 10)], stack.env(), log)
-    raw_async = spawn(["-m", "bench.raw", "async-consumer", stack.url, topics.TOOL_DESCRIPTORS, str(window + 10)], stack.env(), async_log)
+    raw = spawn(["-m", "bench.raw", "consumer", stack.url, topics.DEFAULT.tool_descriptors, str(window + 10)], stack.env(), log)
+    raw_async = spawn(["-m", "bench.raw", "async-consumer", stack.url, topics.DEFAULT.tool_descriptors, str(window + 10)], stack.env(), async_log)
     try:
         wait_for_line(log, "raw consumer ready", raw)
         wait_for_line(async_log, "raw consumer ready", raw_async)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -110,10 +110,10 @@ async def until(check: Callable[[], Any], what: str, timeout: float = 30.0, inte
 # --- processes -------------------------------------------------------------
 
 
-def product_env(url: str, data_dir: Path, **extra: str) -> dict[str, str]:
-    """The environment a product process gets: our broker and data dir, quiet JSON logs."""
+def product_env(url: str, data_dir: Path, broker: str = "pulsar-lite", **extra: str) -> dict[str, str]:
+    """The environment a product process gets: our broker (and its kind) and data dir, quiet JSON logs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_URL", "TOOLREG_"))}
-    env.update(PULSAR_URL=url, TOOLREG_DATA_DIR=str(data_dir), TOOLREG_LOG_FORMAT="json", TOOLREG_LOG_LEVEL="warning",
+    env.update(PULSAR_URL=url, TOOLREG_BROKER=broker, TOOLREG_DATA_DIR=str(data_dir), TOOLREG_LOG_FORMAT="json", TOOLREG_LOG_LEVEL="warning",
                PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.update(extra)
     return env
@@ -242,11 +242,16 @@ class Stack:
         self.data_dir = self.workdir / "data"
 
     @property
+    def broker_kind(self) -> str:
+        """The embedded broker is pulsar-lite; a `PULSAR_URL` broker is what `TOOLREG_BROKER` says, Apache Pulsar by default."""
+        return "pulsar-lite" if self.broker is not None else os.environ.get("TOOLREG_BROKER") or "apache-pulsar"
+
+    @property
     def settings(self) -> Settings:
-        return Settings(data_dir=self.data_dir, pulsar_url=self.url)
+        return Settings(data_dir=self.data_dir, pulsar_url=self.url, broker=self.broker_kind)
 
     def env(self, **extra: str) -> dict[str, str]:
-        return product_env(self.url, self.data_dir, **extra)
+        return product_env(self.url, self.data_dir, self.broker_kind, **extra)
 
     def start(self) -> "Stack":
         self.workdir.mkdir(parents=True, exist_ok=True)

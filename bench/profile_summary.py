@@ -15,7 +15,6 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-
 OURS = ("toolservice_base/", "agent_bridge/", "discovery/")
 
 

@@ -29,7 +29,13 @@ from pathlib import Path
 
 from discovery.configsvc import ConfigStoreService
 from discovery.registry import Registry
-from toolservice_base import ConfigClient, Connection, EmbeddedBroker, Settings, configure_logging
+from toolservice_base import (
+    ConfigClient,
+    EmbeddedBroker,
+    Settings,
+    configure_logging,
+    open_transport,
+)
 from toolservice_base.examples.echo import EchoService
 
 POLL = 0.002
@@ -75,15 +81,15 @@ async def main(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="toolreg-bench-"))
     broker = EmbeddedBroker(work / "broker")
     url = broker.start()
-    settings = Settings(data_dir=work / "data", pulsar_url=url)
-    connection = await Connection.open(settings)
+    settings = Settings(data_dir=work / "data", pulsar_url=url, broker="pulsar-lite")
+    connection = await open_transport(settings)
     store = ConfigStoreService.in_data_dir(connection, settings.data_dir)
     await store.start()
     registry = Registry(connection)
     await registry.start()
     client = await ConfigClient(connection, timeout=5).start()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
-    env.update(PULSAR_URL=url, TOOLREG_DATA_DIR=str(settings.data_dir), TOOLREG_LOG_FORMAT="json", TOOLREG_LOG_LEVEL="info")
+    env.update(PULSAR_URL=url, TOOLREG_BROKER="pulsar-lite", TOOLREG_DATA_DIR=str(settings.data_dir), TOOLREG_LOG_FORMAT="json", TOOLREG_LOG_LEVEL="info")
     print(f"broker {url}; registry defaults (sweep 0.25 s, coalescing 50 ms); ttl {args.ttl:g} s; {os.cpu_count()} CPUs")
     try:
         started, stopped = [], []

@@ -12,7 +12,7 @@ import os
 import platform
 import shlex
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -109,7 +109,7 @@ def command_line(argv: list[str]) -> str:
 
 def write(results: list[dict[str, Any]], out_dir: Path, argv: list[str], wall_s: float, broker: str) -> tuple[Path, Path]:
     meta = {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": command_line(argv),
         "wall_seconds": round(wall_s, 1),
         "broker": broker,

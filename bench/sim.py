@@ -27,7 +27,13 @@ import time
 import pulsar
 
 from toolservice_base import topics
-from toolservice_base.schemas import Announcement, Probe, ToolDescriptor, ToolServiceDescriptor, descriptor_digest
+from toolservice_base.schemas import (
+    Announcement,
+    Probe,
+    ToolDescriptor,
+    ToolServiceDescriptor,
+    descriptor_digest,
+)
 
 TICK = 0.005
 
@@ -60,8 +66,8 @@ def population(services: int, instances: int, tools: int, ttl: float, prefix: st
         service_id = f"{prefix}-svc-{s}"
         service = ToolServiceDescriptor.model_validate({
             "id": service_id,
-            "request-queue": topics.default_request_queue(service_id),
-            "response-queue": topics.default_response_queue(service_id),
+            "request-queue": topics.DEFAULT.request_queue(service_id),
+            "response-queue": topics.DEFAULT.response_queue(service_id),
         })
         tool_list = [
             ToolDescriptor.model_validate({
@@ -77,7 +83,7 @@ def population(services: int, instances: int, tools: int, ttl: float, prefix: st
 
 
 class Simulator:
-    def __init__(self, url: str, instances: list[Instance], topic: str = topics.TOOL_DESCRIPTORS) -> None:
+    def __init__(self, url: str, instances: list[Instance], topic: str = topics.DEFAULT.tool_descriptors) -> None:
         self.instances = instances
         self.by_id = {inst.id: inst for inst in instances}
         self.client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
@@ -87,7 +93,7 @@ class Simulator:
         self.lock = threading.Lock()  # the probe listener thread sends too: keep each instance's sequence in wire order
         self.failed = 0
         self.probes_answered = 0
-        self.client.subscribe(topics.TOOL_PROBE, f"sim-probe-{time.time_ns()}", message_listener=self._on_probe)
+        self.client.subscribe(topics.DEFAULT.tool_probe, f"sim-probe-{time.time_ns()}", message_listener=self._on_probe)
 
     def _sent(self, result: pulsar.Result, _msg_id: object) -> None:
         if result != pulsar.Result.Ok:
@@ -96,7 +102,7 @@ class Simulator:
     def _on_probe(self, consumer: pulsar.Consumer, message: pulsar.Message) -> None:
         consumer.acknowledge(message)
         try:
-            probe = Probe.model_validate_json(message.data())
+            probe = Probe.model_validate_json(message.data)
         except ValueError:
             return
         targets = [self.by_id[probe.instance]] if probe.instance in self.by_id else []
@@ -152,7 +158,7 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=5, help="tools per service")
     parser.add_argument("--ttl", type=float, default=15.0)
     parser.add_argument("--prefix", default="sim")
-    parser.add_argument("--topic", default=topics.TOOL_DESCRIPTORS, help="where to publish (a scratch topic measures the broker alone)")
+    parser.add_argument("--topic", default=topics.DEFAULT.tool_descriptors, help="where to publish (a scratch topic measures the broker alone)")
     args = parser.parse_args()
     sim = Simulator(args.url, population(args.services, args.instances, args.tools, args.ttl, args.prefix), args.topic)
     print(json.dumps({"ready": len(sim.instances)}), flush=True)

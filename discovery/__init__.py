@@ -1,8 +1,10 @@
 """Operator side of tool discovery: the config store service, the registry and the `toolreg` CLI."""
 
+from toolservice_base.errors import RegistryError, RegistryQueryError, RegistryUnavailable
+
 from .configsvc import ConfigStoreService
-from .registry import Registry, RegistryError, RegistryOptions
-from .registry_client import RegistryClient, RegistryUnavailable
+from .registry import Registry, RegistryOptions
+from .registry_client import RegistryClient
 from .store import ConfigStore, Conflict, StoreError
 from .trust import PolicyError, TrustPolicy
 
@@ -15,6 +17,7 @@ __all__ = [
     "RegistryClient",
     "RegistryError",
     "RegistryOptions",
+    "RegistryQueryError",
     "RegistryUnavailable",
     "StoreError",
     "TrustPolicy",

@@ -21,31 +21,27 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 from toolservice_base import (
-    PULSAR_ERRORS,
-    BrokerError,
     ConfigClient,
-    ConfigError,
-    Connection,
     DynamicToolService,
     EmbeddedBroker,
-    NoBrokerError,
     RequestTimeout,
     ServiceDefinitionError,
+    ToolDiscoveryError,
     configure_logging,
+    open_transport,
 )
 from toolservice_base.signing import SigningError
 
 from . import cli_registry, cli_trust
-from .cli_common import CommandError, broker_error, fail, settings_of, start_health, wait_for_signal
-from .registry import Registry, RegistryError
-from .registry_client import RegistryQueryError, RegistryUnavailable
-from .trust import PolicyError
+from .cli_common import CommandError, fail, settings_of, start_health, wait_for_signal
 from .configsvc import ConfigStoreService
-from .health import DEFAULT_METRICS_PORT, HealthServer
+from .health import DEFAULT_METRICS_PORT
+from .registry import Registry
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -78,17 +74,23 @@ class UpLock:
 
 
 async def cmd_up(args: argparse.Namespace) -> int:
+    """Broker, store, registry: each step's undo goes on the exit stack as it succeeds.
+
+    A failure at any step (or Ctrl-C) unwinds exactly the steps before it, in
+    reverse: no broker, connection or task is left behind, and the error
+    reaches `run` as one line.
+    """
     settings = settings_of(args)
     options = cli_registry.registry_options(args)
-    lock = UpLock(settings.data_dir)
-    lock.acquire()
-    broker: EmbeddedBroker | None = None
-    health: HealthServer | None = None
     started = time.perf_counter()
-    try:
-        up = False
+    up = False
+    async with AsyncExitStack() as stack:
+        lock = UpLock(settings.data_dir)
+        stack.callback(lock.release)
+        lock.acquire()
         health = start_health(args.metrics_port)
         if health is not None:
+            stack.callback(health.stop)
             health.add_check("startup", lambda: None if up else "starting")
             print(f"metrics       {health.url}/metrics (and /healthz, /readyz)")
         if settings.pulsar_url:
@@ -97,39 +99,31 @@ async def cmd_up(args: argparse.Namespace) -> int:
         else:
             broker = EmbeddedBroker(settings.data_dir)
             url = broker.start(port=args.port)
+            stack.callback(broker.stop)
             how = "reused" if broker.reused else "embedded pulsar-lite, loopback only"
             print(f"broker        {url} ({how}; URL in {broker.url_file})")
-        connection = await Connection.open(settings, url=url)
+        connection = await open_transport(settings, url=url)
+        stack.push_async_callback(connection.close)
+        print(f"workarounds   {', '.join(connection.capabilities.enabled()) or 'none'} (for {settings.broker_kind(url)})")
         store = ConfigStoreService.in_data_dir(connection, settings.data_dir)
+        stack.push_async_callback(store.stop)
         await store.start()
         if health is not None:
             health.add_check("config-store", store.readiness)
         print(f"config store  {store.store.path} (version {store.store.version})")
-        registry = None
         if not args.no_registry:
             registry = Registry(connection, options=options)
+            stack.push_async_callback(registry.stop)
             await registry.start()
             if health is not None:
                 health.add_check("registry", registry.readiness)
-            print("registry      listening on non-persistent://tg/discovery/tool-descriptors")
+            print(f"registry      listening on {connection.topics.tool_descriptors}")
             print(f"trust         {cli_registry.trust_line(options)}")
         up = True
         print(f"ready in {(time.perf_counter() - started) * 1000:.0f} ms; Ctrl-C to stop", flush=True)
-        try:
-            await wait_for_signal()
-        finally:
-            up = False
-            print("stopping", flush=True)
-            if registry is not None:
-                await registry.stop()
-            await store.stop()
-            await connection.close()
-    finally:
-        if health is not None:
-            health.stop()
-        if broker is not None:
-            broker.stop()
-        lock.release()
+        await wait_for_signal()
+        up = False
+        print("stopping", flush=True)
     return 0
 
 
@@ -186,15 +180,15 @@ def split_item(ref: str) -> tuple[str, str]:
 
 
 async def with_config(args: argparse.Namespace, action: Callable[[ConfigClient], Awaitable[int]]) -> int:
-    connection = await Connection.open(settings_of(args))
-    client = ConfigClient(connection, workspace=args.workspace, timeout=args.timeout)
-    try:
-        return await action(client)
-    except RequestTimeout:
-        raise CommandError(f"the config store did not answer within {args.timeout:g}s; is `toolreg up` running?") from None
-    finally:
-        await client.close()
-        await connection.close()
+    async with AsyncExitStack() as stack:
+        connection = await open_transport(settings_of(args))
+        stack.push_async_callback(connection.close)
+        client = ConfigClient(connection, workspace=args.workspace, timeout=args.timeout)
+        stack.push_async_callback(client.close)
+        try:
+            return await action(client)
+        except RequestTimeout:
+            raise CommandError(f"the config store did not answer within {args.timeout:g}s; is `toolreg up` running?") from None
 
 
 async def cmd_config_put(args: argparse.Namespace) -> int:
@@ -318,6 +312,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the broker URL, store and snapshots live (env TOOLREG_DATA_DIR, default ./.toolreg)",
     )
     common.add_argument("--log-level", default=argparse.SUPPRESS, help="debug, info, warning or error (env TOOLREG_LOG_LEVEL)")
+    common.add_argument(
+        "--topicspace",
+        default=argparse.SUPPRESS,
+        help="the Pulsar tenant every topic lives in (env TOOLREG_TOPICSPACE, default tg)",
+    )
 
     parser = argparse.ArgumentParser(
         prog="toolreg",
@@ -390,26 +389,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-USER_ERRORS: tuple[type[Exception], ...] = (
-    CommandError, NoBrokerError, BrokerError, ConfigError,
-    RegistryError, RegistryUnavailable, RegistryQueryError, PolicyError, SigningError,
-)
-"""Errors whose message already says what went wrong and what to do: printed as is."""
-
-
 def run(handler: Handler, args: argparse.Namespace) -> int:
-    """Run one command; the one place an error becomes a line on stderr and exit code 1."""
+    """Run one command; the one place an error becomes a line on stderr and exit code 1.
+
+    Every error of the product (`ToolDiscoveryError`) already says what went
+    wrong and what to do, so it is printed as is, without a traceback.
+    """
     configure_logging(getattr(args, "log_level", None))
     try:
         return asyncio.run(handler(args))
-    except USER_ERRORS as exc:
+    except ToolDiscoveryError as exc:
         return fail(str(exc))
-    except PULSAR_ERRORS as exc:
-        try:
-            url: str | None = settings_of(args).resolve_pulsar_url()
-        except NoBrokerError:
-            url = None
-        return fail(broker_error(url, exc))
     except KeyboardInterrupt:
         return 130
 

@@ -7,12 +7,12 @@ import asyncio
 import signal
 import sys
 
-from toolservice_base import Settings
+from toolservice_base import Settings, ToolDiscoveryError
 
 from .health import HealthError, HealthServer, metrics_address
 
 
-class CommandError(RuntimeError):
+class CommandError(ToolDiscoveryError):
     """A failure the user can fix; printed as one line, exit code 1."""
 
 
@@ -22,12 +22,7 @@ def fail(message: str) -> int:
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
-    return Settings.from_env(data_dir=getattr(args, "data_dir", None))
-
-
-def broker_error(url: str | None, exc: BaseException) -> str:
-    where = f" at {url}" if url else ""
-    return f"cannot reach the broker{where} ({exc}); run `toolreg up`, or set PULSAR_URL"
+    return Settings.from_env(data_dir=getattr(args, "data_dir", None), topicspace=getattr(args, "topicspace", None))
 
 
 async def wait_for_signal() -> None:

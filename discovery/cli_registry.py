@@ -13,16 +13,16 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
 from typing import Any
 
-from toolservice_base import topics
-from toolservice_base.messaging import Connection
+from toolservice_base import open_transport
 
+from .cli_common import CommandError, settings_of, start_health, wait_for_signal
 from .registry import Registry, RegistryOptions
 from .registry_client import DEFAULT_TIMEOUT, RegistryClient
-from .cli_common import CommandError, settings_of, start_health, wait_for_signal
 from .trust import TRUST_POLICY_ENV, PolicyError, policy_from
-from .validation import DEFAULT_MAX_SKEW, DEFAULT_NAMESPACES
+from .validation import DEFAULT_MAX_SKEW
 
 ALLOWED_NAMESPACES_ENV = "TOOLREG_ALLOWED_NAMESPACES"
 MAX_CLOCK_SKEW_ENV = "TOOLREG_MAX_CLOCK_SKEW"
@@ -37,7 +37,7 @@ def add_registry_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-namespace", action="append", default=None, metavar="TENANT/NAMESPACE", dest="allow_namespace",
         help=f"a namespace announced queues may live in; repeat for more (env {ALLOWED_NAMESPACES_ENV}, comma-separated; "
-        f"default {' '.join(DEFAULT_NAMESPACES)})",
+        "default: the topicspace's request and response, e.g. tg/request tg/response)",
     )
     parser.add_argument(
         "--max-clock-skew", type=float, default=None, metavar="SECONDS",
@@ -55,7 +55,9 @@ def registry_options(args: argparse.Namespace) -> RegistryOptions:
     namespaces = getattr(args, "allow_namespace", None)
     if not namespaces:
         from_env = os.environ.get(ALLOWED_NAMESPACES_ENV, "")
-        namespaces = [item.strip() for item in from_env.split(",") if item.strip()] or list(DEFAULT_NAMESPACES)
+        namespaces = [item.strip() for item in from_env.split(",") if item.strip()] or list(
+            settings_of(args).topics.queue_namespaces
+        )
     skew = getattr(args, "max_clock_skew", None)
     if skew is None:
         text = os.environ.get(MAX_CLOCK_SKEW_ENV)
@@ -71,7 +73,7 @@ def registry_options(args: argparse.Namespace) -> RegistryOptions:
 
 def trust_line(options: RegistryOptions) -> str:
     """What `toolreg up` and `toolreg registry` print about trust at start: never silent about accepting everyone."""
-    namespaces = ", ".join(options.allowed_namespaces)
+    namespaces = ", ".join(options.allowed_namespaces or ())
     trust = options.trust
     if trust is None:
         return f"no trust policy: every valid announcement is accepted, signed or not (--trust-policy PATH to require signatures); queues in {namespaces}"
@@ -83,38 +85,32 @@ def trust_line(options: RegistryOptions) -> str:
 async def cmd_registry(args: argparse.Namespace) -> int:
     """Run the registry until SIGTERM/SIGINT."""
     options = registry_options(args)
-    connection = await Connection.open(settings_of(args))
-    try:
+    async with AsyncExitStack() as stack:
+        connection = await open_transport(settings_of(args))
+        stack.push_async_callback(connection.close)
         registry = Registry(connection, options=options)
+        stack.push_async_callback(registry.stop)
         await registry.start()
         health = start_health(args.metrics_port)
         if health is not None:
+            stack.callback(health.stop)
             health.add_check("registry", registry.readiness)
             print(f"metrics on {health.url}/metrics (and /healthz, /readyz)", flush=True)
-        print(f"registry listening on {topics.TOOL_DESCRIPTORS}; queries on {topics.REGISTRY_REQUEST}", flush=True)
+        topics = connection.topics
+        print(f"registry listening on {topics.tool_descriptors}; queries on {topics.registry_request}", flush=True)
         print(f"trust: {trust_line(options)}", flush=True)
-        try:
-            await wait_for_signal()
-        finally:
-            if health is not None:
-                health.stop()
-            await registry.stop()
-        return 0
-    finally:
-        await connection.close()
+        await wait_for_signal()
+    return 0
 
 
 async def _query(args: argparse.Namespace, action: Callable[[RegistryClient], Awaitable[int]]) -> int:
-    connection = await Connection.open(settings_of(args))
-    try:
+    async with AsyncExitStack() as stack:
+        connection = await open_transport(settings_of(args))
+        stack.push_async_callback(connection.close)
         client = RegistryClient(connection, timeout=args.timeout)
-        try:
-            await client.start()
-            return await action(client)
-        finally:
-            await client.close()
-    finally:
-        await connection.close()
+        stack.push_async_callback(client.close)
+        await client.start()
+        return await action(client)
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

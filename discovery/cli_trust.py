@@ -6,10 +6,15 @@ import argparse
 import os
 from pathlib import Path
 
-from toolservice_base.signing import generate_key_pair, load_private_key, public_key_text
+from toolservice_base.signing import (
+    generate_key_pair,
+    load_private_key,
+    public_key_text,
+)
 
 from .cli_common import fail
 from .trust import TRUST_POLICY_ENV, TrustPolicy, trusted_key
+
 
 def policy_path(args: argparse.Namespace) -> Path:
     return Path(args.policy or os.environ.get(TRUST_POLICY_ENV) or "trust.json")

@@ -13,11 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import structlog
 from pydantic import ValidationError
 
-from toolservice_base import topics
-from toolservice_base.messaging import PULSAR_ERRORS, Connection, Message, Publisher
+from toolservice_base.errors import TransportError
+from toolservice_base.logs import get_logger
 from toolservice_base.rpc import RequestServer
 from toolservice_base.schemas import (
     MAX_CONFIG_REQUEST_BYTES,
@@ -28,11 +27,12 @@ from toolservice_base.schemas import (
     Error,
     describe_validation_error,
 )
+from toolservice_base.transport import Envelope, Publisher, Transport
 
 from .health import ConfigStoreMetrics
 from .store import Changes, ConfigStore, Conflict, StoreError
 
-log = structlog.get_logger("discovery.config")
+log = get_logger("discovery.config")
 
 STORE_FILE = "config.sqlite"
 
@@ -40,23 +40,32 @@ STORE_FILE = "config.sqlite"
 class ConfigStoreService:
     """Serve a `ConfigStore` over Pulsar."""
 
-    def __init__(self, connection: Connection, store: ConfigStore, *, metrics: ConfigStoreMetrics | None = None) -> None:
+    def __init__(self, connection: Transport, store: ConfigStore, *, metrics: ConfigStoreMetrics | None = None) -> None:
         self._connection = connection
         self.store = store
         self.metrics = metrics or ConfigStoreMetrics.default()
         self._server = RequestServer(
-            connection, topics.CONFIG_REQUEST, topics.CONFIG_RESPONSE, self._handle, subscription="config-store"
+            connection,
+            connection.topics.config_request,
+            connection.topics.config_response,
+            self._handle,
+            subscription="config-store",
         )
         self._notify: Publisher | None = None
         self._stopped = False
 
     @classmethod
-    def in_data_dir(cls, connection: Connection, data_dir: str | Path) -> "ConfigStoreService":
+    def in_data_dir(cls, connection: Transport, data_dir: str | Path) -> "ConfigStoreService":
         return cls(connection, ConfigStore(Path(data_dir) / STORE_FILE))
 
     async def start(self) -> None:
-        self._notify = await self._connection.publisher(topics.CONFIG_NOTIFY)
-        await self._server.start()
+        notify = await self._connection.publisher(self._connection.topics.config_notify)
+        try:
+            await self._server.start()
+        except BaseException:
+            await self._connection.close_publisher(notify)
+            raise
+        self._notify = notify
         self.metrics.set_version(self.store.version)
         log.info("config.store_started", path=str(self.store.path), version=self.store.version)
 
@@ -85,8 +94,8 @@ class ConfigStoreService:
         self.store.close()
         log.info("config.store_stopped")
 
-    async def _handle(self, message: Message, reply: Any) -> None:
-        data = message.data()
+    async def _handle(self, message: Envelope, reply: Any) -> None:
+        data = message.data
         try:
             if len(data) > MAX_CONFIG_REQUEST_BYTES:
                 raise ValueError(f"request is {len(data)} bytes; the limit is {MAX_CONFIG_REQUEST_BYTES}")
@@ -154,5 +163,5 @@ class ConfigStoreService:
             return
         try:
             await self._notify.send(push)
-        except PULSAR_ERRORS as exc:
+        except TransportError as exc:
             log.warning("config.push_failed", version=push.version, error=str(exc))

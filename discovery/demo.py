@@ -17,17 +17,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import shutil
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from toolservice_base import ConfigClient, Connection, EmbeddedBroker, Settings
+from toolservice_base import ConfigClient, EmbeddedBroker, Settings, open_transport
 from toolservice_base.broker import terminate
 
 from .configsvc import ConfigStoreService
@@ -56,7 +56,7 @@ def step(number: int, title: str) -> None:
 def start_service(target: str, settings: Settings, log_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
     """A tool service in its own process, as `toolreg serve` runs it."""
     env = {**os.environ, "PULSAR_URL": settings.resolve_pulsar_url(), "TOOLREG_DATA_DIR": str(settings.data_dir),
-           "TOOLREG_LOG_FORMAT": "json"}
+           "TOOLREG_BROKER": settings.broker or "", "TOOLREG_LOG_FORMAT": "json"}
     name = target.rsplit(":", 1)[-1]
     log = open(log_dir / f"{name}.log", "ab")
     try:
@@ -85,8 +85,8 @@ async def run_demo(data_dir: Path) -> None:
         t = time.perf_counter()
         url = broker.start()
         stack.callback(broker.stop)
-        settings = Settings(data_dir=data_dir, pulsar_url=url)
-        connection = await Connection.open(settings)
+        settings = Settings(data_dir=data_dir, pulsar_url=url, broker="pulsar-lite")
+        connection = await open_transport(settings)
         stack.push_async_callback(connection.close)
         store = ConfigStoreService.in_data_dir(connection, data_dir)
         await store.start()
@@ -184,11 +184,16 @@ async def run_demo(data_dir: Path) -> None:
 DEFAULT_DIR = ".toolreg-demo"
 
 
-async def demo(data_dir: str | None = None) -> int:
-    """Run the story in a fresh directory (wiped first: the demo owns it)."""
+def fresh_dir(data_dir: str | None = None) -> Path:
+    """The demo's directory, wiped first: the demo owns it."""
     path = Path(data_dir or DEFAULT_DIR)
     if path.exists():
         shutil.rmtree(path)
     path.mkdir(parents=True)
-    await run_demo(path.absolute())
+    return path.absolute()
+
+
+async def demo(data_dir: str | None = None) -> int:
+    """Run the story in a fresh directory."""
+    await run_demo(await asyncio.to_thread(fresh_dir, data_dir))
     return 0

@@ -27,11 +27,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-import structlog
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
-log = structlog.get_logger("discovery.health")
+from toolservice_base.errors import ToolDiscoveryError
+from toolservice_base.logs import get_logger
+
+log = get_logger("discovery.health")
 
 DEFAULT_METRICS_PORT = 9464
 """The conventional port: what deploy/ sets and the help suggests. Nothing listens unless asked."""
@@ -43,7 +45,7 @@ Check = Callable[[], "str | None"]
 """Runs on the event loop; returns None when fine, else a one-line reason."""
 
 
-class HealthError(RuntimeError):
+class HealthError(ToolDiscoveryError):
     """The health server cannot be configured or bound; the message says what to fix."""
 
 

@@ -31,7 +31,11 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toolservice_base.schemas import ToolDescriptor, ToolServiceDescriptor, canonical_json
+from toolservice_base.schemas import (
+    ToolDescriptor,
+    ToolServiceDescriptor,
+    canonical_json,
+)
 
 Key = tuple[str, str]
 """(type, key) of a config item inside one workspace."""

@@ -23,22 +23,27 @@ import itertools
 import json
 import time
 from collections import defaultdict
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from pydantic import ValidationError
 
-from toolservice_base import topics
-from toolservice_base.configclient import ConfigClient, ConfigError, watch_config
-from toolservice_base.messaging import PULSAR_ERRORS, Connection, Message, Publisher, Subscription, unique_name
-from toolservice_base.rpc import RequestServer, RequestTimeout
+from toolservice_base.configclient import ConfigClient, watch_config
+from toolservice_base.errors import (
+    ConfigError,
+    RegistryError,
+    RequestTimeout,
+    TransportError,
+)
+from toolservice_base.logs import get_logger
+from toolservice_base.rpc import RequestServer
 from toolservice_base.schemas import (
     MAX_QUERY_BYTES,
     Announcement,
-    Conflict,
     ConfigPush,
+    Conflict,
     Error,
     Probe,
     RegistryRequest,
@@ -48,6 +53,13 @@ from toolservice_base.schemas import (
     check_namespace,
     describe_validation_error,
 )
+from toolservice_base.transport import (
+    Envelope,
+    Publisher,
+    Subscription,
+    Transport,
+    unique_name,
+)
 
 from .health import RegistryMetrics
 from .leases import Lease, LeaseTable, ServiceKey
@@ -55,7 +67,6 @@ from .merge import RECORD_TYPE, Offer, OwnershipRecord
 from .state import ServiceState
 from .validation import (
     DEFAULT_MAX_SKEW,
-    DEFAULT_NAMESPACES,
     SEQUENCE_MEMORY,
     AnnouncementValidator,
     Rejected,
@@ -65,7 +76,7 @@ from .validation import (
 )
 from .writer import StoreWriter
 
-log = structlog.get_logger("discovery.registry")
+log = get_logger("discovery.registry")
 
 DESCRIPTOR_PERMITS = 10_000
 """Receiver queue on `tool-descriptors`. The topic is non-persistent: the broker drops what a consumer has
@@ -86,8 +97,8 @@ class RegistryOptions:
     self_preservation_min: int = 3
     """...and at least this many: so one service with one or two instances dying goes normally."""
     max_rejections: int = 200
-    allowed_namespaces: tuple[str, ...] = DEFAULT_NAMESPACES
-    """`tenant/namespace` a service's queues may live in."""
+    allowed_namespaces: tuple[str, ...] | None = None
+    """`tenant/namespace` a service's queues may live in; None: the topicspace's `request` and `response`."""
     max_clock_skew: float = DEFAULT_MAX_SKEW
     """Seconds `sent-at` may be ahead of the registry's clock; also the longest a message may be in flight."""
     max_instances: int = 10_000
@@ -117,13 +128,11 @@ class RegistryOptions:
             raise ValueError("max_clock_skew must be positive")
         if self.max_instances < 1 or not 1 <= self.max_instances_per_service <= self.max_instances:
             raise ValueError("max_instances_per_service must be at least 1 and at most max_instances")
+        if self.allowed_namespaces is None:
+            return
         self.allowed_namespaces = tuple(check_namespace(namespace) for namespace in self.allowed_namespaces)
         if not self.allowed_namespaces:
             raise ValueError("allowed_namespaces must name at least one tenant/namespace")
-
-
-class RegistryError(RuntimeError):
-    """The registry could not start; the message says what to do."""
 
 
 class ProbeLimiter:
@@ -170,7 +179,7 @@ class Registry:
 
     def __init__(
         self,
-        connection: Connection,
+        connection: Transport,
         *,
         workspace_default: str = "default",
         options: RegistryOptions | None = None,
@@ -183,7 +192,7 @@ class Registry:
         opts = self.options
         self.leases = LeaseTable(threshold=opts.self_preservation_share, minimum=opts.self_preservation_min)
         self.validator = AnnouncementValidator(
-            opts.allowed_namespaces, max_skew=opts.max_clock_skew, memory=max(SEQUENCE_MEMORY, 2 * opts.max_instances)
+            opts.allowed_namespaces or connection.topics.queue_namespaces, max_skew=opts.max_clock_skew, memory=max(SEQUENCE_MEMORY, 2 * opts.max_instances)
         )
         self.rejection_log = RejectionLog(opts.max_rejections)
         self._services: dict[ServiceKey, ServiceState] = {}
@@ -206,35 +215,51 @@ class Registry:
         self._descriptors: Subscription | None = None
         self._watch: Subscription | None = None
         self._server = RequestServer(
-            connection, topics.REGISTRY_REQUEST, topics.REGISTRY_RESPONSE, self._handle, subscription="tool-registry"
+            connection,
+            connection.topics.registry_request,
+            connection.topics.registry_response,
+            self._handle,
+            subscription="tool-registry",
         )
         self._scheduler: AsyncIOScheduler | None = None
         self._running = False
+        self._resources = AsyncExitStack()
 
     # --- life cycle ----------------------------------------------------------
 
     async def start(self) -> None:
-        await self._config.start()
-        try:
-            await self._restore()
-        except (RequestTimeout, ConfigError) as exc:
-            await self._config.close()
-            raise RegistryError(f"the config store did not answer ({exc}); start it first (`toolreg up`)") from None
-        self._probe_publisher = await self._connection.publisher(topics.TOOL_PROBE)
-        self._descriptors = await self._connection.subscribe(
-            topics.TOOL_DESCRIPTORS, self._on_message, subscription=unique_name("tool-registry"),
-            receiver_queue=DESCRIPTOR_PERMITS,
-        )
-        self._watch = await watch_config(self._connection, self._on_push)
-        await self._server.start()
-        self._running = True
-        self.writer.start()
-        self._scheduler = AsyncIOScheduler()
-        self._scheduler.add_job(
-            self._sweep, "interval", seconds=self.options.sweep_interval, max_instances=1, coalesce=True, misfire_grace_time=None
-        )
-        self._scheduler.start()
-        await self._probe(None, "registry started")
+        """Each step registers its undo as it succeeds: a failure half-way leaves nothing open."""
+        connection, topics = self._connection, self._connection.topics
+        async with AsyncExitStack() as stack:
+            await self._config.start()
+            stack.push_async_callback(self._config.close)
+            try:
+                await self._restore()
+            except (RequestTimeout, ConfigError) as exc:
+                raise RegistryError(f"the config store did not answer ({exc}); start it first (`toolreg up`)") from None
+            self._probe_publisher = await connection.publisher(topics.tool_probe)
+            stack.push_async_callback(connection.close_publisher, self._probe_publisher)
+            self._descriptors = await connection.subscribe(
+                topics.tool_descriptors, self._on_message, subscription=unique_name("tool-registry"),
+                receiver_queue=DESCRIPTOR_PERMITS,
+            )
+            stack.push_async_callback(self._stop_intake)
+            self._watch = await watch_config(connection, self._on_push)
+            stack.push_async_callback(connection.unsubscribe, self._watch)
+            await self._server.start()
+            stack.push_async_callback(self._server.stop, 2.0)
+            self.writer.start()
+            stack.push_async_callback(self._finish_writes)
+            scheduler = AsyncIOScheduler()
+            scheduler.add_job(
+                self._sweep, "interval", seconds=self.options.sweep_interval, max_instances=1, coalesce=True, misfire_grace_time=None
+            )
+            scheduler.start()
+            self._scheduler = scheduler
+            stack.callback(self._stop_sweeps)
+            self._running = True
+            await self._probe(None, "registry started")
+            self._resources = stack.pop_all()
         log.info("registry.started", services=len(self._services), leases=len(self.leases), workspaces=sorted(self.writer.indexed))
         if self.options.trust is None:
             log.warning("registry.untrusted", note="no trust policy: every valid announcement is accepted, signed or not")
@@ -242,28 +267,33 @@ class Registry:
             log.info("registry.trusted", keys=len(getattr(self.options.trust, "keys", ())), path=str(getattr(self.options.trust, "path", "")))
 
     async def stop(self) -> None:
-        """Stop taking messages, finish pending writes (briefly), close. The store keeps what was merged."""
-        if not self._running:
-            return
-        self._running = False
+        """Stop taking messages, finish pending writes (briefly), close. The store keeps what was merged.
+
+        Safe at any point: before `start()`, after a failed one, twice.
+        """
+        was_running, self._running = self._running, False
+        self._stop_sweeps()
+        await self._stop_intake()
+        await self._resources.aclose()
+        if was_running:
+            log.info("registry.stopped")
+
+    def _stop_sweeps(self) -> None:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+
+    async def _stop_intake(self) -> None:
         if self._descriptors is not None:
-            await self._connection.unsubscribe(self._descriptors)
-            self._descriptors = None
+            descriptors, self._descriptors = self._descriptors, None
+            await self._connection.unsubscribe(descriptors)
+
+    async def _finish_writes(self) -> None:
         try:
             await self.writer.settle(timeout=2.0)
         except TimeoutError:
             log.warning("registry.stop_unflushed", services=self.writer.pending)
         await self.writer.stop()
-        await self._server.stop(timeout=2.0)
-        if self._watch is not None:
-            await self._connection.unsubscribe(self._watch)
-        if self._probe_publisher is not None:
-            await self._connection.close_publisher(self._probe_publisher)
-        await self._config.close()
-        log.info("registry.stopped")
 
     async def settle(self, timeout: float = 5.0) -> None:
         """Wait until every pending change has been written (for tests and shutdown)."""
@@ -298,8 +328,8 @@ class Registry:
 
     # --- intake --------------------------------------------------------------
 
-    async def _on_message(self, message: Message) -> None:
-        data = message.data()
+    async def _on_message(self, message: Envelope) -> None:
+        data = message.data
         wall, now = time.time(), time.monotonic()
         try:
             announcement = self.validator.check(data, wall, self._authorize if self.options.trust is not None else None)
@@ -437,7 +467,7 @@ class Registry:
             return
         try:
             await self._probe_publisher.send(Probe(instance=instance, reason=reason).to_json())
-        except PULSAR_ERRORS as exc:
+        except TransportError as exc:
             log.warning("probe.send_failed", instance=instance, error=str(exc))
             return
         log.debug("probe.sent", instance=instance, reason=reason)
@@ -533,8 +563,8 @@ class Registry:
             log.warning("registry.released", services=[key[1] for key in services], leases=len(released), by="operator")
         return [key[1] for key in services]
 
-    async def _handle(self, message: Message, reply: Any) -> None:
-        data = message.data()
+    async def _handle(self, message: Envelope, reply: Any) -> None:
+        data = message.data
         if len(data) > MAX_QUERY_BYTES:
             log.warning("registry.query_rejected", reason="too large", bytes=len(data))
             await reply(RegistryResponse(error=Error(type="bad-request", message=f"bad registry request: {len(data)} bytes; the limit is {MAX_QUERY_BYTES}")))

@@ -12,24 +12,23 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from toolservice_base import topics
-from toolservice_base.messaging import Connection
-from toolservice_base.rpc import RequestClient, RequestTimeout
-from toolservice_base.schemas import Conflict, RegistryOperation, RegistryRequest, RegistryResponse, Rejection, ToolStatus
+from toolservice_base.errors import (
+    RegistryQueryError,
+    RegistryUnavailable,
+    RequestTimeout,
+)
+from toolservice_base.rpc import RequestClient
+from toolservice_base.schemas import (
+    Conflict,
+    RegistryOperation,
+    RegistryRequest,
+    RegistryResponse,
+    Rejection,
+    ToolStatus,
+)
+from toolservice_base.transport import Transport
 
 DEFAULT_TIMEOUT = 5.0
-
-
-class RegistryUnavailable(RuntimeError):
-    """No registry answered in time."""
-
-
-class RegistryQueryError(RuntimeError):
-    """The registry answered with an error; `kind` is its type (`bad-request`, `not-found`, ...)."""
-
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -47,9 +46,15 @@ Names = list[str]
 class RegistryClient:
     """Query a running registry over Pulsar."""
 
-    def __init__(self, connection: Connection, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, connection: Transport, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.timeout = timeout
-        self._rpc = RequestClient(connection, topics.REGISTRY_REQUEST, topics.REGISTRY_RESPONSE, name="registry-client", bulk=True)
+        self._rpc = RequestClient(
+            connection,
+            connection.topics.registry_request,
+            connection.topics.registry_response,
+            name="registry-client",
+            bulk=True,
+        )
 
     async def start(self) -> "RegistryClient":
         await self._rpc.start()
@@ -80,7 +85,7 @@ class RegistryClient:
         try:
             response = await self._call("get", name=name, workspace=workspace)
         except RegistryQueryError as exc:
-            if exc.kind == "not-found":
+            if exc.code == "not-found":
                 return None
             raise
         return response.tool

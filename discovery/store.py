@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
+from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.schemas import (
     ToolDescriptor,
     ToolServiceDescriptor,
@@ -39,7 +40,7 @@ INSERT OR IGNORE INTO meta (name, value) VALUES ('version', 0);
 """
 
 
-class StoreError(ValueError):
+class StoreError(ToolDiscoveryError, ValueError):
     """A write was refused; nothing was stored."""
 
 

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.schemas import NAME_PATTERN, Announcement
 from toolservice_base.signing import (
-    Ed25519PublicKey,
     SigningError,
     key_id,
     parse_public_key,
@@ -39,7 +41,7 @@ PATTERN = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]{1,128}$")
 TRUST_POLICY_ENV = "TOOLREG_TRUST_POLICY"
 
 
-class PolicyError(ValueError):
+class PolicyError(ToolDiscoveryError, ValueError):
     """The policy file is unreadable or malformed; the message names the entry."""
 
 

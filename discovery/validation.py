@@ -24,9 +24,17 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
-from toolservice_base.schemas import MAX_MESSAGE_BYTES, Announcement, Rejection, describe_validation_error, printable, queue_namespace
+from toolservice_base.schemas import (
+    MAX_MESSAGE_BYTES,
+    Announcement,
+    Rejection,
+    describe_validation_error,
+    printable,
+    queue_namespace,
+)
+from toolservice_base.topics import DEFAULT as DEFAULT_TOPICS
 
-DEFAULT_NAMESPACES = ("tg/request", "tg/response")
+DEFAULT_NAMESPACES = DEFAULT_TOPICS.queue_namespaces
 SEQUENCE_MEMORY = 10_000
 DEFAULT_MAX_SKEW = 30.0
 """Seconds a sender's clock may differ from the registry's (NTP-synced hosts differ by milliseconds)."""

@@ -21,19 +21,32 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
-from toolservice_base.configclient import ConfigClient, ConfigConflict, ConfigError
-from toolservice_base.messaging import PULSAR_ERRORS
-from toolservice_base.rpc import RequestTimeout
+from toolservice_base.configclient import ConfigClient
+from toolservice_base.errors import (
+    ConfigConflict,
+    ConfigError,
+    ConfigRefused,
+    TransportError,
+)
+from toolservice_base.logs import get_logger
 from toolservice_base.schemas import Conflict, canonical_json
 
 from .health import RegistryMetrics
 from .leases import LeaseTable, ServiceKey
-from .merge import Finding, Key, Offer, OwnershipRecord, Plan, apply_plan, combine, plan_service, record_key
+from .merge import (
+    Finding,
+    Key,
+    Offer,
+    OwnershipRecord,
+    Plan,
+    apply_plan,
+    combine,
+    plan_service,
+    record_key,
+)
 from .state import ServiceState
 
-log = structlog.get_logger("discovery.registry")
+log = get_logger("discovery.registry")
 
 INDEX_KEY: Key = ("discovery-index", "workspaces")
 """In the default workspace: every workspace holding ownership records, read at start."""
@@ -134,10 +147,8 @@ class StoreWriter:
                 delay = 0.1
             except asyncio.CancelledError:
                 raise
-            except BaseException as exc:  # PulsarException is not always an Exception; nothing may end this loop
-                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                    raise
-                if isinstance(exc, (RequestTimeout, ConfigError, *PULSAR_ERRORS)):
+            except Exception as exc:  # nothing may end this loop
+                if isinstance(exc, (TransportError, ConfigError)) and not isinstance(exc, ConfigRefused):
                     log.warning("registry.store_unavailable", error=str(exc), retry_in=delay, services=len(batch))
                 else:
                     log.exception("registry.merge_failed", retry_in=delay)
@@ -162,9 +173,7 @@ class StoreWriter:
                     break
                 except ConfigConflict as exc:
                     log.info("registry.write_conflict", workspace=workspace, attempt=attempt + 1, reason=str(exc))
-                except ConfigError as exc:
-                    if exc.kind != "invalid":
-                        raise
+                except ConfigRefused:
                     await self._merge_one_by_one(workspace, keys, forced)
                     break
             else:
@@ -177,9 +186,7 @@ class StoreWriter:
                 await self._merge_workspace(workspace, [key], forced)
             except ConfigConflict:
                 self.mark(key)  # contended: next round
-            except ConfigError as exc:
-                if exc.kind != "invalid":
-                    raise
+            except ConfigRefused as exc:
                 self._on_refused(key[1], f"the config store refused service {key[1]!r}: {exc}")
 
     async def _merge_workspace(self, workspace: str, keys: list[ServiceKey], forced: set[ServiceKey]) -> None:

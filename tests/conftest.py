@@ -1,5 +1,10 @@
-"""Fixtures: a real pulsar-lite broker per test (it starts in ~30 ms), and the
-processes of the product on top of it. Nothing here mocks the broker."""
+"""Fixtures: a real broker per test, and the processes of the product on top of it.
+
+`settings` (and so `connection` and everything built on it) is parametrised by
+`broker_kind`: every test runs on a real pulsar-lite broker (it starts in
+~30 ms); modules marked `contract` also run on the in-memory transport, which
+must behave the same. Nothing here mocks a broker.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,25 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from registry_support import FAST
 
 from discovery.configsvc import ConfigStoreService
 from discovery.registry import Registry
 from discovery.registry_client import RegistryClient
-from toolservice_base import ConfigClient, Connection, DynamicToolService, EmbeddedBroker, Settings, configure_logging
+from toolservice_base import (
+    ConfigClient,
+    DynamicToolService,
+    EmbeddedBroker,
+    MemoryBroker,
+    Settings,
+    Transport,
+    configure_logging,
+    open_transport,
+)
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.countdown import CountdownService
 from toolservice_base.examples.echo import EchoService
 from toolservice_base.examples.joke import JokeService
-from registry_support import FAST
 
 configure_logging("warning", json=True)
 
@@ -30,20 +44,40 @@ def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
     embedded.stop()
 
 
-@pytest.fixture
-def settings(broker: EmbeddedBroker, tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path / "data", pulsar_url=broker.url)
+REAL_BROKERS = ["pulsar-lite"]
+CONTRACT_BROKERS = [*REAL_BROKERS, "memory"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "broker_kind" in metafunc.fixturenames:
+        contract = metafunc.definition.get_closest_marker("contract") is not None
+        metafunc.parametrize("broker_kind", CONTRACT_BROKERS if contract else REAL_BROKERS)
 
 
 @pytest.fixture
-async def connection(settings: Settings) -> AsyncIterator[Connection]:
-    conn = await Connection.open(settings)
+def memory_broker() -> MemoryBroker:
+    """An in-process broker, found by its `memory://` URL."""
+    return MemoryBroker()
+
+
+@pytest.fixture
+def settings(broker_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    if broker_kind == "memory":
+        memory: MemoryBroker = request.getfixturevalue("memory_broker")
+        return Settings(data_dir=tmp_path / "data", pulsar_url=memory.url)
+    broker: EmbeddedBroker = request.getfixturevalue("broker")
+    return Settings(data_dir=tmp_path / "data", pulsar_url=broker.url, broker="pulsar-lite")
+
+
+@pytest.fixture
+async def connection(settings: Settings) -> AsyncIterator[Transport]:
+    conn = await open_transport(settings)
     yield conn
     await conn.close()
 
 
 @pytest.fixture
-async def config_store(connection: Connection, settings: Settings) -> AsyncIterator[ConfigStoreService]:
+async def config_store(connection: Transport, settings: Settings) -> AsyncIterator[ConfigStoreService]:
     """The config store service, with its SQLite file under the test's data dir."""
     service = ConfigStoreService.in_data_dir(connection, settings.data_dir)
     await service.start()
@@ -52,7 +86,7 @@ async def config_store(connection: Connection, settings: Settings) -> AsyncItera
 
 
 @pytest.fixture
-async def config_client(connection: Connection, config_store: ConfigStoreService) -> AsyncIterator[ConfigClient]:
+async def config_client(connection: Transport, config_store: ConfigStoreService) -> AsyncIterator[ConfigClient]:
     client = ConfigClient(connection, timeout=5)
     await client.start()
     yield client
@@ -71,7 +105,7 @@ async def running(settings: Settings) -> AsyncIterator[dict[str, DynamicToolServ
 
 
 @pytest.fixture
-async def registry(connection: Connection, config_store: ConfigStoreService) -> AsyncIterator[Registry]:
+async def registry(connection: Transport, config_store: ConfigStoreService) -> AsyncIterator[Registry]:
     """A registry with a fast sweep, on the test's store."""
     reg = Registry(connection, options=FAST)
     await reg.start()
@@ -80,7 +114,7 @@ async def registry(connection: Connection, config_store: ConfigStoreService) -> 
 
 
 @pytest.fixture
-async def registry_client(connection: Connection, registry: Registry) -> AsyncIterator[RegistryClient]:
+async def registry_client(connection: Transport, registry: Registry) -> AsyncIterator[RegistryClient]:
     client = RegistryClient(connection, timeout=5)
     await client.start()
     yield client

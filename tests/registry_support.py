@@ -7,7 +7,12 @@ from typing import Any
 
 from discovery.registry import RegistryOptions
 from toolservice_base import DynamicToolService
-from toolservice_base.schemas import Announcement, ToolDescriptor, ToolServiceDescriptor, descriptor_digest
+from toolservice_base.schemas import (
+    Announcement,
+    ToolDescriptor,
+    ToolServiceDescriptor,
+    descriptor_digest,
+)
 
 FAST = RegistryOptions(sweep_interval=0.1, coalesce_window=0.05)
 

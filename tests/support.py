@@ -32,7 +32,9 @@ async def eventually(check: Callable[[], Awaitable[T] | T], timeout: float = 5.0
 
 def toolreg_env(url: str, data_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
-    env.update(PULSAR_URL=url, TOOLREG_DATA_DIR=str(data_dir), TOOLREG_LOG_FORMAT="json", PYTHONUNBUFFERED="1")
+    env.update(
+        PULSAR_URL=url, TOOLREG_BROKER="pulsar-lite", TOOLREG_DATA_DIR=str(data_dir), TOOLREG_LOG_FORMAT="json", PYTHONUNBUFFERED="1"
+    )
     env.update(extra)
     return env
 

@@ -8,15 +8,21 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from support import eventually
 
 from agent_bridge import RequestTimeout, ToolError, ToolServiceClient, ToolServiceImpl
-from toolservice_base import Connection, DynamicToolService, Settings, ToolServiceDescriptor
+from toolservice_base import (
+    DynamicToolService,
+    Settings,
+    ToolServiceDescriptor,
+    Transport,
+)
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.countdown import CountdownService
 from toolservice_base.examples.echo import EchoService
 from toolservice_base.examples.joke import JokeService
 
-from support import eventually
+pytestmark = pytest.mark.contract
 
 
 class WhoAmIService(DynamicToolService):
@@ -43,7 +49,7 @@ def impl_of(service: DynamicToolService, client: ToolServiceClient, user: str = 
     return ToolServiceImpl(service.tool_descriptors[0], service.service_descriptor, client, user=user, timeout=5)
 
 
-async def test_joke_and_calculator_answer_through_impl_invoke(connection: Connection, running: dict[str, DynamicToolService]) -> None:
+async def test_joke_and_calculator_answer_through_impl_invoke(connection: Transport, running: dict[str, DynamicToolService]) -> None:
     joke_client = ToolServiceClient(connection, running["joke-service"].service_descriptor)
     calc_client = ToolServiceClient(connection, running["calculator"].service_descriptor)
     joke = impl_of(running["joke-service"], joke_client)
@@ -54,7 +60,7 @@ async def test_joke_and_calculator_answer_through_impl_invoke(connection: Connec
     await calc_client.close()
 
 
-async def test_impl_sends_the_tools_config_values_and_the_user(connection: Connection, running: dict[str, DynamicToolService]) -> None:
+async def test_impl_sends_the_tools_config_values_and_the_user(connection: Transport, running: dict[str, DynamicToolService]) -> None:
     client = ToolServiceClient(connection, running["whoami"].service_descriptor)
     impl = impl_of(running["whoami"], client, user="agent-7")
     seen = json.loads(await impl.invoke(question="why", n=3))
@@ -64,7 +70,7 @@ async def test_impl_sends_the_tools_config_values_and_the_user(connection: Conne
     await client.close()
 
 
-async def test_stream_delivers_every_chunk_in_order(connection: Connection, running: dict[str, DynamicToolService]) -> None:
+async def test_stream_delivers_every_chunk_in_order(connection: Transport, running: dict[str, DynamicToolService]) -> None:
     client = ToolServiceClient(connection, running["countdown"].service_descriptor)
     impl = impl_of(running["countdown"], client)
     chunks = [chunk async for chunk in impl.stream(start=25)]
@@ -75,7 +81,7 @@ async def test_stream_delivers_every_chunk_in_order(connection: Connection, runn
 
 
 async def test_an_exception_in_the_service_is_a_tool_error_and_it_keeps_serving(
-    connection: Connection, running: dict[str, DynamicToolService]
+    connection: Transport, running: dict[str, DynamicToolService]
 ) -> None:
     client = ToolServiceClient(connection, running["calculator"].service_descriptor)
     calc = impl_of(running["calculator"], client)
@@ -93,7 +99,7 @@ async def test_an_exception_in_the_service_is_a_tool_error_and_it_keeps_serving(
     await countdown.client.close()
 
 
-async def test_100_concurrent_calls_each_get_their_own_answer(connection: Connection, running: dict[str, DynamicToolService]) -> None:
+async def test_100_concurrent_calls_each_get_their_own_answer(connection: Transport, running: dict[str, DynamicToolService]) -> None:
     echo = impl_of(running["echo"], ToolServiceClient(connection, running["echo"].service_descriptor))
     calc = impl_of(running["calculator"], ToolServiceClient(connection, running["calculator"].service_descriptor))
     calls = [echo.invoke(text=f"message {i}") if i % 2 else calc.invoke(expression=f"{i} * {i} + 1") for i in range(100)]
@@ -104,7 +110,7 @@ async def test_100_concurrent_calls_each_get_their_own_answer(connection: Connec
     await calc.client.close()
 
 
-async def test_a_service_nobody_serves_times_out_with_a_clear_error(connection: Connection) -> None:
+async def test_a_service_nobody_serves_times_out_with_a_clear_error(connection: Transport) -> None:
     nobody = ToolServiceDescriptor.model_validate(
         {"id": "nobody", "request-queue": "non-persistent://tg/request/nobody", "response-queue": "non-persistent://tg/response/nobody"}
     )
@@ -116,7 +122,7 @@ async def test_a_service_nobody_serves_times_out_with_a_clear_error(connection: 
 
 
 async def test_close_when_idle_waits_for_the_call_in_flight_then_refuses_new_ones(
-    connection: Connection, running: dict[str, DynamicToolService]
+    connection: Transport, running: dict[str, DynamicToolService]
 ) -> None:
     client = ToolServiceClient(connection, running["countdown"].service_descriptor)
     call = asyncio.create_task(client.call("", {"delay": 0.03}, {"start": 10}))
@@ -132,7 +138,7 @@ async def test_close_when_idle_waits_for_the_call_in_flight_then_refuses_new_one
     assert caught.value.type == "client-closed"
 
 
-async def test_arguments_that_are_not_json_are_refused_before_sending(connection: Connection) -> None:
+async def test_arguments_that_are_not_json_are_refused_before_sending(connection: Transport) -> None:
     service = EchoService(settings=Settings(pulsar_url="pulsar://unused:1"), announce=False).service_descriptor
     client = ToolServiceClient(connection, service)
     with pytest.raises(ToolError) as caught:

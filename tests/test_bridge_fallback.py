@@ -8,15 +8,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from support import eventually
 
 from agent_bridge import BridgeUnavailable, StaticDirError, ToolSet, load_static_dir
 from discovery.configsvc import ConfigStoreService
 from discovery.store import ConfigStore
-from toolservice_base import ConfigClient, Connection, DynamicToolService, Settings
+from toolservice_base import ConfigClient, DynamicToolService, Settings, Transport
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.joke import JokeService
 
-from support import eventually
+pytestmark = pytest.mark.contract
 
 JOKE_ANSWER = "I would tell you a joke about cats, but it would be too punny."
 
@@ -38,7 +39,7 @@ async def running(settings: Settings) -> AsyncIterator[dict[str, DynamicToolServ
 
 
 async def test_store_down_at_start_uses_the_snapshot_then_the_store_once_it_is_back(
-    connection: Connection, settings: Settings, tmp_path: Path, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, tmp_path: Path, running: dict[str, DynamicToolService]
 ) -> None:
     store_dir = tmp_path / "store"
     store = ConfigStoreService.in_data_dir(connection, store_dir)
@@ -81,7 +82,7 @@ def write_static(root: Path, *services: DynamicToolService) -> None:
 
 
 async def test_static_directory_when_there_is_no_store_and_no_snapshot(
-    connection: Connection, settings: Settings, tmp_path: Path, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, tmp_path: Path, running: dict[str, DynamicToolService]
 ) -> None:
     static = tmp_path / "static"
     write_static(static, running["joke-service"], running["calculator"])
@@ -101,7 +102,7 @@ async def test_static_directory_when_there_is_no_store_and_no_snapshot(
     assert snapshot.read_text() == "{half a snapsh"  # static content is never written as a snapshot
 
 
-async def test_neither_store_nor_fallback_is_a_one_line_error_saying_what_to_do(connection: Connection, settings: Settings, tmp_path: Path) -> None:
+async def test_neither_store_nor_fallback_is_a_one_line_error_saying_what_to_do(connection: Transport, settings: Settings, tmp_path: Path) -> None:
     with pytest.raises(BridgeUnavailable) as caught:
         await ToolSet(connection=connection, settings=settings, store_timeout=0.2).start()
     message = str(caught.value)
@@ -134,8 +135,8 @@ async def test_a_toolset_opens_and_closes_its_own_connection(
 
 
 async def test_an_unreachable_broker_falls_back_within_the_store_timeout(tmp_path: Path) -> None:
-    from toolservice_base.broker import reserve_port
     from agent_bridge.snapshot import write_snapshot
+    from toolservice_base.broker import reserve_port
 
     joke = JokeService(settings=Settings(pulsar_url="pulsar://unused:1"), announce=False)
     raw: dict[str, dict[str, str]] = {"tool-service": {}, "tool": {}}

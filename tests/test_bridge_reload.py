@@ -7,12 +7,20 @@ import json
 from typing import Any
 
 import pytest
+from support import eventually
 
 from agent_bridge import ToolServiceImpl, ToolSet
 from discovery.configsvc import ConfigStoreService
-from toolservice_base import ConfigClient, ConfigPush, Connection, DynamicToolService, Settings, watch_config
+from toolservice_base import (
+    ConfigClient,
+    ConfigPush,
+    DynamicToolService,
+    Settings,
+    Transport,
+    watch_config,
+)
 
-from support import eventually
+pytestmark = pytest.mark.contract
 
 
 def items(*services: DynamicToolService) -> list[tuple[str, str, str]]:
@@ -34,7 +42,7 @@ def client_of(tools: ToolSet, name: str) -> Any:
 
 
 async def test_100_reloads_while_calls_run_lose_no_call(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     echo, calc = running["echo"], running["calculator"]
     alias = {**echo.service_descriptor.to_wire(), "id": "echo-alias"}
@@ -87,7 +95,7 @@ async def test_100_reloads_while_calls_run_lose_no_call(
 
 
 async def test_clients_are_kept_while_a_service_keeps_its_queues_and_replaced_when_they_move(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     joke, calc, echo = running["joke-service"], running["calculator"], running["echo"]
     await config_client.put(items(joke, calc, echo))
@@ -131,7 +139,7 @@ async def test_clients_are_kept_while_a_service_keeps_its_queues_and_replaced_wh
 
 
 async def test_a_call_in_flight_on_a_removed_tool_completes(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     countdown = running["countdown"]
     await config_client.put(items(countdown, running["echo"]))
@@ -148,7 +156,7 @@ async def test_a_call_in_flight_on_a_removed_tool_completes(
 
 
 async def test_a_lost_push_is_recovered_by_the_periodic_version_check(
-    connection: Connection, settings: Settings, config_client: ConfigClient, config_store: ConfigStoreService,
+    connection: Transport, settings: Settings, config_client: ConfigClient, config_store: ConfigStoreService,
     running: dict[str, DynamicToolService],
 ) -> None:
     pushes: list[ConfigPush] = []
@@ -171,7 +179,7 @@ async def test_a_lost_push_is_recovered_by_the_periodic_version_check(
 
 
 async def test_a_burst_of_pushes_is_one_reload(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     calc = running["calculator"]
     await config_client.put(items(calc))
@@ -188,7 +196,7 @@ async def test_a_burst_of_pushes_is_one_reload(
 
 
 async def test_a_reload_that_fails_keeps_the_set_and_retries(
-    connection: Connection, settings: Settings, config_client: ConfigClient, config_store: ConfigStoreService,
+    connection: Transport, settings: Settings, config_client: ConfigClient, config_store: ConfigStoreService,
     running: dict[str, DynamicToolService],
 ) -> None:
     await config_client.put(items(running["echo"]))

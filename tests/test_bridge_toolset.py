@@ -7,13 +7,26 @@ import json
 from typing import Any
 
 import pytest
+from support import eventually
 
 import agent_bridge.impls
-from agent_bridge import ToolContext, ToolError, ToolSet, UnknownToolError, register_tool_type
+from agent_bridge import (
+    ToolContext,
+    ToolError,
+    ToolSet,
+    UnknownToolError,
+    register_tool_type,
+)
 from agent_bridge.llm_names import OPENAI_NAME
-from toolservice_base import ConfigClient, Connection, DynamicToolService, Settings, ToolDescriptor
+from toolservice_base import (
+    ConfigClient,
+    DynamicToolService,
+    Settings,
+    ToolDescriptor,
+    Transport,
+)
 
-from support import eventually
+pytestmark = pytest.mark.contract
 
 
 def items(*services: DynamicToolService) -> list[tuple[str, str, str]]:
@@ -23,12 +36,12 @@ def items(*services: DynamicToolService) -> list[tuple[str, str, str]]:
 
 
 
-def toolset(connection: Connection, settings: Settings, **options: Any) -> ToolSet:
+def toolset(connection: Transport, settings: Settings, **options: Any) -> ToolSet:
     return ToolSet(connection=connection, settings=settings, **{"poll_interval": 60.0, "debounce": 0.01, **options})
 
 
 async def test_put_config_then_invoke_joke_and_calculator(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     version = await config_client.put(items(running["joke-service"], running["calculator"]))
     async with toolset(connection, settings) as tools:
@@ -42,7 +55,7 @@ async def test_put_config_then_invoke_joke_and_calculator(
 
 
 async def test_100_concurrent_invocations_through_the_toolset_each_get_their_own_answer(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     await config_client.put(items(running["echo"], running["calculator"], running["joke-service"]))
     async with toolset(connection, settings) as tools:
@@ -62,7 +75,7 @@ async def test_100_concurrent_invocations_through_the_toolset_each_get_their_own
 
 
 async def test_stream_through_the_toolset_and_unknown_names(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     await config_client.put(items(running["countdown"], running["echo"]))
     async with toolset(connection, settings) as tools:
@@ -74,7 +87,7 @@ async def test_stream_through_the_toolset_and_unknown_names(
 
 
 async def test_describe_openai_and_mcp_shapes(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     await config_client.put(items(running["joke-service"], running["countdown"]))
     async with toolset(connection, settings) as tools:
@@ -96,7 +109,7 @@ async def test_describe_openai_and_mcp_shapes(
 
 
 async def test_openai_gets_names_it_accepts_and_invoke_takes_them_back(
-    connection: Connection, settings: Settings, config_client: ConfigClient
+    connection: Transport, settings: Settings, config_client: ConfigClient
 ) -> None:
     class Namespaced(DynamicToolService):
         descriptor = {"id": "acme"}
@@ -125,7 +138,7 @@ async def test_openai_gets_names_it_accepts_and_invoke_takes_them_back(
 
 
 async def test_the_per_call_user_overrides_the_toolset_user(
-    connection: Connection, settings: Settings, config_client: ConfigClient
+    connection: Transport, settings: Settings, config_client: ConfigClient
 ) -> None:
     class WhoAmI(DynamicToolService):
         descriptor = {"id": "whoami"}
@@ -144,7 +157,7 @@ async def test_the_per_call_user_overrides_the_toolset_user(
 
 
 async def test_a_live_toolset_sees_a_tool_put_after_start_and_loses_it_after_delete(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     await config_client.put(items(running["joke-service"]))
     changes: list[tuple[list[str], list[str], list[str], int]] = []
@@ -172,7 +185,7 @@ async def test_a_live_toolset_sees_a_tool_put_after_start_and_loses_it_after_del
 
 
 async def test_wait_for_times_out_with_a_message_naming_the_state(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     await config_client.put(items(running["echo"]))
     async with toolset(connection, settings) as tools:
@@ -181,7 +194,7 @@ async def test_wait_for_times_out_with_a_message_naming_the_state(
 
 
 async def test_bad_tools_are_skipped_and_reported_while_good_ones_work(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     orphan = {"type": "tool-service", "name": "orphan", "description": "Its service is missing", "service": "missing-service"}
     searcher = {"type": "web-search", "name": "searcher", "description": "A type nobody built"}
@@ -231,7 +244,7 @@ def knowledge_tool(collection: str) -> str:
 
 
 async def test_a_custom_tool_type_is_built_by_its_factory_and_survives_reloads(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     built: list[str] = []
 
@@ -259,7 +272,7 @@ async def test_a_custom_tool_type_is_built_by_its_factory_and_survives_reloads(
 
 
 async def test_a_type_registered_after_start_is_used_from_the_next_reload(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService],
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(agent_bridge.impls, "_FACTORIES", dict(agent_bridge.impls._FACTORIES))  # keep the registry per test
@@ -276,7 +289,7 @@ async def test_a_type_registered_after_start_is_used_from_the_next_reload(
 
 
 async def test_a_factory_that_fails_is_one_skipped_tool(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     def broken(tool: ToolDescriptor, ctx: ToolContext) -> Any:
         raise RuntimeError("index not found\nwith a traceback-ish second line")
@@ -289,7 +302,7 @@ async def test_a_factory_that_fails_is_one_skipped_tool(
 
 
 async def test_workspaces_are_separate(
-    connection: Connection, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     await config_client.put(items(running["echo"]), workspace="alpha")
     await config_client.put(items(running["joke-service"]))

@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import atoolreg, toolreg, toolreg_env
 
 from discovery.cli import build_parser
 from toolservice_base import EmbeddedBroker
-
-from support import atoolreg, toolreg, toolreg_env
 
 BIN = Path(sys.executable).parent
 

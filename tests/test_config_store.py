@@ -5,12 +5,20 @@ from __future__ import annotations
 import json
 
 import pytest
+from support import eventually
 
 from discovery.configsvc import ConfigStoreService
-from toolservice_base import ConfigClient, ConfigConflict, ConfigError, Connection, ConfigPush, watch_config
+from toolservice_base import (
+    ConfigClient,
+    ConfigConflict,
+    ConfigError,
+    ConfigPush,
+    Transport,
+    watch_config,
+)
 from toolservice_base.examples.joke import JokeService
 
-from support import eventually
+pytestmark = pytest.mark.contract
 
 JOKE = JokeService.tools[0] | {"type": "tool-service", "service": "joke-service"}
 JOKE_SERVICE = {
@@ -84,7 +92,7 @@ async def test_conditional_write_refuses_when_the_item_changed(config_client: Co
     assert (await config_client.get([("prompt", "a")]))[("prompt", "a")] == "operator"
 
 
-async def test_every_change_is_pushed_with_its_version_and_types(connection: Connection, config_client: ConfigClient) -> None:
+async def test_every_change_is_pushed_with_its_version_and_types(connection: Transport, config_client: ConfigClient) -> None:
     pushes: list[ConfigPush] = []
 
     async def on_push(push: ConfigPush) -> None:
@@ -98,7 +106,7 @@ async def test_every_change_is_pushed_with_its_version_and_types(connection: Con
     assert pushes[1].version == 2 and pushes[1].changes == {"prompt": ["alpha"]}
 
 
-async def test_config_survives_a_store_restart(connection: Connection, config_store: ConfigStoreService, settings) -> None:
+async def test_config_survives_a_store_restart(connection: Transport, config_store: ConfigStoreService, settings) -> None:
     client = ConfigClient(connection, timeout=5)
     await client.put([("prompt", "a", "kept")])
     await config_store.stop()
@@ -112,10 +120,10 @@ async def test_config_survives_a_store_restart(connection: Connection, config_st
         await restarted.stop()
 
 
-async def test_garbage_requests_get_an_error_and_the_store_keeps_serving(connection: Connection, config_client: ConfigClient) -> None:
+async def test_garbage_requests_get_an_error_and_the_store_keeps_serving(connection: Transport, config_client: ConfigClient) -> None:
     from toolservice_base import RequestClient, topics
 
-    raw = RequestClient(connection, topics.CONFIG_REQUEST, topics.CONFIG_RESPONSE)
+    raw = RequestClient(connection, topics.DEFAULT.config_request, topics.DEFAULT.config_response)
     for garbage in (b"\xff\x00", b"[]", b'{"operation": "explode"}', b'{"operation": "list"}'):
         body = await raw.request(garbage, timeout=5)
         assert body["error"]["type"] in {"bad-request", "invalid"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from toolservice_base import Connection, Settings
-from toolservice_base.messaging import Message
+from toolservice_base import Settings, open_transport
+from toolservice_base.transport import Envelope
 
 SMALL = "non-persistent://tg/test/small"
 LARGE = "non-persistent://tg/test/large"
@@ -17,14 +17,14 @@ async def test_large_messages_on_a_bulk_subscription_cost_no_small_message(setti
     small_seen: set[bytes] = set()
     large_seen = 0
 
-    async def on_small(message: Message) -> None:
-        small_seen.add(message.data())
+    async def on_small(message: Envelope) -> None:
+        small_seen.add(message.data)
 
-    async def on_large(message: Message) -> None:
+    async def on_large(message: Envelope) -> None:
         nonlocal large_seen
         large_seen += 1
 
-    async with await Connection.open(settings) as receiver, await Connection.open(settings) as sender:
+    async with await open_transport(settings) as receiver, await open_transport(settings) as sender:
         await receiver.subscribe(SMALL, on_small)
         await receiver.subscribe(LARGE, on_large, bulk=True)
         small, large = await sender.publisher(SMALL), await sender.publisher(LARGE)

@@ -32,13 +32,11 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from support import toolreg_background, toolreg_env
 
 from discovery.cli import build_parser, load_service_class
 from discovery.health import DEFAULT_METRICS_PORT
-from discovery.validation import DEFAULT_NAMESPACES
 from toolservice_base import EmbeddedBroker, topics
-
-from support import toolreg_background, toolreg_env
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -166,12 +164,14 @@ def env_vars_read_by_the_package() -> set[str]:
 
 
 def namespaces_the_code_uses() -> set[str]:
-    """tenant/namespace of every topic in toolservice_base.topics, the default service queues, the
-    registry's allowed queue namespaces, and the request namespace's consumer-id-shift topic."""
-    uris = [value for name, value in vars(topics).items() if name.isupper() and isinstance(value, str)]
-    uris += [topics.default_request_queue("x"), topics.default_response_queue("x")]
+    """tenant/namespace of every topic of the default topicspace, its default service queues and the
+    registry's allowed queue namespaces."""
+    default = topics.DEFAULT
+    uris = [getattr(default, name) for name in dir(topics.Topics) if isinstance(getattr(topics.Topics, name), property)]
+    uris = [uri for uri in uris if isinstance(uri, str) and "://" in uri]
+    uris += [default.request_queue("x"), default.response_queue("x")]
     found = {"/".join(uri.split("://", 1)[1].split("/")[:2]) for uri in uris}
-    return found | set(DEFAULT_NAMESPACES)
+    return found | set(default.queue_namespaces)
 
 
 def toolreg_argvs(entrypoint: list[str] | None, command: list[str] | str) -> list[list[str]]:
@@ -391,8 +391,7 @@ def init_script_layout() -> tuple[str, set[str]]:
 def test_the_init_step_creates_every_namespace_the_code_uses() -> None:
     _, created = init_script_layout()
     assert created == namespaces_the_code_uses() == {"tg/request", "tg/response", "tg/notify", "tg/discovery"}
-    shift = "non-persistent://tg/request/consumer-id-shift"  # toolservice_base.messaging's throwaway topic
-    assert "/".join(shift.split("://")[1].split("/")[:2]) in created
+    assert created == {f"tg/{namespace}" for namespace in topics.NAMESPACES}
     embedded = k8s_find("ConfigMap", "toolreg-pulsar-init")["data"]["pulsar-init.sh"]
     assert embedded == (DEPLOY / "pulsar-init.sh").read_text(), "deploy/k8s/pulsar-init.yaml must embed deploy/pulsar-init.sh verbatim"
     init = compose()["services"]["pulsar-init"]

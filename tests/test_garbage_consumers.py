@@ -14,17 +14,26 @@ import json
 import time
 from typing import Any
 
+from garbage_support import (
+    captured_logs,
+    corpus,
+    crashes,
+    figures,
+    mutated,
+    only,
+    random_bytes,
+    random_json,
+)
 from pydantic import ValidationError
+from registry_support import announcement
+from support import eventually
 
 from agent_bridge import ToolSet
 from discovery.configsvc import ConfigStoreService
 from discovery.registry import Registry
 from discovery.registry_client import RegistryClient
 from discovery.validation import AnnouncementValidator, Rejected
-from garbage_support import captured_logs, corpus, crashes, figures, mutated, only, random_bytes, random_json
-from registry_support import announcement
-from support import eventually
-from toolservice_base import ConfigClient, Connection, RequestClient, Settings, topics
+from toolservice_base import ConfigClient, RequestClient, Settings, Transport, topics
 from toolservice_base.examples.echo import EchoService
 from toolservice_base.schemas import (
     MAX_CONFIG_REQUEST_BYTES,
@@ -85,13 +94,13 @@ def refused_by_model(model: Any) -> Any:
 
 
 async def test_the_registry_drops_every_bad_announcement_with_a_reason_and_writes_nothing(
-    settings: Settings, connection: Connection, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
+    settings: Settings, connection: Transport, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
 ) -> None:
     valid = [announcement("svc", ("a", "b"), ttl=30).to_wire(), announcement("svc", kind="heartbeat", sequence=2, ttl=30).to_wire(),
              announcement("svc", kind="withdraw", sequence=3).to_wire()]
     bad = garbage(valid, refused_by_validator) + [b"x" * 70_000, b"[" * 100_000]
     version = (await config_client.config())[0]
-    publisher = await connection.publisher(topics.TOOL_DESCRIPTORS)
+    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
     with captured_logs() as logs:
         await send_all(publisher, bad)
         await eventually(lambda: registry.rejection_log.total >= len(bad), timeout=20.0)
@@ -109,12 +118,12 @@ async def test_the_registry_drops_every_bad_announcement_with_a_reason_and_write
 
 
 async def test_the_registry_query_api_answers_every_bad_query_and_changes_nothing(
-    connection: Connection, config_client: ConfigClient, registry: Registry
+    connection: Transport, config_client: ConfigClient, registry: Registry
 ) -> None:
     valid = [{"operation": "list"}, {"operation": "get", "name": "x", "workspace": "default"}, {"operation": "rejections"}]
     bad = garbage(valid, refused_by_model(RegistryRequest)) + [b" " * (MAX_QUERY_BYTES + 1)]
     version = (await config_client.config())[0]
-    client = RequestClient(connection, topics.REGISTRY_REQUEST, topics.REGISTRY_RESPONSE)
+    client = RequestClient(connection, topics.DEFAULT.registry_request, topics.DEFAULT.registry_response)
     try:
         with captured_logs() as logs:
             answers = await ask_all(client, bad)
@@ -130,7 +139,7 @@ async def test_the_registry_query_api_answers_every_bad_query_and_changes_nothin
 
 
 async def test_the_config_store_answers_every_bad_request_and_its_version_never_moves(
-    connection: Connection, config_client: ConfigClient, config_store: ConfigStoreService
+    connection: Transport, config_client: ConfigClient, config_store: ConfigStoreService
 ) -> None:
     tool = {"type": "tool-service", "name": "forecast", "description": "d", "service": "weather",
             "arguments": [{"name": "city", "type": "string", "description": "c"}]}
@@ -157,7 +166,7 @@ async def test_the_config_store_answers_every_bad_request_and_its_version_never_
     ]
     oversized = b'{"operation": "get", "keys": [], "pad": "' + b"x" * MAX_CONFIG_REQUEST_BYTES + b'"}'
     version = (await config_client.config())[0]
-    client = RequestClient(connection, topics.CONFIG_REQUEST, topics.CONFIG_RESPONSE)
+    client = RequestClient(connection, topics.DEFAULT.config_request, topics.DEFAULT.config_response)
     try:
         with captured_logs() as logs:
             answers = await ask_all(client, [*unparsable, oversized])
@@ -183,7 +192,7 @@ def _utf8(data: bytes) -> bool:
     return True
 
 
-async def test_a_tool_service_answers_every_bad_request_and_keeps_serving(settings: Settings, connection: Connection) -> None:
+async def test_a_tool_service_answers_every_bad_request_and_keeps_serving(settings: Settings, connection: Transport) -> None:
     valid = [{"user": "u", "config": "{}", "arguments": json.dumps({"text": "hi"})}]
     messages = list(dict.fromkeys(corpus(random_bytes, RANDOM) + corpus(random_json, RANDOM) + corpus(mutated(valid), MUTATED)))
     deep = json.dumps({"arguments": "[" * 50_000 + "]" * 50_000}).encode()
@@ -208,7 +217,7 @@ async def test_a_tool_service_answers_every_bad_request_and_keeps_serving(settin
 
 
 async def test_the_toolset_drops_every_bad_push_and_still_follows_real_changes(
-    settings: Settings, connection: Connection, config_client: ConfigClient
+    settings: Settings, connection: Transport, config_client: ConfigClient
 ) -> None:
     async with EchoService(settings=settings, announce=False) as echo:
         await config_client.put([("tool-service", "echo", echo.service_descriptor.to_json()), ("tool", "echo", echo.tool_descriptors[0].to_json())])
@@ -216,7 +225,7 @@ async def test_the_toolset_drops_every_bad_push_and_still_follows_real_changes(
         bad = garbage(valid, refused_by_model(ConfigPush)) + [b'{"version": 1, "changes": {"x": ["' + b"y" * MAX_PUSH_BYTES + b'"]}}']
         async with ToolSet(connection=connection, settings=settings, poll_interval=60.0, debounce=0.01) as tools:
             before = (tools.version, tools.names())
-            publisher = await connection.publisher(topics.CONFIG_NOTIFY)
+            publisher = await connection.publisher(topics.DEFAULT.config_notify)
             with captured_logs() as logs:
                 await send_all(publisher, bad)
                 await eventually(lambda: len([e for e in logs if e["event"] == "config.push_rejected"]) >= len(bad), timeout=10.0)

@@ -14,12 +14,18 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from discovery.validation import AnnouncementValidator, Rejected
 from garbage_support import corpus, figures, mutated, random_bytes, random_json
 from registry_support import announcement
 from support import eventually, toolreg_background, toolreg_env
-from toolservice_base import ConfigClient, Connection, EmbeddedBroker, topics
-from toolservice_base.messaging import LARGE_MESSAGE
+
+from discovery.validation import AnnouncementValidator, Rejected
+from toolservice_base import (
+    ConfigClient,
+    EmbeddedBroker,
+    open_transport,
+    topics,
+)
+from toolservice_base.transport import LARGE_MESSAGE
 
 FLOOD = 10_000
 PER_SERVICE_CAP = 256  # RegistryOptions.max_instances_per_service's default
@@ -68,7 +74,7 @@ async def send_paced(publisher: Any, messages: list[bytes], metrics: str, *, alr
         sent += len(chunk)
         if refused is None:
             expected = already + sent
-            await eventually(lambda: rejections_total(metrics) >= expected, timeout=20.0, interval=0.05)
+            await eventually(lambda expected=expected: rejections_total(metrics) >= expected, timeout=20.0, interval=0.05)
         else:
             await asyncio.sleep(0.2)
 
@@ -100,14 +106,14 @@ def log_events(path: Path, event: str) -> list[dict[str, Any]]:
 async def test_a_flood_of_bad_messages_then_a_good_announcement_which_is_registered(broker: EmbeddedBroker, tmp_path: Path) -> None:
     log = tmp_path / "up.log"
     process = toolreg_background("up", "--metrics-port", "0", env=toolreg_env(broker.url, tmp_path / "up"), log=log)
-    connection = await Connection.open(url=broker.url)
+    connection = await open_transport(url=broker.url)
     try:
         await eventually(lambda: "ready in" in log.read_text(), timeout=START, interval=0.1)
         output = log.read_text()
         assert re.search(r"^trust +no trust policy: every valid announcement is accepted", output, re.M), output
         metrics = re.search(r"^metrics +(http://\S+/metrics)", output, re.M).group(1)  # type: ignore[union-attr]
         client = await ConfigClient(connection, timeout=5).start()
-        publisher = await connection.publisher(topics.TOOL_DESCRIPTORS)
+        publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
 
         flood = bad_messages()
         await asyncio.gather(*(publisher.send(data) for data in flood[:100]))  # warm up every refusal path

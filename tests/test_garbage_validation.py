@@ -8,15 +8,15 @@ import time
 from typing import Any
 
 import pytest
+from garbage_support import json_values, mutated, random_bytes, random_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from registry_support import announcement
 
 from discovery.configsvc import ConfigRequest
 from discovery.registry import RegistryOptions
 from discovery.validation import DEFAULT_MAX_SKEW, AnnouncementValidator, Rejected
-from garbage_support import json_values, mutated, random_bytes, random_json
-from registry_support import announcement
 from toolservice_base.schemas import (
     MAX_ARGUMENTS,
     MAX_CONFIG_VALUE_BYTES,

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+from registry_support import FAST, announcement, silence
+from support import eventually, toolreg_background, toolreg_env
 
 from discovery.configsvc import ConfigStoreService
-from discovery.registry import Registry
 from discovery.health import (
     ANNOUNCEMENT_KINDS,
     CONFIG_OPERATIONS,
@@ -32,17 +33,22 @@ from discovery.health import (
     metrics_address,
     rejection_reason,
 )
+from discovery.registry import Registry
 from discovery.trust import TrustPolicy, trusted_key
 from discovery.validation import AnnouncementValidator, Rejected
-from toolservice_base import ConfigClient, ConfigConflict, Connection, EmbeddedBroker, RequestClient, topics
+from toolservice_base import (
+    ConfigClient,
+    ConfigConflict,
+    EmbeddedBroker,
+    RequestClient,
+    Transport,
+    topics,
+)
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.joke import JokeService
 from toolservice_base.metrics import ServiceMetrics
 from toolservice_base.schemas import MAX_MESSAGE_BYTES
 from toolservice_base.signing import Ed25519PrivateKey, public_key_text, sign
-
-from registry_support import FAST, announcement, silence
-from support import eventually, toolreg_background, toolreg_env
 
 
 def fetch(url: str, accept: str | None = None) -> tuple[int, str, str]:
@@ -142,7 +148,7 @@ async def test_liveness_fails_while_the_event_loop_is_blocked() -> None:
     try:
         probe = threading.Thread(target=lambda: result.append(fetch(f"{server.url}/healthz")))
         probe.start()
-        time.sleep(1.0)  # a wedged loop: nothing on it runs
+        time.sleep(1.0)  # noqa: ASYNC251 - a wedged loop is the point: nothing on it runs
         await asyncio.to_thread(probe.join, 10)
         status, _, body = result[0]
         assert status == 503 and "did not answer within 0.3s" in json.loads(body)["reason"]
@@ -180,7 +186,7 @@ async def test_config_store_readiness_follows_the_broker(broker: EmbeddedBroker,
         server.stop()
 
 
-async def test_config_store_counters_and_version_move(config_store: ConfigStoreService, config_client: ConfigClient, connection: Connection) -> None:
+async def test_config_store_counters_and_version_move(config_store: ConfigStoreService, config_client: ConfigClient, connection: Transport) -> None:
     server = HealthServer(port=0).start()  # the default registry: what `toolreg up` serves
     try:
         before = await scrape(server)
@@ -211,7 +217,7 @@ async def test_config_store_counters_and_version_move(config_store: ConfigStoreS
         server.stop()
 
 
-async def test_a_store_with_its_own_metrics_registry_reports_only_there(connection: Connection, tmp_path: Path) -> None:
+async def test_a_store_with_its_own_metrics_registry_reports_only_there(connection: Transport, tmp_path: Path) -> None:
     registry = CollectorRegistry()
     service = ConfigStoreService.in_data_dir(connection, tmp_path / "own")
     service.metrics = ConfigStoreMetrics(registry)
@@ -230,7 +236,7 @@ async def test_a_store_with_its_own_metrics_registry_reports_only_there(connecti
 # --- a tool service ------------------------------------------------------------
 
 
-async def test_tool_service_endpoints_and_counters(connection: Connection, settings: Any) -> None:
+async def test_tool_service_endpoints_and_counters(connection: Transport, settings: Any) -> None:
     registry = CollectorRegistry()
     service = CalculatorService(connection=connection, settings=settings, announce=False, metrics=ServiceMetrics(registry))
     server = HealthServer(port=0, registry=registry)
@@ -385,13 +391,13 @@ def test_registry_metrics_api_moves_its_series() -> None:
 
 
 async def test_registry_counters_move_on_register_reject_conflict_expire(
-    connection: Connection, config_store: ConfigStoreService, settings: Any
+    connection: Transport, config_store: ConfigStoreService, settings: Any
 ) -> None:
     prom = CollectorRegistry()
     registry = Registry(connection, options=FAST, metrics=RegistryMetrics(prom))
     await registry.start()
     joke = JokeService(connection=connection, settings=settings, ttl=1.0)
-    publisher = await connection.publisher(topics.TOOL_DESCRIPTORS)
+    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
 
     def value(name: str, **labels: str) -> float:
         return prom.get_sample_value(name, labels) or 0.0

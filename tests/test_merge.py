@@ -15,7 +15,11 @@ from discovery.merge import (
     record_key,
     value_hash,
 )
-from toolservice_base.schemas import ToolDescriptor, ToolServiceDescriptor, descriptor_digest
+from toolservice_base.schemas import (
+    ToolDescriptor,
+    ToolServiceDescriptor,
+    descriptor_digest,
+)
 
 
 def offer(service_id: str, *tools: str, description: str = "does things") -> Offer:

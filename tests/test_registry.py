@@ -10,18 +10,27 @@ from typing import Any
 
 import pytest
 import structlog
+from registry_support import FAST, announcement, by_name, heartbeat, silence
+from support import eventually
 
 from discovery.configsvc import ConfigStoreService
 from discovery.registry import Registry, RegistryOptions
 from discovery.registry_client import RegistryClient
-from registry_support import FAST, announcement, by_name, heartbeat, silence
-from support import eventually
-from toolservice_base import ConfigClient, Connection, DynamicToolService, RequestClient, Settings, topics
+from toolservice_base import (
+    ConfigClient,
+    DynamicToolService,
+    RequestClient,
+    Settings,
+    Transport,
+    topics,
+)
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.countdown import CountdownService
 from toolservice_base.examples.echo import EchoService
 from toolservice_base.examples.joke import JokeService
 from toolservice_base.schemas import Probe, ToolDescriptor
+
+pytestmark = pytest.mark.contract
 
 TTL = 1.0
 
@@ -169,13 +178,13 @@ async def _tool_service(client: ConfigClient, name: str, service: str) -> bool:
 
 
 async def test_an_unchanged_digest_writes_nothing(
-    settings: Settings, connection: Connection, config_client: ConfigClient, registry: Registry
+    settings: Settings, connection: Transport, config_client: ConfigClient, registry: Registry
 ) -> None:
     async with JokeService(settings=settings, ttl=0.6):
         await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
         await registry.settle()
         version, writes = (await config_client.config())[0], registry.store_writes
-        probes = await connection.publisher(topics.TOOL_PROBE)
+        probes = await connection.publisher(topics.DEFAULT.tool_probe)
         await probes.send(Probe(reason="test").to_json())  # every live service re-announces
         await asyncio.sleep(1.0)  # and heartbeats every 0.2 s
         await registry.settle()
@@ -183,9 +192,9 @@ async def test_an_unchanged_digest_writes_nothing(
 
 
 async def test_a_burst_of_announcements_is_one_store_version(
-    connection: Connection, config_client: ConfigClient, registry: Registry
+    connection: Transport, config_client: ConfigClient, registry: Registry
 ) -> None:
-    publisher = await connection.publisher(topics.TOOL_DESCRIPTORS)
+    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
     await asyncio.gather(*(publisher.send(announcement(f"burst-{n}", (f"tool-{n}",), ttl=30).to_json()) for n in range(20)))
     await eventually(lambda: _count_tools(config_client, 20), timeout=2.0)
     await registry.settle()
@@ -197,9 +206,9 @@ async def _count_tools(client: ConfigClient, count: int) -> bool:
 
 
 async def test_a_thousand_malformed_messages_are_rejected_and_the_registry_keeps_serving(
-    settings: Settings, connection: Connection, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
+    settings: Settings, connection: Transport, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
 ) -> None:
-    publisher = await connection.publisher(topics.TOOL_DESCRIPTORS)
+    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
     garbage = [b"\x00\xff", b"{}", b"[]", b"null", b'{"kind": "announce"}', b"{" * 5000, json.dumps({"kind": "heartbeat"}).encode()]
     await asyncio.gather(*(publisher.send(garbage[n % len(garbage)] + str(n).encode() * (n % 3)) for n in range(1000)))
     await eventually(lambda: registry.rejection_log.total >= 1000, timeout=10.0)
@@ -211,9 +220,9 @@ async def test_a_thousand_malformed_messages_are_rejected_and_the_registry_keeps
 
 
 async def test_bad_announcements_of_every_kind_are_listed_with_their_reason(
-    connection: Connection, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
+    connection: Transport, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
 ) -> None:
-    publisher = await connection.publisher(topics.TOOL_DESCRIPTORS)
+    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
     good = announcement("replayed", ("ok",), ttl=30)
     await publisher.send(good.to_json())
     await publisher.send(good.to_json())  # the same sequence again
@@ -230,15 +239,15 @@ async def test_bad_announcements_of_every_kind_are_listed_with_their_reason(
     assert set(await config_client.list("tool")) == {"ok"}
 
 
-async def test_a_heartbeat_from_an_unknown_instance_is_probed_once_per_interval(connection: Connection, registry: Registry) -> None:
+async def test_a_heartbeat_from_an_unknown_instance_is_probed_once_per_interval(connection: Transport, registry: Registry) -> None:
     seen: list[Probe] = []
 
     async def on_probe(message: Any) -> None:
-        seen.append(Probe.model_validate_json(message.data()))
+        seen.append(Probe.model_validate_json(message.data))
 
-    await connection.subscribe(topics.TOOL_PROBE, on_probe)
+    await connection.subscribe(topics.DEFAULT.tool_probe, on_probe)
     await asyncio.sleep(registry.options.probe_interval)  # let the start-up probe's spacing pass
-    publisher = await connection.publisher(topics.TOOL_DESCRIPTORS)
+    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
     for sequence in range(1, 6):
         await publisher.send(announcement("ghost", kind="heartbeat", instance="ghost-7", sequence=sequence).to_json())
     await eventually(lambda: any(p.instance == "ghost-7" for p in seen), timeout=1.0)
@@ -246,8 +255,8 @@ async def test_a_heartbeat_from_an_unknown_instance_is_probed_once_per_interval(
     assert [p.instance for p in seen if p.instance == "ghost-7"] == ["ghost-7"]
 
 
-async def test_malformed_queries_get_an_error_response(connection: Connection, registry: Registry) -> None:
-    raw = RequestClient(connection, topics.REGISTRY_REQUEST, topics.REGISTRY_RESPONSE)
+async def test_malformed_queries_get_an_error_response(connection: Transport, registry: Registry) -> None:
+    raw = RequestClient(connection, topics.DEFAULT.registry_request, topics.DEFAULT.registry_response)
     for garbage in (b"\xff", b"[]", b'{"operation": "explode"}', b'{"operation": "get", "name": "bad name!"}'):
         body = await raw.request(garbage, timeout=5)
         assert body["error"]["type"] == "bad-request", body
@@ -321,7 +330,7 @@ async def _tool_names(client: ConfigClient, names: set[str]) -> bool:
 
 
 async def test_a_registry_restart_keeps_live_and_static_tools_and_drops_the_dead_after_grace(
-    settings: Settings, connection: Connection, config_client: ConfigClient, config_store: ConfigStoreService
+    settings: Settings, connection: Transport, config_client: ConfigClient, config_store: ConfigStoreService
 ) -> None:
     ttl = 1.5
     first = Registry(connection, options=FAST)
@@ -377,7 +386,7 @@ async def test_an_operator_edit_of_an_announced_tool_survives_the_service_leavin
     assert (await config_client.get([("tool", "tell-joke")]))[("tool", "tell-joke")] == mine
 
 
-async def test_registry_start_fails_in_one_line_when_the_store_is_silent(connection: Connection) -> None:
+async def test_registry_start_fails_in_one_line_when_the_store_is_silent(connection: Transport) -> None:
     from discovery.registry import RegistryError
 
     registry = Registry(connection, options=RegistryOptions(store_timeout=0.3))
@@ -391,7 +400,7 @@ async def test_registry_start_fails_in_one_line_when_the_store_is_silent(connect
 
 
 async def test_with_a_trust_policy_only_signed_and_allowed_announcements_are_merged(
-    settings: Settings, connection: Connection, config_client: ConfigClient, config_store: ConfigStoreService
+    settings: Settings, connection: Transport, config_client: ConfigClient, config_store: ConfigStoreService
 ) -> None:
     from discovery.trust import TrustPolicy, trusted_key
     from toolservice_base.signing import Ed25519PrivateKey, public_key_text
@@ -406,7 +415,7 @@ async def test_with_a_trust_policy_only_signed_and_allowed_announcements_are_mer
             await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
             await eventually(lambda: any("unsigned" in r.reason for r in registry.rejections()), timeout=1.0)
             # A forged, unsigned withdraw of the signed instance changes nothing.
-            publisher = await connection.publisher(topics.TOOL_DESCRIPTORS)
+            publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
             forged = announcement("joke-service", kind="withdraw", instance=joke.announcer.instance, sequence=10**9)  # type: ignore[union-attr]
             await publisher.send(forged.to_json())
             await eventually(lambda: sum("unsigned" in r.reason for r in registry.rejections()) >= 2, timeout=1.0)

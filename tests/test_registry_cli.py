@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import atoolreg, eventually, toolreg_background, toolreg_env
 
 from discovery.configsvc import ConfigStoreService
 from discovery.registry import Registry
-from support import atoolreg, eventually, toolreg_background, toolreg_env
-from toolservice_base import ConfigClient, Connection, EmbeddedBroker, Settings, topics
+from toolservice_base import ConfigClient, EmbeddedBroker, Settings, Transport, topics
 from toolservice_base.examples.joke import JokeService
 from toolservice_base.schemas import ToolDescriptor
 
@@ -150,7 +150,7 @@ async def _instances(registry: Registry, count: int) -> bool:
 
 
 async def test_the_registry_killed_and_restarted_keeps_static_and_live_tools_and_drops_the_dead(
-    procs: Processes, connection: Connection, config_client: ConfigClient, config_store: ConfigStoreService
+    procs: Processes, connection: Transport, config_client: ConfigClient, config_store: ConfigStoreService
 ) -> None:
     static = ToolDescriptor(name="by-hand", description="Wired by hand", service="elsewhere").to_json()
     await config_client.put([("tool", "by-hand", static)])
@@ -233,11 +233,11 @@ async def test_self_preservation_holds_when_most_services_die_at_once_until_tool
 
 
 async def test_conflicts_and_rejections_are_shown_by_the_cli(
-    procs: Processes, settings: Settings, connection: Connection, config_client: ConfigClient, registry: Registry
+    procs: Processes, settings: Settings, connection: Transport, config_client: ConfigClient, registry: Registry
 ) -> None:
     static = ToolDescriptor(name="tell-joke", description="By hand", service="joke-service").to_json()
     await config_client.put([("tool", "tell-joke", static)])
-    publisher = await connection.publisher(topics.TOOL_DESCRIPTORS)
+    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
     await publisher.send(b"definitely not json")
     async with JokeService(settings=settings, ttl=TTL):
         await eventually(lambda: registry.conflicts(), timeout=1.0)

@@ -6,10 +6,10 @@ import json
 import time
 
 import pytest
+from registry_support import announcement
 
 from discovery.registry import ProbeLimiter, RegistryOptions
 from discovery.validation import AnnouncementValidator, Rejected, RejectionLog
-from registry_support import announcement
 from toolservice_base.schemas import MAX_MESSAGE_BYTES, Rejection
 
 

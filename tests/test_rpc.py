@@ -7,12 +7,13 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import _pulsar
-import pulsar.asyncio as pulsar_asyncio
+import pytest
 
-from toolservice_base import Connection, RequestClient
-from toolservice_base.messaging import Message
+from toolservice_base import RequestClient, Transport, TransportError
 from toolservice_base.rpc import REPLY_TO, RequestServer, reply_queue
+from toolservice_base.transport import Envelope
+
+pytestmark = pytest.mark.contract
 
 REQUESTS = "non-persistent://tg/request/rpc-echo"
 RESPONSES = "non-persistent://tg/response/rpc-echo"
@@ -20,15 +21,15 @@ RESPONSES = "non-persistent://tg/response/rpc-echo"
 Reply = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-async def echo(message: Message, reply: Reply) -> None:
-    await reply({"echo": json.loads(message.data())["text"]})
+async def echo(message: Envelope, reply: Reply) -> None:
+    await reply({"echo": json.loads(message.data)["text"]})
 
 
-async def listen(connection: Connection, topic: str) -> list[Message]:
+async def listen(connection: Transport, topic: str) -> list[Envelope]:
     """Every message that arrives on `topic` from now on."""
-    seen: list[Message] = []
+    seen: list[Envelope] = []
 
-    async def keep(message: Message) -> None:
+    async def keep(message: Envelope) -> None:
         seen.append(message)
 
     await connection.subscribe(topic, keep)
@@ -43,7 +44,7 @@ def test_only_a_private_queue_of_the_servers_own_response_queue_is_accepted() ->
     assert reply_queue(RESPONSES, RESPONSES + "." + "x" * 41) is None
 
 
-async def test_each_caller_gets_its_answers_on_its_own_queue_and_the_shared_queue_stays_quiet(connection: Connection) -> None:
+async def test_each_caller_gets_its_answers_on_its_own_queue_and_the_shared_queue_stays_quiet(connection: Transport) -> None:
     server = RequestServer(connection, REQUESTS, RESPONSES, echo, subscription="rpc-echo")
     await server.start()
     first = await RequestClient(connection, REQUESTS, RESPONSES).start()
@@ -63,13 +64,13 @@ async def test_each_caller_gets_its_answers_on_its_own_queue_and_the_shared_queu
         await server.stop()
 
 
-async def test_a_server_that_answers_on_the_shared_queue_is_still_heard(connection: Connection) -> None:
+async def test_a_server_that_answers_on_the_shared_queue_is_still_heard(connection: Transport) -> None:
     """A server built without `reply-to` support (an older version, or another implementation)."""
     answers = await connection.publisher(RESPONSES)
 
-    async def old_server(message: Message) -> None:
-        text = json.loads(message.data())["text"]
-        await answers.send({"echo": text}, properties={"id": message.properties()["id"]})
+    async def old_server(message: Envelope) -> None:
+        text = json.loads(message.data)["text"]
+        await answers.send({"echo": text}, properties={"id": message.properties["id"]})
 
     await connection.subscribe(REQUESTS, old_server)
     client = await RequestClient(connection, REQUESTS, RESPONSES).start()
@@ -79,7 +80,7 @@ async def test_a_server_that_answers_on_the_shared_queue_is_still_heard(connecti
         await client.close()
 
 
-async def test_a_reply_to_elsewhere_is_answered_on_the_shared_queue(connection: Connection) -> None:
+async def test_a_reply_to_elsewhere_is_answered_on_the_shared_queue(connection: Transport) -> None:
     server = RequestServer(connection, REQUESTS, RESPONSES, echo, subscription="rpc-echo")
     await server.start()
     elsewhere = "non-persistent://tg/response/not-the-callers"
@@ -91,7 +92,7 @@ async def test_a_reply_to_elsewhere_is_answered_on_the_shared_queue(connection: 
             if shared:
                 break
             await asyncio.sleep(0.05)
-        assert [m.properties()["id"] for m in shared] == ["r-1"]
+        assert [m.properties["id"] for m in shared] == ["r-1"]
         assert other == []
     finally:
         await server.stop()
@@ -107,7 +108,7 @@ class _NoPrivateTopics:
     async def publisher(self, topic: str) -> Any:
         if topic != RESPONSES:
             self.attempts += 1
-            raise pulsar_asyncio.PulsarException(_pulsar.Result.TopicNotFound)
+            raise TransportError(f"the broker refused to create {topic}")
         connection = self
 
         class Shared:

@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 import structlog
 
-from toolservice_base import Connection, RequestClient, ServiceDefinitionError, Settings
+from toolservice_base import RequestClient, ServiceDefinitionError, Settings, Transport
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.countdown import CountdownService
 from toolservice_base.service import DynamicToolService
+
+pytestmark = pytest.mark.contract
 
 
 class Flaky(DynamicToolService):
@@ -44,7 +46,7 @@ def request(arguments: dict[str, Any], config: dict[str, Any] | None = None, use
     return {"user": user, "config": json.dumps(config or {}), "arguments": json.dumps(arguments)}
 
 
-async def client_for(connection: Connection, service: DynamicToolService) -> RequestClient:
+async def client_for(connection: Transport, service: DynamicToolService) -> RequestClient:
     d = service.service_descriptor
     return await RequestClient(connection, d.request_queue, d.response_queue).start()
 
@@ -74,7 +76,7 @@ def test_a_service_too_large_to_announce_is_refused_at_definition() -> None:
         Huge(settings=Settings(pulsar_url="pulsar://unused:1"))
 
 
-async def test_a_value_is_one_response_and_non_strings_are_json(settings: Settings, connection: Connection) -> None:
+async def test_a_value_is_one_response_and_non_strings_are_json(settings: Settings, connection: Transport) -> None:
     async with Flaky(settings=settings, announce=False) as svc:
         client = await client_for(connection, svc)
         body = await client.request(request({}, user="alice"), timeout=5)
@@ -82,7 +84,7 @@ async def test_a_value_is_one_response_and_non_strings_are_json(settings: Settin
         assert json.loads(body["response"]) == {"user": "alice", "ok": True}
 
 
-async def test_an_exception_is_an_error_response_and_the_service_keeps_serving(settings: Settings, connection: Connection) -> None:
+async def test_an_exception_is_an_error_response_and_the_service_keeps_serving(settings: Settings, connection: Transport) -> None:
     async with Flaky(settings=settings, announce=False) as svc:
         client = await client_for(connection, svc)
         failed = await client.request(request({"fail": True}), timeout=5)
@@ -100,7 +102,7 @@ async def test_an_exception_is_an_error_response_and_the_service_keeps_serving(s
         (json.dumps({"config": "[1, 2]"}).encode(), "'config' must be a JSON object"),
     ],
 )
-async def test_broken_request_json_gets_an_error_naming_the_problem(settings: Settings, connection: Connection, payload: bytes, named: str) -> None:
+async def test_broken_request_json_gets_an_error_naming_the_problem(settings: Settings, connection: Transport, payload: bytes, named: str) -> None:
     async with Flaky(settings=settings, announce=False) as svc:
         client = await client_for(connection, svc)
         body = await client.request(payload, timeout=5)
@@ -109,7 +111,7 @@ async def test_broken_request_json_gets_an_error_naming_the_problem(settings: Se
         assert (await client.request(request({}), timeout=5)).get("error") is None
 
 
-async def test_streaming_delivers_every_chunk_in_order(settings: Settings, connection: Connection) -> None:
+async def test_streaming_delivers_every_chunk_in_order(settings: Settings, connection: Transport) -> None:
     async with CountdownService(settings=settings, announce=False) as svc:
         client = await client_for(connection, svc)
         chunks = [
@@ -119,14 +121,14 @@ async def test_streaming_delivers_every_chunk_in_order(settings: Settings, conne
         assert chunks[-1] == {"response": "", "end_of_stream": True}
 
 
-async def test_100_concurrent_calls_each_get_their_own_answer(settings: Settings, connection: Connection) -> None:
+async def test_100_concurrent_calls_each_get_their_own_answer(settings: Settings, connection: Transport) -> None:
     async with CalculatorService(settings=settings, announce=False) as svc:
         client = await client_for(connection, svc)
         bodies = await asyncio.gather(*(client.request(request({"expression": f"{n} * 3"}), timeout=10) for n in range(100)))
         assert [b["response"] for b in bodies] == [str(n * 3) for n in range(100)]
 
 
-async def test_in_flight_requests_are_capped(settings: Settings, connection: Connection) -> None:
+async def test_in_flight_requests_are_capped(settings: Settings, connection: Transport) -> None:
     Slow.running = Slow.peak = 0
     async with Slow(settings=settings, announce=False) as svc:
         client = await client_for(connection, svc)
@@ -134,7 +136,7 @@ async def test_in_flight_requests_are_capped(settings: Settings, connection: Con
     assert Slow.peak == 4
 
 
-async def test_stop_finishes_in_flight_work_before_closing(settings: Settings, connection: Connection) -> None:
+async def test_stop_finishes_in_flight_work_before_closing(settings: Settings, connection: Transport) -> None:
     svc = Slow(settings=settings, announce=False)
     await svc.start()
     client = await client_for(connection, svc)
@@ -144,7 +146,7 @@ async def test_stop_finishes_in_flight_work_before_closing(settings: Settings, c
     assert (await pending)["response"] == "done"
 
 
-async def test_instances_share_the_load(settings: Settings, connection: Connection) -> None:
+async def test_instances_share_the_load(settings: Settings, connection: Transport) -> None:
     class Who(DynamicToolService):
         descriptor = {"id": "who"}
         tools = [{"name": "who", "description": "Which instance answered", "arguments": []}]
@@ -160,7 +162,7 @@ async def test_instances_share_the_load(settings: Settings, connection: Connecti
         assert answered_by == {str(id(one)), str(id(two))}
 
 
-async def test_answers_over_64_kib_are_delivered_and_logged_at_powers_of_ten(settings: Settings, connection: Connection) -> None:
+async def test_answers_over_64_kib_are_delivered_and_logged_at_powers_of_ten(settings: Settings, connection: Transport) -> None:
     class Big(DynamicToolService):
         descriptor = {"id": "big"}
         tools = [{"name": "big", "description": "Answers with a large text", "arguments": []}]

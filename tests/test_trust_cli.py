@@ -8,11 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
+from support import toolreg, toolreg_env
 
 from discovery.cli_common import CommandError
-from discovery.cli_registry import ALLOWED_NAMESPACES_ENV, MAX_CLOCK_SKEW_ENV, registry_options, trust_line
+from discovery.cli_registry import (
+    ALLOWED_NAMESPACES_ENV,
+    MAX_CLOCK_SKEW_ENV,
+    registry_options,
+    trust_line,
+)
 from discovery.trust import TrustPolicy
-from support import toolreg, toolreg_env
 
 
 def args(**values: object) -> argparse.Namespace:

@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from registry_support import announcement
+from support import eventually
 
 from discovery.configsvc import ConfigStoreService
 from discovery.registry import Registry, RegistryOptions
 from discovery.trust import TrustPolicy, trusted_key
-from registry_support import announcement
-from support import eventually
-from toolservice_base import ConfigClient, Connection, Settings, topics
+from toolservice_base import ConfigClient, Settings, Transport, topics
 from toolservice_base.examples.joke import JokeService
 from toolservice_base.schemas import Announcement, Probe
 from toolservice_base.signing import Ed25519PrivateKey, public_key_text, sign
@@ -25,7 +25,7 @@ TEAM, CALC, ROGUE = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate(), 
 
 
 @pytest.fixture
-async def guarded(connection: Connection, config_store: ConfigStoreService) -> AsyncIterator[Registry]:
+async def guarded(connection: Transport, config_store: ConfigStoreService) -> AsyncIterator[Registry]:
     """A registry trusting `TEAM` for joke-*/tell-* and `CALC` for calc-*/calc*; `ROGUE` is unknown."""
     policy = TrustPolicy()
     policy.add(trusted_key("jokes", public_key_text(TEAM.public_key()), ["joke-*"], ["tell-*"]))
@@ -46,23 +46,23 @@ async def store_tools(client: ConfigClient) -> dict[str, dict[str, Any]]:
 
 
 async def test_rogue_and_out_of_scope_announcers_cannot_add_replace_or_remove_a_tool(
-    settings: Settings, connection: Connection, config_client: ConfigClient, guarded: Registry
+    settings: Settings, connection: Transport, config_client: ConfigClient, guarded: Registry
 ) -> None:
     recorded: list[bytes] = []
 
     async def record(message: Any) -> None:
-        recorded.append(message.data())
+        recorded.append(message.data)
 
-    await connection.subscribe(topics.TOOL_DESCRIPTORS, record)
+    await connection.subscribe(topics.DEFAULT.tool_descriptors, record)
     probes: list[Probe] = []
-    await connection.subscribe(topics.TOOL_PROBE, lambda m: _append(probes, Probe.model_validate_json(m.data())))
+    await connection.subscribe(topics.DEFAULT.tool_probe, lambda m: _append(probes, Probe.model_validate_json(m.data)))
     async with JokeService(settings=settings, ttl=2.0, signing_key=TEAM) as joke:
         await eventually(lambda: store_tools(config_client), timeout=2.0)
         await guarded.settle()
         original = await store_tools(config_client)
         writes, version = guarded.store_writes, (await config_client.config())[0]
         real = joke.announcer.instance  # type: ignore[union-attr]
-        publisher = await connection.publisher(topics.TOOL_DESCRIPTORS)
+        publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
         attacks = {
             # add: a new service, unsigned and signed by an unknown key
             "unsigned add": (signed(None, service_id="evil", tools=("steal",), instance="evil-1"), "unsigned"),
@@ -104,8 +104,8 @@ async def _append(items: list[Any], item: Any) -> None:
     items.append(item)
 
 
-async def test_a_trusted_key_is_accepted_within_its_scope(connection: Connection, config_client: ConfigClient, guarded: Registry) -> None:
-    publisher = await connection.publisher(topics.TOOL_DESCRIPTORS)
+async def test_a_trusted_key_is_accepted_within_its_scope(connection: Transport, config_client: ConfigClient, guarded: Registry) -> None:
+    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
     await publisher.send(signed(CALC, service_id="calc-svc", tools=("calc", "calc-sum"), instance="calc-1"))
     await eventually(lambda: config_client.list("tool"), timeout=2.0)
     assert await config_client.list("tool") == ["calc", "calc-sum"]
@@ -119,13 +119,13 @@ async def _empty(client: ConfigClient) -> bool:
 
 
 async def test_fresh_instance_ids_stop_at_the_caps_and_each_refusal_is_recorded(
-    connection: Connection, config_client: ConfigClient, config_store: ConfigStoreService
+    connection: Transport, config_client: ConfigClient, config_store: ConfigStoreService
 ) -> None:
     options = RegistryOptions(sweep_interval=0.1, coalesce_window=0.02, max_instances=5, max_instances_per_service=3)
     registry = Registry(connection, options=options)
     await registry.start()
     try:
-        publisher = await connection.publisher(topics.TOOL_DESCRIPTORS)
+        publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
         for number in range(6):
             await publisher.send(announcement("svc-a", ("a",), instance=f"a-{number}", ttl=30).to_json())
         for number in range(4):
@@ -148,13 +148,13 @@ async def test_fresh_instance_ids_stop_at_the_caps_and_each_refusal_is_recorded(
 
 
 async def test_one_instance_cycling_digests_keeps_a_bounded_set_of_offers(
-    connection: Connection, config_client: ConfigClient, config_store: ConfigStoreService
+    connection: Transport, config_client: ConfigClient, config_store: ConfigStoreService
 ) -> None:
     options = RegistryOptions(sweep_interval=0.1, coalesce_window=0.5, max_instances=10, max_instances_per_service=2)
     registry = Registry(connection, options=options)
     await registry.start()
     try:
-        publisher = await connection.publisher(topics.TOOL_DESCRIPTORS)
+        publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
         for sequence in range(1, 41):
             await publisher.send(announcement("cyc", (f"t{sequence}",), instance="cyc-1", sequence=sequence, ttl=30).to_json())
             if sequence % 10 == 0:

@@ -1,13 +1,30 @@
-"""The floor of tool discovery: wire schemas, the Pulsar layer, the embedded
+"""The floor of tool discovery: wire schemas, the transport seam, the embedded
 broker, logging, the config-store client and `DynamicToolService`."""
 
 from . import topics
 from .announcer import Announcer
-from .broker import BrokerError, EmbeddedBroker
-from .configclient import ConfigClient, ConfigConflict, ConfigError, watch_config
+from .broker import EmbeddedBroker
+from .configclient import ConfigClient, watch_config
+from .errors import (
+    AuthenticationFailed,
+    BadRequest,
+    BrokerError,
+    BrokerUnreachable,
+    ConfigConflict,
+    ConfigError,
+    ConfigRefused,
+    MessageTooLarge,
+    NoBrokerError,
+    RequestTimeout,
+    ServiceDefinitionError,
+    ToolDiscoveryError,
+    ToolError,
+    TransportClosed,
+    TransportError,
+    UnknownToolError,
+)
 from .logs import configure_logging
-from .messaging import PULSAR_ERRORS, Connection, Publisher, Subscription
-from .rpc import RequestClient, RequestServer, RequestTimeout
+from .rpc import RequestClient, RequestServer
 from .schemas import (
     Announcement,
     Argument,
@@ -21,25 +38,41 @@ from .schemas import (
     canonical_json,
     descriptor_digest,
 )
-from .service import DynamicToolService, ServiceDefinitionError
-from .settings import NoBrokerError, Settings
+from .service import DynamicToolService
+from .settings import Settings
+from .topics import Topics
+from .transport import (
+    Capabilities,
+    Envelope,
+    MemoryBroker,
+    Publisher,
+    Subscription,
+    Transport,
+    open_transport,
+)
 
 __all__ = [
     "Announcement",
     "Announcer",
     "Argument",
+    "AuthenticationFailed",
+    "BadRequest",
     "BrokerError",
+    "BrokerUnreachable",
+    "Capabilities",
     "ConfigClient",
     "ConfigConflict",
     "ConfigError",
     "ConfigParam",
     "ConfigPush",
-    "Connection",
+    "ConfigRefused",
     "DynamicToolService",
     "EmbeddedBroker",
+    "Envelope",
     "Error",
+    "MemoryBroker",
+    "MessageTooLarge",
     "NoBrokerError",
-    "PULSAR_ERRORS",
     "Publisher",
     "RequestClient",
     "RequestServer",
@@ -47,6 +80,14 @@ __all__ = [
     "ServiceDefinitionError",
     "Settings",
     "Subscription",
+    "ToolDiscoveryError",
+    "ToolError",
+    "Topics",
+    "Transport",
+    "TransportClosed",
+    "TransportError",
+    "UnknownToolError",
+    "open_transport",
     "ToolDescriptor",
     "ToolServiceDescriptor",
     "ToolServiceRequest",

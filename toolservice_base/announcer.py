@@ -13,16 +13,23 @@ import time
 import uuid
 from typing import Literal
 
-import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from . import topics
-from .messaging import PULSAR_ERRORS, Connection, Message, Publisher, Subscription, unique_name
-from .schemas import Announcement, Probe, ToolDescriptor, ToolServiceDescriptor, descriptor_digest
-from .signing import Ed25519PrivateKey, sign
+from .errors import TransportError
+from .logs import get_logger
+from .schemas import (
+    Announcement,
+    Probe,
+    ToolDescriptor,
+    ToolServiceDescriptor,
+    descriptor_digest,
+)
+from .signing import sign
+from .transport import Envelope, Publisher, Subscription, Transport, unique_name
 
-log = structlog.get_logger("toolservice_base.announcer")
+log = get_logger("toolservice_base.announcer")
 
 
 def new_instance_id(service_id: str) -> str:
@@ -35,7 +42,7 @@ class Announcer:
 
     def __init__(
         self,
-        connection: Connection,
+        connection: Transport,
         service: ToolServiceDescriptor,
         tools: list[ToolDescriptor],
         *,
@@ -85,7 +92,7 @@ class Announcer:
                 message = sign(message, self._signing_key)
             try:
                 await self._publisher.send(message.to_json())
-            except PULSAR_ERRORS as exc:
+            except TransportError as exc:
                 log.warning("announce.send_failed", kind=kind, service=self.service.id, error=str(exc))
                 return False
         log.debug("announce.sent", kind=kind, service=self.service.id, instance=self.instance, sequence=message.sequence)
@@ -93,8 +100,9 @@ class Announcer:
 
     async def start(self) -> None:
         """Listen for probes first, so a probe racing our start is never missed; then announce."""
-        self._publisher = await self._connection.publisher(topics.TOOL_DESCRIPTORS)
-        self._probes = await self._connection.subscribe(topics.TOOL_PROBE, self._on_probe, subscription=unique_name("probe"))
+        topics = self._connection.topics
+        self._publisher = await self._connection.publisher(topics.tool_descriptors)
+        self._probes = await self._connection.subscribe(topics.tool_probe, self._on_probe, subscription=unique_name("probe"))
         await self._send("announce")
         self._scheduler = AsyncIOScheduler()
         self._scheduler.add_job(
@@ -109,9 +117,9 @@ class Announcer:
         self._scheduler.start()
         log.info("service.announced", service=self.service.id, instance=self.instance, tools=[t.name for t in self.tools], ttl=self.ttl)
 
-    async def _on_probe(self, message: Message) -> None:
+    async def _on_probe(self, message: Envelope) -> None:
         try:
-            probe = Probe.model_validate_json(message.data())
+            probe = Probe.model_validate_json(message.data)
         except (ValidationError, ValueError):
             log.debug("probe.ignored", reason="malformed")
             return

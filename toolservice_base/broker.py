@@ -23,20 +23,16 @@ import subprocess
 import time
 from pathlib import Path
 
-import structlog
-
+from .errors import BrokerError
+from .logs import get_logger
 from .settings import BROKER_URL_FILE
 
-log = structlog.get_logger("toolservice_base.broker")
+log = get_logger("toolservice_base.broker")
 
 CONFIG = """# Written by toolreg: keep pulsar-lite's metrics listener (0.0.0.0:8080 by default) off.
 [metrics]
 enabled = false
 """
-
-
-class BrokerError(RuntimeError):
-    """The embedded broker could not be started."""
 
 
 def binary_path() -> Path:

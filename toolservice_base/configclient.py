@@ -6,41 +6,42 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-import structlog
-
 from pydantic import ValidationError
 
-from . import topics
-from .messaging import Connection, Message, Subscription
-from .rpc import DEFAULT_TIMEOUT, RequestClient, RequestTimeout
-from .schemas import MAX_PUSH_BYTES, ConfigKey, ConfigPush, ConfigRequest, ConfigResponse, ConfigValue, ExpectedValue
+from .errors import ConfigConflict, ConfigError, ConfigRefused, RequestTimeout
+from .logs import get_logger
+from .rpc import DEFAULT_TIMEOUT, RequestClient
+from .schemas import (
+    MAX_PUSH_BYTES,
+    ConfigKey,
+    ConfigPush,
+    ConfigRequest,
+    ConfigResponse,
+    ConfigValue,
+    ExpectedValue,
+)
+from .transport import Envelope, Subscription, Transport
 
 PushHandler = Callable[[ConfigPush], Awaitable[None]]
 FIRST_ATTEMPT = 0.5
 
-log = structlog.get_logger("toolservice_base.configclient")
+log = get_logger("toolservice_base.configclient")
 
 
-class ConfigError(RuntimeError):
-    """The config store refused a request; the message says why."""
-
-    def __init__(self, message: str, kind: str = "error") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class ConfigConflict(ConfigError):
-    """A conditional write found the store in another state; nothing was written."""
+_ERRORS: dict[str, type[ConfigError]] = {"conflict": ConfigConflict, "invalid": ConfigRefused}
 
 
 class ConfigClient:
     """Typed calls on the config store's request/response queues."""
 
-    def __init__(self, connection: Connection, *, workspace: str = "default", timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, connection: Transport, *, workspace: str = "default", timeout: float = DEFAULT_TIMEOUT) -> None:
         self._connection = connection
         self.workspace = workspace
         self.timeout = timeout
-        self._rpc = RequestClient(connection, topics.CONFIG_REQUEST, topics.CONFIG_RESPONSE, name="config-client", bulk=True)
+        self._resend = connection.capabilities.resend_on_silence
+        self._rpc = RequestClient(
+            connection, connection.topics.config_request, connection.topics.config_response, name="config-client", bulk=True
+        )
 
     async def start(self) -> "ConfigClient":
         await self._rpc.start()
@@ -53,23 +54,23 @@ class ConfigClient:
         except ValidationError as exc:
             raise ConfigError(f"config store sent a malformed response: {exc.errors()[0]['msg']}") from None
         if response.error is not None:
-            error_class = ConfigConflict if response.error.type == "conflict" else ConfigError
+            error_class = _ERRORS.get(response.error.type, ConfigError)
             raise error_class(response.error.message, response.error.type)
         return response
 
     async def _request(self, request: ConfigRequest, timeout: float) -> dict[str, Any]:
-        """Send, and resend on silence, within `timeout` overall.
+        """Send, and where the broker needs it resend on silence, within `timeout` overall.
 
         A non-persistent topic drops a message for a consumer whose permits
         have not reached the broker yet, which happens in the first moments
-        after a store (re)subscribes. Every store operation is safe to repeat
-        (a repeated put changes nothing; a repeated conditional write fails
-        its precondition and the caller re-reads), so a lost request costs a
-        short attempt, not the whole timeout.
+        after a store (re)subscribes (`Capabilities.resend_on_silence`). Every
+        store operation is safe to repeat (a repeated put changes nothing; a
+        repeated conditional write fails its precondition and the caller
+        re-reads), so a lost request costs a short attempt, not the whole timeout.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        attempt = FIRST_ATTEMPT
+        attempt = FIRST_ATTEMPT if self._resend else timeout
         while True:
             remaining = deadline - loop.time()
             try:
@@ -149,7 +150,7 @@ class ConfigClient:
         await self._rpc.close()
 
 
-async def watch_config(connection: Connection, handler: PushHandler) -> Subscription:
+async def watch_config(connection: Transport, handler: PushHandler) -> Subscription:
     """Call `handler` with every config push; malformed or oversized pushes are dropped, logged with the reason.
 
     Anyone on the broker can publish on the notify topic, so the size is
@@ -157,8 +158,8 @@ async def watch_config(connection: Connection, handler: PushHandler) -> Subscrip
     refetch from the store (the store, not the push, is the truth).
     """
 
-    async def on_push(message: Message) -> None:
-        data = message.data()
+    async def on_push(message: Envelope) -> None:
+        data = message.data
         if len(data) > MAX_PUSH_BYTES:
             log.warning("config.push_rejected", reason=f"push is {len(data)} bytes; the limit is {MAX_PUSH_BYTES}")
             return
@@ -169,4 +170,4 @@ async def watch_config(connection: Connection, handler: PushHandler) -> Subscrip
             return
         await handler(push)
 
-    return await connection.subscribe(topics.CONFIG_NOTIFY, on_push)
+    return await connection.subscribe(connection.topics.config_notify, on_push)

@@ -1,44 +1,98 @@
-"""structlog set-up: readable console lines on a terminal, JSON lines otherwise."""
+"""Logging: structured events from the libraries, printed only when an application asks.
+
+The library packages log through `get_logger(name)`: structlog loggers that
+hand finished event dicts to the standard library's `logging` module under
+the same name. Their package loggers carry a `NullHandler`, so a program that
+imports `toolservice_base`, `discovery` or `agent_bridge` and configures no
+logging prints nothing (not even warnings to stderr), as a library should.
+
+An application turns them on either with its own `logging` set-up (our events
+then flow through its handlers), or with `configure_logging()`, which is what
+`toolreg` does: one handler on stderr, readable console lines on a terminal,
+JSON lines otherwise. stdout always belongs to command output (and to the MCP
+protocol over stdio).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+LIBRARY_LOGGERS = ("toolservice_base", "discovery", "agent_bridge", "bench")
+
+_PROCESSORS: list[Any] = [
+    structlog.stdlib.filter_by_level,
+    structlog.contextvars.merge_contextvars,
+    structlog.stdlib.add_logger_name,
+    structlog.stdlib.add_log_level,
+    structlog.processors.TimeStamper(fmt="iso", utc=True),
+    structlog.processors.StackInfoRenderer(),
+    structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+]
+
+for _name in LIBRARY_LOGGERS:
+    logging.getLogger(_name).addHandler(logging.NullHandler())
+
+
+def get_logger(name: str) -> Any:
+    """A structured logger for library code: silent until the application configures logging."""
+    return structlog.wrap_logger(
+        logging.getLogger(name),
+        processors=_PROCESSORS,
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+
+
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Marks the handler `configure_logging` installed, so a second call replaces it."""
 
 
 def configure_logging(level: str | None = None, *, json: bool | None = None, stream: TextIO | None = None) -> None:
-    """Configure structlog once per process.
+    """Print the product's events (and any other `logging` records) on `stream`, stderr by default.
 
     `TOOLREG_LOG_LEVEL` and `TOOLREG_LOG_FORMAT` (`console`|`json`) override
     the defaults, so a deployment can switch to JSON without a code change.
-    Logs go to stderr: stdout belongs to command output.
+    Calling it again replaces the earlier set-up.
     """
     name = (level or os.environ.get("TOOLREG_LOG_LEVEL") or "info").lower()
     out = stream or sys.stderr
     if json is None:
         fmt = os.environ.get("TOOLREG_LOG_FORMAT", "").lower()
         json = fmt == "json" if fmt else not out.isatty()
-    renderer: structlog.typing.Processor
+    renderer: Any
     if json:
         renderer = structlog.processors.JSONRenderer()
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
-    structlog.configure(
+    formatter = structlog.stdlib.ProcessorFormatter(
         processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.StackInfoRenderer(),
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info if json else structlog.dev.set_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(name, logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        foreign_pre_chain=[
+            structlog.stdlib.add_logger_name,
+            structlog.stdlib.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+        ],
+    )
+    handler = _Handler(out)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _Handler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(_LEVELS.get(name, logging.INFO))
+    # Structlog's own default (used by code that calls structlog.get_logger directly) goes the same way.
+    structlog.configure(
+        processors=_PROCESSORS,
+        wrapper_class=structlog.stdlib.BoundLogger,
+        logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=False,
     )

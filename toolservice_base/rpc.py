@@ -9,7 +9,7 @@ Each client also has a private reply queue, `<response-queue>.<client id>`,
 named in every request's `reply-to` property, and our servers answer there.
 On the shared queue every client receives every client's answers: N agents
 calling one service each received N times the traffic, and another agent's
-answer over 64 KiB could cost a call its own answer (see `messaging`). A
+answer over 64 KiB could cost a call its own answer (see `transport.Capabilities`). A
 server that does not know `reply-to` answers on the shared queue, which the
 client still reads, so either side may be older than the other.
 
@@ -27,12 +27,21 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
-import structlog
 from pydantic import BaseModel
 
-from .messaging import LARGE_MESSAGE, PULSAR_ERRORS, Connection, Message, Publisher, Subscription, encode, unique_name
+from .errors import RequestTimeout, TransportError
+from .logs import get_logger
+from .transport import (
+    LARGE_MESSAGE,
+    Envelope,
+    Publisher,
+    Subscription,
+    Transport,
+    encode,
+    unique_name,
+)
 
-log = structlog.get_logger("toolservice_base.rpc")
+log = get_logger("toolservice_base.rpc")
 
 DEFAULT_TIMEOUT = 30.0
 REPLY_TO = "reply-to"
@@ -43,17 +52,13 @@ READY_ATTEMPTS = 40
 _POWERS_OF_TEN = frozenset(10**k for k in range(10))
 
 
-class RequestTimeout(TimeoutError):
-    """No (further) response arrived in time."""
-
-
 class RequestClient:
     """Send requests on one queue and collect their responses from another."""
 
     def __init__(
-        self, connection: Connection, request_queue: str, response_queue: str, *, name: str = "client", bulk: bool = False
+        self, connection: Transport, request_queue: str, response_queue: str, *, name: str = "client", bulk: bool = False
     ) -> None:
-        """`bulk=True` when responses can exceed 64 KiB (see `Connection.subscribe`)."""
+        """`bulk=True` when responses can exceed 64 KiB (see `Transport.subscribe`)."""
         self._connection = connection
         self._bulk = bulk
         self.request_queue = request_queue
@@ -76,13 +81,14 @@ class RequestClient:
                 self._subscription = await self._connection.subscribe(
                     self.response_queue, self._on_response, subscription=unique_name(self._name), bulk=self._bulk
                 )
-                ready = [self._until_receiving(self.response_queue)]
+                queues = [self.response_queue]
                 if self.reply_queue is not None:
                     self._private = await self._connection.subscribe(
                         self.reply_queue, self._on_response, subscription=unique_name(self._name), bulk=self._bulk
                     )
-                    ready.append(self._until_receiving(self.reply_queue))
-                await asyncio.gather(*ready)
+                    queues.append(self.reply_queue)
+                if self._connection.capabilities.confirm_subscription_receives:
+                    await asyncio.gather(*(self._until_receiving(queue) for queue in queues))
                 self._publisher = await self._connection.publisher(self.request_queue)
         return self
 
@@ -106,20 +112,20 @@ class RequestClient:
                 try:
                     await asyncio.wait_for(arrived.get(), READY_INTERVAL)
                     return
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
             log.warning("client.not_confirmed", queue=queue, waited=READY_ATTEMPTS * READY_INTERVAL)
         finally:
             self._pending.pop(ping_id, None)
             await self._connection.close_publisher(publisher)
 
-    async def _on_response(self, message: Message) -> None:
-        request_id = (message.properties() or {}).get("id")
+    async def _on_response(self, message: Envelope) -> None:
+        request_id = message.properties.get("id")
         queue = self._pending.get(request_id) if request_id else None
         if queue is None:
             return  # another client's response, or one that arrived after its timeout
         try:
-            body = json.loads(message.data())
+            body = json.loads(message.data)
         except (ValueError, UnicodeDecodeError, RecursionError):
             body = {"error": {"type": "bad-response", "message": "response is not JSON"}, "end_of_stream": True}
         if not isinstance(body, dict):
@@ -197,7 +203,7 @@ def reply_queue(response_queue: str, requested: str | None) -> str | None:
     return None
 
 
-Responder = Callable[[Message, Callable[[BaseModel | dict[str, Any]], Awaitable[None]]], Awaitable[None]]
+Responder = Callable[[Envelope, Callable[[BaseModel | dict[str, Any]], Awaitable[None]]], Awaitable[None]]
 
 
 class RequestServer:
@@ -215,7 +221,7 @@ class RequestServer:
 
     def __init__(
         self,
-        connection: Connection,
+        connection: Transport,
         request_queue: str,
         response_queue: str,
         handle: Responder,
@@ -259,7 +265,7 @@ class RequestServer:
         """Subscribed, and the response producer is connected to the broker: requests can be answered."""
         return self._subscription is not None and self._publisher is not None and self._publisher.connected
 
-    async def _on_request(self, message: Message) -> None:
+    async def _on_request(self, message: Envelope) -> None:
         if len(self._tasks) >= self._max_backlog:
             log.warning("request.busy", queue=self.request_queue, backlog=len(self._tasks))
             busy = self._busy(f"{self.request_queue} has {len(self._tasks)} requests waiting; retry later")
@@ -285,7 +291,7 @@ class RequestServer:
                 )
         try:
             await publisher.send(data, properties={"id": request_id})
-        except PULSAR_ERRORS as exc:
+        except TransportError as exc:
             log.warning("response.send_failed", queue=publisher.topic, id=request_id, error=str(exc))
 
     async def _reply_publisher(self, queue: str) -> Publisher | None:
@@ -306,7 +312,7 @@ class RequestServer:
             self._replies.move_to_end(queue)
         try:
             return await asyncio.shield(opening)
-        except PULSAR_ERRORS as exc:
+        except TransportError as exc:
             if self._replies.get(queue) is opening:
                 # Remembered: later answers to this caller go to the shared queue at once.
                 shared = asyncio.get_running_loop().create_future()
@@ -318,17 +324,17 @@ class RequestServer:
     async def _close_reply(self, opening: asyncio.Future[Publisher | None]) -> None:
         try:
             publisher = await opening
-        except PULSAR_ERRORS:
+        except TransportError:
             return
         if publisher is not None and publisher is not self._publisher:
             await self._connection.close_publisher(publisher)
 
-    def _return_address(self, message: Message) -> tuple[str, str | None]:
+    def _return_address(self, message: Envelope) -> tuple[str, str | None]:
         """The request's `id`, and the private queue to answer on (None: the shared queue)."""
-        properties = message.properties() or {}
+        properties = message.properties
         return properties.get("id", ""), reply_queue(self.response_queue, properties.get(REPLY_TO))
 
-    async def _run(self, message: Message) -> None:
+    async def _run(self, message: Envelope) -> None:
         request_id, reply_to = self._return_address(message)
 
         async def reply(body: BaseModel | dict[str, Any]) -> None:

@@ -10,9 +10,10 @@ An author declares the service and its tools as spec JSON and overrides
         async def invoke(self, user, config, arguments):
             return f"A {config.get('style', 'plain')} joke about {arguments['topic']}"
 
-Queues left out of `descriptor` default to `non-persistent://tg/request/<id>`
-and `non-persistent://tg/response/<id>`; `type` and `service` left out of a
-tool default to `tool-service` and the service's id.
+Queues left out of `descriptor` default to `non-persistent://<topicspace>/request/<id>`
+and `non-persistent://<topicspace>/response/<id>` (topicspace `tg` unless
+`TOOLREG_TOPICSPACE` says otherwise); `type` and `service` left out of a tool
+default to `tool-service` and the service's id.
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ import json
 import signal
 import time
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, ClassVar
 
-import structlog
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from . import topics
 from .announcer import Announcer
-from .messaging import Connection, Message
+from .errors import BadRequest, ServiceDefinitionError
+from .logs import get_logger
 from .metrics import ServiceMetrics
 from .rpc import RequestServer
 from .schemas import (
@@ -48,30 +50,27 @@ from .schemas import (
     describe_validation_error,
 )
 from .settings import Settings
-from .signing import Ed25519PrivateKey, load_private_key
+from .signing import load_private_key
+from .topics import DEFAULT as DEFAULT_TOPICS
+from .topics import Topics
+from .transport import Envelope, Transport, open_transport
 
-log = structlog.get_logger("toolservice_base.service")
+log = get_logger("toolservice_base.service")
 
 
 ANNOUNCE_OVERHEAD = 1024  # the announcement's own fields and signature around the descriptors
 
 
-class ServiceDefinitionError(ValueError):
-    """The class attributes of a `DynamicToolService` subclass are not a valid service."""
-
-
-class BadRequest(ValueError):
-    """A request that cannot be parsed; answered with an error, never a crash."""
-
-
-def build_descriptors(descriptor: dict[str, Any], tools: list[dict[str, Any]]) -> tuple[ToolServiceDescriptor, list[ToolDescriptor]]:
+def build_descriptors(
+    descriptor: dict[str, Any], tools: list[dict[str, Any]], topics: Topics = DEFAULT_TOPICS
+) -> tuple[ToolServiceDescriptor, list[ToolDescriptor]]:
     """Fill the defaults an author may leave out and validate everything."""
     if not isinstance(descriptor, dict) or "id" not in descriptor:
         raise ServiceDefinitionError("`descriptor` must be a dict with at least an 'id'")
     service_id = descriptor["id"]
     full = {
-        "request-queue": topics.default_request_queue(str(service_id)),
-        "response-queue": topics.default_response_queue(str(service_id)),
+        "request-queue": topics.request_queue(str(service_id)),
+        "response-queue": topics.response_queue(str(service_id)),
         **descriptor,
     }
     try:
@@ -127,6 +126,13 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+async def _stream_chunks(chunks: AsyncIterator[Any], reply: Any) -> None:
+    """A streamed answer: one response per chunk, then an empty `end_of_stream` one."""
+    async for chunk in chunks:
+        await reply(ToolServiceResponse(response=_as_text(chunk), end_of_stream=False))
+    await reply(ToolServiceResponse(response="", end_of_stream=True))
+
+
 class DynamicToolService:
     """Base class of every tool service. Override `invoke`."""
 
@@ -144,15 +150,16 @@ class DynamicToolService:
         self,
         *,
         settings: Settings | None = None,
-        connection: Connection | None = None,
+        connection: Transport | None = None,
         ttl: float | None = None,
         announce: bool | None = None,
         workspace: str | None = None,
         signing_key: Ed25519PrivateKey | str | Path | None = None,
         metrics: ServiceMetrics | None = None,
     ) -> None:
-        self.service_descriptor, self.tool_descriptors = build_descriptors(type(self).descriptor, type(self).tools)
         self.settings = settings or Settings.from_env()
+        topics = connection.topics if connection is not None else self.settings.topics
+        self.service_descriptor, self.tool_descriptors = build_descriptors(type(self).descriptor, type(self).tools, topics)
         self._connection = connection
         self._own_connection = connection is None
         self.lease_ttl = float(ttl if ttl is not None else type(self).ttl)
@@ -165,6 +172,7 @@ class DynamicToolService:
         self.announcer: Announcer | None = None
         self._stopped = asyncio.Event()
         self._stopping = False
+        self._resources = AsyncExitStack()
 
     @property
     def id(self) -> str:
@@ -187,17 +195,17 @@ class DynamicToolService:
             return f"not connected to the broker for {self.service_descriptor.request_queue}"
         return None
 
-    async def _handle(self, message: Message, reply: Any) -> None:
+    async def __handle(self, message: Envelope, reply: Any) -> None:
         started = time.perf_counter()
         error: str | None = None
         try:
-            user, config, arguments = _parse_request(message.data(), type(self).max_request_bytes)
+            user, config, arguments = _parse_request(message.data, type(self).max_request_bytes)
             result = self.invoke(user, config, arguments)
-            if inspect.isasyncgen(result):
-                await self._stream(result, reply)
-                return
             if inspect.isawaitable(result):
                 result = await result
+            if inspect.isasyncgen(result):
+                await _stream_chunks(result, reply)
+                return
             await reply(ToolServiceResponse(response=_as_text(result), end_of_stream=True))
         except BadRequest as exc:
             error = "bad-request"
@@ -210,38 +218,49 @@ class DynamicToolService:
         finally:
             self.metrics.observe(time.perf_counter() - started, error)
 
-    @staticmethod
-    async def _stream(chunks: AsyncIterator[Any], reply: Any) -> None:
-        async for chunk in chunks:
-            await reply(ToolServiceResponse(response=_as_text(chunk), end_of_stream=False))
-        await reply(ToolServiceResponse(response="", end_of_stream=True))
-
     async def start(self) -> None:
-        """Subscribe to requests, then (and only then) announce."""
-        if self._connection is None:
-            self._connection = await Connection.open(self.settings)
-        service = self.service_descriptor
-        self._server = RequestServer(
-            self._connection,
-            service.request_queue,
-            service.response_queue,
-            self._handle,
-            subscription=service.id,
-            max_in_flight=type(self).max_in_flight,
-        )
-        await self._server.start()
-        log.info("service.listening", service=service.id, queue=service.request_queue)
-        if self.announcing:
-            self.announcer = Announcer(
+        """Subscribe to requests, then (and only then) announce.
+
+        Each step registers its undo on an exit stack as it succeeds: if a
+        later step fails, the earlier ones are undone (connection closed,
+        subscription dropped) before the error reaches the caller.
+        """
+        async with AsyncExitStack() as stack:
+            if self._connection is None:
+                self._connection = await open_transport(self.settings)
+                stack.push_async_callback(self._forget_connection)
+            service = self.service_descriptor
+            server = RequestServer(
                 self._connection,
-                service,
-                self.tool_descriptors,
-                ttl=self.lease_ttl,
-                workspace=self.lease_workspace,
-                version=type(self).version,
-                signing_key=self.signing_key,
+                service.request_queue,
+                service.response_queue,
+                self.__handle,
+                subscription=service.id,
+                max_in_flight=type(self).max_in_flight,
             )
-            await self.announcer.start()
+            await server.start()
+            stack.push_async_callback(server.stop)
+            self._server = server
+            log.info("service.listening", service=service.id, queue=service.request_queue)
+            if self.announcing:
+                announcer = Announcer(
+                    self._connection,
+                    service,
+                    self.tool_descriptors,
+                    ttl=self.lease_ttl,
+                    workspace=self.lease_workspace,
+                    version=type(self).version,
+                    signing_key=self.signing_key,
+                )
+                await announcer.start()
+                stack.push_async_callback(announcer.stop)
+                self.announcer = announcer
+            self._resources = stack.pop_all()
+
+    async def _forget_connection(self) -> None:
+        if self._own_connection and self._connection is not None:
+            connection, self._connection = self._connection, None
+            await connection.close()
 
     async def stop(self, timeout: float = 30.0) -> None:
         """Withdraw, stop taking requests, finish the ones in flight, close."""
@@ -250,14 +269,12 @@ class DynamicToolService:
             return
         self._stopping = True
         try:
+            # Withdraw first, so the registry drops us before requests stop being taken.
             if self.announcer is not None:
                 await self.announcer.withdraw()
             if self._server is not None:
                 await self._server.stop(timeout)
-            if self.announcer is not None:
-                await self.announcer.stop()
-            if self._own_connection and self._connection is not None:
-                await self._connection.close()
+            await self._resources.aclose()
         finally:
             log.info("service.stopped", service=self.id)
             self._stopped.set()

@@ -18,12 +18,16 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
 
+from .errors import ToolDiscoveryError
 from .schemas import Announcement, canonical_json
 
 
-class SigningError(ValueError):
+class SigningError(ToolDiscoveryError, ValueError):
     """A key or signature is unusable; the message says which and why."""
 
 

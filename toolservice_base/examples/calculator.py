@@ -38,7 +38,8 @@ def evaluate(expression: str) -> float | int:
         tree = ast.parse(expression, mode="eval")
     except SyntaxError as exc:
         raise ExpressionError(f"not an arithmetic expression: {exc.msg}") from None
-    return _eval(tree.body)
+    result: float | int = _eval(tree.body)
+    return result
 
 
 def _eval(node: ast.AST) -> Any:

@@ -1,0 +1,174 @@
+"""The product's one error tree.
+
+Every error a caller of `toolservice_base`, `discovery` or `agent_bridge` can
+meet derives from `ToolDiscoveryError`, so an agent can catch the product's
+failures with one clause and tell them apart by type, never by message text.
+Broker exceptions are translated where they arise (`transport.pulsar`) and
+never cross a public API.
+
+Messages are one line that says what went wrong and what to do.
+"""
+
+from __future__ import annotations
+
+
+class ToolDiscoveryError(Exception):
+    """Root of every error the product raises on purpose."""
+
+
+# --- the broker ------------------------------------------------------------------
+
+
+class TransportError(ToolDiscoveryError):
+    """The broker could not be reached or refused an operation.
+
+    `retriable` says whether the same call may succeed later unchanged (a lost
+    connection, a timeout) or never will (a bad token, a message too large).
+    """
+
+    def __init__(self, message: str, *, retriable: bool = True) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+class BrokerUnreachable(TransportError):
+    """No connection to the broker (down, wrong URL, network)."""
+
+
+class AuthenticationFailed(TransportError):
+    """The broker refused our credentials (missing, wrong or expired token)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
+
+
+class MessageTooLarge(TransportError):
+    """A message is over the broker's size limit; sending it again cannot help."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
+
+
+class TransportClosed(TransportError):
+    """The transport, producer or consumer was already closed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
+
+
+class RequestTimeout(TransportError, TimeoutError):
+    """No (further) response arrived in time."""
+
+
+class NoBrokerError(ToolDiscoveryError):
+    """No broker is configured and none is running under the data directory."""
+
+
+class BrokerError(ToolDiscoveryError):
+    """The embedded broker could not be started or supervised."""
+
+
+# --- the config store --------------------------------------------------------------
+
+
+class ConfigError(ToolDiscoveryError):
+    """The config store refused a request, or answered nonsense; the message says why.
+
+    `code` is the store's error type on the wire (`bad-request`, `invalid`, ...).
+    """
+
+    code = "error"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class ConfigConflict(ConfigError):
+    """A conditional write found the store in another state; nothing was written."""
+
+    code = "conflict"
+
+
+class ConfigRefused(ConfigError):
+    """The store refused a value (validation or a limit); nothing was written."""
+
+    code = "invalid"
+
+
+# --- tool services and calls ---------------------------------------------------------
+
+
+class ServiceDefinitionError(ToolDiscoveryError, ValueError):
+    """The class attributes of a `DynamicToolService` subclass are not a valid service."""
+
+
+class BadRequest(ToolDiscoveryError, ValueError):
+    """A request that cannot be parsed; answered with an error, never a crash."""
+
+
+class ToolError(ToolDiscoveryError):
+    """A tool call failed: the service answered with an error, or could not be asked.
+
+    `type` and `message` are the service's own (`ExpressionError`, `division by
+    zero`), so an agent can show the LLM exactly what went wrong.
+    """
+
+    def __init__(self, type: str, message: str, *, service: str = "") -> None:
+        where = f" (tool service {service!r})" if service else ""
+        super().__init__(f"{type}: {message}{where}")
+        self.type = type
+        self.message = message
+        self.service = service
+
+
+class UnknownToolError(ToolDiscoveryError, LookupError):
+    """`invoke` named a tool the set does not hold."""
+
+
+class BridgeUnavailable(ToolDiscoveryError):
+    """Neither the config store nor a fallback could give the ToolSet its tools."""
+
+
+# --- the registry ----------------------------------------------------------------------
+
+
+class RegistryUnavailable(ToolDiscoveryError):
+    """No registry answered in time."""
+
+
+class RegistryQueryError(ToolDiscoveryError):
+    """The registry answered with an error; `code` is its type (`bad-request`, `not-found`, ...)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RegistryError(ToolDiscoveryError):
+    """The registry could not start; the message says what to do."""
+
+
+__all__ = [
+    "AuthenticationFailed",
+    "BadRequest",
+    "BridgeUnavailable",
+    "BrokerError",
+    "BrokerUnreachable",
+    "ConfigConflict",
+    "ConfigError",
+    "ConfigRefused",
+    "MessageTooLarge",
+    "NoBrokerError",
+    "RegistryError",
+    "RegistryQueryError",
+    "RegistryUnavailable",
+    "RequestTimeout",
+    "ServiceDefinitionError",
+    "ToolDiscoveryError",
+    "ToolError",
+    "TransportClosed",
+    "TransportError",
+    "UnknownToolError",
+]

@@ -1,0 +1,66 @@
+"""The transport seam: what the product sees of a broker.
+
+`open_transport(settings)` connects to the broker the settings name: Apache
+Pulsar or pulsar-lite through `transport.pulsar` (the only module that imports
+`pulsar`), or an in-process `MemoryBroker` for a `memory://` URL. Code above
+this package uses only `Transport`, `Publisher`, `Subscription` and
+`Envelope`, and catches only the product's own errors.
+"""
+
+from __future__ import annotations
+
+from ..settings import Settings
+from .base import (
+    APACHE_PULSAR,
+    BROKER_KINDS,
+    LARGE_MESSAGE,
+    MEMORY,
+    PULSAR_LITE,
+    Capabilities,
+    Envelope,
+    Handler,
+    Payload,
+    Publisher,
+    Subscription,
+    Transport,
+    encode,
+    unique_name,
+)
+from .memory import SCHEME as MEMORY_SCHEME
+from .memory import MemoryBroker, MemoryTransport
+
+
+async def open_transport(settings: Settings | None = None, *, url: str | None = None) -> Transport:
+    """Connect to `url`, or to the broker the settings resolve to.
+
+    Raises `NoBrokerError` when none is configured, and a `TransportError`
+    (with a one-line message) when the broker cannot be used.
+    """
+    settings = settings or Settings.from_env()
+    target = url or settings.resolve_pulsar_url()
+    if target.startswith(MEMORY_SCHEME):
+        return MemoryBroker.named(target).transport(settings.topics)
+    from .pulsar import PulsarTransport
+
+    return await PulsarTransport.open(settings, url=target)
+
+
+__all__ = [
+    "APACHE_PULSAR",
+    "BROKER_KINDS",
+    "Capabilities",
+    "Envelope",
+    "Handler",
+    "LARGE_MESSAGE",
+    "MEMORY",
+    "MemoryBroker",
+    "MemoryTransport",
+    "PULSAR_LITE",
+    "Payload",
+    "Publisher",
+    "Subscription",
+    "Transport",
+    "encode",
+    "open_transport",
+    "unique_name",
+]

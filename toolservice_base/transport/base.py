@@ -1,0 +1,229 @@
+"""What the product sees of a broker: three small Protocols and one message type.
+
+Everything above `toolservice_base.transport` is written against these, so
+it runs unchanged on Apache Pulsar, on pulsar-lite and on the in-memory
+transport the tests and `ServiceHarness` use. A handler receives an
+`Envelope`, never a broker's message object.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Self, runtime_checkable
+
+from pydantic import BaseModel
+
+from ..errors import TransportClosed
+from ..topics import Topics
+
+LARGE_MESSAGE = 64 * 1024
+"""Past this, a message can make its connection unwritable for a moment (see `Capabilities.separate_bulk_connection`)."""
+
+Payload = BaseModel | dict[str, Any] | bytes | str
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One received message: its bytes, its properties and the topic it came on."""
+
+    data: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    topic: str = ""
+
+
+Handler = Callable[[Envelope], Awaitable[None]]
+
+
+def encode(payload: Payload) -> bytes:
+    """The one JSON encoding of everything we send."""
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, str):
+        return payload.encode()
+    if isinstance(payload, BaseModel):
+        return payload.model_dump_json(by_alias=True, exclude_none=True).encode()
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def unique_name(prefix: str) -> str:
+    """A name no other process will pick: per-process subscriptions never collide with a dead one's."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@runtime_checkable
+class Publisher(Protocol):
+    topic: str
+
+    async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> None:
+        """Send one message; raises a `TransportError` if the broker does not take it."""
+
+    @property
+    def connected(self) -> bool:
+        """Whether the producer can reach the broker now (readiness probes ask this)."""
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Subscription(Protocol):
+    topic: str
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """Makes publishers and subscriptions, and closes everything it made in a safe order."""
+
+    url: str
+    topics: Topics
+    """The topic names of the topicspace this transport was opened for."""
+
+    @property
+    def capabilities(self) -> "Capabilities": ...
+
+    async def publisher(self, topic: str) -> Publisher: ...
+
+    async def subscribe(
+        self,
+        topic: str,
+        handler: Handler,
+        *,
+        subscription: str | None = None,
+        shared: bool = False,
+        bulk: bool = False,
+        receiver_queue: int = 1000,
+    ) -> Subscription:
+        """Subscribe and start delivering to `handler`, one message at a time.
+
+        `shared=True` spreads messages over every consumer of `subscription`
+        (a service's instances); otherwise the subscription is exclusive and,
+        by default, uniquely named for this process. `bulk=True` marks topics
+        whose messages can exceed 64 KiB.
+        """
+
+    async def unsubscribe(self, subscription: Subscription) -> None: ...
+
+    async def close_publisher(self, publisher: Publisher) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Broker workarounds, each on only for a broker that needs it.
+
+    Each field names one thing the product does to get correct behaviour
+    from a particular broker; the docstring says the failure it prevents.
+    `for_broker` decides them per broker kind, from measurements recorded in
+    the operators guide.
+    """
+
+    shift_consumer_ids: bool = False
+    """pulsar-lite keys a Shared subscription's consumers by the client-local consumer id, which every
+    client counts from 0: the second process to join collides ("Consumer 0 already exists") unless it
+    first uses up a random number of ids on a throwaway topic."""
+
+    confirm_subscription_receives: bool = False
+    """A new subscription on a non-persistent topic drops what arrives before its first permits reach
+    the broker: a client pings its own response queue until the ping comes back before it sends."""
+
+    resend_on_silence: bool = False
+    """A store request sent in the moment a store (re)subscribes can be dropped: config requests (all
+    safe to repeat) are resent with back-off inside the caller's timeout."""
+
+    separate_bulk_connection: bool = False
+    """A message over 64 KiB makes its connection unwritable for a moment and the broker drops
+    non-persistent messages for the other consumers on it: subscriptions whose answers can be large
+    get a connection of their own."""
+
+    close_grace: float = 0.0
+    """Seconds to wait after closing the client before the event loop may end: exiting while the
+    client's I/O threads wind down aborts the process now and then."""
+
+    @classmethod
+    def for_broker(cls, kind: str) -> "Capabilities":
+        if kind == PULSAR_LITE:
+            return cls(
+                shift_consumer_ids=True,
+                confirm_subscription_receives=True,
+                resend_on_silence=True,
+                separate_bulk_connection=True,
+                close_grace=0.05,
+            )
+        if kind == APACHE_PULSAR:
+            return APACHE_PULSAR_CAPABILITIES
+        if kind == MEMORY:
+            return cls()
+        raise ValueError(f"unknown broker kind {kind!r}; expected one of {', '.join(BROKER_KINDS)}")
+
+    def enabled(self) -> dict[str, bool | float]:
+        """The capabilities that are on, for logs and the operators guide."""
+        return {name: value for name, value in vars(self).items() if value}
+
+
+APACHE_PULSAR = "apache-pulsar"
+PULSAR_LITE = "pulsar-lite"
+MEMORY = "memory"
+BROKER_KINDS = (APACHE_PULSAR, PULSAR_LITE, MEMORY)
+
+APACHE_PULSAR_CAPABILITIES = Capabilities(
+    confirm_subscription_receives=True,
+    separate_bulk_connection=True,
+    close_grace=0.05,
+)
+"""Apache Pulsar 4.0: see docs/operators.md ("What the product does per broker") for the measurements."""
+
+
+class OpenedResources:
+    """What every transport does alike: remember what it opened, close it in a safe order, refuse use after close.
+
+    Subscriptions close before publishers (a handler may still answer while
+    its subscription winds down), and both before the broker client.
+    """
+
+    url: str
+
+    def __init__(self) -> None:
+        self._publishers: list[Any] = []
+        self._subscriptions: list[Any] = []
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransportClosed(f"the connection to {self.url} is closed")
+
+    async def unsubscribe(self, subscription: Any) -> None:
+        if subscription in self._subscriptions:
+            self._subscriptions.remove(subscription)
+        await subscription.close()
+
+    async def close_publisher(self, publisher: Any) -> None:
+        if publisher in self._publishers:
+            self._publishers.remove(publisher)
+        await publisher.close()
+
+    async def _close_opened(self) -> bool:
+        """Close every subscription, then every publisher; False if the transport was already closed."""
+        if self._closed:
+            return False
+        self._closed = True
+        subscriptions, self._subscriptions = self._subscriptions, []
+        publishers, self._publishers = self._publishers, []
+        for sub in subscriptions:
+            await sub.close()
+        for publisher in publishers:
+            await publisher.close()
+        return True
+
+    async def close(self) -> None:
+        await self._close_opened()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
