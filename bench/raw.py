@@ -36,9 +36,9 @@ def responder(url: str, request_topic: str, response_topic: str) -> None:
     print("raw responder ready", flush=True)
     while True:
         message = consumer.receive()
-        request = json.loads(message.data)
+        request = json.loads(message.data())
         body = json.dumps({"error": None, "response": json.loads(request["arguments"])["text"], "end_of_stream": True})
-        producer.send_async(body.encode(), None, properties={"id": message.properties["id"]})
+        producer.send_async(body.encode(), None, properties={"id": message.properties()["id"]})
         consumer.acknowledge(message)
 
 
@@ -50,9 +50,9 @@ async def async_responder(url: str, request_topic: str, response_topic: str) -> 
     print("raw responder ready", flush=True)
     while True:
         message = await consumer.receive()
-        request = json.loads(message.data)
+        request = json.loads(message.data())
         body = json.dumps({"error": None, "response": json.loads(request["arguments"])["text"], "end_of_stream": True})
-        await producer.send(body.encode(), properties={"id": message.properties["id"]})
+        await producer.send(body.encode(), properties={"id": message.properties()["id"]})
         await consumer.acknowledge(message)
 
 

@@ -64,7 +64,7 @@ async def send_paced(publisher: Any, messages: list[bytes], metrics: str, *, alr
 
     The topic is non-persistent: the broker drops what a consumer has no
     permits for, and what comes next to a message over 64 KiB on the same
-    connection (see `toolservice_base.messaging`), so an unpaced flood would
+    connection (see `Capabilities.separate_bulk_connection` in `toolservice_base.transport`), so an unpaced flood would
     lose messages before they reach the registry and prove nothing about it.
     A large message therefore goes in a batch of its own.
     """
