@@ -216,6 +216,7 @@ class Registry:
     async def start(self) -> None:
         await self._config.start()
         try:
+            await self.writer.writes.detect()
             await self._restore()
         except (RequestTimeout, ConfigError) as exc:
             await self._config.close()
@@ -444,6 +445,7 @@ class Registry:
 
     async def _on_push(self, push: ConfigPush) -> None:
         """Someone changed tools: a refused announcement may fit now (its holder left)."""
+        self.writer.writes.observe(push)
         for item_type in ("tool", "tool-service"):
             for workspace in push.changes.get(item_type, []):
                 for state in self._services.values():
