@@ -2,6 +2,7 @@
 
     toolreg up                      broker (embedded unless PULSAR_URL) + config store + registry
     toolreg serve MODULE:CLASS      run a DynamicToolService subclass
+    toolreg announce --service S --tools T   announce a service that cannot announce itself
     toolreg config put|get|list|delete
     toolreg call TOOL key=value ... invoke a tool through the agent bridge
     toolreg tools|rejections|conflicts|release|registry
@@ -39,11 +40,12 @@ from toolservice_base import (
 )
 from toolservice_base.signing import SigningError
 
-from . import cli_registry, cli_trust
+from . import cli_announce, cli_registry, cli_trust
 from .cli_common import CommandError, broker_error, fail, settings_of, start_health, wait_for_signal
 from .registry import Registry, RegistryError
 from .registry_client import RegistryQueryError, RegistryUnavailable
 from .trust import PolicyError
+from .config_ops import STORE_PROTOCOLS
 from .configsvc import ConfigStoreService
 from .health import DEFAULT_METRICS_PORT, HealthServer
 
@@ -100,11 +102,11 @@ async def cmd_up(args: argparse.Namespace) -> int:
             how = "reused" if broker.reused else "embedded pulsar-lite, loopback only"
             print(f"broker        {url} ({how}; URL in {broker.url_file})")
         connection = await Connection.open(settings, url=url)
-        store = ConfigStoreService.in_data_dir(connection, settings.data_dir)
+        store = ConfigStoreService.in_data_dir(connection, settings.data_dir, protocol=args.store_protocol)
         await store.start()
         if health is not None:
             health.add_check("config-store", store.readiness)
-        print(f"config store  {store.store.path} (version {store.store.version})")
+        print(f"config store  {store.store.path} (version {store.store.version}; {args.store_protocol} protocol)")
         registry = None
         if not args.no_registry:
             registry = Registry(connection, options=options)
@@ -330,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Run the config store and the registry; without PULSAR_URL, also an embedded pulsar-lite broker on 127.0.0.1.")
     up.add_argument("--port", type=int, default=None, help="port for the embedded broker (default: a free one)")
     up.add_argument("--no-registry", action="store_true", help="run only the broker and the config store")
+    up.add_argument("--store-protocol", choices=STORE_PROTOCOLS, default="toolreg",
+                    help="toolreg (default): TrustGraph's config protocol plus our extensions; "
+                         "trustgraph: behave exactly like TrustGraph's config service, extensions ignored (for testing against it)")
     cli_registry.add_registry_options(up)
     up.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                     help=f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
@@ -387,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_registry.add_commands(sub, common)
     cli_trust.add_commands(sub, common)
+    cli_announce.add_command(sub, common)
     return parser
 
 
