@@ -2,6 +2,7 @@
 
     toolreg up                      broker (embedded unless PULSAR_URL) + config store + registry
     toolreg serve MODULE:CLASS      run a DynamicToolService subclass
+    toolreg announce --service S --tools T   announce a service that cannot announce itself
     toolreg config put|get|list|delete
     toolreg call TOOL key=value ... invoke a tool through the agent bridge
     toolreg tools|rejections|conflicts|release|registry
@@ -37,8 +38,9 @@ from toolservice_base import (
 )
 from toolservice_base.signing import SigningError
 
-from . import cli_registry, cli_trust
+from . import cli_announce, cli_registry, cli_trust
 from .cli_common import CommandError, fail, settings_of, start_health, wait_for_signal
+from .config_ops import STORE_PROTOCOLS
 from .configsvc import ConfigStoreService
 from .health import DEFAULT_METRICS_PORT
 from .registry import Registry
@@ -105,12 +107,12 @@ async def cmd_up(args: argparse.Namespace) -> int:
         connection = await open_transport(settings, url=url)
         stack.push_async_callback(connection.close)
         print(f"workarounds   {', '.join(connection.capabilities.enabled()) or 'none'} (for {settings.broker_kind(url)})")
-        store = ConfigStoreService.in_data_dir(connection, settings.data_dir)
+        store = ConfigStoreService.in_data_dir(connection, settings.data_dir, protocol=args.store_protocol)
         stack.push_async_callback(store.stop)
         await store.start()
         if health is not None:
             health.add_check("config-store", store.readiness)
-        print(f"config store  {store.store.path} (version {store.store.version})")
+        print(f"config store  {store.store.path} (version {store.store.version}; {args.store_protocol} protocol)")
         if not args.no_registry:
             registry = Registry(connection, options=options)
             stack.push_async_callback(registry.stop)
@@ -329,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Run the config store and the registry; without PULSAR_URL, also an embedded pulsar-lite broker on 127.0.0.1.")
     up.add_argument("--port", type=int, default=None, help="port for the embedded broker (default: a free one)")
     up.add_argument("--no-registry", action="store_true", help="run only the broker and the config store")
+    up.add_argument("--store-protocol", choices=STORE_PROTOCOLS, default="toolreg",
+                    help="toolreg (default): TrustGraph's config protocol plus our extensions; "
+                         "trustgraph: behave exactly like TrustGraph's config service, extensions ignored (for testing against it)")
     cli_registry.add_registry_options(up)
     up.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                     help=f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
@@ -386,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_registry.add_commands(sub, common)
     cli_trust.add_commands(sub, common)
+    cli_announce.add_command(sub, common)
     return parser
 
 

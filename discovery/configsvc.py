@@ -1,13 +1,21 @@
 """The config store service: `ConfigStore` answering on the config queues.
 
+It answers where TrustGraph's config service does: the system queue
+(`request/config`, the workspace in the request body) and, like TrustGraph's,
+one queue per workspace (`request/config:<workspace>`, the workspace taken
+from the queue), which TrustGraph's API gateway uses. What each request does
+is `config_ops`; this module is the transport around it.
+
 Each request is handled to completion without yielding between its SQLite
 read and write, so requests are atomic even though several run at once.
 A push goes out on the notify topic *before* the reply, so a writer that has
-its answer knows every watcher has been told.
+its answer knows every watcher has been told. On start the store pushes once
+with empty `changes`, TrustGraph's "everything may have changed" poke.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from pathlib import Path
@@ -19,55 +27,81 @@ from toolservice_base.errors import TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import RequestServer
 from toolservice_base.schemas import (
+    CONFIG_OPERATIONS,
     MAX_CONFIG_REQUEST_BYTES,
     ConfigPush,
     ConfigRequest,
     ConfigResponse,
-    ConfigValue,
     Error,
     describe_validation_error,
 )
+from toolservice_base.topics import Topics
 from toolservice_base.transport import Envelope, Publisher, Transport
 
+from .config_ops import ConfigOperations, StoreProtocol
 from .health import ConfigStoreMetrics
-from .store import Changes, ConfigStore, Conflict, StoreError
+from .store import ConfigStore
 
 log = get_logger("discovery.config")
 
 STORE_FILE = "config.sqlite"
+SUBSCRIPTION = "config-store"
+
+
+def workspace_queues(topics: Topics, workspace: str) -> tuple[str, str]:
+    """A workspace's own request and response queues, named as TrustGraph names them (`<base>:<workspace>`)."""
+    return f"{topics.config_request}:{workspace}", f"{topics.config_response}:{workspace}"
 
 
 class ConfigStoreService:
-    """Serve a `ConfigStore` over Pulsar."""
+    """Serve a `ConfigStore` over Pulsar, in our protocol (default) or exactly as TrustGraph's store."""
 
-    def __init__(self, connection: Transport, store: ConfigStore, *, metrics: ConfigStoreMetrics | None = None) -> None:
+    def __init__(
+        self,
+        connection: Transport,
+        store: ConfigStore,
+        *,
+        metrics: ConfigStoreMetrics | None = None,
+        protocol: StoreProtocol = "toolreg",
+    ) -> None:
         self._connection = connection
         self.store = store
+        self.operations = ConfigOperations(store, protocol)
         self.metrics = metrics or ConfigStoreMetrics.default()
         self._server = RequestServer(
-            connection,
-            connection.topics.config_request,
-            connection.topics.config_response,
-            self._handle,
-            subscription="config-store",
+            connection, connection.topics.config_request, connection.topics.config_response, self._on_system, subscription=SUBSCRIPTION
         )
+        self._workspace_servers: dict[str, RequestServer] = {}
+        self._queue_changes: asyncio.Queue[tuple[bool, str]] = asyncio.Queue()
+        self._queue_task: asyncio.Task[None] | None = None
         self._notify: Publisher | None = None
         self._stopped = False
 
+    @property
+    def protocol(self) -> StoreProtocol:
+        return self.operations.protocol
+
     @classmethod
-    def in_data_dir(cls, connection: Transport, data_dir: str | Path) -> "ConfigStoreService":
-        return cls(connection, ConfigStore(Path(data_dir) / STORE_FILE))
+    def in_data_dir(cls, connection: Transport, data_dir: str | Path, *, protocol: StoreProtocol = "toolreg") -> "ConfigStoreService":
+        return cls(connection, ConfigStore(Path(data_dir) / STORE_FILE), protocol=protocol)
 
     async def start(self) -> None:
-        notify = await self._connection.publisher(self._connection.topics.config_notify)
+        """A failure half-way closes what was opened (`stop()` is safe at any point)."""
         try:
+            self._notify = await self._connection.publisher(self._connection.topics.config_notify)
+            await self._push(ConfigPush(version=self.store.version))
             await self._server.start()
+            for workspace in self.operations.queue_workspaces():
+                await self._open_workspace(workspace)
+            self._queue_task = asyncio.create_task(self._manage_queues(), name="config-workspace-queues")
         except BaseException:
-            await self._connection.close_publisher(notify)
+            await self._close_all()
             raise
-        self._notify = notify
         self.metrics.set_version(self.store.version)
-        log.info("config.store_started", path=str(self.store.path), version=self.store.version)
+        log.info(
+            "config.store_started", path=str(self.store.path), version=self.store.version, protocol=self.protocol,
+            workspace_queues=sorted(self._workspace_servers),
+        )
 
     def readiness(self) -> str | None:
         """None while the store answers requests and pushes changes; else why not. For `/readyz`."""
@@ -87,14 +121,68 @@ class ConfigStoreService:
         if self._stopped:
             return
         self._stopped = True
-        await self._server.stop()
-        if self._notify is not None:
-            await self._connection.close_publisher(self._notify)
-            self._notify = None
+        await self._close_all()
         self.store.close()
         log.info("config.store_stopped")
 
-    async def _handle(self, message: Envelope, reply: Any) -> None:
+    async def _close_all(self) -> None:
+        if self._queue_task is not None:
+            self._queue_task.cancel()
+            try:
+                await self._queue_task
+            except asyncio.CancelledError:
+                pass
+        await self._server.stop()
+        for workspace in list(self._workspace_servers):
+            await self._close_workspace(workspace)
+        if self._notify is not None:
+            await self._connection.close_publisher(self._notify)
+            self._notify = None
+
+    # --- per-workspace queues ------------------------------------------------
+
+    @property
+    def workspace_queues(self) -> list[str]:
+        """Workspaces answered on their own queue now."""
+        return sorted(self._workspace_servers)
+
+    async def _open_workspace(self, workspace: str) -> None:
+        if workspace in self._workspace_servers:
+            return
+        request_queue, response_queue = workspace_queues(self._connection.topics, workspace)
+
+        async def on_request(message: Envelope, reply: Any) -> None:
+            await self._handle(message, reply, workspace)
+
+        server = RequestServer(self._connection, request_queue, response_queue, on_request, subscription=SUBSCRIPTION)
+        await server.start()
+        self._workspace_servers[workspace] = server
+        log.info("config.workspace_queue_opened", workspace=workspace, queue=request_queue)
+
+    async def _close_workspace(self, workspace: str) -> None:
+        server = self._workspace_servers.pop(workspace, None)
+        if server is not None:
+            await server.stop(timeout=2.0)
+            log.info("config.workspace_queue_closed", workspace=workspace)
+
+    async def _manage_queues(self) -> None:
+        """Open and close workspace queues in the order workspaces came and went, off the request path."""
+        while True:
+            opening, workspace = await self._queue_changes.get()
+            try:
+                if opening:
+                    await self._open_workspace(workspace)
+                else:
+                    await self._close_workspace(workspace)
+            except TransportError as exc:
+                log.warning("config.workspace_queue_failed", workspace=workspace, opening=opening, error=str(exc))
+
+    # --- requests ------------------------------------------------------------
+
+    async def _on_system(self, message: Envelope, reply: Any) -> None:
+        await self._handle(message, reply, None)
+
+    async def _handle(self, message: Envelope, reply: Any, queue_workspace: str | None) -> None:
         data = message.data
         try:
             if len(data) > MAX_CONFIG_REQUEST_BYTES:
@@ -104,64 +192,37 @@ class ConfigStoreService:
             reason = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
             log.warning("config.request_rejected", reason=reason)
             self.metrics.request("invalid", "bad-request")
-            await reply(ConfigResponse(error=Error(type="bad-request", message=f"bad config request: {reason}")))
+            await reply(ConfigResponse(error=Error(type="bad-request", message=f"bad config request: {reason}")).to_trustgraph())
             return
         started = time.perf_counter()
-        try:
-            response, changes = self._execute(request)
-        except Conflict as exc:
-            response, changes = ConfigResponse(version=self.store.version, error=Error(type="conflict", message=str(exc))), {}
-        except StoreError as exc:
-            log.info("config.write_refused", operation=request.operation, reason=str(exc))
-            response, changes = ConfigResponse(version=self.store.version, error=Error(type="invalid", message=str(exc))), {}
-        self.metrics.request(request.operation, response.error.type if response.error else None)
-        if changes:
-            self.metrics.set_version(response.version or 0)
-            await self._push(ConfigPush(version=response.version or 0, changes=changes))
+        outcome = self.operations.execute(request, queue_workspace)
+        response = outcome.response
+        if response.error is not None and response.error.type not in ("conflict", "bad-operation"):
+            log.info("config.write_refused" if request.operation in ("put", "delete") else "config.request_refused",
+                     operation=request.operation, reason=response.error.message)
+        self.metrics.request(request.operation if request.operation in CONFIG_OPERATIONS else "invalid",
+                             response.error.type if response.error else None)
+        if outcome.push is not None:
+            self.metrics.set_version(outcome.push.version)
+            await self._push(outcome.push)
             log.info(
                 "config.changed",
                 operation=request.operation,
-                workspace=request.workspace,
-                version=response.version,
-                types=sorted(changes),
+                workspace=queue_workspace or request.workspace,
+                version=outcome.push.version,
+                types=sorted(outcome.push.changes),
                 ms=round((time.perf_counter() - started) * 1000, 2),
             )
-        await reply(response)
-
-    def _execute(self, request: ConfigRequest) -> tuple[ConfigResponse, Changes]:
-        store, ws = self.store, request.workspace
-        op = request.operation
-        if op == "get":
-            found = store.get(ws, [(k.type, k.key) for k in request.keys])
-            values = [ConfigValue(type=t, key=k, value=v) for t, k, v in found]
-            return ConfigResponse(version=store.version, values=values), {}
-        if op == "put":
-            version, changes = store.apply(
-                ws,
-                puts=[(v.type, v.key, v.value) for v in request.values],
-                deletes=[(k.type, k.key) for k in request.keys],
-                expect=[(e.type, e.key, e.value) for e in request.expect],
-            )
-            return ConfigResponse(version=version), changes
-        if op == "delete":
-            version, changes = store.apply(
-                ws, deletes=[(k.type, k.key) for k in request.keys], expect=[(e.type, e.key, e.value) for e in request.expect]
-            )
-            return ConfigResponse(version=version), changes
-        if op in ("list", "getvalues"):
-            if not request.type:
-                raise StoreError(f"operation '{op}' needs 'type'")
-            if op == "list":
-                return ConfigResponse(version=store.version, directory=store.list(ws, request.type)), {}
-            pairs = store.getvalues(ws, request.type)
-            return ConfigResponse(version=store.version, values=[ConfigValue(type=request.type, key=k, value=v) for k, v in pairs]), {}
-        version, config = store.config(ws)
-        return ConfigResponse(version=version, config=config), {}
+        await reply(response.to_trustgraph())
+        for workspace in outcome.opened:
+            self._queue_changes.put_nowait((True, workspace))
+        for workspace in outcome.closed:
+            self._queue_changes.put_nowait((False, workspace))
 
     async def _push(self, push: ConfigPush) -> None:
         if self._notify is None:
             return
         try:
-            await self._notify.send(push)
+            await self._notify.send(push.to_trustgraph())
         except TransportError as exc:
             log.warning("config.push_failed", version=push.version, error=str(exc))

@@ -339,9 +339,9 @@ class RegistryMetrics:
 
 # --- the config store's metrics -----------------------------------------------------
 
-CONFIG_OPERATIONS = ("get", "put", "delete", "list", "getvalues", "config", "invalid")
+CONFIG_OPERATIONS = ("get", "put", "delete", "list", "getvalues", "config", "getvalues-all-ws", "getkeys-all-ws", "invalid")
 """`invalid`: a request that could not be parsed, so has no operation."""
-CONFIG_ERRORS = ("bad-request", "conflict", "invalid")
+CONFIG_ERRORS = ("bad-request", "bad-operation", "conflict", "invalid")
 
 
 class ConfigStoreMetrics:
@@ -356,7 +356,7 @@ class ConfigStoreMetrics:
         self.requests = Counter("toolreg_config_requests", "Config store requests answered, by operation.", ["operation"], registry=registry)
         self.errors = Counter(
             "toolreg_config_request_errors",
-            "Config store requests answered with an error: bad-request, conflict (expect failed), invalid (value refused).",
+            "Config store requests answered with an error: bad-request, bad-operation (unknown operation), conflict (expect failed), invalid (value refused).",
             ["type"],
             registry=registry,
         )

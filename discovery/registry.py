@@ -234,6 +234,7 @@ class Registry:
             await self._config.start()
             stack.push_async_callback(self._config.close)
             try:
+                await self.writer.writes.detect()
                 await self._restore()
             except (RequestTimeout, ConfigError) as exc:
                 raise RegistryError(f"the config store did not answer ({exc}); start it first (`toolreg up`)") from None
@@ -474,6 +475,7 @@ class Registry:
 
     async def _on_push(self, push: ConfigPush) -> None:
         """Someone changed tools: a refused announcement may fit now (its holder left)."""
+        self.writer.writes.observe(push)
         for item_type in ("tool", "tool-service"):
             for workspace in push.changes.get(item_type, []):
                 for state in self._services.values():

@@ -86,6 +86,23 @@ class ConfigStore:
         rows = self._db.execute("SELECT key, value FROM items WHERE workspace=? AND type=? ORDER BY key", (workspace, item_type))
         return [(r[0], r[1]) for r in rows]
 
+    def values_all_workspaces(self, item_type: str) -> Items:
+        """`(workspace, key, value)` of every item of a type, in every workspace (TrustGraph's `getvalues-all-ws`)."""
+        rows = self._db.execute("SELECT workspace, key, value FROM items WHERE type=? ORDER BY workspace, key", (item_type,))
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def keys_all_workspaces(self, item_type: str) -> Pairs:
+        """`(workspace, key)` of every item of a type, values left out so the answer stays small (`getkeys-all-ws`)."""
+        rows = self._db.execute("SELECT workspace, key FROM items WHERE type=? ORDER BY workspace, key", (item_type,))
+        return [(r[0], r[1]) for r in rows]
+
+    def workspaces(self) -> Names:
+        """Every workspace holding at least one item."""
+        return [r[0] for r in self._db.execute("SELECT DISTINCT workspace FROM items ORDER BY workspace")]
+
+    def has_items(self, workspace: str) -> bool:
+        return self._db.execute("SELECT 1 FROM items WHERE workspace=? LIMIT 1", (workspace,)).fetchone() is not None
+
     def config(self, workspace: str) -> tuple[int, dict[str, dict[str, str]]]:
         result: dict[str, dict[str, str]] = {}
         self._db.execute("BEGIN")
@@ -135,6 +152,9 @@ class ConfigStore:
         puts: Items = [],  # noqa: B006 - never mutated
         deletes: Keys = [],  # noqa: B006
         expect: Expectations = [],  # noqa: B006
+        *,
+        validate: bool = True,
+        bump_always: bool = False,
     ) -> tuple[int, Changes]:
         """Write and delete in one transaction and at most one version bump.
 
@@ -142,8 +162,12 @@ class ConfigStore:
         if any fails, nothing is written and `Conflict` names the key. This is
         what lets the registry merge without ever clobbering an item an
         operator wrote a moment earlier.
+
+        `validate=False` and `bump_always=True` are TrustGraph's store: any
+        value is stored, and every write moves the version, changed or not.
         """
-        self._validate(workspace, puts)
+        if validate:
+            self._validate(workspace, puts)
         changed: set[str] = set()
         self._db.execute("BEGIN IMMEDIATE")
         try:
@@ -167,7 +191,7 @@ class ConfigStore:
                 )
                 if cursor.rowcount:
                     changed.add(item_type)
-            version = self._bump() if changed else self.version
+            version = self._bump() if changed or bump_always else self.version
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")

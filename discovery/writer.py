@@ -7,6 +7,8 @@ service with the pure rules of `merge`, and sends the result as one
 conditional write. So a burst of messages costs one store version, nothing is
 written when nothing changed, and an item an operator wrote since the read
 makes the write fail (`ConfigConflict`): the writer reads again and replans.
+On a store that ignores `expect` (TrustGraph's), writes go through
+`store_writes` as read-compare-write instead.
 
 A store that does not answer (broker restart, store down) is retried with a
 growing delay; the dirty set is kept, so nothing is lost, only late.
@@ -45,6 +47,7 @@ from .merge import (
     record_key,
 )
 from .state import ServiceState
+from .store_writes import StoreWrites
 
 log = get_logger("discovery.registry")
 
@@ -83,6 +86,8 @@ class StoreWriter:
         on_merged: Callable[[], None],
     ) -> None:
         self._config = config
+        self.writes = StoreWrites(config)
+        """Conditional writes, or read-compare-write where the store ignores `expect`."""
         self._services = services
         self._leases = leases
         self.workspace_default = workspace_default
@@ -148,6 +153,8 @@ class StoreWriter:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # nothing may end this loop
+                if isinstance(exc, TransportError):
+                    self.writes.forget()  # what answers next may be another store: ask it again
                 if isinstance(exc, (TransportError, ConfigError)) and not isinstance(exc, ConfigRefused):
                     log.warning("registry.store_unavailable", error=str(exc), retry_in=delay, services=len(batch))
                 else:
@@ -223,7 +230,7 @@ class StoreWriter:
         puts, deletes, expect = combine(original, view, plans)
         version = None
         if puts or deletes:
-            version = await self._config.apply(puts=puts, deletes=deletes, expect=expect, workspace=workspace)
+            version = await self.writes.apply(puts=puts, deletes=deletes, expect=expect, workspace=workspace)
             self.store_writes += 1
         self._commit(entries, plans, version)
 
@@ -272,7 +279,7 @@ class StoreWriter:
             if workspace not in known:
                 value = canonical_json(sorted(known | {workspace}))
                 try:
-                    await self._config.apply(puts=[(*INDEX_KEY, value)], expect=[(*INDEX_KEY, current)], workspace=self.workspace_default)
+                    await self.writes.apply(puts=[(*INDEX_KEY, value)], expect=[(*INDEX_KEY, current)], workspace=self.workspace_default)
                 except ConfigConflict:
                     continue
             self.indexed.add(workspace)

@@ -102,8 +102,11 @@ async def test_every_change_is_pushed_with_its_version_and_types(connection: Tra
     await config_client.put([("tool-service", "joke-service", json.dumps(JOKE_SERVICE))])
     await config_client.put([("prompt", "x", "1")], workspace="alpha")
     await eventually(lambda: len(pushes) == 2)
-    assert pushes[0].version == 1 and pushes[0].changes == {"tool-service": ["default"]}
+    # A tool-service change names tool too: TrustGraph's agent rebuilds from only the types a push names.
+    assert pushes[0].version == 1 and pushes[0].changes == {"tool": ["default"], "tool-service": ["default"]}
     assert pushes[1].version == 2 and pushes[1].changes == {"prompt": ["alpha"]}
+    assert pushes[0].workspace_changes is not None and pushes[0].workspace_changes.created == ["default"]
+    assert pushes[1].workspace_changes is not None and pushes[1].workspace_changes.created == ["alpha"]
 
 
 async def test_config_survives_a_store_restart(connection: Transport, config_store: ConfigStoreService, settings) -> None:
@@ -126,6 +129,6 @@ async def test_garbage_requests_get_an_error_and_the_store_keeps_serving(connect
     raw = RequestClient(connection, topics.DEFAULT.config_request, topics.DEFAULT.config_response)
     for garbage in (b"\xff\x00", b"[]", b'{"operation": "explode"}', b'{"operation": "list"}'):
         body = await raw.request(garbage, timeout=5)
-        assert body["error"]["type"] in {"bad-request", "invalid"}
+        assert body["error"]["type"] in {"bad-request", "bad-operation", "invalid"}
     await raw.close()
     assert await config_client.put([("prompt", "ok", "1")]) == 1

@@ -85,11 +85,21 @@ class ConfigClient:
 
     async def get(self, keys: Iterable[tuple[str, str]], *, workspace: str | None = None) -> dict[tuple[str, str], str]:
         """Values of the keys that exist; missing keys are simply absent."""
+        return (await self.snapshot(keys, workspace=workspace))[1]
+
+    async def snapshot(
+        self, keys: Iterable[tuple[str, str]], *, workspace: str | None = None
+    ) -> tuple[int, dict[tuple[str, str], str]]:
+        """The store's version and the values of the keys that exist, from one answer.
+
+        TrustGraph's store answers a missing key with a null value; ours leaves
+        it out. Both come back here as absent.
+        """
         request = ConfigRequest(
             operation="get", workspace=workspace or self.workspace, keys=[ConfigKey(type=t, key=k) for t, k in keys]
         )
         response = await self._call(request)
-        return {(v.type, v.key): v.value for v in response.values or []}
+        return response.version, {(v.type, v.key): v.value for v in response.values if v.value is not None}
 
     async def put(self, items: Iterable[tuple[str, str, str]], *, workspace: str | None = None) -> int:
         """Write all items atomically; returns the new version."""
@@ -133,7 +143,7 @@ class ConfigClient:
 
     async def getvalues(self, item_type: str, *, workspace: str | None = None) -> dict[str, str]:
         request = ConfigRequest(operation="getvalues", workspace=workspace or self.workspace, type=item_type)
-        return {v.key: v.value for v in (await self._call(request)).values or []}
+        return {v.key: v.value for v in (await self._call(request)).values if v.value is not None}
 
     async def version(self, *, workspace: str | None = None, timeout: float | None = None) -> int:
         """The store's current version, cheaply (an empty `get`): for periodic change checks."""

@@ -231,17 +231,38 @@ def response_chunk(body: dict[str, Any], service: str) -> str:
 
 
 # --- config store (spec section 5) -----------------------------------------
+#
+# The config messages are TrustGraph 2.11's (`trustgraph/schema/config.py`):
+# its processors, agent and API gateway talk to our store unchanged. So every
+# field has TrustGraph's default, unknown fields are ignored (its deserializer
+# drops them), and what the store sends is `to_trustgraph()`: every field
+# present, `null` only where TrustGraph writes `null`.
 
-ConfigOperation = Literal["get", "put", "delete", "list", "getvalues", "config"]
+CONFIG_OPERATIONS = ("get", "put", "delete", "list", "getvalues", "config", "getvalues-all-ws", "getkeys-all-ws")
+WORKSPACE_OPERATIONS = ("get", "put", "delete", "list", "getvalues", "config")
+"""Operations scoped to one workspace; the other two span all workspaces."""
+RESERVED_WORKSPACE_PREFIX = "_"
+"""TrustGraph's reserved workspaces (`__template__`, `__workspaces__`): stored, never announced in pushes."""
+
+
+CONFIG_TYPE_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+"""Item types: names, plus `:` for TrustGraph's `processor:<id>` (each flow processor's own config type)."""
+
+
+def is_reserved_workspace(workspace: str) -> bool:
+    return workspace.startswith(RESERVED_WORKSPACE_PREFIX)
 
 
 class ConfigKey(BaseModel):
-    type: str = Field(pattern=NAME_PATTERN)
+    type: str = Field(pattern=CONFIG_TYPE_PATTERN)
     key: str = Field(min_length=1, max_length=512)
 
 
 class ConfigValue(ConfigKey):
-    value: str
+    """An item. `value` is null in TrustGraph's `get` answer for a missing key; `workspace` is set by the cross-workspace reads."""
+
+    value: str | None = ""
+    workspace: str = ""
 
 
 class ExpectedValue(ConfigKey):
@@ -251,34 +272,59 @@ class ExpectedValue(ConfigKey):
 
 
 class ConfigRequest(BaseModel):
-    """A config-store call.
+    """A config-store call, as TrustGraph writes it or as our client does.
 
-    Beyond the spec's fields, a `put` may carry `keys` to delete in the same
-    transaction and `expect` preconditions (compare-and-set); a writer that
-    sends neither gets exactly the spec's behaviour.
+    `operation` is checked by the store, not here, so an unknown one gets
+    TrustGraph's `bad-operation` answer. `workspace` left out means
+    `default` (our clients); TrustGraph always sends it, empty on the
+    cross-workspace operations. Beyond TrustGraph's fields, a `put` may carry
+    `keys` to delete in the same transaction and `expect` preconditions
+    (compare-and-set); a writer that sends neither gets TrustGraph's behaviour.
     """
 
-    operation: ConfigOperation
-    workspace: str = Field(default="default", pattern=NAME_PATTERN)
+    operation: str = Field(default="", max_length=64)
+    workspace: str = Field(default="default", pattern=r"^([A-Za-z0-9_.-]{1,128})?$")
     keys: list[ConfigKey] = Field(default_factory=list)
     values: list[ConfigValue] = Field(default_factory=list)
-    type: str | None = Field(default=None, pattern=NAME_PATTERN)
+    type: str | None = Field(default=None, pattern=CONFIG_TYPE_PATTERN)
     expect: list[ExpectedValue] = Field(default_factory=list)
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _empty_type(cls, value: Any) -> Any:
+        return None if value == "" else value
 
 
 class ConfigResponse(BaseModel):
-    version: int | None = None
-    values: list[ConfigValue] | None = None
-    directory: list[str] | None = None
-    config: dict[str, dict[str, str]] | None = None
+    version: int = 0
+    values: list[ConfigValue] = Field(default_factory=list)
+    directory: list[str] = Field(default_factory=list)
+    config: dict[str, dict[str, str]] = Field(default_factory=dict)
     error: Error | None = None
+
+    def to_trustgraph(self) -> dict[str, Any]:
+        """Every field, as TrustGraph's JSON serializer writes a `ConfigResponse` (`error` null when none)."""
+        return self.model_dump(mode="json")
+
+
+class WorkspaceChanges(BaseModel):
+    created: list[str] = Field(default_factory=list)
+    deleted: list[str] = Field(default_factory=list)
 
 
 class ConfigPush(BaseModel):
-    """Sent after every change: which types changed in which workspaces."""
+    """Sent after every change: which types changed in which workspaces, and which workspaces came or went.
 
-    version: int
+    Empty `changes` is TrustGraph's "everything may have changed" poke, sent
+    when a store starts.
+    """
+
+    version: int = 0
     changes: dict[str, list[str]] = Field(default_factory=dict)
+    workspace_changes: WorkspaceChanges | None = None
+
+    def to_trustgraph(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
 
 
 def validate_config_item(item_type: str, key: str, value: str) -> ToolDescriptor | ToolServiceDescriptor | None:
