@@ -24,6 +24,7 @@ from typing import Any, Self
 from toolservice_base.configclient import ConfigClient, watch_config
 from toolservice_base.errors import (
     BridgeUnavailable,
+    BrokerUnreachable,
     ConfigError,
     TransportError,
     UnknownToolError,
@@ -147,6 +148,9 @@ class ToolSet:
             elif error is not None and not isinstance(error, STORE_ERRORS):
                 raise error
             else:
+                down = await self._connection.unreachable()
+                if down is not None:
+                    error = BrokerUnreachable(down)
                 await self._load_fallback(error or TimeoutError(f"no answer from the config store within {self.store_timeout:g}s"))
                 self._first_read_task = None if done else first
         except BaseException:
@@ -393,9 +397,13 @@ class ToolSet:
                 log.warning("toolset.fallback", source="static", path=str(self.static_dir), error=one_line(error))
                 await self._apply(0, items, "static")
                 return
+        if isinstance(error, BrokerUnreachable):
+            what, fix = one_line(error), "start the broker or fix PULSAR_URL"
+        else:
+            what, fix = f"config store did not answer ({one_line(error)})", "start the config store (`toolreg up`)"
         raise BridgeUnavailable(
-            f"config store did not answer ({one_line(error)}); no snapshot at {self.snapshot_path} and {static_error}: "
-            "start the config store (`toolreg up`) or pass static_dir=<dir with tool/*.json and tool-service/*.json>"
+            f"{what}; no snapshot at {self.snapshot_path} and {static_error}: "
+            f"{fix}, or pass static_dir=<dir with tool/*.json and tool-service/*.json>"
         )
 
     async def _apply(self, version: int, items: Items, source: str) -> None:

@@ -408,6 +408,11 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
         return fail(str(exc))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `toolreg tools | head`: the reader has gone, which is not an error. Point stdout at
+        # /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,12 +13,10 @@ from .logs import get_logger
 from .rpc import DEFAULT_TIMEOUT, RequestClient
 from .schemas import (
     MAX_PUSH_BYTES,
-    ConfigKey,
     ConfigPush,
     ConfigRequest,
     ConfigResponse,
-    ConfigValue,
-    ExpectedValue,
+    describe_validation_error,
 )
 from .transport import Envelope, Subscription, Transport
 
@@ -29,6 +27,14 @@ log = get_logger("toolservice_base.configclient")
 
 
 _ERRORS: dict[str, type[ConfigError]] = {"conflict": ConfigConflict, "invalid": ConfigRefused}
+
+
+def _config_request(**fields: Any) -> ConfigRequest:
+    """A request the store would accept, or `ConfigRefused` with one line saying which field is wrong."""
+    try:
+        return ConfigRequest(**fields)
+    except ValidationError as exc:
+        raise ConfigRefused(f"refused before sending: {describe_validation_error(exc)}") from None
 
 
 class ConfigClient:
@@ -95,18 +101,18 @@ class ConfigClient:
         TrustGraph's store answers a missing key with a null value; ours leaves
         it out. Both come back here as absent.
         """
-        request = ConfigRequest(
-            operation="get", workspace=workspace or self.workspace, keys=[ConfigKey(type=t, key=k) for t, k in keys]
+        request = _config_request(
+            operation="get", workspace=workspace or self.workspace, keys=[{"type": t, "key": k} for t, k in keys]
         )
         response = await self._call(request)
         return response.version, {(v.type, v.key): v.value for v in response.values if v.value is not None}
 
     async def put(self, items: Iterable[tuple[str, str, str]], *, workspace: str | None = None) -> int:
         """Write all items atomically; returns the new version."""
-        request = ConfigRequest(
+        request = _config_request(
             operation="put",
             workspace=workspace or self.workspace,
-            values=[ConfigValue(type=t, key=k, value=v) for t, k, v in items],
+            values=[{"type": t, "key": k, "value": v} for t, k, v in items],
         )
         return (await self._call(request)).version or 0
 
@@ -122,37 +128,37 @@ class ConfigClient:
 
         Raises `ConfigConflict` when a precondition fails; returns the version.
         """
-        request = ConfigRequest(
+        request = _config_request(
             operation="put",
             workspace=workspace or self.workspace,
-            values=[ConfigValue(type=t, key=k, value=v) for t, k, v in puts],
-            keys=[ConfigKey(type=t, key=k) for t, k in deletes],
-            expect=[ExpectedValue(type=t, key=k, value=v) for t, k, v in expect],
+            values=[{"type": t, "key": k, "value": v} for t, k, v in puts],
+            keys=[{"type": t, "key": k} for t, k in deletes],
+            expect=[{"type": t, "key": k, "value": v} for t, k, v in expect],
         )
         return (await self._call(request)).version or 0
 
     async def delete(self, keys: Iterable[tuple[str, str]], *, workspace: str | None = None) -> int:
-        request = ConfigRequest(
-            operation="delete", workspace=workspace or self.workspace, keys=[ConfigKey(type=t, key=k) for t, k in keys]
+        request = _config_request(
+            operation="delete", workspace=workspace or self.workspace, keys=[{"type": t, "key": k} for t, k in keys]
         )
         return (await self._call(request)).version or 0
 
     async def list(self, item_type: str, *, workspace: str | None = None) -> list[str]:
-        request = ConfigRequest(operation="list", workspace=workspace or self.workspace, type=item_type)
+        request = _config_request(operation="list", workspace=workspace or self.workspace, type=item_type)
         return list((await self._call(request)).directory or [])
 
     async def getvalues(self, item_type: str, *, workspace: str | None = None) -> dict[str, str]:
-        request = ConfigRequest(operation="getvalues", workspace=workspace or self.workspace, type=item_type)
+        request = _config_request(operation="getvalues", workspace=workspace or self.workspace, type=item_type)
         return {v.key: v.value for v in (await self._call(request)).values if v.value is not None}
 
     async def version(self, *, workspace: str | None = None, timeout: float | None = None) -> int:
         """The store's current version, cheaply (an empty `get`): for periodic change checks."""
-        request = ConfigRequest(operation="get", workspace=workspace or self.workspace)
+        request = _config_request(operation="get", workspace=workspace or self.workspace)
         return (await self._call(request, timeout)).version or 0
 
     async def config(self, *, workspace: str | None = None, timeout: float | None = None) -> tuple[int, dict[str, dict[str, str]]]:
         """Everything in the workspace and the version it was read at."""
-        request = ConfigRequest(operation="config", workspace=workspace or self.workspace)
+        request = _config_request(operation="config", workspace=workspace or self.workspace)
         response = await self._call(request, timeout)
         return response.version or 0, response.config or {}
 

@@ -89,6 +89,8 @@ def configure_logging(level: str | None = None, *, json: bool | None = None, str
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(_LEVELS.get(name, logging.INFO))
+    # APScheduler logs every run of every job at info (four lines a second for the registry's sweep).
+    logging.getLogger("apscheduler").setLevel(max(logging.WARNING, root.level))
     # Structlog's own default (used by code that calls structlog.get_logger directly) goes the same way.
     structlog.configure(
         processors=_PROCESSORS,

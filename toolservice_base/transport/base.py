@@ -87,6 +87,13 @@ class Transport(Protocol):
 
     async def publisher(self, topic: str) -> Publisher: ...
 
+    async def unreachable(self, timeout: float = 1.0) -> str | None:
+        """None if the broker accepts a connection now; else one line saying it cannot be reached.
+
+        For telling "the broker is down" from "a service is silent" when a
+        request goes unanswered.
+        """
+
     async def subscribe(
         self,
         topic: str,
@@ -221,6 +228,9 @@ class OpenedResources:
 
     async def close(self) -> None:
         await self._close_opened()
+
+    async def unreachable(self, timeout: float = 1.0) -> str | None:
+        return None
 
     async def __aenter__(self) -> Self:
         return self

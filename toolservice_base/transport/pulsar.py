@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import random
 from typing import Any
+from urllib.parse import urlsplit
 
 import _pulsar
 import pulsar
@@ -226,6 +227,18 @@ class PulsarTransport(OpenedResources):
     @property
     def capabilities(self) -> Capabilities:
         return self._capabilities
+
+    async def unreachable(self, timeout: float = 1.0) -> str | None:
+        target = urlsplit(self.url)
+        host, port = target.hostname or "localhost", target.port or (6651 if target.scheme.endswith("+ssl") else 6650)
+        try:
+            async with asyncio.timeout(timeout):
+                _, writer = await asyncio.open_connection(host, port)
+        except (OSError, TimeoutError) as exc:
+            reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+            return f"cannot reach the broker at {self.url} ({reason}); is it running, and is PULSAR_URL right?"
+        writer.close()
+        return None
 
     async def publisher(self, topic: str) -> PulsarPublisher:
         self._check_open()
