@@ -309,7 +309,11 @@ class ApachePulsar:
 
     def start(self, timeout: float = START_TIMEOUT) -> "ApachePulsar":
         """Start and wait until the admin API lists `public/default`; reuse the ports of an earlier run here."""
+        auth, temporary = self.auth, self.temporary  # this call's choice, not the last run's
         previous = self._read_state()
+        self.auth, self.temporary = auth, temporary
+        if not auth:
+            self.token = None
         if previous and self.running():
             raise PulsarError(f"Apache Pulsar already runs on {self.data_dir} (pid {self.pid}); stop it first")
         ports = [self.broker_port, self.web_port] if previous else free_ports(2)
