@@ -324,7 +324,13 @@ class ApachePulsar:
         home = self.home
         for sub in ("logs", "tmp", "auth"):
             (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
-        conf = self._write_conf(home)
+        try:
+            conf = self._write_conf(home)
+            _java()
+        except BaseException:
+            if self.temporary:  # nothing ran yet: leave nothing behind
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+            raise
         command = [
             str(home / "bin" / "pulsar"), "standalone", "--no-functions-worker", "--no-stream-storage",
             "--metadata-dir", str(self.data_dir / "metadata"), "--bookkeeper-dir", str(self.data_dir / "bookkeeper"),
@@ -339,7 +345,6 @@ class ApachePulsar:
             "PULSAR_EXTRA_OPTS": f"-Djava.io.tmpdir={self.data_dir / 'tmp'} -Dpulsar.allocator.exit_on_oom=true "
             "-Dio.netty.recycler.maxCapacityPerThread=4096",
         }
-        _java()
         started = time.monotonic()
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(
