@@ -315,7 +315,7 @@ async def acknowledgements(url: str, count: int = 2000) -> dict[str, Any]:
         await asyncio.gather(*(producer.send(b"%d" % i) for i in range(count)))
         failed = [0]
 
-        def done(status: object) -> None:
+        def done(status: object, failed: list[int] = failed) -> None:
             if status != pulsar.Result.Ok:
                 failed[0] += 1
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pulsar
 import pytest
-
 from apache_pulsar import PRODUCT_NAMESPACES, ApachePulsar, PulsarError
+
 from toolservice_base import topics
 
 pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(420)]  # the first test also waits for the start

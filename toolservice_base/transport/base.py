@@ -179,10 +179,12 @@ BROKER_KINDS = (APACHE_PULSAR, PULSAR_LITE, MEMORY)
 
 APACHE_PULSAR_CAPABILITIES = Capabilities(
     confirm_subscription_receives=True,
+    resend_on_silence=True,
     separate_bulk_connection=True,
     close_grace=0.05,
 )
-"""Apache Pulsar 4.0: see docs/operators.md ("What the product does per broker") for the measurements."""
+"""Apache Pulsar 4.0: everything but `shift_consumer_ids` (measured in bench/QUIRKS.md; docs/operators.md,
+"What the product does per broker")."""
 
 
 class OpenedResources:
