@@ -2,16 +2,22 @@
 
 `settings` (and so `connection` and everything built on it) is parametrised by
 `broker_kind`: every test runs on a real pulsar-lite broker (it starts in
-~30 ms); modules marked `contract` also run on the in-memory transport, which
-must behave the same. Nothing here mocks a broker.
+~30 ms); modules marked `contract` also run on a real Apache Pulsar 4.0
+standalone (one per run, started on first use by scripts/apache_pulsar.py,
+token authentication on, a fresh tenant as the topicspace of each test) and
+on the in-memory transport, which must behave the same. Nothing here mocks a
+broker.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import registry_support
+from apache_pulsar import ApachePulsar
 from registry_support import FAST
 
 from discovery.configsvc import ConfigStoreService
@@ -45,13 +51,31 @@ def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
 
 
 REAL_BROKERS = ["pulsar-lite"]
-CONTRACT_BROKERS = [*REAL_BROKERS, "memory"]
+CONTRACT_BROKERS = [*REAL_BROKERS, "memory", "apache-pulsar"]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "broker_kind" in metafunc.fixturenames:
         contract = metafunc.definition.get_closest_marker("contract") is not None
         metafunc.parametrize("broker_kind", CONTRACT_BROKERS if contract else REAL_BROKERS)
+
+
+@pytest.fixture(scope="session")
+def apache_pulsar() -> Iterator[ApachePulsar]:
+    """One Apache Pulsar standalone for the whole run, token authentication on; its start is in the first user's time."""
+    broker = ApachePulsar(auth=True)
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def tenant(apache_pulsar: ApachePulsar) -> Iterator[str]:
+    """A fresh tenant with the product's namespaces: one test's topicspace on the shared broker."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    apache_pulsar.create_tenant(name)
+    yield name
+    apache_pulsar.delete_tenant(name)
 
 
 @pytest.fixture
@@ -64,9 +88,18 @@ def memory_broker() -> MemoryBroker:
 def settings(broker_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     if broker_kind == "memory":
         memory: MemoryBroker = request.getfixturevalue("memory_broker")
-        return Settings(data_dir=tmp_path / "data", pulsar_url=memory.url)
-    broker: EmbeddedBroker = request.getfixturevalue("broker")
-    return Settings(data_dir=tmp_path / "data", pulsar_url=broker.url, broker="pulsar-lite")
+        chosen = Settings(data_dir=tmp_path / "data", pulsar_url=memory.url)
+    elif broker_kind == "apache-pulsar":
+        apache: ApachePulsar = request.getfixturevalue("apache_pulsar")
+        space: str = request.getfixturevalue("tenant")
+        chosen = Settings(
+            data_dir=tmp_path / "data", pulsar_url=apache.url, broker="apache-pulsar", topicspace=space, auth_token=apache.token
+        )
+    else:
+        broker: EmbeddedBroker = request.getfixturevalue("broker")
+        chosen = Settings(data_dir=tmp_path / "data", pulsar_url=broker.url, broker="pulsar-lite")
+    registry_support.TOPICSPACE[0] = chosen.topicspace
+    return chosen
 
 
 @pytest.fixture

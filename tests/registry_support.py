@@ -16,8 +16,14 @@ from toolservice_base.schemas import (
 
 FAST = RegistryOptions(sweep_interval=0.1, coalesce_window=0.05)
 
+TOPICSPACE = ["tg"]
+"""The topicspace of the running test (the `settings` fixture sets it): announcements name queues in it."""
 
-def descriptors(service_id: str, tools: tuple[str, ...] = ("t",), namespace: str = "tg") -> tuple[ToolServiceDescriptor, list[ToolDescriptor]]:
+
+def descriptors(
+    service_id: str, tools: tuple[str, ...] = ("t",), namespace: str | None = None
+) -> tuple[ToolServiceDescriptor, list[ToolDescriptor]]:
+    namespace = namespace or TOPICSPACE[0]
     service = ToolServiceDescriptor.model_validate(
         {
             "id": service_id,
@@ -38,7 +44,7 @@ def announcement(
     sent_at: float | None = None,
     ttl: float = 2.0,
     workspace: str = "default",
-    namespace: str = "tg",
+    namespace: str | None = None,
 ) -> Announcement:
     """A valid announcement (or heartbeat/withdraw) as a service would send it."""
     service, parsed = descriptors(service_id, tools, namespace)

@@ -111,11 +111,12 @@ async def test_100_concurrent_calls_each_get_their_own_answer(connection: Transp
 
 
 async def test_a_service_nobody_serves_times_out_with_a_clear_error(connection: Transport) -> None:
+    topics = connection.topics
     nobody = ToolServiceDescriptor.model_validate(
-        {"id": "nobody", "request-queue": "non-persistent://tg/request/nobody", "response-queue": "non-persistent://tg/response/nobody"}
+        {"id": "nobody", "request-queue": topics.request_queue("nobody"), "response-queue": topics.response_queue("nobody")}
     )
     client = ToolServiceClient(connection, nobody)
-    with pytest.raises(RequestTimeout, match="is a service consuming non-persistent://tg/request/nobody"):
+    with pytest.raises(RequestTimeout, match=f"is a service consuming {topics.request_queue('nobody')}"):
         await client.call("", {}, {}, timeout=0.3)
     assert client.in_flight == 0
     await client.close()

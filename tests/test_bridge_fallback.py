@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -126,7 +127,7 @@ async def test_a_toolset_opens_and_closes_its_own_connection(
     settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService], tmp_path: Path
 ) -> None:
     await config_client.put(items(running["joke-service"]))
-    tools = ToolSet(settings.pulsar_url, data_dir=tmp_path / "agent")
+    tools = ToolSet(settings=dataclasses.replace(settings, data_dir=tmp_path / "agent"))  # no connection given: its own
     async with tools:
         assert await tools.invoke("tell-joke", {"topic": "cats"}) == JOKE_ANSWER
     assert (tmp_path / "agent" / "bridge-snapshot-default.json").exists()

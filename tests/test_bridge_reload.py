@@ -128,7 +128,7 @@ async def test_clients_are_kept_while_a_service_keeps_its_queues_and_replaced_wh
 
         # Its queues change: the client is replaced and the old one closed; the other
         # services' clients are the same objects as at start.
-        moved = {**changed_service, "response-queue": "non-persistent://tg/response/joke-service-v2"}
+        moved = {**changed_service, "response-queue": settings.topics.response_queue("joke-service-v2")}
         version = await config_client.put([("tool-service", "joke-service", json.dumps(moved))])
         await tools.wait_for(lambda t, v=version: t.version == v, timeout=3)
         assert client_of(tools, "tell-joke") is not clients["tell-joke"]

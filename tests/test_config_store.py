@@ -124,9 +124,9 @@ async def test_config_survives_a_store_restart(connection: Transport, config_sto
 
 
 async def test_garbage_requests_get_an_error_and_the_store_keeps_serving(connection: Transport, config_client: ConfigClient) -> None:
-    from toolservice_base import RequestClient, topics
+    from toolservice_base import RequestClient
 
-    raw = RequestClient(connection, topics.DEFAULT.config_request, topics.DEFAULT.config_response)
+    raw = RequestClient(connection, connection.topics.config_request, connection.topics.config_response)
     for garbage in (b"\xff\x00", b"[]", b'{"operation": "explode"}', b'{"operation": "list"}'):
         body = await raw.request(garbage, timeout=5)
         assert body["error"]["type"] in {"bad-request", "bad-operation", "invalid"}

@@ -22,7 +22,6 @@ from toolservice_base import (
     RequestClient,
     Settings,
     Transport,
-    topics,
 )
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.countdown import CountdownService
@@ -184,7 +183,7 @@ async def test_an_unchanged_digest_writes_nothing(
         await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
         await registry.settle()
         version, writes = (await config_client.config())[0], registry.store_writes
-        probes = await connection.publisher(topics.DEFAULT.tool_probe)
+        probes = await connection.publisher(connection.topics.tool_probe)
         await probes.send(Probe(reason="test").to_json())  # every live service re-announces
         await asyncio.sleep(1.0)  # and heartbeats every 0.2 s
         await registry.settle()
@@ -194,7 +193,7 @@ async def test_an_unchanged_digest_writes_nothing(
 async def test_a_burst_of_announcements_is_one_store_version(
     connection: Transport, config_client: ConfigClient, registry: Registry
 ) -> None:
-    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
+    publisher = await connection.publisher(connection.topics.tool_descriptors)
     await asyncio.gather(*(publisher.send(announcement(f"burst-{n}", (f"tool-{n}",), ttl=30).to_json()) for n in range(20)))
     await eventually(lambda: _count_tools(config_client, 20), timeout=2.0)
     await registry.settle()
@@ -208,7 +207,7 @@ async def _count_tools(client: ConfigClient, count: int) -> bool:
 async def test_a_thousand_malformed_messages_are_rejected_and_the_registry_keeps_serving(
     settings: Settings, connection: Transport, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
 ) -> None:
-    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
+    publisher = await connection.publisher(connection.topics.tool_descriptors)
     garbage = [b"\x00\xff", b"{}", b"[]", b"null", b'{"kind": "announce"}', b"{" * 5000, json.dumps({"kind": "heartbeat"}).encode()]
     await asyncio.gather(*(publisher.send(garbage[n % len(garbage)] + str(n).encode() * (n % 3)) for n in range(1000)))
     await eventually(lambda: registry.rejection_log.total >= 1000, timeout=10.0)
@@ -222,7 +221,7 @@ async def test_a_thousand_malformed_messages_are_rejected_and_the_registry_keeps
 async def test_bad_announcements_of_every_kind_are_listed_with_their_reason(
     connection: Transport, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
 ) -> None:
-    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
+    publisher = await connection.publisher(connection.topics.tool_descriptors)
     good = announcement("replayed", ("ok",), ttl=30)
     await publisher.send(good.to_json())
     await publisher.send(good.to_json())  # the same sequence again
@@ -245,9 +244,9 @@ async def test_a_heartbeat_from_an_unknown_instance_is_probed_once_per_interval(
     async def on_probe(message: Any) -> None:
         seen.append(Probe.model_validate_json(message.data))
 
-    await connection.subscribe(topics.DEFAULT.tool_probe, on_probe)
+    await connection.subscribe(connection.topics.tool_probe, on_probe)
     await asyncio.sleep(registry.options.probe_interval)  # let the start-up probe's spacing pass
-    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
+    publisher = await connection.publisher(connection.topics.tool_descriptors)
     for sequence in range(1, 6):
         await publisher.send(announcement("ghost", kind="heartbeat", instance="ghost-7", sequence=sequence).to_json())
     await eventually(lambda: any(p.instance == "ghost-7" for p in seen), timeout=1.0)
@@ -256,7 +255,7 @@ async def test_a_heartbeat_from_an_unknown_instance_is_probed_once_per_interval(
 
 
 async def test_malformed_queries_get_an_error_response(connection: Transport, registry: Registry) -> None:
-    raw = RequestClient(connection, topics.DEFAULT.registry_request, topics.DEFAULT.registry_response)
+    raw = RequestClient(connection, connection.topics.registry_request, connection.topics.registry_response)
     for garbage in (b"\xff", b"[]", b'{"operation": "explode"}', b'{"operation": "get", "name": "bad name!"}'):
         body = await raw.request(garbage, timeout=5)
         assert body["error"]["type"] == "bad-request", body
@@ -415,7 +414,7 @@ async def test_with_a_trust_policy_only_signed_and_allowed_announcements_are_mer
             await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
             await eventually(lambda: any("unsigned" in r.reason for r in registry.rejections()), timeout=1.0)
             # A forged, unsigned withdraw of the signed instance changes nothing.
-            publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
+            publisher = await connection.publisher(connection.topics.tool_descriptors)
             forged = announcement("joke-service", kind="withdraw", instance=joke.announcer.instance, sequence=10**9)  # type: ignore[union-attr]
             await publisher.send(forged.to_json())
             await eventually(lambda: sum("unsigned" in r.reason for r in registry.rejections()) >= 2, timeout=1.0)

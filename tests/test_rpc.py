@@ -45,11 +45,12 @@ def test_only_a_private_queue_of_the_servers_own_response_queue_is_accepted() ->
 
 
 async def test_each_caller_gets_its_answers_on_its_own_queue_and_the_shared_queue_stays_quiet(connection: Transport) -> None:
-    server = RequestServer(connection, REQUESTS, RESPONSES, echo, subscription="rpc-echo")
+    requests_queue, responses_queue = connection.topics.request_queue("rpc-echo"), connection.topics.response_queue("rpc-echo")
+    server = RequestServer(connection, requests_queue, responses_queue, echo, subscription="rpc-echo")
     await server.start()
-    first = await RequestClient(connection, REQUESTS, RESPONSES).start()
-    second = await RequestClient(connection, REQUESTS, RESPONSES).start()
-    shared = await listen(connection, RESPONSES)
+    first = await RequestClient(connection, requests_queue, responses_queue).start()
+    second = await RequestClient(connection, requests_queue, responses_queue).start()
+    shared = await listen(connection, responses_queue)
     try:
         answers = await asyncio.gather(
             *(client.request({"text": f"{n}-{i}"}, timeout=5) for n, client in enumerate((first, second)) for i in range(20))
@@ -65,15 +66,16 @@ async def test_each_caller_gets_its_answers_on_its_own_queue_and_the_shared_queu
 
 
 async def test_a_server_that_answers_on_the_shared_queue_is_still_heard(connection: Transport) -> None:
+    requests_queue, responses_queue = connection.topics.request_queue("rpc-echo"), connection.topics.response_queue("rpc-echo")
     """A server built without `reply-to` support (an older version, or another implementation)."""
-    answers = await connection.publisher(RESPONSES)
+    answers = await connection.publisher(responses_queue)
 
     async def old_server(message: Envelope) -> None:
         text = json.loads(message.data)["text"]
         await answers.send({"echo": text}, properties={"id": message.properties["id"]})
 
-    await connection.subscribe(REQUESTS, old_server)
-    client = await RequestClient(connection, REQUESTS, RESPONSES).start()
+    await connection.subscribe(requests_queue, old_server)
+    client = await RequestClient(connection, requests_queue, responses_queue).start()
     try:
         assert (await client.request({"text": "hi"}, timeout=5))["echo"] == "hi"
     finally:
@@ -81,11 +83,12 @@ async def test_a_server_that_answers_on_the_shared_queue_is_still_heard(connecti
 
 
 async def test_a_reply_to_elsewhere_is_answered_on_the_shared_queue(connection: Transport) -> None:
-    server = RequestServer(connection, REQUESTS, RESPONSES, echo, subscription="rpc-echo")
+    requests_queue, responses_queue = connection.topics.request_queue("rpc-echo"), connection.topics.response_queue("rpc-echo")
+    server = RequestServer(connection, requests_queue, responses_queue, echo, subscription="rpc-echo")
     await server.start()
-    elsewhere = "non-persistent://tg/response/not-the-callers"
-    shared, other = await listen(connection, RESPONSES), await listen(connection, elsewhere)
-    requests = await connection.publisher(REQUESTS)
+    elsewhere = connection.topics.response_queue("not-the-callers")
+    shared, other = await listen(connection, responses_queue), await listen(connection, elsewhere)
+    requests = await connection.publisher(requests_queue)
     try:
         await requests.send({"text": "x"}, properties={"id": "r-1", REPLY_TO: elsewhere})
         for _ in range(100):

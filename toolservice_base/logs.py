@@ -24,6 +24,8 @@ import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 LIBRARY_LOGGERS = ("toolservice_base", "discovery", "agent_bridge", "bench")
+CLIENT_LOGGER = "toolservice_base.transport.pulsar_client"
+"""Where pulsar-client's own log lines go (see `transport.pulsar`)."""
 
 _PROCESSORS: list[Any] = [
     structlog.stdlib.filter_by_level,
@@ -91,6 +93,8 @@ def configure_logging(level: str | None = None, *, json: bool | None = None, str
     root.setLevel(_LEVELS.get(name, logging.INFO))
     # APScheduler logs every run of every job at info (four lines a second for the registry's sweep).
     logging.getLogger("apscheduler").setLevel(max(logging.WARNING, root.level))
+    # pulsar-client repeats every connection retry: only when debugging.
+    logging.getLogger(CLIENT_LOGGER).setLevel(logging.WARNING if root.level <= logging.DEBUG else logging.CRITICAL)
     # Structlog's own default (used by code that calls structlog.get_logger directly) goes the same way.
     structlog.configure(
         processors=_PROCESSORS,

@@ -18,6 +18,7 @@ know them:
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,12 +34,20 @@ from ..errors import (
     TransportClosed,
     TransportError,
 )
-from ..logs import get_logger
+from ..logs import CLIENT_LOGGER, get_logger
 from ..settings import Settings
 from ..topics import Topics
 from .base import Capabilities, Envelope, Handler, OpenedResources, Payload, encode, unique_name
 
 log = get_logger("toolservice_base.transport")
+
+CLIENT_LOG = logging.getLogger(CLIENT_LOGGER)
+"""pulsar-client's own (C++) log lines, routed into `logging`: its console logger writes to stdout, which
+belongs to command output and to MCP over stdio. They repeat what the product reports itself (a refused
+connection, every retry), so they are off unless the application sets this logger's level
+(`configure_logging("debug")` shows its warnings and errors)."""
+if CLIENT_LOG.level == logging.NOTSET:
+    CLIENT_LOG.setLevel(logging.CRITICAL)
 
 _PULSAR_ERRORS: tuple[type[BaseException], ...] = (pulsar_asyncio.PulsarException, _pulsar.PulsarException)
 PRODUCER_QUEUE = 20_000
@@ -209,7 +218,7 @@ class PulsarTransport(OpenedResources):
         kwargs: dict[str, Any] = {
             "operation_timeout_seconds": settings.operation_timeout,
             "connection_timeout_ms": 5000,
-            "logger": pulsar.ConsoleLogger(pulsar.LoggerLevel.Error),
+            "logger": CLIENT_LOG,
         }
         if settings.auth_token:
             kwargs["authentication"] = pulsar.AuthenticationToken(settings.auth_token)
