@@ -35,6 +35,7 @@ from toolservice_base import (
     configure_logging,
     open_transport,
 )
+from toolservice_base.broker_supervisor import BrokerSupervisor
 from toolservice_base.signing import SigningError
 
 from . import cli_registry, cli_trust
@@ -93,15 +94,22 @@ async def cmd_up(args: argparse.Namespace) -> int:
             stack.callback(health.stop)
             health.add_check("startup", lambda: None if up else "starting")
             print(f"metrics       {health.url}/metrics (and /healthz, /readyz)")
+        watched: list[asyncio.Task[Any]] = []
         if settings.pulsar_url:
             url = settings.pulsar_url
             print(f"broker        {url} (PULSAR_URL)")
         else:
             broker = EmbeddedBroker(settings.data_dir)
-            url = broker.start(port=args.port)
+            url = broker.start(port=args.port, adopt=True)
             stack.callback(broker.stop)
-            how = "reused" if broker.reused else "embedded pulsar-lite, loopback only"
-            print(f"broker        {url} ({how}; URL in {broker.url_file})")
+            supervisor = BrokerSupervisor(broker)
+            watched.append(await stack.enter_async_context(supervisor.running()))
+            if health is not None:
+                health.add_check("broker", supervisor.readiness)
+            how = "adopted from a previous `toolreg up`" if broker.adopted else "embedded pulsar-lite, loopback only"
+            print(f"broker        {url} ({how}; restarted if it dies; URL in {broker.url_file})")
+            if broker.port_note:
+                print(f"note          {broker.port_note}")
         connection = await open_transport(settings, url=url)
         stack.push_async_callback(connection.close)
         print(f"workarounds   {', '.join(connection.capabilities.enabled()) or 'none'} (for {settings.broker_kind(url)})")
@@ -121,7 +129,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
             print(f"trust         {cli_registry.trust_line(options)}")
         up = True
         print(f"ready in {(time.perf_counter() - started) * 1000:.0f} ms; Ctrl-C to stop", flush=True)
-        await wait_for_signal()
+        await wait_for_signal(*watched)
         up = False
         print("stopping", flush=True)
     return 0
@@ -327,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", parents=[common], help="run broker (embedded unless PULSAR_URL), config store and registry",
                         description="Run the config store and the registry; without PULSAR_URL, also an embedded pulsar-lite broker on 127.0.0.1.")
-    up.add_argument("--port", type=int, default=None, help="port for the embedded broker (default: a free one)")
+    up.add_argument("--port", type=int, default=None, help="port for the embedded broker (default: the one it used last time if free, else a free one)")
     up.add_argument("--no-registry", action="store_true", help="run only the broker and the config store")
     cli_registry.add_registry_options(up)
     up.add_argument("--metrics-port", type=int, default=None, metavar="PORT",

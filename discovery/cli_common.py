@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from typing import Any
 
 from toolservice_base import Settings, ToolDiscoveryError
 
@@ -25,15 +26,24 @@ def settings_of(args: argparse.Namespace) -> Settings:
     return Settings.from_env(data_dir=getattr(args, "data_dir", None), topicspace=getattr(args, "topicspace", None))
 
 
-async def wait_for_signal() -> None:
-    """Return on the first SIGTERM or SIGINT (Ctrl-C)."""
+async def wait_for_signal(*watched: asyncio.Future[Any]) -> None:
+    """Return on the first SIGTERM or SIGINT (Ctrl-C), or raise what a `watched` task raised if one ends first.
+
+    A watched task is one the command cannot run without (the broker's
+    supervisor): when it gives up, the command stops with its error.
+    """
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    stopping = asyncio.ensure_future(stop.wait())
     try:
-        await stop.wait()
+        done, _ = await asyncio.wait({stopping, *watched}, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stopping:
+                task.result()  # raises what ended it
     finally:
+        stopping.cancel()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
 
