@@ -5,6 +5,7 @@
     toolreg config put|get|list|delete
     toolreg call TOOL key=value ... invoke a tool through the agent bridge
     toolreg tools|rejections|conflicts|release|registry
+    toolreg store check|backup|restore
 
 Every command takes `--data-dir` (or TOOLREG_DATA_DIR, default ./.toolreg),
 where `toolreg up` leaves the embedded broker's URL for the others to find.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import fcntl
 import importlib
 import json
 import os
@@ -38,40 +38,17 @@ from toolservice_base import (
 from toolservice_base.broker_supervisor import BrokerSupervisor
 from toolservice_base.signing import SigningError
 
-from . import cli_registry, cli_trust
-from .cli_common import CommandError, fail, settings_of, start_health, wait_for_signal
-from .configsvc import ConfigStoreService
+from . import cli_registry, cli_store, cli_trust
+from .cli_common import CommandError, UpLock, fail, settings_of, start_health, wait_for_signal
+from .configsvc import STORE_FILE, ConfigStoreService
 from .health import DEFAULT_METRICS_PORT
 from .registry import Registry
+from .store import ConfigStore
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
 
 # --- toolreg up ------------------------------------------------------------
-
-
-class UpLock:
-    """One `toolreg up` per data directory: a second would run a second registry."""
-
-    def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.path = data_dir / "up.lock"
-        self._file = open(self.path, "a+")
-
-    def acquire(self) -> None:
-        try:
-            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._file.seek(0)
-            pid = self._file.read().strip() or "?"
-            raise CommandError(f"`toolreg up` is already running for {self.path.parent} (pid {pid}); stop it or use another --data-dir") from None
-        self._file.seek(0)
-        self._file.truncate()
-        self._file.write(str(os.getpid()))
-        self._file.flush()
-
-    def release(self) -> None:
-        self._file.close()
 
 
 async def cmd_up(args: argparse.Namespace) -> int:
@@ -89,6 +66,8 @@ async def cmd_up(args: argparse.Namespace) -> int:
         lock = UpLock(settings.data_dir)
         stack.callback(lock.release)
         lock.acquire()
+        config = ConfigStore(settings.data_dir / STORE_FILE)  # checked before anything starts: a damaged store stops us here
+        stack.callback(config.close)
         health = start_health(args.metrics_port)
         if health is not None:
             stack.callback(health.stop)
@@ -113,7 +92,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
         connection = await open_transport(settings, url=url)
         stack.push_async_callback(connection.close)
         print(f"workarounds   {', '.join(connection.capabilities.enabled()) or 'none'} (for {settings.broker_kind(url)})")
-        store = ConfigStoreService.in_data_dir(connection, settings.data_dir)
+        store = ConfigStoreService(connection, config)
         stack.push_async_callback(store.stop)
         await store.start()
         if health is not None:
@@ -394,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_registry.add_commands(sub, common)
     cli_trust.add_commands(sub, common)
+    cli_store.add_commands(sub, common)
     return parser
 
 

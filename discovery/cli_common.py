@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
+import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from toolservice_base import Settings, ToolDiscoveryError
@@ -55,3 +58,28 @@ def start_health(port: int | None) -> HealthServer | None:
         return HealthServer(*address).start() if address is not None else None
     except HealthError as exc:
         raise CommandError(str(exc)) from None
+
+
+class UpLock:
+    """One `toolreg up` per data directory: a second would run a second registry."""
+
+    def __init__(self, data_dir: Path) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = data_dir / "up.lock"
+        self._file = open(self.path, "a+")
+
+    def acquire(self, what_to_do: str = "stop it or use another --data-dir") -> None:
+        """Hold the lock (and write our pid in it), or fail in one line ending with `what_to_do`."""
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            pid = self._file.read().strip() or "?"
+            raise CommandError(f"`toolreg up` is already running for {self.path.parent} (pid {pid}); {what_to_do}") from None
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(str(os.getpid()))
+        self._file.flush()
+
+    def release(self) -> None:
+        self._file.close()

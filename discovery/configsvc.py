@@ -4,10 +4,17 @@ Each request is handled to completion without yielding between its SQLite
 read and write, so requests are atomic even though several run at once.
 A push goes out on the notify topic *before* the reply, so a writer that has
 its answer knows every watcher has been told.
+
+Every request gets an answer. One the SQLite file cannot serve is answered
+`store-error`; a file SQLite calls corrupt marks the store damaged, and from
+then on every request is answered `store-error` with how to recover, never
+half-served. Meanwhile a background task keeps the store's marker current and
+takes the automatic backups (`store_backup`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from pathlib import Path
@@ -29,8 +36,10 @@ from toolservice_base.schemas import (
 )
 from toolservice_base.transport import Envelope, Publisher, Transport
 
+from . import store_backup
 from .health import ConfigStoreMetrics
 from .store import Changes, ConfigStore, Conflict, StoreError
+from .store_check import StoreDamaged, how_to_recover, is_corruption
 
 log = get_logger("discovery.config")
 
@@ -40,10 +49,29 @@ STORE_FILE = "config.sqlite"
 class ConfigStoreService:
     """Serve a `ConfigStore` over Pulsar."""
 
-    def __init__(self, connection: Transport, store: ConfigStore, *, metrics: ConfigStoreMetrics | None = None) -> None:
+    def __init__(
+        self,
+        connection: Transport,
+        store: ConfigStore,
+        *,
+        metrics: ConfigStoreMetrics | None = None,
+        backup_interval: float = store_backup.INTERVAL,
+        backup_versions: int = store_backup.MAX_VERSIONS,
+        backup_keep: int = store_backup.KEEP,
+        mark_interval: float = 1.0,
+    ) -> None:
+        """Backups: at start, then once the store changed and `backup_interval` seconds or `backup_versions` versions passed."""
         self._connection = connection
         self.store = store
         self.metrics = metrics or ConfigStoreMetrics.default()
+        self.backup_interval = backup_interval
+        self.backup_versions = backup_versions
+        self.backup_keep = backup_keep
+        self.mark_interval = mark_interval
+        self.damaged: str | None = None
+        """Why the store is no longer served (SQLite found it corrupt), with how to recover; None while it is whole."""
+        self.last_backup: store_backup.Backup | None = None
+        self._maintenance: asyncio.Task[None] | None = None
         self._server = RequestServer(
             connection,
             connection.topics.config_request,
@@ -67,6 +95,7 @@ class ConfigStoreService:
             raise
         self._notify = notify
         self.metrics.set_version(self.store.version)
+        self._maintenance = asyncio.create_task(self._maintain(), name="config-store-maintenance")
         log.info("config.store_started", path=str(self.store.path), version=self.store.version)
 
     def readiness(self) -> str | None:
@@ -75,6 +104,8 @@ class ConfigStoreService:
             return "stopped"
         if self._notify is None:
             return "not started"
+        if self.damaged is not None:
+            return self.damaged
         if not (self._notify.connected and self._server.connected):
             return f"not connected to the broker at {self._connection.url}"
         try:
@@ -87,6 +118,12 @@ class ConfigStoreService:
         if self._stopped:
             return
         self._stopped = True
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            try:
+                await self._maintenance
+            except (asyncio.CancelledError, Exception):
+                pass
         await self._server.stop()
         if self._notify is not None:
             await self._connection.close_publisher(self._notify)
@@ -108,12 +145,21 @@ class ConfigStoreService:
             return
         started = time.perf_counter()
         try:
+            if self.damaged is not None:
+                raise StoreDamaged(self.damaged)
             response, changes = self._execute(request)
         except Conflict as exc:
-            response, changes = ConfigResponse(version=self.store.version, error=Error(type="conflict", message=str(exc))), {}
+            response, changes = ConfigResponse(version=self._version(), error=Error(type="conflict", message=str(exc))), {}
         except StoreError as exc:
             log.info("config.write_refused", operation=request.operation, reason=str(exc))
-            response, changes = ConfigResponse(version=self.store.version, error=Error(type="invalid", message=str(exc))), {}
+            response, changes = ConfigResponse(version=self._version(), error=Error(type="invalid", message=str(exc))), {}
+        except StoreDamaged as exc:
+            response, changes = ConfigResponse(error=Error(type="store-error", message=str(exc))), {}
+        except sqlite3.Error as exc:
+            response, changes = ConfigResponse(error=Error(type="store-error", message=self._store_failed(request.operation, exc))), {}
+        except Exception as exc:  # a bug: still an answer, so the caller is not left waiting for its timeout
+            log.exception("config.request_failed", operation=request.operation)
+            response, changes = ConfigResponse(error=Error(type="internal-error", message=f"the config store failed: {type(exc).__name__}: {exc}")), {}
         self.metrics.request(request.operation, response.error.type if response.error else None)
         if changes:
             self.metrics.set_version(response.version or 0)
@@ -127,6 +173,62 @@ class ConfigStoreService:
                 ms=round((time.perf_counter() - started) * 1000, 2),
             )
         await reply(response)
+
+    def _version(self) -> int | None:
+        try:
+            return self.store.version
+        except sqlite3.Error:
+            return None
+
+    def _store_failed(self, operation: str, exc: sqlite3.Error) -> str:
+        """Log a failed SQLite call and say it in one line; corruption marks the store damaged for good."""
+        path = self.store.path
+        if is_corruption(exc):
+            if self.damaged is None:
+                recover = how_to_recover(path, running=True)
+                self.damaged = f"config store {path} is damaged ({exc}); it answers nothing until restored: {recover}"
+                log.error("config.store_damaged", path=str(path), operation=operation, error=str(exc), recover=recover)
+            return self.damaged
+        log.error("config.store_failed", path=str(path), operation=operation, error=str(exc))
+        return f"the config store could not {operation}: {exc} ({path}); see the `toolreg up` log"
+
+    async def _maintain(self) -> None:
+        """Keep the marker current (every `mark_interval`) and take backups when they are due."""
+        path = self.store.path
+        newest = store_backup.backups_of(path)
+        backed_up = store_backup.version_of_backup(newest[-1]) if newest else None
+        backed_up_at = time.monotonic() if backed_up is not None else float("-inf")
+        while True:
+            try:
+                if self.damaged is None:
+                    self.store.mark()
+                    version = self.store.version
+                    if version > 0 and version != backed_up and (
+                        time.monotonic() - backed_up_at >= self.backup_interval
+                        or backed_up is None
+                        or abs(version - backed_up) >= self.backup_versions
+                    ):
+                        backed_up_at = time.monotonic()
+                        backed_up = await self._backup()
+            except sqlite3.Error as exc:
+                self._store_failed("keep its marker", exc)
+            except (OSError, StoreDamaged) as exc:
+                log.error("config.backup_failed", path=str(path), error=str(exc))
+            await asyncio.sleep(self.mark_interval)
+
+    async def _backup(self) -> int:
+        backup = await asyncio.to_thread(store_backup.take_backup, self.store.path)
+        pruned = store_backup.prune(self.store.path, self.backup_keep)
+        self.last_backup = backup
+        log.info(
+            "config.backup_taken",
+            path=str(backup.path),
+            version=backup.facts.version,
+            items=backup.facts.items,
+            ms=round(backup.seconds * 1000, 1),
+            pruned=len(pruned),
+        )
+        return backup.facts.version
 
     def _execute(self, request: ConfigRequest) -> tuple[ConfigResponse, Changes]:
         store, ws = self.store, request.workspace
