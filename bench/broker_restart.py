@@ -13,7 +13,9 @@ records when each one ended and whether it succeeded. Two scenarios:
   from its `broker.restarted` event) and restart -> end of the first
   successful call.
 - `up`: kill -9 `toolreg up` and its broker, start `toolreg up` again (it
-  takes the same port). Figure: new `toolreg up` ready -> first successful call.
+  takes the same port). Figures: kill -> new `toolreg up` ready (mostly
+  Python start-up), its broker started -> end of the first successful call,
+  and kill -> that call.
 
 Nothing else is restarted: the service and the ToolSet recover on their own.
 """
@@ -171,10 +173,13 @@ async def up_run(root: Path) -> dict[str, float]:
         await deployment.up("up-2")
         ready = time.time()
         await asyncio.sleep(CALL_LIMIT + 1)
-        first = caller.first_success_after(ready)
+        started = deployment.event_wall("up-2", "broker.started")
+        after_start = caller.first_success_after(started)
+        after_kill = caller.first_success_after(killed)
         return {
-            "down_ms": round((ready - killed) * 1000, 1),
-            "ready_to_call_ms": round(first * 1000, 1) if first is not None else float("nan"),
+            "up_ready_ms": round((ready - killed) * 1000, 1),
+            "broker_start_to_call_ms": round(after_start * 1000, 1) if after_start is not None else float("nan"),
+            "kill_to_call_ms": round(after_kill * 1000, 1) if after_kill is not None else float("nan"),
             "failed_calls": caller.failed_between(killed, ready + CALL_LIMIT),
         }
 
