@@ -52,10 +52,12 @@ def binary_path() -> Path:
 def reserve_port(port: int = 0) -> socket.socket:
     """Bind (not listen) a loopback port, free or `port`, and keep it bound while the broker needs it.
 
-    pulsar-lite binds with SO_REUSEPORT, so it can share the port with this
-    socket, while no other process's bind to port 0 (or outgoing connection)
-    can be handed the same port in the meantime: two brokers never end up on
-    one port, and the port is still ours while a crashed broker restarts.
+    pulsar-lite's own bind succeeds beside this bound, never-listening socket
+    (address reuse), while no other process's bind to port 0 (or outgoing
+    connection) is handed the same port in the meantime: two brokers never
+    end up on one port, and the port stays ours while a crashed broker
+    restarts. (A program that binds the port explicitly with SO_REUSEADDR can
+    still take it; the restart then says so.)
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
