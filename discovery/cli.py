@@ -6,6 +6,7 @@
     toolreg config put|get|list|delete
     toolreg call TOOL key=value ... invoke a tool through the agent bridge
     toolreg tools|rejections|conflicts|release|registry
+    toolreg store check|backup|restore
 
 Every command takes `--data-dir` (or TOOLREG_DATA_DIR, default ./.toolreg),
 where `toolreg up` leaves the embedded broker's URL for the others to find.
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import fcntl
 import importlib
 import json
 import os
@@ -36,43 +36,21 @@ from toolservice_base import (
     configure_logging,
     open_transport,
 )
+from toolservice_base.broker_supervisor import BrokerSupervisor
 from toolservice_base.signing import SigningError
 
-from . import cli_announce, cli_registry, cli_trust
-from .cli_common import CommandError, fail, settings_of, start_health, wait_for_signal
+from . import cli_announce, cli_registry, cli_store, cli_trust
+from .cli_common import CommandError, UpLock, fail, settings_of, start_health, wait_for_signal
 from .config_ops import STORE_PROTOCOLS
-from .configsvc import ConfigStoreService
+from .configsvc import STORE_FILE, ConfigStoreService
 from .health import DEFAULT_METRICS_PORT
 from .registry import Registry
+from .store import ConfigStore
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
 
 # --- toolreg up ------------------------------------------------------------
-
-
-class UpLock:
-    """One `toolreg up` per data directory: a second would run a second registry."""
-
-    def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.path = data_dir / "up.lock"
-        self._file = open(self.path, "a+")
-
-    def acquire(self) -> None:
-        try:
-            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._file.seek(0)
-            pid = self._file.read().strip() or "?"
-            raise CommandError(f"`toolreg up` is already running for {self.path.parent} (pid {pid}); stop it or use another --data-dir") from None
-        self._file.seek(0)
-        self._file.truncate()
-        self._file.write(str(os.getpid()))
-        self._file.flush()
-
-    def release(self) -> None:
-        self._file.close()
 
 
 async def cmd_up(args: argparse.Namespace) -> int:
@@ -90,24 +68,33 @@ async def cmd_up(args: argparse.Namespace) -> int:
         lock = UpLock(settings.data_dir)
         stack.callback(lock.release)
         lock.acquire()
+        config = ConfigStore(settings.data_dir / STORE_FILE)  # checked before anything starts: a damaged store stops us here
+        stack.callback(config.close)
         health = start_health(args.metrics_port)
         if health is not None:
             stack.callback(health.stop)
             health.add_check("startup", lambda: None if up else "starting")
             print(f"metrics       {health.url}/metrics (and /healthz, /readyz)")
+        watched: list[asyncio.Task[Any]] = []
         if settings.pulsar_url:
             url = settings.pulsar_url
             print(f"broker        {url} (PULSAR_URL)")
         else:
             broker = EmbeddedBroker(settings.data_dir)
-            url = broker.start(port=args.port)
+            url = broker.start(port=args.port, adopt=True)
             stack.callback(broker.stop)
-            how = "reused" if broker.reused else "embedded pulsar-lite, loopback only"
-            print(f"broker        {url} ({how}; URL in {broker.url_file})")
+            supervisor = BrokerSupervisor(broker)
+            watched.append(await stack.enter_async_context(supervisor.running()))
+            if health is not None:
+                health.add_check("broker", supervisor.readiness)
+            how = "adopted from a previous `toolreg up`" if broker.adopted else "embedded pulsar-lite, loopback only"
+            print(f"broker        {url} ({how}; restarted if it dies; URL in {broker.url_file})")
+            if broker.port_note:
+                print(f"note          {broker.port_note}")
         connection = await open_transport(settings, url=url)
         stack.push_async_callback(connection.close)
         print(f"workarounds   {', '.join(connection.capabilities.enabled()) or 'none'} (for {settings.broker_kind(url)})")
-        store = ConfigStoreService.in_data_dir(connection, settings.data_dir, protocol=args.store_protocol)
+        store = ConfigStoreService(connection, config, protocol=args.store_protocol)
         stack.push_async_callback(store.stop)
         await store.start()
         if health is not None:
@@ -123,7 +110,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
             print(f"trust         {cli_registry.trust_line(options)}")
         up = True
         print(f"ready in {(time.perf_counter() - started) * 1000:.0f} ms; Ctrl-C to stop", flush=True)
-        await wait_for_signal()
+        await wait_for_signal(*watched)
         up = False
         print("stopping", flush=True)
     return 0
@@ -329,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", parents=[common], help="run broker (embedded unless PULSAR_URL), config store and registry",
                         description="Run the config store and the registry; without PULSAR_URL, also an embedded pulsar-lite broker on 127.0.0.1.")
-    up.add_argument("--port", type=int, default=None, help="port for the embedded broker (default: a free one)")
+    up.add_argument("--port", type=int, default=None, help="port for the embedded broker (default: the one it used last time if free, else a free one)")
     up.add_argument("--no-registry", action="store_true", help="run only the broker and the config store")
     up.add_argument("--store-protocol", choices=STORE_PROTOCOLS, default="toolreg",
                     help="toolreg (default): TrustGraph's config protocol plus our extensions; "
@@ -392,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_registry.add_commands(sub, common)
     cli_trust.add_commands(sub, common)
     cli_announce.add_command(sub, common)
+    cli_store.add_commands(sub, common)
     return parser
 
 

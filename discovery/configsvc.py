@@ -11,6 +11,12 @@ read and write, so requests are atomic even though several run at once.
 A push goes out on the notify topic *before* the reply, so a writer that has
 its answer knows every watcher has been told. On start the store pushes once
 with empty `changes`, TrustGraph's "everything may have changed" poke.
+
+Every request gets an answer. One the SQLite file cannot serve is answered
+`store-error`; a file SQLite calls corrupt marks the store damaged, and from
+then on every request is answered `store-error` with how to recover, never
+half-served. Meanwhile a background task keeps the store's marker current and
+takes the automatic backups (`store_backup`).
 """
 
 from __future__ import annotations
@@ -38,9 +44,11 @@ from toolservice_base.schemas import (
 from toolservice_base.topics import Topics
 from toolservice_base.transport import Envelope, Publisher, Transport
 
-from .config_ops import ConfigOperations, StoreProtocol
+from . import store_backup
+from .config_ops import ConfigOperations, Outcome, StoreProtocol
 from .health import ConfigStoreMetrics
 from .store import ConfigStore
+from .store_check import StoreDamaged, how_to_recover, is_corruption
 
 log = get_logger("discovery.config")
 
@@ -63,11 +71,24 @@ class ConfigStoreService:
         *,
         metrics: ConfigStoreMetrics | None = None,
         protocol: StoreProtocol = "toolreg",
+        backup_interval: float = store_backup.INTERVAL,
+        backup_versions: int = store_backup.MAX_VERSIONS,
+        backup_keep: int = store_backup.KEEP,
+        mark_interval: float = 1.0,
     ) -> None:
+        """Backups: at start, then once the store changed and `backup_interval` seconds or `backup_versions` versions passed."""
         self._connection = connection
         self.store = store
         self.operations = ConfigOperations(store, protocol)
         self.metrics = metrics or ConfigStoreMetrics.default()
+        self.backup_interval = backup_interval
+        self.backup_versions = backup_versions
+        self.backup_keep = backup_keep
+        self.mark_interval = mark_interval
+        self.damaged: str | None = None
+        """Why the store is no longer served (SQLite found it corrupt), with how to recover; None while it is whole."""
+        self.last_backup: store_backup.Backup | None = None
+        self._maintenance: asyncio.Task[None] | None = None
         self._server = RequestServer(
             connection, connection.topics.config_request, connection.topics.config_response, self._on_system, subscription=SUBSCRIPTION
         )
@@ -98,6 +119,7 @@ class ConfigStoreService:
             await self._close_all()
             raise
         self.metrics.set_version(self.store.version)
+        self._maintenance = asyncio.create_task(self._maintain(), name="config-store-maintenance")
         log.info(
             "config.store_started", path=str(self.store.path), version=self.store.version, protocol=self.protocol,
             workspace_queues=sorted(self._workspace_servers),
@@ -109,6 +131,8 @@ class ConfigStoreService:
             return "stopped"
         if self._notify is None:
             return "not started"
+        if self.damaged is not None:
+            return self.damaged
         if not (self._notify.connected and self._server.connected):
             return f"not connected to the broker at {self._connection.url}"
         try:
@@ -121,6 +145,12 @@ class ConfigStoreService:
         if self._stopped:
             return
         self._stopped = True
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            try:
+                await self._maintenance
+            except (asyncio.CancelledError, Exception):
+                pass
         await self._close_all()
         self.store.close()
         log.info("config.store_stopped")
@@ -195,7 +225,7 @@ class ConfigStoreService:
             await reply(ConfigResponse(error=Error(type="bad-request", message=f"bad config request: {reason}")).to_trustgraph())
             return
         started = time.perf_counter()
-        outcome = self.operations.execute(request, queue_workspace)
+        outcome = self._execute(request, queue_workspace)
         response = outcome.response
         if response.error is not None and response.error.type not in ("conflict", "bad-operation"):
             log.info("config.write_refused" if request.operation in ("put", "delete") else "config.request_refused",
@@ -218,6 +248,78 @@ class ConfigStoreService:
             self._queue_changes.put_nowait((True, workspace))
         for workspace in outcome.closed:
             self._queue_changes.put_nowait((False, workspace))
+
+    def _version(self) -> int | None:
+        try:
+            return self.store.version
+        except sqlite3.Error:
+            return None
+
+    def _store_failed(self, operation: str, exc: sqlite3.Error) -> str:
+        """Log a failed SQLite call and say it in one line; corruption marks the store damaged for good."""
+        path = self.store.path
+        if is_corruption(exc):
+            if self.damaged is None:
+                recover = how_to_recover(path, running=True)
+                self.damaged = f"config store {path} is damaged ({exc}); it answers nothing until restored: {recover}"
+                log.error("config.store_damaged", path=str(path), operation=operation, error=str(exc), recover=recover)
+            return self.damaged
+        log.error("config.store_failed", path=str(path), operation=operation, error=str(exc))
+        return f"the config store could not {operation}: {exc} ({path}); see the `toolreg up` log"
+
+    async def _maintain(self) -> None:
+        """Keep the marker current (every `mark_interval`) and take backups when they are due."""
+        path = self.store.path
+        newest = store_backup.backups_of(path)
+        backed_up = store_backup.version_of_backup(newest[-1]) if newest else None
+        backed_up_at = time.monotonic() if backed_up is not None else float("-inf")
+        while True:
+            try:
+                if self.damaged is None:
+                    self.store.mark()
+                    version = self.store.version
+                    if version > 0 and version != backed_up and (
+                        time.monotonic() - backed_up_at >= self.backup_interval
+                        or backed_up is None
+                        or abs(version - backed_up) >= self.backup_versions
+                    ):
+                        backed_up_at = time.monotonic()
+                        backed_up = await self._backup()
+            except sqlite3.Error as exc:
+                self._store_failed("keep its marker", exc)
+            except (OSError, StoreDamaged) as exc:
+                log.error("config.backup_failed", path=str(path), error=str(exc))
+            await asyncio.sleep(self.mark_interval)
+
+    async def _backup(self) -> int:
+        backup = await asyncio.to_thread(store_backup.take_backup, self.store.path)
+        pruned = store_backup.prune(self.store.path, self.backup_keep)
+        self.last_backup = backup
+        log.info(
+            "config.backup_taken",
+            path=str(backup.path),
+            version=backup.facts.version,
+            items=backup.facts.items,
+            ms=round(backup.seconds * 1000, 1),
+            pruned=len(pruned),
+        )
+        return backup.facts.version
+
+    def _execute(self, request: ConfigRequest, queue_workspace: str | None) -> Outcome:
+        """Every request gets an answer: a damaged store or a failing SQLite call is `store-error`, a bug `internal-error`."""
+        try:
+            if self.damaged is not None:
+                raise StoreDamaged(self.damaged)
+            return self.operations.execute(request, queue_workspace)
+        except StoreDamaged as exc:
+            return Outcome(ConfigResponse(error=Error(type="store-error", message=str(exc))))
+        except sqlite3.Error as exc:
+            return Outcome(ConfigResponse(error=Error(type="store-error", message=self._store_failed(request.operation, exc))))
+        except Exception as exc:  # a bug: still an answer, so the caller is not left waiting for its timeout
+            log.exception("config.request_failed", operation=request.operation)
+            message = f"the config store failed: {type(exc).__name__}: {exc}"
+            return Outcome(ConfigResponse(error=Error(type="internal-error", message=message)))
+
 
     async def _push(self, push: ConfigPush) -> None:
         if self._notify is None:

@@ -341,7 +341,7 @@ class RegistryMetrics:
 
 CONFIG_OPERATIONS = ("get", "put", "delete", "list", "getvalues", "config", "getvalues-all-ws", "getkeys-all-ws", "invalid")
 """`invalid`: a request that could not be parsed, so has no operation."""
-CONFIG_ERRORS = ("bad-request", "bad-operation", "conflict", "invalid")
+CONFIG_ERRORS = ("bad-request", "bad-operation", "conflict", "invalid", "store-error")
 
 
 class ConfigStoreMetrics:
@@ -356,7 +356,8 @@ class ConfigStoreMetrics:
         self.requests = Counter("toolreg_config_requests", "Config store requests answered, by operation.", ["operation"], registry=registry)
         self.errors = Counter(
             "toolreg_config_request_errors",
-            "Config store requests answered with an error: bad-request, bad-operation (unknown operation), conflict (expect failed), invalid (value refused).",
+            "Config store requests answered with an error: bad-request, bad-operation (unknown operation), conflict (expect failed), "
+            "invalid (value refused), store-error (the SQLite file failed).",
             ["type"],
             registry=registry,
         )

@@ -4,11 +4,15 @@ Every write operation is one transaction that also bumps the version, so a
 reader that sees version N sees every write N covers. A write that changes
 nothing (same value, missing key) does not bump it: readers reload only on
 real change.
+
+Opening checks the file first (`store_check`): a corrupt file, or one missing
+data its marker says it had, raises `StoreDamaged` instead of being served.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -18,6 +22,17 @@ from toolservice_base.schemas import (
     ToolServiceDescriptor,
     check_tool_against_service,
     validate_config_item,
+)
+
+from .store_check import (
+    StoreDamaged,
+    StoreFacts,
+    StoreMarker,
+    check_before_open,
+    check_open_store,
+    how_to_recover,
+    read_facts,
+    write_marker,
 )
 
 Changes = dict[str, list[str]]
@@ -37,6 +52,7 @@ CREATE TABLE IF NOT EXISTS items (
 );
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (name, value) VALUES ('version', 0);
+CREATE TABLE IF NOT EXISTS store_info (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
@@ -54,13 +70,46 @@ class ConfigStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        check_before_open(self.path)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(SCHEMA)
+        self._marked: StoreMarker | None = None
+        try:
+            check_open_store(self._db, self.path)  # first: nothing is written into a file that fails it
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(SCHEMA)
+            self._db.execute("INSERT OR IGNORE INTO store_info (name, value) VALUES ('id', ?)", (uuid.uuid4().hex,))
+            self.mark()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreDamaged(f"config store {self.path} is corrupt or not a store: {exc}; {how_to_recover(self.path)}") from None
+        except BaseException:
+            self._db.close()
+            raise
 
     def close(self) -> None:
+        """Close, leaving a marker of what the store held (a clean shutdown's record)."""
+        try:
+            self.mark()
+        except (sqlite3.Error, OSError):
+            pass  # a store that cannot be read now keeps its last good marker
         self._db.close()
+
+    def facts(self) -> StoreFacts:
+        """Id, version and item count, read together."""
+        return read_facts(self._db)
+
+    def mark(self) -> bool:
+        """Write the marker if the version moved since the last one; True if written. Cheap when nothing changed."""
+        if self._marked is not None and self._marked.version == self.version:
+            return False
+        facts = self.facts()
+        if self._marked is not None and (self._marked.version, self._marked.items) == (facts.version, facts.items):
+            return False
+        marker = StoreMarker.of(facts)
+        write_marker(self.path, marker)
+        self._marked = marker
+        return True
 
     @property
     def version(self) -> int:
@@ -113,7 +162,8 @@ class ConfigStore:
                 result.setdefault(item_type, {})[key] = value
             version = self.version
         finally:
-            self._db.execute("COMMIT")
+            if self._db.in_transaction:
+                self._db.execute("COMMIT")
         return version, result
 
     def _validate(self, workspace: str, values: Items) -> None:
@@ -194,7 +244,8 @@ class ConfigStore:
             version = self._bump() if changed or bump_always else self.version
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
             raise
         return version, {t: [workspace] for t in sorted(changed)}
 
