@@ -4,6 +4,7 @@
     toolreg serve MODULE:CLASS      run a DynamicToolService subclass
     toolreg config put|get|list|delete
     toolreg call TOOL key=value ... invoke a tool through the agent bridge
+    toolreg mcp [--http HOST:PORT]  serve a workspace's live tools to MCP clients
     toolreg tools|rejections|conflicts|release|registry
 
 Every command takes `--data-dir` (or TOOLREG_DATA_DIR, default ./.toolreg),
@@ -39,7 +40,7 @@ from toolservice_base import (
 )
 from toolservice_base.signing import SigningError
 
-from . import cli_registry, cli_trust
+from . import cli_mcp, cli_registry, cli_trust
 from .cli_common import CommandError, broker_error, fail, settings_of, start_health, wait_for_signal
 from .registry import Registry, RegistryError
 from .registry_client import RegistryQueryError, RegistryUnavailable
@@ -387,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_registry.add_commands(sub, common)
     cli_trust.add_commands(sub, common)
+    cli_mcp.add_commands(sub, common)
     return parser
 
 
