@@ -38,10 +38,12 @@ class Changes:
     def __init__(self) -> None:
         self.arrivals: asyncio.Queue[float] = asyncio.Queue()
         self.stray: list[Any] = []  # anything else the server pushed: transport errors would land here
+        self.listening = False  # 2026-07-28: counted from the listen stream (the SDK also tees its frames here)
 
     async def on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
-            self.arrivals.put_nowait(time.monotonic())
+            if not self.listening:
+                self.arrivals.put_nowait(time.monotonic())
         elif isinstance(message, Exception):
             self.stray.append(message)
 
@@ -68,6 +70,7 @@ async def opened(session: ClientSession, era: Era, changes: Changes) -> AsyncIte
         yield session
         return
     await session.discover()
+    changes.listening = True
     async with listen(session, tools_list_changed=True) as subscription:
         async def pump() -> None:
             async for _ in subscription:
