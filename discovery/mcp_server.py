@@ -136,6 +136,8 @@ class Listing:
             tool = self.tool(name)
             assert tool is not None
             validator = self._validators[name] = Draft202012Validator(tool.input_schema)
+        if validator.is_valid(arguments):
+            return None
         error = best_match(validator.iter_errors(dict(arguments)))
         if error is None:
             return None
