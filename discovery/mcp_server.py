@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import fnmatch
 from collections.abc import Mapping, Sequence
 from contextlib import aclosing
@@ -55,6 +56,8 @@ PAGE_SIZE = 100
 """Tools per tools/list page; a longer list is paged with `nextCursor`."""
 LIST_TTL_MS = 1000
 """`ttlMs` on tools/list (2026-07-28): a client that does not listen for changes refetches within a second."""
+MAX_PROBLEM = 200
+"""Characters of a bad-arguments explanation (jsonschema quotes the offending value)."""
 _CURSOR_PREFIX = "after:"
 
 
@@ -91,10 +94,12 @@ class Listing:
     tools: list[types.Tool]
     own_names: dict[str, str]  # MCP name -> the tool's name in the ToolSet
     _by_name: dict[str, types.Tool] = field(default_factory=dict)
+    _names: list[str] = field(default_factory=list)
     _validators: dict[str, Draft202012Validator] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._by_name = {t.name: t for t in self.tools}
+        self._names = [t.name for t in self.tools]
 
     @classmethod
     def of(cls, tools: ToolSet, which: ToolFilter) -> Listing:
@@ -127,7 +132,7 @@ class Listing:
             raise MCPError(types.INVALID_PARAMS, "invalid cursor: pass back a nextCursor from tools/list, or list again without one")
         after = decoded.removeprefix(_CURSOR_PREFIX)
         # By name, not by position: a tool added or removed between two pages shifts nothing.
-        return next((i for i, t in enumerate(self.tools) if t.name > after), len(self.tools))
+        return bisect.bisect_right(self._names, after)
 
     def argument_problem(self, name: str, arguments: Mapping[str, Any]) -> str | None:
         """The first way `arguments` break the tool's input schema, in one line; None if they fit."""
@@ -142,7 +147,9 @@ class Listing:
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path)
-        return f"{where}: {error.message}" if where else error.message
+        message = " ".join(error.message.split())  # quotes the value: keep a huge one from filling the error
+        message = message if len(message) <= MAX_PROBLEM else message[: MAX_PROBLEM - 3] + "..."
+        return f"{where}: {message}" if where else message
 
 
 def _cursor_after(name: str) -> str:

@@ -53,7 +53,7 @@ def mcp_dir(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("era", ERAS)
-async def test_lists_and_calls_the_example_tools(era: Era, broker: EmbeddedBroker, mcp_dir: Path, announced: list[DynamicToolService]) -> None:
+async def test_lists_and_calls_the_example_tools_and_a_service_error_is_an_is_error_result(era: Era, broker: EmbeddedBroker, mcp_dir: Path, announced: list[DynamicToolService]) -> None:
     async with stdio_session(broker.url, mcp_dir, era) as (session, _):
         assert session.protocol_version == VERSION[era]
         assert session.server_capabilities is not None and session.server_capabilities.tools is not None
@@ -70,6 +70,9 @@ async def test_lists_and_calls_the_example_tools(era: Era, broker: EmbeddedBroke
         assert text_of(await session.call_tool("calculate", {"expression": "(2 + 3) * 4"})) == "20"
         joke = await session.call_tool("tell-joke", {"topic": "brokers"})
         assert joke.is_error is False and "brokers" in text_of(joke)
+
+        failed = await session.call_tool("calculate", {"expression": "1 / 0"})  # the service raised
+        assert failed.is_error is True and text_of(failed) == "ExpressionError: division by zero"
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -89,16 +92,6 @@ async def test_a_streaming_tool_sends_each_chunk_as_progress_then_the_whole_text
 
         quiet = await session.call_tool("countdown", {"start": 1})  # no progress token: no progress sent
         assert text_of(quiet) == "1\n0\n" and len(progress) == 4
-
-
-@pytest.mark.parametrize("era", ERAS)
-async def test_a_service_error_is_a_tool_result_marked_is_error(
-    era: Era, broker: EmbeddedBroker, mcp_dir: Path, announced: list[DynamicToolService]
-) -> None:
-    async with stdio_session(broker.url, mcp_dir, era) as (session, _):
-        result = await session.call_tool("calculate", {"expression": "1 / 0"})
-        assert result.is_error is True
-        assert text_of(result) == "ExpressionError: division by zero"
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -237,10 +230,14 @@ async def test_nothing_but_protocol_reaches_stdout_even_when_pulsar_client_logs(
     first = json.loads(await asyncio.wait_for(process.stdout.readline(), 20))
     assert first["id"] == 1 and first["result"]["protocolVersion"] == "2025-11-25"
 
+    port = broker.port
     broker.stop()  # pulsar-client now logs reconnection failures through its console logger
-    await asyncio.sleep(1.5)
-    process.stdin.close()
-    out, err = await asyncio.wait_for(process.communicate(), 20)
+    try:
+        await asyncio.sleep(1.5)
+        process.stdin.close()
+        out, err = await asyncio.wait_for(process.communicate(), 20)
+    finally:
+        broker.start(port=port)  # back, so the fixtures' clients can say goodbye
     assert b"Failed to establish connection" in err or b"ClientConnection" in err, err[-2000:]
     for line in out.splitlines():
         json.loads(line)  # every byte on stdout is a JSON-RPC message
