@@ -22,6 +22,8 @@ from pathlib import Path
 
 import structlog
 
+from toolservice_base.schemas import check_name
+
 from .cli_common import CommandError, broker_error, settings_of, wait_for_signal
 
 log = structlog.get_logger("discovery.mcp")
@@ -138,6 +140,10 @@ async def _serve(args: argparse.Namespace) -> int:
     from .mcp_server import McpFront
     from .mcp_transports import StdinLines, http_server, serve_streams
 
+    try:
+        check_name(args.workspace, "workspace")
+    except ValueError as exc:
+        raise CommandError(f"--workspace: {exc}") from None
     settings = settings_of(args)
     address = None
     token = read_token(args)

@@ -111,6 +111,7 @@ def test_a_broker_without_a_config_store(broker: EmbeddedBroker, tmp_path: Path)
 def test_bad_options_are_one_line_too(broker: EmbeddedBroker, tmp_path: Path) -> None:
     env = toolreg_env(broker.url, tmp_path)
     assert_one_line_failure(start_mcp("--http", "localhost", env=env)[0], "HOST:PORT")
+    assert_one_line_failure(start_mcp("--workspace", "two words", env=env)[0], "--workspace", "must match")
     assert_one_line_failure(start_mcp("--http", "127.0.0.1:1", "--token-file", str(tmp_path / "absent"), env=env)[0], "--token-file")
     (tmp_path / "empty").write_text("\n")
     assert_one_line_failure(start_mcp("--http", "127.0.0.1:1", "--token-file", str(tmp_path / "empty"), env=env)[0], "is empty")
