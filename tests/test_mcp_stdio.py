@@ -214,6 +214,21 @@ async def test_tools_and_exclude_choose_what_one_agent_sees_and_hear_only_of_its
         assert [t.name for t in (await list_all(session))[0]] == ["calculate"]
 
 
+async def test_a_workspace_of_its_own_with_a_dotted_name_given_in_the_form_llm_apis_accept(
+    broker: EmbeddedBroker, mcp_dir: Path, announced: list[DynamicToolService], config_client: ConfigClient,
+    settings: Settings,
+) -> None:
+    calculator = next(s for s in announced if isinstance(s, CalculatorService)).service_descriptor
+    await config_client.put([  # wired by hand in workspace `research`, to the running calculator's queues
+        ("tool-service", "calculator", calculator.model_dump_json(by_alias=True, exclude_none=True)),
+        ("tool", "math.calc", json.dumps({"name": "math.calc", "description": "Arithmetic", "service": "calculator",
+                                          "arguments": [{"name": "expression", "type": "string", "description": "Sum"}]})),
+    ], workspace="research")
+    async with stdio_session(broker.url, mcp_dir, "legacy", "--workspace", "research") as (session, _):
+        assert [t.name for t in (await list_all(session))[0]] == ["math_calc"]
+        assert text_of(await session.call_tool("math_calc", {"expression": "6*7"})) == "42"
+
+
 async def test_nothing_but_protocol_reaches_stdout_even_when_pulsar_client_logs(
     broker: EmbeddedBroker, mcp_dir: Path, announced: list[DynamicToolService]
 ) -> None:
