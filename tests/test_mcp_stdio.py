@@ -278,14 +278,20 @@ async def test_malformed_json_rpc_gets_an_error_and_the_server_keeps_serving(
         assert not_json == {"jsonrpc": "2.0", "id": None, "error": {"code": types.PARSE_ERROR, "message": not_json["error"]["message"]}}
         not_rpc = await exchange(b'{"jsonrpc": "2.0", "id": 7, "method": 42}')
         assert not_rpc["id"] == 7 and not_rpc["error"]["code"] == types.INVALID_REQUEST
-        init = await exchange(b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+        # The oldest version the SDK still negotiates, from a client that speaks raw JSON-RPC.
+        init = await exchange(b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2024-11-05",'
                               b'"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}')
+        assert init["result"]["protocolVersion"] == "2024-11-05"
         assert init["result"]["capabilities"]["tools"] == {"listChanged": True}
         process.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         bad_params = await exchange(b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":17}}')
         assert bad_params["id"] == 3 and bad_params["error"]["code"] == types.INVALID_PARAMS
         listed = await exchange(b'{"jsonrpc":"2.0","id":4,"method":"tools/list"}')
         assert [t["name"] for t in listed["result"]["tools"]] == sorted(EXAMPLES)
+
+        await announced[0].stop()  # the joke service leaves: this 2024-11-05 client is told so
+        told = json.loads(await asyncio.wait_for(process.stdout.readline(), 5))
+        assert told == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
     finally:
         process.stdin.close()
         await asyncio.wait_for(process.wait(), 20)
