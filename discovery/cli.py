@@ -5,6 +5,7 @@
     toolreg announce --service S --tools T   announce a service that cannot announce itself
     toolreg config put|get|list|delete
     toolreg call TOOL key=value ... invoke a tool through the agent bridge
+    toolreg mcp [--http HOST:PORT]  serve a workspace's live tools to MCP clients
     toolreg tools|rejections|conflicts|release|registry
     toolreg store check|backup|restore
 
@@ -39,7 +40,7 @@ from toolservice_base import (
 from toolservice_base.broker_supervisor import BrokerSupervisor
 from toolservice_base.signing import SigningError
 
-from . import cli_announce, cli_registry, cli_store, cli_trust
+from . import cli_announce, cli_mcp, cli_registry, cli_store, cli_trust
 from .cli_common import CommandError, UpLock, fail, settings_of, start_health, wait_for_signal
 from .config_ops import STORE_PROTOCOLS
 from .configsvc import STORE_FILE, ConfigStoreService
@@ -380,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_trust.add_commands(sub, common)
     cli_announce.add_command(sub, common)
     cli_store.add_commands(sub, common)
+    cli_mcp.add_commands(sub, common)
     return parser
 
 

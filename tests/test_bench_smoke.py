@@ -48,3 +48,19 @@ def test_quick_bench_writes_results(tmp_path: Path) -> None:
     markdown = (tmp_path / "RESULTS.md").read_text()
     assert "| benchmark | figure |" in markdown and "python -m bench --quick" in markdown
     assert str(tmp_path) not in markdown and str(ROOT) not in json.dumps(results)
+
+
+@pytest.mark.timeout(120)
+def test_quick_mcp_bench_writes_results(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "mcp", "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=110,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    (mcp,) = json.loads((tmp_path / "results.json").read_text())["benchmarks"]
+    data = mcp["data"]
+    assert data["latency"]["count"] == 200 and data["latency"]["mcp"]["p50_ms"] > 0 and data["latency"]["invoke"]["p50_ms"] > 0
+    assert data["hotplug"]["starts"] == 20 and data["hotplug"]["notified"]["n"] == 20
+    assert 0 < data["hotplug"]["notified"]["p50_ms"] <= data["hotplug"]["first_call_ok"]["p50_ms"]
+    assert all(row["ours"] is not None and row["reference"] is not None for row in mcp["rows"])

@@ -23,6 +23,7 @@ from .base import (
     Publisher,
     Subscription,
     Transport,
+    broker_unreachable,
     encode,
     unique_name,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "Publisher",
     "Subscription",
     "Transport",
+    "broker_unreachable",
     "encode",
     "open_transport",
     "unique_name",

@@ -8,6 +8,7 @@ transport the tests and `ServiceHarness` use. A handler receives an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Awaitable, Callable
@@ -46,6 +47,33 @@ def encode(payload: Payload) -> bytes:
     if isinstance(payload, BaseModel):
         return payload.model_dump_json(by_alias=True, exclude_none=True).encode()
     return json.dumps(payload, separators=(",", ":")).encode()
+
+
+async def broker_unreachable(url: str, timeout: float = 1.0) -> str | None:
+    """None if some address of the broker URL accepts a TCP connection now; else one line saying it cannot be reached.
+
+    pulsar-client retries a refused connection for its whole operation
+    timeout; this answers in at most `timeout` per address, so "the broker is
+    down" can be told from "nobody answers" at once.
+    """
+    if "://" not in url:
+        return None  # not a network broker (the in-memory one)
+    scheme, _, rest = url.partition("://")
+    default_port = 6651 if scheme.endswith("+ssl") else 6650
+    reason = "no host in the URL"
+    for address in rest.split("/")[0].split(","):
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            host, port = address, str(default_port)
+        try:
+            async with asyncio.timeout(timeout):
+                _, writer = await asyncio.open_connection(host.strip("[]") or "localhost", int(port))
+        except (OSError, TimeoutError) as exc:
+            reason = f"no answer within {timeout:g}s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+            continue
+        writer.close()
+        return None
+    return f"cannot reach the broker at {url} ({reason}); is it running, and is PULSAR_URL right?"
 
 
 def unique_name(prefix: str) -> str:

@@ -21,7 +21,6 @@ import asyncio
 import logging
 import random
 from typing import Any
-from urllib.parse import urlsplit
 
 import _pulsar
 import pulsar
@@ -37,7 +36,7 @@ from ..errors import (
 from ..logs import CLIENT_LOGGER, get_logger
 from ..settings import Settings
 from ..topics import Topics
-from .base import Capabilities, Envelope, Handler, OpenedResources, Payload, encode, unique_name
+from .base import Capabilities, Envelope, Handler, OpenedResources, Payload, broker_unreachable, encode, unique_name
 
 log = get_logger("toolservice_base.transport")
 
@@ -238,16 +237,7 @@ class PulsarTransport(OpenedResources):
         return self._capabilities
 
     async def unreachable(self, timeout: float = 1.0) -> str | None:
-        target = urlsplit(self.url)
-        host, port = target.hostname or "localhost", target.port or (6651 if target.scheme.endswith("+ssl") else 6650)
-        try:
-            async with asyncio.timeout(timeout):
-                _, writer = await asyncio.open_connection(host, port)
-        except (OSError, TimeoutError) as exc:
-            reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
-            return f"cannot reach the broker at {self.url} ({reason}); is it running, and is PULSAR_URL right?"
-        writer.close()
-        return None
+        return await broker_unreachable(self.url, timeout)
 
     async def publisher(self, topic: str) -> PulsarPublisher:
         self._check_open()

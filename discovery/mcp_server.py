@@ -1,0 +1,293 @@
+"""The MCP face of one workspace's live `ToolSet`: tools/list, tools/call and change notifications.
+
+    front = McpFront(tools, include=["calc*"])
+    await front.server.run(read_stream, write_stream, front.server.create_initialization_options())
+
+Built on the official SDK's low-level `Server`: the SDK speaks the protocol
+(every version from 2024-11-05 to 2026-07-28, both eras, the transports);
+this module only answers its requests from the `ToolSet`. Transports are in
+`mcp_transports`, the command in `cli_mcp`.
+
+Change notifications reach each client the way its protocol version expects:
+
+- 2026-07-28 clients open `subscriptions/listen` streams; the SDK's
+  `ListenHandler` serves them from a `SubscriptionBus` we publish to.
+- Clients on a handshake version get `notifications/tools/list_changed` on
+  their connection. The SDK has no broadcast for those, so each connection's
+  `notifications/initialized` handler stays subscribed to the same bus for
+  as long as the connection lives (the SDK cancels it when the client goes)
+  and forwards each event.
+
+Both are published from the `ToolSet`'s change callback, in the same step as
+the swap, and only when the listing a client would see actually changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import fnmatch
+from collections.abc import Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import anyio
+import mcp_types as types
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from mcp.server.caching import CacheHint
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ServerEvent, ToolsListChanged
+from mcp.shared.exceptions import MCPError
+
+from agent_bridge import RequestTimeout, ToolError, ToolSet, UnknownToolError
+from agent_bridge.llm_names import openai_names
+from toolservice_base import TransportError
+from toolservice_base.logs import get_logger
+
+log = get_logger("discovery.mcp")
+
+PAGE_SIZE = 100
+"""Tools per tools/list page; a longer list is paged with `nextCursor`."""
+LIST_TTL_MS = 1000
+"""`ttlMs` on tools/list (2026-07-28): a client that does not listen for changes refetches within a second."""
+MAX_PROBLEM = 200
+"""Characters of a bad-arguments explanation (jsonschema quotes the offending value)."""
+_CURSOR_PREFIX = "after:"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tool-discovery")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class ToolFilter:
+    """`--tools` / `--exclude`: shell patterns matched against a tool's own name and its MCP name."""
+
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    def admits(self, *names: str) -> bool:
+        def hit(patterns: tuple[str, ...]) -> bool:
+            return any(fnmatch.fnmatchcase(name, pattern) for name in names for pattern in patterns)
+
+        return (not self.include or hit(self.include)) and not hit(self.exclude)
+
+
+@dataclass
+class Listing:
+    """What tools/list shows at one moment: the filtered tools, sorted by MCP name."""
+
+    tools: list[types.Tool]
+    own_names: dict[str, str]  # MCP name -> the tool's name in the ToolSet
+    _by_name: dict[str, types.Tool] = field(default_factory=dict)
+    _names: list[str] = field(default_factory=list)
+    _validators: dict[str, Draft202012Validator] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._by_name = {t.name: t for t in self.tools}
+        self._names = [t.name for t in self.tools]
+
+    @classmethod
+    def of(cls, tools: ToolSet, which: ToolFilter) -> Listing:
+        mcp_names = openai_names(tools.names())  # the mapping `ToolSet.invoke` resolves, shared with as_openai_tools
+        chosen = [(mcp_names[spec["name"]], spec) for spec in tools.as_mcp_tools() if which.admits(spec["name"], mcp_names[spec["name"]])]
+        chosen.sort(key=lambda pair: pair[0])
+        return cls(
+            tools=[types.Tool(name=name, description=spec["description"], input_schema=spec["inputSchema"]) for name, spec in chosen],
+            own_names={name: spec["name"] for name, spec in chosen},
+        )
+
+    def same_as(self, other: Listing) -> bool:
+        return [t.model_dump() for t in self.tools] == [t.model_dump() for t in other.tools]
+
+    def tool(self, name: str) -> types.Tool | None:
+        return self._by_name.get(name)
+
+    def page(self, cursor: str | None, size: int) -> types.ListToolsResult:
+        start = 0 if cursor is None else self._start_after(cursor)
+        page = self.tools[start : start + size]
+        more = start + size < len(self.tools)
+        return types.ListToolsResult(tools=page, next_cursor=_cursor_after(page[-1].name) if more and page else None)
+
+    def _start_after(self, cursor: str) -> int:
+        try:
+            decoded = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("utf-8")
+        except (binascii.Error, UnicodeError, ValueError):
+            decoded = ""
+        if not decoded.startswith(_CURSOR_PREFIX):
+            raise MCPError(types.INVALID_PARAMS, "invalid cursor: pass back a nextCursor from tools/list, or list again without one")
+        after = decoded.removeprefix(_CURSOR_PREFIX)
+        # By name, not by position: a tool added or removed between two pages shifts nothing.
+        return bisect.bisect_right(self._names, after)
+
+    def argument_problem(self, name: str, arguments: Mapping[str, Any]) -> str | None:
+        """The first way `arguments` break the tool's input schema, in one line; None if they fit."""
+        validator = self._validators.get(name)
+        if validator is None:
+            tool = self.tool(name)
+            assert tool is not None
+            validator = self._validators[name] = Draft202012Validator(tool.input_schema)
+        if validator.is_valid(arguments):
+            return None
+        error = best_match(validator.iter_errors(dict(arguments)))
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path)
+        message = " ".join(error.message.split())  # quotes the value: keep a huge one from filling the error
+        message = message if len(message) <= MAX_PROBLEM else message[: MAX_PROBLEM - 3] + "..."
+        return f"{where}: {message}" if where else message
+
+
+def _cursor_after(name: str) -> str:
+    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{name}".encode()).decode("ascii")
+
+
+class _ToolServer(Server[Any]):
+    """The SDK's low-level server, declaring `tools.listChanged` on every handshake path.
+
+    The streamable-HTTP session manager builds the initialize result from
+    `create_initialization_options()` with no arguments, so the default has to carry it.
+    """
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
+        )
+
+
+class McpFront:
+    """Serves `tools` (filtered by `include`/`exclude`) as an MCP server; tells clients of every change."""
+
+    def __init__(
+        self,
+        tools: ToolSet,
+        *,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        user: str = "",
+        page_size: int = PAGE_SIZE,
+    ) -> None:
+        self.tools = tools
+        self.filter = ToolFilter(tuple(include), tuple(exclude))
+        self.user = user
+        self.page_size = page_size
+        self.bus = InMemorySubscriptionBus()
+        self._listing = Listing.of(tools, self.filter)
+        self._announced = self._listing
+        self.listen = ListenHandler(self.bus)
+        self.server = _ToolServer(
+            "toolreg",
+            version=_version(),
+            title="Tool registry",
+            instructions=(
+                f"The live tools of workspace {tools.workspace!r}: tool services announce themselves and this list "
+                "follows them; a change is notified (tools/list_changed, or the tools event on subscriptions/listen)."
+            ),
+            cache_hints={"tools/list": CacheHint(ttl_ms=LIST_TTL_MS, scope="private")},
+            get_tool_input_schema=self._input_schema,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_subscriptions_listen=self.listen,
+        )
+        self.server.add_notification_handler("notifications/initialized", types.NotificationParams, self._follow_changes)
+        tools.on_change(self._on_change)
+
+    def listing(self) -> Listing:
+        return self._listing
+
+    def close(self) -> None:
+        """End every `subscriptions/listen` stream gracefully (the client sees the stream's result)."""
+        self.listen.close()
+
+    # --- change notification -------------------------------------------------
+
+    async def _on_change(self, added: list[str], removed: list[str], changed: list[str], version: int) -> None:
+        listing = Listing.of(self.tools, self.filter)
+        self._listing = listing
+        if listing.same_as(self._announced):
+            return
+        self._announced = listing
+        log.info("mcp.tools_changed", version=version, tools=len(listing.tools), added=added, removed=removed, changed=changed)
+        await self.bus.publish(ToolsListChanged())
+
+    async def _follow_changes(self, ctx: ServerRequestContext[Any], params: types.NotificationParams) -> None:
+        """Forward tool changes to a handshake-era connection until it closes (the SDK then cancels this)."""
+        client = ctx.session.client_params.client_info.name if ctx.session.client_params else "?"
+        log.info("mcp.client_initialized", protocol=ctx.protocol_version, client=client)
+        send, receive = anyio.create_memory_object_stream[ServerEvent](1)
+
+        def deliver(event: ServerEvent) -> None:
+            if isinstance(event, ToolsListChanged):
+                try:
+                    send.send_nowait(event)
+                except anyio.WouldBlock:
+                    pass  # one pending "changed" already says it all: clients refetch the whole list
+
+        unsubscribe = self.bus.subscribe(deliver)
+        try:
+            async with receive:
+                async for _ in receive:
+                    await ctx.session.send_tool_list_changed()
+        finally:
+            unsubscribe()
+            send.close()
+
+    # --- requests ------------------------------------------------------------
+
+    def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        tool = self._listing.tool(name)
+        return None if tool is None else tool.input_schema
+
+    async def _list_tools(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        log.debug("mcp.list_tools", protocol=ctx.protocol_version, cursor=params.cursor if params is not None else None)
+        return self._listing.page(params.cursor if params is not None else None, self.page_size)
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        listing = self._listing
+        name = params.name
+        log.debug("mcp.call_tool", protocol=ctx.protocol_version, tool=name)
+        own_name = listing.own_names.get(name)
+        if own_name is None:
+            raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: tools/list names the {len(listing.tools)} tools there are")
+        arguments = dict(params.arguments or {})
+        problem = listing.argument_problem(name, arguments)
+        if problem is not None:
+            raise MCPError(types.INVALID_PARAMS, f"bad arguments for tool {name!r}: {problem}")
+        chunks: list[str] = []
+        try:
+            async with aclosing(self.tools.stream(own_name, arguments, user=self.user)) as stream:  # type: ignore[type-var]
+                async for chunk in stream:
+                    chunks.append(chunk)
+                    # A no-op unless the client sent a progress token.
+                    await ctx.session.report_progress(len(chunks), None, chunk)
+        except ToolError as exc:
+            log.info("mcp.tool_failed", tool=name, error=str(exc))
+            return types.CallToolResult(content=[types.TextContent(type="text", text=f"{exc.type}: {exc.message}")], is_error=True)
+        except UnknownToolError as exc:  # removed between the lookup and the call
+            raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: {one_line(exc)}") from None
+        except RequestTimeout as exc:
+            raise MCPError(types.REQUEST_TIMEOUT, f"tool {name!r} timed out: {one_line(exc)}") from None
+        except TransportError as exc:
+            log.warning("mcp.call_failed", tool=name, error=one_line(exc))
+            raise MCPError(types.INTERNAL_ERROR, f"tool {name!r} could not be called: {one_line(exc)}") from None
+        return types.CallToolResult(content=[types.TextContent(type="text", text="".join(chunks))])
+
