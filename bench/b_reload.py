@@ -24,7 +24,7 @@ from typing import Any
 from agent_bridge import ToolSet
 from toolservice_base import ConfigClient, open_transport
 
-from .common import Progress, Stack, Workdirs, spawn, summary_ms
+from .common import Progress, Stack, Workdirs, spawn, summary_ms, wait_for_line
 
 NAME = "reload"
 SERVICE = "bench-echo"
@@ -47,7 +47,10 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     progress = Progress(NAME)
     stack = Stack(work.make(NAME), registry=False).start()
     try:
-        stack.processes["echo"] = spawn(["-m", "bench.serve", "--id", SERVICE, "--no-announce"], stack.env(), stack.workdir / "echo.log")
+        echo = stack.processes["echo"] = spawn(["-m", "bench.serve", "--id", SERVICE, "--no-announce"], stack.env(), stack.workdir / "echo.log")
+        # Subscribed before any call: requests on a non-persistent queue nobody consumes yet are gone.
+        # (With --quick the calls under load came before the service had started, and all four were lost.)
+        wait_for_line(stack.workdir / "echo.log", "service.listening", echo)
         connection = await open_transport(stack.settings)
         config = await ConfigClient(connection, timeout=10).start()
         try:

@@ -249,7 +249,7 @@ class PulsarTransport(OpenedResources):
                 send_timeout_millis=10_000,
             )
         except _PULSAR_ERRORS as exc:
-            raise translate(exc, f"opening a producer on {topic}", self.url) from None
+            raise await self._explain(exc, f"opening a producer on {topic}") from None
         publisher = PulsarPublisher(producer, topic, self.url)
         self._publishers.append(publisher)
         return publisher
@@ -275,10 +275,27 @@ class PulsarTransport(OpenedResources):
                     topic, name, consumer_type=pulsar.ConsumerType.Exclusive, receiver_queue_size=receiver_queue
                 )
         except _PULSAR_ERRORS as exc:
-            raise translate(exc, f"subscribing to {topic}", self.url) from None
+            raise await self._explain(exc, f"subscribing to {topic}") from None
         sub = PulsarSubscription(consumer, topic, handler)
         self._subscriptions.append(sub)
         return sub
+
+    async def _explain(self, exc: BaseException, doing: str) -> TransportError:
+        """`translate`, and for a timeout, which kind: a broker that is down, or one that will not let us in.
+
+        Apache Pulsar drops a connection whose token is missing or wrong, and
+        pulsar-client retries until its operation timeout, then says only
+        "Timeout". A broker that still accepts TCP connections is not down, so
+        the line points at the token instead.
+        """
+        error = translate(exc, doing, self.url)
+        if _result_name(exc) == "Timeout" and await broker_unreachable(self.url) is None:
+            token = "the token in PULSAR_AUTH_TOKEN" if self._client_options.get("authentication") else "a token (PULSAR_AUTH_TOKEN)"
+            return TransportError(
+                f"the broker at {self.url} accepts connections but did not complete {doing} within "
+                f"{self._client_options['operation_timeout_seconds']}s; it may be refusing {token}, or be overloaded"
+            )
+        return error
 
     def _bulk(self) -> pulsar_asyncio.Client:
         if self._bulk_client is None:
