@@ -1,6 +1,6 @@
 """`python -m bench` (what `make bench` runs): every benchmark, its reference, one table.
 
-    python -m bench                  # all six, ~6 minutes on 2 cores
+    python -m bench                  # all seven, ~6 minutes on 2 cores
     python -m bench --quick          # smaller counts: a smoke test in about a minute
     python -m bench --only death     # one benchmark (repeat --only for several)
 
@@ -37,6 +37,7 @@ BENCHMARKS: dict[str, str] = {
     "throughput": "bench.b_throughput",
     "reload": "bench.b_reload",
     "scale": "bench.b_scale",
+    "limits": "bench.b_limits",
 }
 """Name -> module with `run(work, quick)`, in the order they run."""
 
