@@ -14,6 +14,8 @@ of static JSON files when the store does not answer at start.
 """
 
 from toolservice_base.errors import (
+    AnswerTooLarge,
+    BadArguments,
     BridgeUnavailable,
     RequestTimeout,
     ToolDiscoveryError,
@@ -34,6 +36,8 @@ from .static import StaticDirError, load_static_dir
 from .toolset import ToolSet
 
 __all__ = [
+    "AnswerTooLarge",
+    "BadArguments",
     "BridgeUnavailable",
     "RequestTimeout",
     "StaticDirError",

@@ -14,7 +14,7 @@ import asyncio
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import cached_property, lru_cache, partial
 
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import (
@@ -24,7 +24,8 @@ from toolservice_base.schemas import (
 )
 from toolservice_base.transport import Transport
 
-from .client import ToolServiceClient
+from .arguments import ArgumentCheck
+from .client import DEFAULT_MAX_ANSWER_BYTES, ToolServiceClient
 from .impls import Tool, ToolContext, ToolFactory
 
 log = get_logger("agent_bridge.build")
@@ -46,6 +47,11 @@ class Entry:
     impl: Tool
     signature: Signature
     clients: tuple[ToolServiceClient, ...]
+
+    @cached_property
+    def arguments(self) -> ArgumentCheck:
+        """The check of a call's arguments against the tool's advertised schema, compiled on the first call."""
+        return ArgumentCheck(self.tool)
 
 
 @dataclass(frozen=True)
@@ -155,6 +161,8 @@ async def build(
     user: str,
     timeout: float,
     warm_up: float,
+    idle_timeout: float | None = None,
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
 ) -> Built:
     """Build the tools of `items`; on any failure of the build itself, close what it created."""
     raw_services = items.get("tool-service", {})
@@ -196,7 +204,9 @@ async def build(
                 used.append(client)
                 return client
 
-            ctx = ToolContext(workspace, user, timeout, connection, services, service_problems, get_client)
+            ctx = ToolContext(
+                workspace, user, timeout, connection, services, service_problems, get_client, idle_timeout, max_answer_bytes
+            )
             try:
                 impl = factory(tool, ctx)
                 if inspect.isawaitable(impl):

@@ -2,10 +2,14 @@
 
 `toolservice_base.rpc.RequestClient` already does the Pulsar part (subscribe to
 the response queue before the first send, correlate on the `id` property, bound
-each wait). This adds the tool-service protocol on top (JSON-text `config` and
-`arguments`, the `error` field, streams that end at `end_of_stream`) and counts
-the calls in flight, so a hot reload can retire a client without cutting a call
-in half.
+the call). This adds the tool-service protocol on top (JSON-text `config` and
+`arguments`, the `error` field, streams that end at `end_of_stream`, the name
+of the tool called in the `tool` property), bounds what one answer may bring
+in (`max_bytes`), and counts the calls in flight, so a hot reload can retire a
+client without cutting a call in half.
+
+A call that ends early (its timeout, too large an answer, or a caller that
+leaves the stream) tells the service at once, which stops the work.
 """
 
 from __future__ import annotations
@@ -16,15 +20,18 @@ from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from typing import Any
 
-from toolservice_base.errors import ToolError
+from toolservice_base.errors import AnswerTooLarge, ToolError
 from toolservice_base.logs import get_logger
-from toolservice_base.rpc import RequestClient
+from toolservice_base.rpc import TOOL, RequestClient
 from toolservice_base.schemas import ToolServiceDescriptor, ToolServiceRequest, is_last_response, response_chunk
 from toolservice_base.transport import Transport
 
 log = get_logger("agent_bridge.client")
 
 DEFAULT_CALL_TIMEOUT = 30.0
+"""Seconds a whole call may take, a streamed answer included."""
+DEFAULT_MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The most one answer (all its chunks, UTF-8) may bring into the caller before the call is stopped."""
 
 
 class ToolServiceClient:
@@ -32,7 +39,9 @@ class ToolServiceClient:
 
     def __init__(self, connection: Transport, service: ToolServiceDescriptor) -> None:
         self.service = service
-        self._rpc = RequestClient(connection, service.request_queue, service.response_queue, name=f"bridge-{service.id}")
+        self._rpc = RequestClient(
+            connection, service.request_queue, service.response_queue, name=f"bridge-{service.id}", cancels=True
+        )
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -63,10 +72,15 @@ class ToolServiceClient:
         config: Mapping[str, Any],
         arguments: Mapping[str, Any],
         timeout: float = DEFAULT_CALL_TIMEOUT,
+        *,
+        tool: str = "",
+        idle_timeout: float | None = None,
+        max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> str:
-        """The whole observation: a streamed answer is concatenated."""
-        async with aclosing(self.stream(user, config, arguments, timeout=timeout)) as chunks:
-            return "".join([chunk async for chunk in chunks])
+        """The whole observation: a streamed answer's chunks joined in order, with nothing between them."""
+        chunks = self.stream(user, config, arguments, timeout, tool=tool, idle_timeout=idle_timeout, max_bytes=max_bytes)
+        async with aclosing(chunks) as each:
+            return "".join([chunk async for chunk in each])
 
     async def stream(
         self,
@@ -74,11 +88,17 @@ class ToolServiceClient:
         config: Mapping[str, Any],
         arguments: Mapping[str, Any],
         timeout: float = DEFAULT_CALL_TIMEOUT,
+        *,
+        tool: str = "",
+        idle_timeout: float | None = None,
+        max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> AsyncGenerator[str, None]:
         """Yield each non-empty chunk in order until the service says `end_of_stream`.
 
-        `timeout` bounds the wait for each next response, so a long stream that
-        keeps moving never times out and a stalled one raises `RequestTimeout`.
+        `timeout` bounds the whole call, however steadily a stream moves;
+        `idle_timeout`, if given, bounds each wait for the next chunk (both
+        raise `RequestTimeout`). Past `max_bytes` of answer, `AnswerTooLarge`.
+        `tool` names the tool called, for a service that serves several.
         """
         if self._closed:
             raise ToolError(
@@ -95,11 +115,21 @@ class ToolServiceClient:
         self._in_flight += 1
         self._idle.clear()
         try:
-            responses = self._rpc.stream(request, is_last=is_last_response, timeout=timeout)
+            responses = self._rpc.stream(
+                request,
+                is_last=is_last_response,
+                timeout=timeout,
+                idle_timeout=idle_timeout,
+                properties={TOOL: tool} if tool else None,
+            )
+            size = 0
             async with aclosing(responses) as bodies:
                 async for body in bodies:
                     chunk = response_chunk(body, self.service.id)
                     if chunk:
+                        size += len(chunk) if chunk.isascii() else len(chunk.encode())
+                        if size > max_bytes:
+                            raise AnswerTooLarge(max_bytes, tool=tool, service=self.service.id)
                         yield chunk
         finally:
             self._in_flight -= 1

@@ -25,7 +25,7 @@ from toolservice_base.schemas import (
 )
 from toolservice_base.transport import Transport
 
-from .client import DEFAULT_CALL_TIMEOUT, ToolServiceClient
+from .client import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, ToolServiceClient
 
 
 @runtime_checkable
@@ -41,6 +41,8 @@ class ToolContext:
 
     `client(service)` hands out the one shared `ToolServiceClient` of a service,
     the same object across reloads while the service's descriptor is unchanged.
+    `timeout`, `idle_timeout` and `max_answer_bytes` are the ToolSet's bounds
+    on one call (see `ToolServiceClient.stream`).
     """
 
     workspace: str
@@ -50,6 +52,8 @@ class ToolContext:
     services: Mapping[str, ToolServiceDescriptor]
     service_problems: Mapping[str, str]
     get_client: Callable[[ToolServiceDescriptor], ToolServiceClient]
+    idle_timeout: float | None = None
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 
     def service(self, service_id: str) -> ToolServiceDescriptor:
         """The service's descriptor, or a ValueError saying why there is none."""
@@ -81,12 +85,16 @@ class ToolServiceImpl:
         *,
         user: str = "",
         timeout: float = DEFAULT_CALL_TIMEOUT,
+        idle_timeout: float | None = None,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         self.tool = tool
         self.service = service
         self.client = client
         self.user = user
         self.timeout = timeout
+        self.idle_timeout = idle_timeout
+        self.max_answer_bytes = max_answer_bytes
         self._config = tool.config_values
 
     def __repr__(self) -> str:
@@ -104,10 +112,26 @@ class ToolServiceImpl:
         return self.call_stream(arguments)
 
     async def call(self, arguments: Mapping[str, Any], *, user: str | None = None) -> str:
-        return await self.client.call(self._user(user), self._config, arguments, self.timeout)
+        return await self.client.call(
+            self._user(user),
+            self._config,
+            arguments,
+            self.timeout,
+            tool=self.tool.name,
+            idle_timeout=self.idle_timeout,
+            max_bytes=self.max_answer_bytes,
+        )
 
     def call_stream(self, arguments: Mapping[str, Any], *, user: str | None = None) -> AsyncGenerator[str, None]:
-        return self.client.stream(self._user(user), self._config, arguments, self.timeout)
+        return self.client.stream(
+            self._user(user),
+            self._config,
+            arguments,
+            self.timeout,
+            tool=self.tool.name,
+            idle_timeout=self.idle_timeout,
+            max_bytes=self.max_answer_bytes,
+        )
 
     def _user(self, user: str | None) -> str:
         return self.user if user is None else user
@@ -119,7 +143,15 @@ def tool_service_factory(tool: ToolDescriptor, ctx: ToolContext) -> ToolServiceI
         raise ValueError("a tool of type 'tool-service' needs 'service'")
     service = ctx.service(tool.service)
     check_tool_against_service(tool, service)
-    return ToolServiceImpl(tool, service, ctx.client(service), user=ctx.user, timeout=ctx.timeout)
+    return ToolServiceImpl(
+        tool,
+        service,
+        ctx.client(service),
+        user=ctx.user,
+        timeout=ctx.timeout,
+        idle_timeout=ctx.idle_timeout,
+        max_answer_bytes=ctx.max_answer_bytes,
+    )
 
 
 _FACTORIES: dict[str, ToolFactory] = {"tool-service": tool_service_factory}

@@ -35,7 +35,7 @@ from toolservice_base.settings import Settings
 from toolservice_base.transport import Subscription, Transport, open_transport
 
 from .build import TYPES, Built, Entry, Items, build, one_line
-from .client import DEFAULT_CALL_TIMEOUT, ToolServiceClient
+from .client import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, ToolServiceClient
 from .impls import Tool, ToolFactory, arguments_schema, registered_factories
 from .llm_names import openai_names
 from .snapshot import read_snapshot, snapshot_path, write_snapshot
@@ -94,8 +94,14 @@ class ToolSet:
         debounce: float = 0.03,
         store_timeout: float = 3.0,
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
+        idle_timeout: float | None = None,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         close_timeout: float = 30.0,
     ) -> None:
+        """`call_timeout` bounds each whole call, a streamed answer included; `idle_timeout` (off unless
+        given) also bounds each wait for the next chunk; `max_answer_bytes` bounds what one answer
+        may bring in. Past a timeout a call raises `RequestTimeout`, past the size `AnswerTooLarge`,
+        and the service is told to stop."""
         self.workspace = check_name(workspace, "workspace")
         self._settings = settings or Settings.from_env(data_dir=data_dir, pulsar_url=pulsar_url)
         self._pulsar_url = pulsar_url
@@ -109,6 +115,8 @@ class ToolSet:
         self.debounce = debounce
         self.store_timeout = store_timeout
         self.call_timeout = call_timeout
+        self.idle_timeout = idle_timeout
+        self.max_answer_bytes = max_answer_bytes
         self.close_timeout = close_timeout
         self._state = _State()
         self._config: ConfigClient | None = None
@@ -260,7 +268,7 @@ class ToolSet:
 
     # --- calls ---------------------------------------------------------------
 
-    def _lookup(self, name: str) -> Tool:
+    def _lookup(self, name: str) -> Entry:
         if self._closed:
             raise RuntimeError("this ToolSet is closed; open a new one")
         state = self._state
@@ -268,16 +276,27 @@ class ToolSet:
         if entry is None:
             entry = state.entries.get(state.by_openai_name.get(name, ""))
         if entry is not None:
-            return entry.impl
+            return entry
         if name in state.problems:
             raise UnknownToolError(f"tool {name!r} was skipped: {state.problems[name]}")
         known = ", ".join(sorted(state.entries)) or "none"
         raise UnknownToolError(f"no tool named {name!r} in workspace {self.workspace!r}; available: {known}")
 
     async def invoke(self, name: str, arguments: Mapping[str, Any] | None = None, user: str = "") -> str:
-        """Call tool `name` and return its observation; raises `ToolError` if the tool failed."""
-        impl = self._lookup(name)
+        """Call tool `name` (its own name or the one `as_openai_tools` gave it) and return the whole observation.
+
+        The arguments are checked against the schema `describe()` advertises
+        first (`BadArguments`, nothing sent). A streamed answer comes back as
+        its chunks joined in order, with nothing between them. Raises
+        `ToolError` if the service answered with an error (`BadArguments` and
+        `AnswerTooLarge` are ToolErrors too), `RequestTimeout` past
+        `call_timeout` (or `idle_timeout`), `UnknownToolError` for a name the
+        set does not hold.
+        """
+        entry = self._lookup(name)
         args = dict(arguments or {})
+        entry.arguments.check(args)
+        impl = entry.impl
         call = getattr(impl, "call", None)
         if callable(call):
             result = await call(args, user=user or None)
@@ -286,14 +305,23 @@ class ToolSet:
         return _as_text(result)
 
     def stream(self, name: str, arguments: Mapping[str, Any] | None = None, user: str = "") -> AsyncIterator[str]:
-        """The observation chunk by chunk; a tool that cannot stream yields its whole answer once."""
-        impl = self._lookup(name)
+        """The observation chunk by chunk, as the service sends them: `async for chunk in tools.stream(...)`.
+
+        Arguments are checked here, before the first chunk is asked for; the
+        other errors are those of `invoke`, raised from the loop. Empty
+        chunks are skipped, so `"".join` of the chunks is what `invoke`
+        returns. A tool that cannot stream yields its whole answer once.
+        `call_timeout` bounds the whole stream; leaving the loop early (use
+        `contextlib.aclosing` to leave at once) tells the service to stop.
+        """
+        entry = self._lookup(name)
         args = dict(arguments or {})
-        call_stream = getattr(impl, "call_stream", None)
+        entry.arguments.check(args)
+        call_stream = getattr(entry.impl, "call_stream", None)
         if callable(call_stream):
             chunks: AsyncIterator[str] = call_stream(args, user=user or None)
             return chunks
-        return _single(impl, args)
+        return _single(entry.impl, args)
 
     # --- change notification -------------------------------------------------
 
@@ -303,7 +331,12 @@ class ToolSet:
         return callback
 
     async def wait_for(self, predicate: Callable[[ToolSet], bool], timeout: float = 10.0) -> Self:
-        """Wait until `predicate(self)` holds, re-checked after every swap."""
+        """Wait until `predicate(self)` holds, checked now and after every reload; return the ToolSet itself.
+
+        Past `timeout` seconds, `TimeoutError` with one line naming the
+        version, source and tools the set holds (and the skipped ones). An
+        exception raised by `predicate` propagates as is.
+        """
         async with self._swapped:
             try:
                 await asyncio.wait_for(self._swapped.wait_for(lambda: predicate(self)), timeout)
@@ -429,6 +462,8 @@ class ToolSet:
             user=self.user,
             timeout=self.call_timeout,
             warm_up=self.store_timeout,
+            idle_timeout=self.idle_timeout,
+            max_answer_bytes=self.max_answer_bytes,
         )
         new = _State(version, source, built.entries, built.problems, built.clients, built.service_problems)
         self._state = new  # the one swap

@@ -1,6 +1,6 @@
 """`python -m bench` (what `make bench` runs): every benchmark, its reference, one table.
 
-    python -m bench                  # all eight, ~11 minutes on 2 cores
+    python -m bench                  # all nine, ~12 minutes on 2 cores
     python -m bench --quick          # smaller counts: a smoke test in about a minute
     python -m bench --only death     # one benchmark (repeat --only for several)
 
@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, str] = {
     "scale": "bench.b_scale",
     "trustgraph": "bench.b_trustgraph",
     "mcp": "bench.b_mcp",
+    "limits": "bench.b_limits",
 }
 """Name -> module with `run(work, quick)`, in the order they run."""
 

@@ -21,7 +21,7 @@ import json
 import time
 from typing import Any
 
-from agent_bridge import ToolSet
+from agent_bridge import ToolDiscoveryError, ToolSet
 from toolservice_base import ConfigClient, open_transport
 
 from .common import Progress, Stack, Workdirs, spawn, summary_ms, wait_for_line
@@ -109,7 +109,21 @@ async def _measure(config: ConfigClient, tools: ToolSet, quick: bool, progress: 
     }
 
 
+async def _until_answering(tools: ToolSet, name: str, within: float = 30.0) -> None:
+    """Return once `name` answers: the echo process starts beside the measurement, and a request sent
+    before it has subscribed is gone (a non-persistent topic keeps nothing), which would count as a failed call."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            await asyncio.wait_for(tools.invoke(name, {"text": "ready?"}), 1.0)
+            return
+        except (TimeoutError, ToolDiscoveryError):
+            if time.monotonic() > deadline:
+                raise
+
+
 async def _under_load(config: ConfigClient, tools: ToolSet, count: int, progress: Progress) -> tuple[list[str], int, int]:
+    await _until_answering(tools, "r-0")
     errors: list[str] = []
     calls = 0
     stop = asyncio.Event()

@@ -145,6 +145,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
             announce=False if args.no_announce else None,
             workspace=args.workspace,
             signing_key=args.signing_key,
+            call_timeout=args.call_timeout,
         )
     except (ServiceDefinitionError, SigningError) as exc:
         raise CommandError(f"{args.target}: {exc}") from None
@@ -255,7 +256,7 @@ def parse_arguments(pairs: list[str], types: dict[str, str]) -> dict[str, Any]:
 
 
 async def cmd_call(args: argparse.Namespace) -> int:
-    from agent_bridge import ToolError, ToolSet
+    from agent_bridge import BadArguments, ToolError, ToolSet
 
     if getattr(args, "log_level", None) is None:
         configure_logging("warning")  # stdout is the observation; say --log-level info to see the bridge's events
@@ -273,6 +274,9 @@ async def cmd_call(args: argparse.Namespace) -> int:
             async for chunk in tools.stream(args.tool, arguments, user=args.user):
                 sys.stdout.write(chunk)
                 sys.stdout.flush()
+        except BadArguments as exc:
+            usage = " ".join(f"{name}=<{kind}>" for name, kind in types.items()) or "no arguments"
+            return fail(f"{exc.message}; it takes: {usage}")
         except ToolError as exc:
             print(file=sys.stdout)
             return fail(f"{args.tool} failed: {exc}")
@@ -334,6 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ttl", type=float, default=None, help="lease length in seconds (default: the class's ttl, 15)")
     serve.add_argument("--no-announce", action="store_true", help="do not announce (for services wired by hand)")
     serve.add_argument("--workspace", default=None, help="workspace the tools belong to (default: the class's, 'default')")
+    serve.add_argument("--call-timeout", type=float, default=None, metavar="SECONDS",
+                       help="the longest one call may run, whatever its caller would wait (default: the class's call_timeout, 120)")
     serve.add_argument("--signing-key", default=None, metavar="PATH",
                        help="Ed25519 private key to sign announcements with (env TOOLREG_SIGNING_KEY; make one with `toolreg keygen`)")
     serve.add_argument("--metrics-port", type=int, default=None, metavar="PORT",

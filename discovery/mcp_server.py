@@ -36,8 +36,6 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
 from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
@@ -45,7 +43,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ServerEvent, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
-from agent_bridge import RequestTimeout, ToolError, ToolSet, UnknownToolError
+from agent_bridge import BadArguments, RequestTimeout, ToolError, ToolSet, UnknownToolError
 from agent_bridge.llm_names import openai_names
 from toolservice_base import TransportError
 from toolservice_base.logs import get_logger
@@ -95,7 +93,6 @@ class Listing:
     own_names: dict[str, str]  # MCP name -> the tool's name in the ToolSet
     _by_name: dict[str, types.Tool] = field(default_factory=dict)
     _names: list[str] = field(default_factory=list)
-    _validators: dict[str, Draft202012Validator] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._by_name = {t.name: t for t in self.tools}
@@ -133,23 +130,6 @@ class Listing:
         after = decoded.removeprefix(_CURSOR_PREFIX)
         # By name, not by position: a tool added or removed between two pages shifts nothing.
         return bisect.bisect_right(self._names, after)
-
-    def argument_problem(self, name: str, arguments: Mapping[str, Any]) -> str | None:
-        """The first way `arguments` break the tool's input schema, in one line; None if they fit."""
-        validator = self._validators.get(name)
-        if validator is None:
-            tool = self.tool(name)
-            assert tool is not None
-            validator = self._validators[name] = Draft202012Validator(tool.input_schema)
-        if validator.is_valid(arguments):
-            return None
-        error = best_match(validator.iter_errors(dict(arguments)))
-        if error is None:
-            return None
-        where = "/".join(str(p) for p in error.absolute_path)
-        message = " ".join(error.message.split())  # quotes the value: keep a huge one from filling the error
-        message = message if len(message) <= MAX_PROBLEM else message[: MAX_PROBLEM - 3] + "..."
-        return f"{where}: {message}" if where else message
 
 
 def _cursor_after(name: str) -> str:
@@ -269,9 +249,6 @@ class McpFront:
         if own_name is None:
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: tools/list names the {len(listing.tools)} tools there are")
         arguments = dict(params.arguments or {})
-        problem = listing.argument_problem(name, arguments)
-        if problem is not None:
-            raise MCPError(types.INVALID_PARAMS, f"bad arguments for tool {name!r}: {problem}")
         chunks: list[str] = []
         try:
             async with aclosing(self.tools.stream(own_name, arguments, user=self.user)) as stream:  # type: ignore[type-var]
@@ -279,6 +256,8 @@ class McpFront:
                     chunks.append(chunk)
                     # A no-op unless the client sent a progress token.
                     await ctx.session.report_progress(len(chunks), None, chunk)
+        except BadArguments as exc:  # checked by the ToolSet against this very input schema, before sending
+            raise MCPError(types.INVALID_PARAMS, f"bad arguments: {exc.message}") from None
         except ToolError as exc:
             log.info("mcp.tool_failed", tool=name, error=str(exc))
             return types.CallToolResult(content=[types.TextContent(type="text", text=f"{exc.type}: {exc.message}")], is_error=True)

@@ -196,7 +196,10 @@ async def test_wait_for_times_out_with_a_message_naming_the_state(
 async def test_bad_tools_are_skipped_and_reported_while_good_ones_work(
     connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
-    orphan = {"type": "tool-service", "name": "orphan", "description": "Its service is missing", "service": "missing-service"}
+    orphan = {
+        "type": "tool-service", "name": "orphan", "description": "Its service is missing", "service": "missing-service",
+        "arguments": [{"name": "text", "type": "string", "description": "Echoed"}],
+    }
     searcher = {"type": "web-search", "name": "searcher", "description": "A type nobody built"}
     await config_client.put(
         items(running["joke-service"], running["calculator"])
@@ -209,7 +212,7 @@ async def test_bad_tools_are_skipped_and_reported_while_good_ones_work(
         assert "no factory for tool type 'web-search'" in tools.problems["searcher"]
         assert all("\n" not in reason for reason in tools.problems.values())
         with pytest.raises(UnknownToolError, match="tool 'orphan' was skipped: service 'missing-service'"):
-            await tools.invoke("orphan", {})
+            await tools.invoke("orphan", {"text": "lost"})
         assert await tools.invoke("calculate", {"expression": "3 * 3"}) == "9"
 
         # The missing service appears (pointing at the echo queues): the orphan is tried again and works.

@@ -6,12 +6,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 from support import atoolreg, toolreg, toolreg_env
 
 from discovery.cli import build_parser
-from toolservice_base import EmbeddedBroker
+from toolservice_base import ConfigClient, DynamicToolService, EmbeddedBroker, Settings
 
 BIN = Path(sys.executable).parent
 
@@ -109,3 +110,44 @@ def test_serve_refuses_something_that_is_not_a_service(tmp_path: Path) -> None:
     assert result.returncode == 1 and "not a DynamicToolService subclass" in result.stderr
     result = toolreg("serve", "no_such_module:Thing", env=env)
     assert result.returncode == 1 and "cannot import" in result.stderr
+
+
+class Counted(DynamicToolService):
+    descriptor: ClassVar[dict[str, Any]] = {"id": "counted"}
+    tools: ClassVar[list[dict[str, Any]]] = [
+        {"name": "count-to", "description": "Counts", "arguments": [{"name": "start", "type": "integer", "description": "From"}]}
+    ]
+    calls = 0
+
+    async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> str:
+        type(self).calls += 1
+        return str(arguments["start"])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ([], "argument 'start' is missing"),
+        (["start=3", "bogus=1"], "unknown argument 'bogus'"),
+        (["start=1.5"], "argument 'start': 1.5 is not of type 'integer'"),
+        (["start=true"], "argument 'start': True is not of type 'integer'"),
+    ],
+)
+async def test_call_refuses_arguments_the_tool_does_not_take_in_one_line(
+    tmp_path: Path, settings: Settings, config_client: ConfigClient, arguments: list[str], named: str
+) -> None:
+    async with Counted(settings=settings, announce=False) as counted:
+        await config_client.put(
+            [("tool-service", counted.id, counted.service_descriptor.to_json())]
+            + [("tool", t.name, t.to_json()) for t in counted.tool_descriptors]
+        )
+        env = toolreg_env(settings.pulsar_url or "", tmp_path)
+        Counted.calls = 0
+        result = await atoolreg("call", "count-to", *arguments, env=env)
+        assert result.returncode == 1
+        assert result.stdout == ""
+        assert result.stderr.strip().count("\n") == 0, result.stderr
+        assert named in result.stderr and "it takes: start=<integer>" in result.stderr
+        assert Counted.calls == 0  # refused before anything was sent
+        assert (await atoolreg("call", "count-to", "start=7", env=env)).stdout == "7\n"
+        assert Counted.calls == 1

@@ -124,3 +124,42 @@ async def test_an_async_invoke_returning_a_generator_streams_it() -> None:
 async def test_a_subclass_may_define_its_own_underscore_helpers() -> None:
     async with ServiceHarness(OwnStream) as h:
         assert await h.invoke("own") == "mine / mine too"
+
+
+class Units(DynamicToolService):
+    """One service, several tools: `invoke` tells them apart by the `tool` it is given."""
+
+    descriptor: ClassVar[dict[str, Any]] = {"id": "units"}
+    tools: ClassVar[list[dict[str, Any]]] = [
+        {"name": "km-to-miles", "description": "Kilometres to miles", "arguments": [{"name": "value", "type": "number", "description": "km"}]},
+        {"name": "miles-to-km", "description": "Miles to kilometres", "arguments": [{"name": "value", "type": "number", "description": "miles"}]},
+    ]
+
+    async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any], *, tool: str = "") -> str:
+        factor = {"km-to-miles": 0.621371, "miles-to-km": 1.609344}[tool]
+        return f"{arguments['value'] * factor:.2f}"
+
+
+class Loose(DynamicToolService):
+    """An `invoke` that takes **context gets the tool's name too."""
+
+    descriptor: ClassVar[dict[str, Any]] = {"id": "loose"}
+    tools: ClassVar[list[dict[str, Any]]] = [{"name": "which", "description": "Names itself"}]
+
+    async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any], **context: Any) -> str:
+        return str(context)
+
+
+async def test_invoke_is_told_which_tool_was_called() -> None:
+    async with ServiceHarness(Units) as h:
+        assert await h.invoke("km-to-miles", {"value": 10}) == "6.21"
+        assert await h.invoke("miles-to-km", {"value": 10}) == "16.09"
+    async with ServiceHarness(Loose) as h:
+        assert await h.invoke("which") == "{'tool': 'which'}"
+
+
+async def test_a_call_that_runs_past_the_services_limit_is_a_timeout_error() -> None:
+    async with ServiceHarness(Slow, timeout=5, call_timeout=0.2) as h:
+        with pytest.raises(ToolError) as caught:
+            await h.invoke("slow")
+        assert caught.value.type == "timeout"

@@ -113,12 +113,12 @@ async def test_unknown_tools_bad_arguments_and_timeouts_are_one_line_protocol_er
         with pytest.raises(MCPError) as missing:
             await session.call_tool("calculate", {})
         assert missing.value.error.code == types.INVALID_PARAMS
-        assert "'expression' is a required property" in missing.value.error.message
+        assert "tool 'calculate': argument 'expression' is missing (required, string)" in missing.value.error.message
 
         with pytest.raises(MCPError) as wrong_type:
             await session.call_tool("countdown", {"start": "three"})
         assert wrong_type.value.error.code == types.INVALID_PARAMS
-        assert "start: 'three' is not of type 'integer'" in wrong_type.value.error.message
+        assert "argument 'start': 'three' is not of type 'integer'" in wrong_type.value.error.message
 
         started = time.monotonic()
         with pytest.raises(MCPError) as timeout:

@@ -179,3 +179,26 @@ async def test_answers_over_64_kib_are_delivered_and_logged_at_powers_of_ten(set
     large = [entry for entry in logs if entry["event"] == "response.large"]
     assert [entry["large_so_far"] for entry in large] == [1, 10]
     assert large[0]["bytes"] > 64 * 1024 and "stream" in large[0]["hint"]
+
+
+class Named(DynamicToolService):
+    descriptor = {"id": "named"}
+    tools = [{"name": "first", "description": "One tool"}, {"name": "second", "description": "Another"}]
+
+    async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any], *, tool: str = "") -> str:
+        return tool or "(not said)"
+
+
+async def test_the_tool_property_names_the_tool_and_a_request_without_it_still_works(settings: Settings, connection: Transport) -> None:
+    class Single(Named):
+        descriptor = {"id": "single"}
+        tools = [{"name": "only", "description": "The one tool"}]
+
+    async with Named(settings=settings, announce=False) as several, Single(settings=settings, announce=False) as one:
+        client = await client_for(connection, several)
+        # A caller that does not send `tool` (a TrustGraph agent, an older bridge) is answered as before.
+        assert (await client.request(request({}), timeout=5))["response"] == "(not said)"
+        named = [body async for body in client.stream(request({}), timeout=5, properties={"tool": "second"})]
+        assert named[0]["response"] == "second"
+        # A service with one tool knows which one it is without being told.
+        assert (await (await client_for(connection, one)).request(request({}), timeout=5))["response"] == "only"

@@ -6,7 +6,9 @@ from .announcer import Announcer
 from .broker import EmbeddedBroker
 from .configclient import ConfigClient, watch_config
 from .errors import (
+    AnswerTooLarge,
     AuthenticationFailed,
+    BadArguments,
     BadRequest,
     BrokerError,
     BrokerUnreachable,
@@ -52,6 +54,8 @@ from .transport import (
 )
 
 __all__ = [
+    "AnswerTooLarge",
+    "BadArguments",
     "Announcement",
     "Announcer",
     "Argument",

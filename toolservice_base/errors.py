@@ -123,6 +123,33 @@ class ToolError(ToolDiscoveryError):
         self.service = service
 
 
+class BadArguments(ToolError, ValueError):
+    """Arguments that break the tool's advertised JSON Schema; refused before anything is sent.
+
+    A `ToolError` (type `bad-arguments`), so an agent that shows tool errors
+    to its LLM shows this one too, and the model can correct its call.
+    `argument` names the offending argument.
+    """
+
+    def __init__(self, tool: str, argument: str, message: str, *, service: str = "") -> None:
+        super().__init__("bad-arguments", f"tool {tool!r}: {message}", service=service)
+        self.tool = tool
+        self.argument = argument
+
+
+class AnswerTooLarge(ToolError):
+    """A tool's answer grew past the caller's `max_answer_bytes`; the call was stopped (type `answer-too-large`)."""
+
+    def __init__(self, limit: int, *, tool: str = "", service: str = "") -> None:
+        which = f"tool {tool!r}" if tool else "the tool"
+        super().__init__(
+            "answer-too-large",
+            f"the answer of {which} passed {limit} bytes (max_answer_bytes); ask it for less, or raise the limit",
+            service=service,
+        )
+        self.limit = limit
+
+
 class UnknownToolError(ToolDiscoveryError, LookupError):
     """`invoke` named a tool the set does not hold."""
 
@@ -151,7 +178,9 @@ class RegistryError(ToolDiscoveryError):
 
 
 __all__ = [
+    "AnswerTooLarge",
     "AuthenticationFailed",
+    "BadArguments",
     "BadRequest",
     "BridgeUnavailable",
     "BrokerError",

@@ -16,8 +16,9 @@ import threading
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
-ERROR_KINDS = ("bad-request", "exception")
-"""`bad-request`: the request could not be parsed; `exception`: `invoke` raised."""
+ERROR_KINDS = ("bad-request", "exception", "cancelled")
+"""`bad-request`: the request could not be parsed; `exception`: `invoke` raised; `cancelled`: `invoke` was
+stopped at the call's deadline (the caller's or the service's) or because its caller gave up."""
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 """Seconds. Tools range from sub-millisecond lookups to long LLM-side work; the top buckets catch the latter."""
@@ -39,7 +40,7 @@ class ServiceMetrics:
         )
         self.errors = Counter(
             "toolreg_tool_service_errors",
-            "Requests answered with an error: bad-request (unparseable) or exception (invoke raised).",
+            "Requests that failed: bad-request (unparseable), exception (invoke raised), cancelled (deadline or caller gone).",
             ["service", "kind"],
             registry=registry,
         )

@@ -10,6 +10,13 @@ An author declares the service and its tools as spec JSON and overrides
         async def invoke(self, user, config, arguments):
             return f"A {config.get('style', 'plain')} joke about {arguments['topic']}"
 
+A service that serves several tools learns which one was called by accepting
+a `tool` keyword: `async def invoke(self, user, config, arguments, *, tool="")`.
+
+Every call has a deadline: the caller's timeout (it travels with the request)
+or the service's own limit, `call_timeout` or a tool's entry in
+`tool_timeouts`, whichever comes first. At the deadline `invoke` is cancelled.
+
 Queues left out of `descriptor` default to `non-persistent://<topicspace>/request/<id>`
 and `non-persistent://<topicspace>/response/<id>` (topicspace `tg` unless
 `TOOLREG_TOPICSPACE` says otherwise); `type` and `service` left out of a tool
@@ -23,8 +30,8 @@ import inspect
 import json
 import signal
 import time
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from collections.abc import AsyncGenerator, Callable, Mapping
+from contextlib import AsyncExitStack, aclosing
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,7 +42,8 @@ from .announcer import Announcer
 from .errors import BadRequest, ServiceDefinitionError
 from .logs import get_logger
 from .metrics import ServiceMetrics
-from .rpc import RequestServer
+from .rpc_server import RequestServer
+from .rpc_wire import TOOL
 from .schemas import (
     DEFAULT_TTL,
     MAX_MESSAGE_BYTES,
@@ -59,6 +67,8 @@ log = get_logger("toolservice_base.service")
 
 
 ANNOUNCE_OVERHEAD = 1024  # the announcement's own fields and signature around the descriptors
+DEFAULT_CALL_TIMEOUT = 120.0
+"""Seconds one call may run when its caller does not say how long it waits (a TrustGraph agent, say)."""
 
 
 def build_descriptors(
@@ -126,11 +136,49 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-async def _stream_chunks(chunks: AsyncIterator[Any], reply: Any) -> None:
-    """A streamed answer: one response per chunk, then an empty `end_of_stream` one."""
-    async for chunk in chunks:
-        await reply(ToolServiceResponse(response=_as_text(chunk), end_of_stream=False))
+async def _stream_chunks(chunks: AsyncGenerator[Any, Any], reply: Any) -> None:
+    """A streamed answer: one response per chunk, then an empty `end_of_stream` one.
+
+    The generator is closed however this ends (a deadline, a cancel), so the
+    author's `finally` blocks and `async with`s run at once, not when it is
+    garbage-collected.
+    """
+    async with aclosing(chunks) as each:
+        async for chunk in each:
+            await reply(ToolServiceResponse(response=_as_text(chunk), end_of_stream=False))
     await reply(ToolServiceResponse(response="", end_of_stream=True))
+
+
+def _takes_tool(invoke: Callable[..., Any]) -> bool:
+    """Whether an `invoke` override accepts the `tool` keyword (by name, or through **kwargs)."""
+    try:
+        parameters = inspect.signature(invoke).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        or (p.name == "tool" and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+        for p in parameters
+    )
+
+
+def _call_limits(
+    service_id: str, call_timeout: float, tool_timeouts: Mapping[str, float], tools: list[ToolDescriptor]
+) -> dict[str, float]:
+    """The per-tool limits, checked: positive numbers, for tools the service has."""
+    if not (isinstance(call_timeout, (int, float)) and call_timeout > 0):
+        raise ServiceDefinitionError(f"service {service_id!r}: call_timeout must be a positive number of seconds, got {call_timeout!r}")
+    names = {tool.name for tool in tools}
+    limits: dict[str, float] = {}
+    for name, seconds in tool_timeouts.items():
+        if name not in names:
+            raise ServiceDefinitionError(
+                f"service {service_id!r}: tool_timeouts names {name!r}, which is not one of its tools ({', '.join(sorted(names))})"
+            )
+        if not (isinstance(seconds, (int, float)) and seconds > 0):
+            raise ServiceDefinitionError(f"service {service_id!r}: tool_timeouts[{name!r}] must be a positive number, got {seconds!r}")
+        limits[name] = float(seconds)
+    return limits
 
 
 class DynamicToolService:
@@ -143,6 +191,12 @@ class DynamicToolService:
     workspace: ClassVar[str] = "default"
     version: ClassVar[str] = ""
     max_in_flight: ClassVar[int] = 64
+    max_backlog: ClassVar[int] = 256
+    """Requests that may wait for a slot; past that, a request is answered `busy` at once."""
+    call_timeout: ClassVar[float] = DEFAULT_CALL_TIMEOUT
+    """The longest one call may run, in seconds, whatever its caller would wait (then it is answered `timeout`)."""
+    tool_timeouts: ClassVar[dict[str, float]] = {}
+    """Per-tool limits that replace `call_timeout` for the tools they name."""
     max_request_bytes: ClassVar[int] = MAX_REQUEST_BYTES
     """Larger requests are answered `bad-request` unread: one caller cannot make an instance parse megabytes."""
 
@@ -156,10 +210,16 @@ class DynamicToolService:
         workspace: str | None = None,
         signing_key: Ed25519PrivateKey | str | Path | None = None,
         metrics: ServiceMetrics | None = None,
+        call_timeout: float | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
         topics = connection.topics if connection is not None else self.settings.topics
         self.service_descriptor, self.tool_descriptors = build_descriptors(type(self).descriptor, type(self).tools, topics)
+        self.call_limit = float(call_timeout if call_timeout is not None else type(self).call_timeout)
+        self.tool_limits = _call_limits(self.id, self.call_limit, type(self).tool_timeouts, self.tool_descriptors)
+        # A request without a `tool` property (a TrustGraph agent, an older bridge) is for the only tool, if there is one.
+        self.__only_tool = self.tool_descriptors[0].name if len(self.tool_descriptors) == 1 else ""
+        self.__pass_tool = _takes_tool(self.invoke)
         self._connection = connection
         self._own_connection = connection is None
         self.lease_ttl = float(ttl if ttl is not None else type(self).ttl)
@@ -182,6 +242,9 @@ class DynamicToolService:
         """Answer one call: override as `async def` returning a value, or as an async generator to stream.
 
         Declared plain (not `async def`) so both kinds of override type-check.
+        An override that also takes a `tool` keyword (`*, tool: str = ""`) is
+        told the name of the tool called: the name the caller knows it by, or
+        "" if the caller did not say and the service has several tools.
         """
         raise NotImplementedError(f"{type(self).__name__} must override invoke(user, config, arguments)")
 
@@ -195,12 +258,22 @@ class DynamicToolService:
             return f"not connected to the broker for {self.service_descriptor.request_queue}"
         return None
 
+    def tool_called(self, message: Envelope) -> str:
+        """The tool a request is for: its `tool` property, or the service's only tool; "" if neither."""
+        return message.properties.get(TOOL) or self.__only_tool
+
+    def __limit(self, message: Envelope) -> float:
+        return self.tool_limits.get(self.tool_called(message), self.call_limit)
+
     async def __handle(self, message: Envelope, reply: Any) -> None:
         started = time.perf_counter()
         error: str | None = None
         try:
             user, config, arguments = _parse_request(message.data, type(self).max_request_bytes)
-            result = self.invoke(user, config, arguments)
+            if self.__pass_tool:
+                result = self.invoke(user, config, arguments, tool=self.tool_called(message))  # type: ignore[call-arg]
+            else:
+                result = self.invoke(user, config, arguments)
             if inspect.isawaitable(result):
                 result = await result
             if inspect.isasyncgen(result):
@@ -215,6 +288,9 @@ class DynamicToolService:
             error = "exception"
             log.warning("invoke.failed", service=self.id, error=f"{type(exc).__name__}: {exc}")
             await reply(ToolServiceResponse(error=Error(type=type(exc).__name__, message=str(exc)), end_of_stream=True))
+        except asyncio.CancelledError:
+            error = "cancelled"  # a deadline, or the caller gave up; the request server answers if anyone waits
+            raise
         finally:
             self.metrics.observe(time.perf_counter() - started, error)
 
@@ -237,6 +313,9 @@ class DynamicToolService:
                 self.__handle,
                 subscription=service.id,
                 max_in_flight=type(self).max_in_flight,
+                max_backlog=type(self).max_backlog,
+                cancellable=True,
+                limit=self.__limit,
             )
             await server.start()
             stack.push_async_callback(server.stop)

@@ -9,7 +9,8 @@
 The harness runs the service on the in-memory transport and calls it through
 the real request path: a `ToolServiceRequest` with the tool's config values
 and your arguments, the `id` property, the service's own request handling,
-its responses parsed exactly as an agent parses them. A service that raises
+its responses parsed exactly as an agent parses them, the tool's name in the
+request as the agent bridge sends it (for an `invoke` that takes `tool`). A service that raises
 comes back as `ToolError` with the service's error type and message. The
 class's `descriptor` and `tools` are validated exactly as `toolreg serve`
 validates them, so a bad definition fails here first (`ServiceDefinitionError`).
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from .errors import UnknownToolError
-from .rpc import RequestClient
+from .rpc import TOOL, RequestClient
 from .schemas import ToolDescriptor, ToolServiceRequest, is_last_response, response_chunk
 from .service import DynamicToolService
 from .settings import Settings
@@ -46,7 +47,8 @@ class ServiceHarness(Generic[S]):
         drop: float = 0.0,
         **service_options: Any,
     ) -> None:
-        """`service_options` go to the service's constructor (e.g. `workspace=`); `drop` loses that share of messages."""
+        """`timeout` bounds each whole call; `service_options` go to the service's constructor (e.g. `workspace=`,
+        `call_timeout=`); `drop` loses that share of messages."""
         self.service_class = service_class
         self.timeout = timeout
         self._broker = MemoryBroker(drop=drop)
@@ -75,7 +77,7 @@ class ServiceHarness(Generic[S]):
             transport = self._broker.transport(settings.topics)
             stack.push_async_callback(transport.close)
             descriptor = service.service_descriptor
-            client = RequestClient(transport, descriptor.request_queue, descriptor.response_queue, name="harness")
+            client = RequestClient(transport, descriptor.request_queue, descriptor.response_queue, name="harness", cancels=True)
             await client.start()
             stack.push_async_callback(client.close)
             self._service, self._client = service, client
@@ -103,7 +105,9 @@ class ServiceHarness(Generic[S]):
         request = ToolServiceRequest(
             user=user, config=json.dumps(descriptor.config_values), arguments=json.dumps(dict(arguments or {}))
         )
-        async for body in self._client.stream(request, is_last=is_last_response, timeout=self.timeout):
-            chunk = response_chunk(body, self.service.id)
-            if chunk:
-                yield chunk
+        responses = self._client.stream(request, is_last=is_last_response, timeout=self.timeout, properties={TOOL: tool})
+        async with aclosing(responses) as bodies:
+            async for body in bodies:
+                chunk = response_chunk(body, self.service.id)
+                if chunk:
+                    yield chunk
