@@ -4,10 +4,12 @@
     python -m bench --quick          # smaller counts: a smoke test in about a minute
     python -m bench --only death     # one benchmark (repeat --only for several)
 
-Runs against fresh embedded brokers, or against the broker `PULSAR_URL`
-names (give it a cluster of its own: the benchmarks start their own config
-store and registry on the well-known topics). Writes `results.json` and
-`RESULTS.md` beside this file unless `--out` says otherwise.
+Runs against fresh embedded brokers; with `BENCH_BROKER=apache-pulsar`,
+against a real Apache Pulsar 4.0 standalone it starts itself (scripts/apache_pulsar.py,
+one for the whole run, tenant `tg` made for it); or against the broker
+`PULSAR_URL` names (give it a cluster of its own: the benchmarks start their
+own config store and registry on the well-known topics). Writes
+`results.json` and `RESULTS.md` beside this file unless `--out` says otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from toolservice_base import configure_logging
+from toolservice_base.topics import DEFAULT_TOPICSPACE
 
 from . import report
 from .common import PROFILE_ENV, Workdirs
@@ -89,10 +92,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
         os.environ[PROFILE_ENV] = str(args.profile.resolve())
-    started = time.monotonic()
-    results = asyncio.run(run_all(names, args.quick))
-    wall = time.monotonic() - started
-    broker = "PULSAR_URL (external)" if os.environ.get("PULSAR_URL") else "embedded pulsar-lite, a fresh one per benchmark"
+    kind = os.environ.get("BENCH_BROKER", "pulsar-lite")
+    if kind not in ("pulsar-lite", "apache-pulsar"):
+        print(f"bench: BENCH_BROKER={kind!r}: use pulsar-lite (default) or apache-pulsar", file=sys.stderr)
+        return 2
+    apache = _start_apache_pulsar() if kind == "apache-pulsar" else None
+    try:
+        started = time.monotonic()
+        results = asyncio.run(run_all(names, args.quick))
+        wall = time.monotonic() - started
+    finally:
+        if apache is not None:
+            apache.stop()
+    if apache is not None:
+        broker = "Apache Pulsar 4.0 standalone (scripts/apache_pulsar.py), one for the run (BENCH_BROKER=apache-pulsar)"
+    elif os.environ.get("PULSAR_URL"):
+        broker = "PULSAR_URL (external)"
+    else:
+        broker = "embedded pulsar-lite, a fresh one per benchmark"
     args.out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = report.write(results, args.out, argv, wall, broker)
     print()
@@ -100,6 +117,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(results)} benchmark(s) in {wall:.0f} s; wrote {json_path.name} and {md_path.name} in {args.out.name}/")
     failed = [r["name"] for r in results if "error" in r]
     return 1 if failed else 0
+
+
+def _start_apache_pulsar() -> Any:
+    """A real Apache Pulsar for the whole run, reached as an external broker by every benchmark."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from apache_pulsar import ApachePulsar
+
+    apache = ApachePulsar().start()
+    apache.create_tenant(DEFAULT_TOPICSPACE)
+    os.environ.update(PULSAR_URL=apache.url, TOOLREG_BROKER="apache-pulsar")
+    return apache
 
 
 if __name__ == "__main__":
