@@ -132,7 +132,7 @@ async def test_turning_a_trust_policy_on_removes_the_unsigned_services_within_on
             await up.started_registry("up-trusted", "--trust-policy", str(policy))
             started = time.time()
             # Three of four leases run out together, but their holders are heard (and refused): not held.
-            refused = await eventually(lambda: _statuses(connection, "refused"), timeout=ttl / 2)
+            refused = await eventually(lambda: _statuses(connection, "refused", 3), timeout=ttl / 2)
             assert sorted(refused) == ["calculate", "countdown", "echo"]
             assert all("unsigned announcement" in tool.detail for tool in refused.values())
             await eventually(lambda: _is(store, {"tell-joke"}), timeout=ttl + 2.0, interval=0.05)
@@ -155,15 +155,17 @@ async def test_turning_a_trust_policy_on_removes_the_unsigned_services_within_on
     assert told == {"calculator", "countdown", "echo"}
 
 
-async def _statuses(connection: Transport, status: str) -> dict[str, ToolStatus]:
-    """The tools the registry inside `toolreg up` lists with `status`, asked over the broker (no subprocess to wait for)."""
+async def _statuses(connection: Transport, status: str, count: int) -> dict[str, ToolStatus]:
+    """The tools the registry inside `toolreg up` lists with `status`, once there are `count` of them (else nothing);
+    asked over the broker, so no subprocess start eats into the ttl."""
     client = RegistryClient(connection, timeout=2)
     await client.start()
     try:
         listing = await client.list()
     finally:
         await client.close()
-    return {tool.name: tool for tool in listing.tools if tool.status == status}
+    found = {tool.name: tool for tool in listing.tools if tool.status == status}
+    return found if len(found) >= count else {}
 
 
 async def _is(client: ConfigClient, names: set[str]) -> bool:
