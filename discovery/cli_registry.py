@@ -150,11 +150,14 @@ async def cmd_tools(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         rows = [
-            (t.name, t.service or "-", t.source, t.status, str(t.instances) if t.source == "announced" else "-", _age(t.last_heartbeat_age))
+            (
+                t.name, t.service or "-", t.source, t.status, str(t.instances) if t.source == "announced" else "-",
+                _age(t.last_heartbeat_age), t.detail,
+            )
             for t in listing.tools
         ]
         return _show(args, listing.tools, f"no tools in workspace {args.workspace or 'default'!r}",
-                     ("TOOL", "SERVICE", "SOURCE", "STATUS", "INSTANCES", "LAST HEARTBEAT"), rows)
+                     ("TOOL", "SERVICE", "SOURCE", "STATUS", "INSTANCES", "LAST HEARTBEAT", "WHY"), rows)
 
     return await _query(args, action)
 
@@ -163,8 +166,11 @@ async def cmd_rejections(args: argparse.Namespace) -> int:
     async def action(client: RegistryClient) -> int:
         rejections = await client.rejections()
         now = time.time()
-        rows = [(_age(now - r.at), r.service or "-", r.instance or "-", r.reason) for r in rejections]
-        return _show(args, rejections, "no rejected announcements", ("WHEN", "SERVICE", "INSTANCE", "REASON"), rows)
+        rows = [
+            (_age(now - r.at), str(r.count), _age(now - (r.first if r.first is not None else r.at)), r.service or "-", r.instance or "-", r.reason)
+            for r in rejections
+        ]
+        return _show(args, rejections, "no rejected announcements", ("LAST", "COUNT", "FIRST", "SERVICE", "INSTANCE", "REASON"), rows)
 
     return await _query(args, action)
 
@@ -216,7 +222,8 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
 
     rejections = subparsers.add_parser(
         "rejections", parents=[query], help="list recently rejected announcements and why",
-        description="List the most recent announcements the registry refused (malformed, too large, stale, replayed, bad queues).",
+        description="List the most recent announcements the registry refused (malformed, too large, stale, replayed, bad queues, "
+        "untrusted, tool names taken), one row per sender and reason with how often and since when.",
     )
     rejections.add_argument("--json", action="store_true", help="print JSON instead of a table")
     rejections.set_defaults(handler=cmd_rejections)

@@ -12,6 +12,14 @@ expiries are *held*: the leases stay, the tools stay in the store, and the
 operator is told. A hold ends when a held instance is heard from again (then
 every held lease gets one more `ttl` and expires normally, never held twice),
 or when the operator confirms it (`toolreg release`).
+
+Only silence is protected. A lease whose holder is still sending, but whose
+messages the registry refuses (a trust policy turned on, a key revoked, its
+queues no longer allowed), is *refused*, not silent: the registry hears it,
+so neither the registry nor the broker can be at fault. A refused lease runs
+out one ttl after its last accepted message like any other, is never held,
+and does not count towards the share that trips self-preservation; a held
+lease that turns out to be refused is dropped at the next sweep.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ class Lease:
     service: ServiceKey
     ttl: float
     expires_at: float
-    last_seen: float
+    last_seen: float | None
+    """Wall clock of the last accepted message; None: not heard from since the registry started."""
     digest: str | None = None
     announced: int = 0
     """Registry-local order of this instance's last announce (0: none yet); the newest offer wins."""
@@ -41,9 +50,17 @@ class Lease:
     """Expired in a sweep that tripped self-preservation; kept until released."""
     exempt: bool = False
     """Released from a hold: expires normally and is never held again."""
+    sequence: int = 0
+    """`sequence` of the last accepted message (0: none since the registry started)."""
+    signer: str | None = None
+    """Key id that signed the last accepted message under a trust policy; None: unsigned, or no policy."""
+    refused: str | None = None
+    """Why the holder's messages are refused, if any arrived since the last accepted one: it is not silent."""
 
     @property
     def state(self) -> str:
+        if self.refused is not None:
+            return "refused"
         if self.held:
             return "held"
         if self.grace:
@@ -108,6 +125,8 @@ class LeaseTable:
         wall: float,
         digest: str | None = None,
         announced: int = 0,
+        sequence: int = 0,
+        signer: str | None = None,
     ) -> tuple[Lease, bool]:
         """Extend (or create) `instance`'s lease; returns it and whether it is new.
 
@@ -125,16 +144,31 @@ class LeaseTable:
         lease.last_seen = wall
         lease.grace = False
         lease.held = False
+        lease.refused = None
+        lease.signer = signer
+        if sequence:
+            lease.sequence = sequence
         if digest is not None:
             lease.digest = digest
         if announced:
             lease.announced = announced
         return lease, created
 
-    def restore(self, instance: str, service: ServiceKey, *, ttl: float, now: float, wall: float, digest: str | None) -> Lease:
-        """A lease from an ownership record: one `ttl` of grace from now to be heard from."""
-        lease = Lease(instance=instance, service=service, ttl=ttl, expires_at=now + ttl, last_seen=wall, digest=digest, grace=True)
+    def restore(self, instance: str, service: ServiceKey, *, ttl: float, now: float, digest: str | None) -> Lease:
+        """A lease from an ownership record: one `ttl` of grace from now to be heard from (and never heard from yet)."""
+        lease = Lease(instance=instance, service=service, ttl=ttl, expires_at=now + ttl, last_seen=None, digest=digest, grace=True)
         self._leases[instance] = lease
+        return lease
+
+    def refuse(self, instance: str, reason: str) -> Lease | None:
+        """The holder of `instance` sent a message the registry refused: it is alive, not silent.
+
+        The lease is not renewed (it still runs out one ttl after the last
+        accepted message), but it will not be held when it does.
+        """
+        lease = self._leases.get(instance)
+        if lease is not None:
+            lease.refused = reason
         return lease
 
     def remove(self, instance: str) -> Lease | None:
@@ -171,27 +205,31 @@ class LeaseTable:
         silent for more than half their ttl (they missed a heartbeat and
         will run out within the next sweeps). While anything is held, that
         share stays high, so further expiries are held too until the hold
-        ends. Released leases (`exempt`) always expire normally.
+        ends. Released leases (`exempt`) always expire normally, and so do
+        refused ones (their holder is sending: the registry is not deaf);
+        a held lease found refused goes at once.
         """
-        due = [lease for lease in self._leases.values() if not lease.held and lease.expires_at <= now]
+        due = [lease for lease in self._leases.values() if lease.expires_at <= now and (not lease.held or lease.refused is not None)]
         if not due:
             return SweepResult()
-        candidates = [lease for lease in due if not lease.exempt]
-        held_before = sum(1 for lease in self._leases.values() if lease.held)
+        candidates = [lease for lease in due if not lease.exempt and lease.refused is None]
+        held_before = sum(1 for lease in self._leases.values() if lease.held and lease.refused is None)
         silent = sum(
             1
             for lease in self._leases.values()
-            if not lease.held and not lease.exempt and lease.expires_at > now and now - (lease.expires_at - lease.ttl) > lease.ttl / 2
+            if not lease.held and not lease.exempt and lease.refused is None
+            and lease.expires_at > now and now - (lease.expires_at - lease.ttl) > lease.ttl / 2
         )
         failing, total = held_before + len(candidates) + silent, len(self._leases)
         if candidates and should_hold(failing, total, self.threshold, self.minimum):
             for lease in candidates:
                 lease.held = True
-            expired = [lease for lease in due if lease.exempt]
+            expired = [lease for lease in due if lease.exempt or lease.refused is not None]
             held = candidates
         else:
             expired, held = due, []
         for lease in expired:
+            lease.held = False
             del self._leases[lease.instance]
         return SweepResult(expired=expired, held=held, failing=failing, total=total)
 

@@ -16,6 +16,8 @@ The rules:
 - **First holder keeps it.** A key owned by another service is refused to
   the later one. Ownership is recorded in the store, so the same holder
   keeps it across registry restarts, whatever order services re-announce in.
+  A holder that went keeps its tool names for one ttl more (`kept`): a
+  restarting service gets them back rather than losing them to a rival.
 - **Only what it wrote.** A service going away deletes the keys it owns whose
   value is still the one it wrote (compared by sha256); a key an operator
   changed since has become the operator's and is left alone.
@@ -26,6 +28,7 @@ The rules:
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
@@ -140,10 +143,15 @@ def record_key(service_id: str) -> Key:
     return (RECORD_TYPE, service_id)
 
 
-def _refusal(key: Key, holder: str | None) -> Finding:
+def _refusal(key: Key, holder: str | None, kept_until: float | None = None) -> Finding:
     name = key[1]
     if holder is None:
         return Finding(name, STATIC, f"tool/{name} is a static item (not written by the registry); static wins")
+    if kept_until is not None:
+        until = time.strftime("%H:%M:%S UTC", time.gmtime(kept_until))
+        return Finding(
+            name, holder, f"tool/{name} is kept for service {holder!r} until {until}: it went less than its ttl ago, and may be restarting"
+        )
     return Finding(name, holder, f"tool/{name} belongs to service {holder!r}, which claimed it first")
 
 
@@ -155,6 +163,7 @@ def plan_service(
     owned: Mapping[Key, str],
     record: OwnershipRecord | None,
     offer: Offer | None,
+    kept: Mapping[Key, float] | None = None,
 ) -> Plan:
     """Plan one service against `view` (what the store holds, as far as this batch knows).
 
@@ -163,7 +172,8 @@ def plan_service(
       start): keep the keys it owns, refresh the record.
     - otherwise converge the store to `offer`.
 
-    `owners` maps each key some *other* service owns to that service.
+    `owners` maps each key some *other* service owns to that service;
+    `kept` says until when, for the keys held by a service that went.
     """
     plan = Plan(service=service_id)
     desired: dict[Key, str] = {}
@@ -199,7 +209,7 @@ def plan_service(
             # tool (each reported on its own; the service key itself names no tool).
             service_refused = key == service_key
             if not service_refused:
-                plan.conflicts.append(_refusal(key, holder))
+                plan.conflicts.append(_refusal(key, holder, (kept or {}).get(key) if holder is not None else None))
 
     for key in owned:
         if key in plan.owned:

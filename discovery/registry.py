@@ -11,7 +11,14 @@ and mark services dirty.
 Start-up: ownership records are read back, every recorded instance gets one
 ttl of grace, and a probe asks live services to re-announce. A service that
 died while the registry was down simply never answers and expires after the
-grace; one that lives keeps its tools without a single store write.
+grace; one that lives keeps its tools without a single store write. What
+the previous run kept of departures (`departed`: withdrawn instances, names
+kept for a service that went) is read back too, so a restart opens no
+window for a replayed message and hands no name over early.
+
+A refused message still says something: its sender is alive. A lease whose
+holder keeps sending refused messages is marked so (`leases`), and runs out
+without self-preservation holding it; the sender is told why (`probes`).
 
 Query API on `tool-registry`: `list`, `get`, `rejections`, `conflicts`,
 `release`.
@@ -20,11 +27,9 @@ Query API on `tool-registry`: `list`, `get`, `rejections`, `conflicts`,
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from collections import defaultdict
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -35,7 +40,6 @@ from toolservice_base.errors import (
     ConfigError,
     RegistryError,
     RequestTimeout,
-    TransportError,
 )
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import RequestServer
@@ -45,36 +49,40 @@ from toolservice_base.schemas import (
     ConfigPush,
     Conflict,
     Error,
-    Probe,
     RegistryRequest,
     RegistryResponse,
     Rejection,
     ToolStatus,
-    check_namespace,
     describe_validation_error,
 )
+from toolservice_base.signing import signature_key_id
 from toolservice_base.transport import (
     Envelope,
-    Publisher,
     Subscription,
     Transport,
     unique_name,
 )
 
+from .departed import DEPARTED_KEY, Departed
 from .health import RegistryMetrics
 from .leases import Lease, LeaseTable, ServiceKey
 from .merge import RECORD_TYPE, Offer, OwnershipRecord
-from .state import ServiceState
+from .probes import ProbeLimiter, Prober
+from .registry_options import RegistryOptions
+from .state import ServiceState, static_status
+from .store_writes import PROBE_WORKSPACE
 from .validation import (
-    DEFAULT_MAX_SKEW,
+    FRESHNESS,
     SEQUENCE_MEMORY,
     AnnouncementValidator,
+    Category,
     Rejected,
     RejectionLog,
-    TrustCheck,
     excerpt,
 )
 from .writer import StoreWriter
+
+__all__ = ["ProbeLimiter", "Registry", "RegistryOptions"]
 
 log = get_logger("discovery.registry")
 
@@ -82,96 +90,6 @@ DESCRIPTOR_PERMITS = 10_000
 """Receiver queue on `tool-descriptors`. The topic is non-persistent: the broker drops what a consumer has
 no permits for, so a burst beyond the queue is lost, not delayed. 1,000 (the default) dropped heartbeats
 from 8,700/s up on 2 cores; 10,000 (~2 MB of heartbeats) absorbs a second of burst (`make bench`, throughput)."""
-
-
-@dataclass
-class RegistryOptions:
-    """Tuning of one registry. The defaults suit production and tests alike."""
-
-    sweep_interval: float = 0.25
-    """Seconds between lease sweeps (at most 1): how late past its ttl a dead instance goes."""
-    coalesce_window: float = 0.05
-    """Seconds a store write waits for more changes to ride along in the same version."""
-    self_preservation_share: float = 0.5
-    """Hold the deletions when more than this share of all leases expire in one sweep..."""
-    self_preservation_min: int = 3
-    """...and at least this many: so one service with one or two instances dying goes normally."""
-    max_rejections: int = 200
-    allowed_namespaces: tuple[str, ...] | None = None
-    """`tenant/namespace` a service's queues may live in; None: the topicspace's `request` and `response`."""
-    max_clock_skew: float = DEFAULT_MAX_SKEW
-    """Seconds `sent-at` may be ahead of the registry's clock; also the longest a message may be in flight."""
-    max_instances: int = 10_000
-    """Instance leases held at once, all services together: a flood of fresh instance ids stops here."""
-    max_instances_per_service: int = 256
-    """Instances of one service at once: one noisy service cannot use up `max_instances`."""
-    probe_interval: float = 1.0
-    """At most one probe per instance per this many seconds."""
-    max_probes_per_second: float = 50.0
-    store_timeout: float = 5.0
-    max_retry_delay: float = 2.0
-    """Longest wait between retries of a store write that failed (broker or store down)."""
-    trust: TrustCheck | None = None
-    """A trust policy (`discovery.trust.TrustPolicy`): accept only announcements signed by a key
-    allowed the service and tools they claim. None accepts every valid announcement."""
-
-    def __post_init__(self) -> None:
-        if not 0 < self.sweep_interval <= 1:
-            raise ValueError("sweep_interval must be in (0, 1] seconds")
-        if not 0 <= self.coalesce_window <= 1:
-            raise ValueError("coalesce_window must be in [0, 1] seconds")
-        if not 0 < self.self_preservation_share <= 1:
-            raise ValueError("self_preservation_share must be in (0, 1]")
-        if self.self_preservation_min < 1 or self.max_rejections < 1:
-            raise ValueError("self_preservation_min and max_rejections must be at least 1")
-        if not self.max_clock_skew > 0:
-            raise ValueError("max_clock_skew must be positive")
-        if self.max_instances < 1 or not 1 <= self.max_instances_per_service <= self.max_instances:
-            raise ValueError("max_instances_per_service must be at least 1 and at most max_instances")
-        if self.allowed_namespaces is None:
-            return
-        self.allowed_namespaces = tuple(check_namespace(namespace) for namespace in self.allowed_namespaces)
-        if not self.allowed_namespaces:
-            raise ValueError("allowed_namespaces must name at least one tenant/namespace")
-
-
-class ProbeLimiter:
-    """Per-instance spacing plus a global token bucket, so a flood of unknown heartbeats cannot become a probe flood."""
-
-    def __init__(self, interval: float, per_second: float, memory: int = 10_000) -> None:
-        self.interval = interval
-        self.per_second = per_second
-        self._last: dict[str, float] = {}
-        self._broadcast = float("-inf")
-        self._tokens = per_second
-        self._refilled: float | None = None
-        self._memory = memory
-
-    def allow(self, instance: str | None, now: float) -> bool:
-        elapsed = 0.0 if self._refilled is None else max(0.0, now - self._refilled)
-        self._tokens = min(self.per_second, self._tokens + elapsed * self.per_second)
-        self._refilled = now
-        if instance is not None and now - max(self._last.get(instance, float("-inf")), self._broadcast) < self.interval:
-            return False
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        if instance is None:
-            self._broadcast = now
-        else:
-            if len(self._last) >= self._memory:
-                self._last.clear()
-            self._last[instance] = now
-        return True
-
-
-def _service_of(value: str) -> str | None:
-    try:
-        body = json.loads(value)
-    except ValueError:
-        return None
-    service = body.get("service") if isinstance(body, dict) else None
-    return service if isinstance(service, str) else None
 
 
 class Registry:
@@ -195,6 +113,7 @@ class Registry:
             opts.allowed_namespaces or connection.topics.queue_namespaces, max_skew=opts.max_clock_skew, memory=max(SEQUENCE_MEMORY, 2 * opts.max_instances)
         )
         self.rejection_log = RejectionLog(opts.max_rejections)
+        self.departed = Departed()
         self._services: dict[ServiceKey, ServiceState] = {}
         self._order = itertools.count(1)
         self._announces = itertools.count(1)
@@ -207,11 +126,12 @@ class Registry:
             coalesce_window=opts.coalesce_window,
             max_retry_delay=opts.max_retry_delay,
             metrics=self.metrics,
-            on_refused=lambda service, reason: self._reject(reason, b"", time.time(), service=service),
+            on_refused=lambda service, reason: self._reject(reason, b"", time.time(), service=service, category="store"),
             on_merged=lambda: self._report_state(self.leases.by_service()),
+            departed=self.departed,
+            on_conflicts=self._tell_conflicts,
         )
-        self._limiter = ProbeLimiter(opts.probe_interval, opts.max_probes_per_second)
-        self._probe_publisher: Publisher | None = None
+        self._prober = Prober(connection, interval=opts.probe_interval, per_second=opts.max_probes_per_second)
         self._descriptors: Subscription | None = None
         self._watch: Subscription | None = None
         self._server = RequestServer(
@@ -238,8 +158,8 @@ class Registry:
                 await self._restore()
             except (RequestTimeout, ConfigError) as exc:
                 raise RegistryError(f"the config store did not answer ({exc}); start it first (`toolreg up`)") from None
-            self._probe_publisher = await connection.publisher(topics.tool_probe)
-            stack.push_async_callback(connection.close_publisher, self._probe_publisher)
+            await self._prober.start()
+            stack.push_async_callback(self._prober.stop)
             self._descriptors = await connection.subscribe(
                 topics.tool_descriptors, self._on_message, subscription=unique_name("tool-registry"),
                 receiver_queue=DESCRIPTOR_PERMITS,
@@ -259,7 +179,7 @@ class Registry:
             self._scheduler = scheduler
             stack.callback(self._stop_sweeps)
             self._running = True
-            await self._probe(None, "registry started")
+            await self._prober.probe(None, "registry started")
             self._resources = stack.pop_all()
         log.info("registry.started", services=len(self._services), leases=len(self.leases), workspaces=sorted(self.writer.indexed))
         if self.options.trust is None:
@@ -306,9 +226,16 @@ class Registry:
         return self.writer.store_writes
 
     async def _restore(self) -> None:
-        """Read ownership records back and give every recorded instance one ttl of grace."""
+        """Read ownership records back and give every recorded instance one ttl of grace; read back `departed`."""
         await self.writer.read_index()
         now, wall = time.monotonic(), time.time()
+        found = await self._config.get([DEPARTED_KEY], workspace=PROBE_WORKSPACE)
+        try:
+            self.departed.load(found.get(DEPARTED_KEY), wall)
+        except ValueError as exc:
+            log.warning("registry.record_unreadable", key=f"{DEPARTED_KEY[0]}/{DEPARTED_KEY[1]}", workspace=PROBE_WORKSPACE, reason=str(exc))
+        for instance, withdrawn in self.departed.instances.items():
+            self.validator.ended(instance, withdrawn.sequence, withdrawn.until)
         for workspace in sorted(self.writer.indexed):
             records = await self._config.getvalues(RECORD_TYPE, workspace=workspace)
             for service_id, value in sorted(records.items()):
@@ -323,7 +250,7 @@ class Registry:
                 state.since = {instance: item.since for instance, item in record.instances.items()}
                 self._services[key] = state
                 for instance, item in record.instances.items():
-                    self.leases.restore(instance, key, ttl=item.ttl, now=now, wall=wall, digest=record.digest)
+                    self.leases.restore(instance, key, ttl=item.ttl, now=now, digest=record.digest)
                 if not record.instances:
                     self._mark(key)
 
@@ -334,21 +261,46 @@ class Registry:
         wall, now = time.time(), time.monotonic()
         try:
             announcement = self.validator.check(data, wall, self._authorize if self.options.trust is not None else None)
+            if announcement.kind == "announce" and (refusal := self._over_capacity(announcement)) is not None:
+                service = announcement.service.id if announcement.service else None
+                raise Rejected(refusal, instance=announcement.instance, service=service, category="capacity", announcement=announcement)
         except Rejected as exc:
-            self._reject(exc.reason, data, wall, instance=exc.instance, service=exc.service)
+            await self._refused(exc, data, wall)
             return
-        if announcement.kind == "announce":
-            refusal = self._over_capacity(announcement)
-            if refusal is not None:
-                self._reject(refusal, data, wall, instance=announcement.instance, service=announcement.service.id if announcement.service else None)
-                return
         self.metrics.announcement(announcement.kind)
         if announcement.kind == "announce":
             await self._on_announce(announcement, now, wall)
         elif announcement.kind == "heartbeat":
             await self._on_heartbeat(announcement, now, wall)
         else:
-            self._on_withdraw(announcement)
+            self._on_withdraw(announcement, wall)
+
+    async def _refused(self, exc: Rejected, data: bytes, wall: float) -> None:
+        """Record a refusal, tell its sender (once per entry of the log), and mark the lease it names as refused.
+
+        A lease counts as refused only if the message can be its holder's:
+        not a freshness refusal (a replay, or a clock out of step, says
+        nothing about the holder), and, for a lease its holder signed under
+        the trust policy, signed by the same key; an unsigned lease cannot
+        tell its holder from anyone else, so any refusal naming it counts.
+        """
+        new = self._reject(exc.reason, data, wall, instance=exc.instance, service=exc.service, category=exc.category)
+        if exc.instance is None:
+            return
+        lease = self.leases.get(exc.instance)
+        holder = exc.category not in FRESHNESS and lease is not None and (
+            lease.signer is None
+            or (exc.announcement is not None and self.options.trust is not None and self.options.trust.signed_by(exc.announcement, lease.signer))
+        )
+        if holder and lease is not None and lease.refused is None:
+            self.leases.refuse(exc.instance, exc.reason)
+            log.warning("instance.refused", service=lease.service[1], workspace=lease.service[0], instance=exc.instance, reason=exc.reason,
+                        note="its holder is sending but refused: removed when its lease runs out, never held")
+        # Tell the sender, once per entry of the log: the holder of a lease, or a new instance whose
+        # announce was refused. Not an unknown instance's heartbeat: outsiders must not spend notices.
+        newcomer = lease is None and exc.announcement is not None and exc.announcement.kind == "announce"
+        if new and (holder or (newcomer and exc.category not in FRESHNESS)):
+            await self._prober.notify(exc.instance, exc.reason)
 
     def _authorize(self, announcement: Announcement) -> str | None:
         """Ask the trust policy.
@@ -396,10 +348,21 @@ class Registry:
             return f"capacity: the registry holds {len(self.leases)} instance leases, the limit is {opts.max_instances}"
         return None
 
-    def _reject(self, reason: str, data: bytes, wall: float, *, instance: str | None = None, service: str | None = None) -> None:
-        self.rejection_log.add(Rejection(at=wall, reason=reason, instance=instance, service=service, excerpt=excerpt(data)))
+    def _reject(
+        self, reason: str, data: bytes, wall: float, *, instance: str | None = None, service: str | None = None, category: Category = "malformed"
+    ) -> bool:
+        """Log and count a refusal; True when it is new in the rejection log (not a repeat of the same sender)."""
+        new = self.rejection_log.add(Rejection(at=wall, reason=reason, instance=instance, service=service, excerpt=excerpt(data)))
         self.metrics.rejection(reason)
-        log.warning("announcement.rejected", reason=reason, instance=instance, service=service, bytes=len(data))
+        log.warning("announcement.rejected", reason=reason, instance=instance, service=service, bytes=len(data), category=category, repeated=not new)
+        return new
+
+    async def _tell_conflicts(self, key: ServiceKey, conflicts: list[Conflict]) -> None:
+        """A service was refused tool names: list it with the rejections and tell its instances, in their log."""
+        reason = "; ".join(conflict.reason for conflict in conflicts)
+        self.rejection_log.add(Rejection(at=time.time(), reason=f"conflict: {reason}", service=key[1]))
+        for lease in self.leases.of_service(key):
+            await self._prober.notify(lease.instance, f"conflict: {reason}")
 
     async def _on_announce(self, announcement: Announcement, now: float, wall: float) -> None:
         assert announcement.service is not None and announcement.tools is not None  # the model guarantees it
@@ -414,7 +377,7 @@ class Registry:
         previous = self.leases.get(announcement.instance)
         self.leases.renew(
             announcement.instance, key, ttl=announcement.ttl, now=now, wall=wall,
-            digest=announcement.digest, announced=next(self._announces),
+            digest=announcement.digest, announced=next(self._announces), **self._provenance(announcement),
         )
         state.since.setdefault(announcement.instance, wall)
         if previous is not None and previous.service != key:
@@ -428,17 +391,22 @@ class Registry:
     async def _on_heartbeat(self, announcement: Announcement, now: float, wall: float) -> None:
         lease = self.leases.get(announcement.instance)
         if lease is None or lease.service[0] != announcement.workspace:
-            await self._probe(announcement.instance, "heartbeat from an unknown instance")
+            await self._prober.probe(announcement.instance, "heartbeat from an unknown instance")
             return
         was_held = lease.held
-        self.leases.renew(announcement.instance, lease.service, ttl=announcement.ttl, now=now, wall=wall)
+        self.leases.renew(announcement.instance, lease.service, ttl=announcement.ttl, now=now, wall=wall, **self._provenance(announcement))
         if was_held:
             self._resume(now)
         state = self._services.get(lease.service)
         if lease.digest != announcement.digest:
-            await self._probe(announcement.instance, "heartbeat with an unknown digest")
+            await self._prober.probe(announcement.instance, "heartbeat with an unknown digest")
         elif state is None or lease.digest not in state.offers:
-            await self._probe(announcement.instance, "descriptors not known since the registry started")
+            await self._prober.probe(announcement.instance, "descriptors not known since the registry started")
+
+    def _provenance(self, announcement: Announcement) -> dict[str, Any]:
+        """What a lease keeps of the message that renewed it: its sequence and, under a trust policy, its signer."""
+        signer = signature_key_id(announcement) if self.options.trust is not None else None
+        return {"sequence": announcement.sequence, "signer": signer}
 
     def _forget_unused_offers(self, state: ServiceState, keep: str) -> None:
         """Drop offers no instance holds: an instance cycling digests must not grow them between merges."""
@@ -446,10 +414,19 @@ class Registry:
         for digest in [digest for digest in state.offers if digest not in in_use]:
             del state.offers[digest]
 
-    def _on_withdraw(self, announcement: Announcement) -> None:
+    def _on_withdraw(self, announcement: Announcement, wall: float) -> None:
+        """Drop the lease, and refuse the instance from now on: a captured message of it is a replay.
+
+        It is refused until its messages are stale anyway: one skew (a
+        sender's clock may be that far ahead) plus the window a message is
+        fresh in (its ttl, never more than one skew).
+        """
         lease = self.leases.remove(announcement.instance)
         if lease is None:
             return
+        until = wall + 2 * self.options.max_clock_skew
+        self.validator.ended(announcement.instance, announcement.sequence, until)
+        self.departed.withdrawn(announcement.instance, lease.service, announcement.sequence, until)
         log.info("instance.withdrawn", service=lease.service[1], workspace=lease.service[0], instance=lease.instance)
         self._mark(lease.service)
 
@@ -463,26 +440,20 @@ class Registry:
                 note="held instances not heard from expire normally after one more ttl",
             )
 
-    async def _probe(self, instance: str | None, reason: str) -> None:
-        if self._probe_publisher is None or not self._limiter.allow(instance, time.monotonic()):
-            return
-        try:
-            await self._probe_publisher.send(Probe(instance=instance, reason=reason).to_json())
-        except TransportError as exc:
-            log.warning("probe.send_failed", instance=instance, error=str(exc))
-            return
-        log.debug("probe.sent", instance=instance, reason=reason)
-
     async def _on_push(self, push: ConfigPush) -> None:
         """Someone changed tools: a refused announcement may fit now (its holder left)."""
         self.writer.writes.observe(push)
         for item_type in ("tool", "tool-service"):
-            for workspace in push.changes.get(item_type, []):
-                for state in self._services.values():
-                    if state.workspace == workspace and state.conflicts:
-                        self._mark(state.key, force=True)
+            self._recheck_conflicts(push.changes.get(item_type, []))
+
+    def _recheck_conflicts(self, workspaces: list[str] | set[str]) -> None:
+        for workspace in workspaces:
+            for state in self._services.values():
+                if state.workspace == workspace and state.conflicts:
+                    self._mark(state.key, force=True)
 
     async def _sweep(self) -> None:
+        self._recheck_conflicts(self.departed.prune(time.time()))  # a kept name is free now
         result = self.leases.sweep(time.monotonic())
         gone: dict[ServiceKey, list[Lease]] = defaultdict(list)
         for lease in result.expired:
@@ -493,7 +464,8 @@ class Registry:
         for key, leases in gone.items():
             self._mark(key)
             event = "instance.expired" if remaining.get(key) else "service.expired"
-            log.info(event, service=key[1], workspace=key[0], instances=[lease.instance for lease in leases], ttl=leases[0].ttl)
+            refused = next((lease.refused for lease in leases if lease.refused), None)
+            log.info(event, service=key[1], workspace=key[0], instances=[lease.instance for lease in leases], ttl=leases[0].ttl, refused=refused)
         if result.held:
             services = sorted({lease.service[1] for lease in result.held})
             if len(result.held) < len(self.leases.held()):  # already holding: say it once, loudly
@@ -520,8 +492,7 @@ class Registry:
         """None while the registry hears announcements and answers queries; else why not. For `/readyz`."""
         if not self._running:
             return "not running"
-        publisher = self._probe_publisher
-        if publisher is None or not (publisher.connected and self._server.connected):
+        if not (self._prober.connected and self._server.connected):
             return f"not connected to the broker at {self._connection.url}"
         return None
 
@@ -540,9 +511,11 @@ class Registry:
             if state.workspace == workspace:
                 for status in state.tool_statuses(grouped.get(state.key, []), wall):
                     tools[status.name] = status
-        for name, value in (await self._config.getvalues("tool", workspace=workspace)).items():
-            if name not in tools:
-                tools[name] = ToolStatus(name=name, service=_service_of(value), source="static", status="configured", workspace=workspace)
+        static = {name: value for name, value in (await self._config.getvalues("tool", workspace=workspace)).items() if name not in tools}
+        if static:
+            services = await self._config.getvalues("tool-service", workspace=workspace)
+            for name, value in static.items():
+                tools[name] = static_status(name, value, services, workspace)
         return [tools[name] for name in sorted(tools)]
 
     def rejections(self) -> list[Rejection]:

@@ -10,23 +10,83 @@ dying moves nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from toolservice_base.schemas import Conflict, ToolStatus
+from toolservice_base.schemas import (
+    DEFAULT_TTL,
+    Conflict,
+    ToolDescriptor,
+    ToolServiceDescriptor,
+    ToolStatus,
+    check_tool_against_service,
+    validate_config_item,
+)
 
 from .leases import Lease, ServiceKey
 from .merge import InstanceRecord, Key, Offer, OwnershipRecord
 
-__all__ = ["ServiceState", "service_status"]
+__all__ = ["ServiceState", "service_status", "static_status"]
+
+
+STATUSES = ("live", "held", "grace", "refused")
+"""Best first: a service is as alive as its most alive instance."""
 
 
 def service_status(leases: list[Lease]) -> str:
-    """`live` if any instance is heard from; else `held` (self-preservation); else `grace` (restart)."""
+    """`live` if any instance is heard from; else `held` (self-preservation); else `grace` (restart);
+    else `refused` (its instances are sending, but refused, and run out within their ttl)."""
     states = {lease.state for lease in leases}
-    for status in ("live", "held", "grace"):
+    for status in STATUSES:
         if status in states:
             return status
     return "removing"
+
+
+def status_detail(status: str, leases: list[Lease]) -> str:
+    """One line on why a service is not plainly live, for `toolreg tools`."""
+    if status == "refused":
+        reason = next((lease.refused for lease in leases if lease.refused), "")
+        return f"its messages are refused ({reason}); removed when its lease runs out"
+    if status == "held":
+        return "its lease ran out together with most others: self-preservation holds it (`toolreg release` removes it)"
+    if status == "grace":
+        return "not heard from since the registry started; removed if still silent after one ttl"
+    return ""
+
+
+def static_status(name: str, value: str, services: Mapping[str, str], workspace: str) -> ToolStatus:
+    """A `tool` item the registry does not own: `configured`, or `unavailable` with why agents skip it.
+
+    The same checks an agent's tool set makes before it builds a tool of
+    type `tool-service`: the item parses, its service's item exists and
+    parses, and the tool's config values fit the service's params. Tools of
+    other types are the agent's own business: `configured`.
+    """
+
+    def unavailable(service: str | None, detail: str) -> ToolStatus:
+        return ToolStatus(name=name, service=service, source="static", status="unavailable", workspace=workspace, detail=detail)
+
+    try:
+        tool = validate_config_item("tool", name, value)
+    except ValueError as exc:
+        return unavailable(None, f"agents skip it: {str(exc).splitlines()[0]}")
+    assert isinstance(tool, ToolDescriptor)
+    if tool.type == "tool-service":
+        if not tool.service:
+            return unavailable(None, "agents skip it: a tool of type 'tool-service' needs 'service'")
+        text = services.get(tool.service)
+        if text is None:
+            return unavailable(
+                tool.service, f"no tool-service/{tool.service} in the store: its service went away or was never configured; agents skip it"
+            )
+        try:
+            service = validate_config_item("tool-service", tool.service, text)
+            assert isinstance(service, ToolServiceDescriptor)
+            check_tool_against_service(tool, service)
+        except ValueError as exc:
+            return unavailable(tool.service, f"agents skip it: {str(exc).splitlines()[0]}")
+    return ToolStatus(name=name, service=tool.service, source="static", status="configured", workspace=workspace)
 
 
 @dataclass
@@ -73,7 +133,7 @@ class ServiceState:
         elif self.record is not None:
             digest, version = self.record.digest, self.record.version
         instances = {
-            lease.instance: InstanceRecord(ttl=lease.ttl, since=round(self.since.get(lease.instance, lease.last_seen), 3))
+            lease.instance: InstanceRecord(ttl=lease.ttl, since=round(self.since.get(lease.instance, lease.last_seen or 0.0), 3))
             for lease in sorted(leases, key=lambda lease: lease.instance)
         }
         return OwnershipRecord(service=self.service_id, workspace=self.workspace, digest=digest, version=version, instances=instances)
@@ -84,13 +144,20 @@ class ServiceState:
             return False
         return desired == self.record.model_copy(update={"owned": {}})
 
+    def ttl(self) -> float:
+        """The longest ttl of its instances as last recorded: how long its names are kept after it goes."""
+        if self.record is None or not self.record.instances:
+            return DEFAULT_TTL
+        return max(item.ttl for item in self.record.instances.values())
+
     def tool_names(self) -> list[str]:
         return sorted(key for item_type, key in self.owned if item_type == "tool")
 
     def tool_statuses(self, leases: list[Lease], wall_now: float) -> list[ToolStatus]:
         status = service_status(leases)
-        last = max((lease.last_seen for lease in leases), default=None)
+        last = max((lease.last_seen for lease in leases if lease.last_seen is not None), default=None)
         version = self.record.version if self.record is not None else ""
+        detail = status_detail(status, leases)
         return [
             ToolStatus(
                 name=name,
@@ -101,6 +168,7 @@ class ServiceState:
                 last_heartbeat_age=None if last is None else round(max(0.0, wall_now - last), 3),
                 workspace=self.workspace,
                 version=version,
+                detail=detail,
             )
             for name in self.tool_names()
         ]

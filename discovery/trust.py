@@ -111,6 +111,11 @@ class TrustPolicy:
             return None
         return key.allows(service_id, tool_names)
 
+    def signed_by(self, announcement: Announcement, key_id: str) -> bool:
+        """True when `announcement` carries a valid signature by the trusted key `key_id`."""
+        key = self.keys.get(key_id)
+        return key is not None and signature_key_id(announcement) == key_id and verify(announcement, key.public_key)
+
     def to_json(self) -> str:
         entries = [
             {"name": k.name, "public-key": k.text, "services": list(k.services), "tools": list(k.tools)}

@@ -12,6 +12,11 @@ On a store that ignores `expect` (TrustGraph's), writes go through
 
 A store that does not answer (broker restart, store down) is retried with a
 growing delay; the dirty set is kept, so nothing is lost, only late.
+
+A service that goes keeps its tool names for one ttl (`departed`): they
+count as owned by it when others are planned. What `departed` gained in a
+round (withdrawn instances, kept names) is written after the round's merges,
+as one item in the reserved workspace.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import asyncio
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from toolservice_base.configclient import ConfigClient
@@ -33,6 +38,7 @@ from toolservice_base.errors import (
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import Conflict, canonical_json
 
+from .departed import DEPARTED_KEY, Departed
 from .health import RegistryMetrics
 from .leases import LeaseTable, ServiceKey
 from .merge import (
@@ -47,7 +53,7 @@ from .merge import (
     record_key,
 )
 from .state import ServiceState
-from .store_writes import StoreWrites
+from .store_writes import PROBE_WORKSPACE, StoreWrites
 
 log = get_logger("discovery.registry")
 
@@ -82,8 +88,10 @@ class StoreWriter:
         coalesce_window: float,
         max_retry_delay: float,
         metrics: RegistryMetrics,
-        on_refused: Callable[[str, str], None],
+        on_refused: Callable[[str, str], object],
         on_merged: Callable[[], None],
+        departed: Departed | None = None,
+        on_conflicts: Callable[[ServiceKey, list[Conflict]], Awaitable[None]] | None = None,
     ) -> None:
         self._config = config
         self.writes = StoreWrites(config)
@@ -96,6 +104,8 @@ class StoreWriter:
         self.metrics = metrics
         self._on_refused = on_refused
         self._on_merged = on_merged
+        self.departed = departed or Departed()
+        self._on_conflicts = on_conflicts
         self.indexed: set[str] = {workspace_default}
         self.store_writes = 0
         """Transactions sent to the store (tests use it to prove coalescing)."""
@@ -131,7 +141,7 @@ class StoreWriter:
     async def settle(self, timeout: float = 5.0) -> None:
         """Wait until every pending change has been written."""
         deadline = time.monotonic() + timeout
-        while self._dirty or self._busy or self._wake.is_set():
+        while self._dirty or self._busy or self._wake.is_set() or self.departed.dirty:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"registry still has {len(self._dirty)} service(s) to write after {timeout:g}s")
             await asyncio.sleep(0.01)
@@ -185,6 +195,19 @@ class StoreWriter:
                     break
             else:
                 await self._merge_one_by_one(workspace, keys, forced)
+        await self._save_departed()
+
+    async def _save_departed(self) -> None:
+        """Write what `departed` gained: withdrawn instances must be in the store before the registry may restart."""
+        if not self.departed.dirty:
+            return
+        self.departed.dirty = False
+        try:
+            await self._config.put([(*DEPARTED_KEY, self.departed.to_value(time.time()))], workspace=PROBE_WORKSPACE)
+        except BaseException:
+            self.departed.dirty = True
+            raise
+        self.store_writes += 1
 
     async def _merge_one_by_one(self, workspace: str, keys: list[ServiceKey], forced: set[ServiceKey]) -> None:
         """A batch that keeps failing: write each service alone, so one cannot hold back the others."""
@@ -220,23 +243,40 @@ class StoreWriter:
         found = await self._config.get(sorted(wanted), workspace=workspace)
         original: dict[Key, str | None] = {key: found.get(key) for key in wanted}
         view = dict(original)
-        owners = {key: s.service_id for s in self._services.values() if s.workspace == workspace for key in s.owned}
+        wall = time.time()
+        kept = {("tool", name): k for name, k in self.departed.kept(workspace, wall).items()}
+        owners = {key: k.service for key, k in kept.items()}
+        owners.update({key: s.service_id for s in self._services.values() if s.workspace == workspace for key in s.owned})
+        until = {key: k.until for key, k in kept.items()}
         entries.sort(key=lambda entry: (entry[2] is not None, entry[0].order))  # departures free names first
         plans: list[Plan] = []
         for state, offer, record in entries:
-            plan = plan_service(view, owners, service_id=state.service_id, owned=state.owned, record=record, offer=offer)
+            plan = plan_service(view, owners, service_id=state.service_id, owned=state.owned, record=record, offer=offer, kept=until)
             apply_plan(view, owners, plan, state.owned)
+            if plan.record is None:  # gone: its names stay with it for one ttl, in this batch too
+                for key in state.owned:
+                    if key[0] == "tool":
+                        owners[key], until[key] = state.service_id, wall + state.ttl()
             plans.append(plan)
         puts, deletes, expect = combine(original, view, plans)
         version = None
         if puts or deletes:
             version = await self.writes.apply(puts=puts, deletes=deletes, expect=expect, workspace=workspace)
             self.store_writes += 1
-        self._commit(entries, plans, version)
+        refused = self._commit(entries, plans, version, wall)
+        if self._on_conflicts is not None:
+            for key, conflicts in refused.items():
+                await self._on_conflicts(key, conflicts)
 
-    def _commit(self, entries: list[Entry], plans: list[Plan], version: int | None) -> None:
-        wall = time.time()
+    def _commit(self, entries: list[Entry], plans: list[Plan], version: int | None, wall: float) -> dict[ServiceKey, list[Conflict]]:
+        """Take the written plans as the new truth; returns the conflicts that are new, by service."""
+        refused: dict[ServiceKey, list[Conflict]] = {}
         for (state, offer, _), plan in zip(entries, plans):
+            names = [key[1] for key in state.owned if key[0] == "tool"]
+            if plan.record is None and names:
+                self.departed.keep(state.workspace, names, state.service_id, wall + state.ttl())
+            elif plan.record is not None:
+                self.departed.claimed(state.workspace, [key[1] for key in plan.owned if key[0] == "tool"], state.service_id)
             state.record = plan.record
             state.owned = dict(plan.owned)
             fields: dict[str, Any] = {"service": state.service_id, "workspace": state.workspace, "version": version}
@@ -244,11 +284,16 @@ class StoreWriter:
                 log.info("tool.registered", tool=name, service_version=offer.version if offer else "", **fields)
             for name in plan.removed:
                 log.info("tool.removed", tool=name, **fields)
-            self._update_conflicts(state, plan.conflicts, wall)
+            new = self._update_conflicts(state, plan.conflicts, wall)
+            if new:
+                refused[state.key] = new
             if plan.record is None and not self._leases.of_service(state.key):
                 del self._services[state.key]
+        return refused
 
-    def _update_conflicts(self, state: ServiceState, findings: list[Finding], wall: float) -> None:
+    def _update_conflicts(self, state: ServiceState, findings: list[Finding], wall: float) -> list[Conflict]:
+        """Record this plan's conflicts; returns those that are new or changed (the refused service is told)."""
+        new: list[Conflict] = []
         current = {finding.tool: finding for finding in findings}
         for name, finding in current.items():
             known = state.conflicts.get(name)
@@ -259,10 +304,12 @@ class StoreWriter:
             )
             if known is None:
                 self.metrics.conflict()
+            new.append(state.conflicts[name])
             log.warning("tool.conflict", tool=name, service=state.service_id, held_by=finding.held_by, workspace=state.workspace, reason=finding.reason)
         for name in [n for n in state.conflicts if n not in current]:
             del state.conflicts[name]
             log.info("tool.conflict_resolved", tool=name, service=state.service_id, workspace=state.workspace)
+        return new
 
     async def read_index(self) -> None:
         """Learn the workspaces that hold ownership records (at start)."""

@@ -127,15 +127,16 @@ def test_release_drops_the_held_leases_at_once() -> None:
 
 def test_restored_leases_are_in_grace_until_heard_from() -> None:
     leases = LeaseTable()
-    lease = leases.restore("i", A, ttl=2.0, now=0.0, wall=0.0, digest="d")
+    lease = leases.restore("i", A, ttl=2.0, now=0.0, digest="d")
     assert lease.state == "grace" and lease.digest == "d" and lease.announced == 0
+    assert lease.last_seen is None  # not heard from since the registry started: no made-up heartbeat
     leases.renew("i", A, ttl=2.0, now=1.0, wall=1.0)
-    assert lease.state == "live"
+    assert lease.state == "live" and lease.last_seen == 1.0
 
 
 def test_restored_leases_expire_after_one_ttl() -> None:
     leases = LeaseTable()
-    leases.restore("i", A, ttl=2.0, now=0.0, wall=0.0, digest="d")
+    leases.restore("i", A, ttl=2.0, now=0.0, digest="d")
     assert leases.sweep(1.9).expired == []
     assert [lease.instance for lease in leases.sweep(2.0).expired] == ["i"]
 
@@ -144,3 +145,39 @@ def test_by_service_groups_leases() -> None:
     leases = table(A, A, B)
     grouped = leases.by_service()
     assert sorted(grouped) == [A, B] and len(grouped[A]) == 2 and len(grouped[B]) == 1
+
+
+def test_refused_leases_run_out_and_are_never_held() -> None:
+    """Four of five leases run out together, but their holders are sending refused messages: not silence."""
+    leases = table(A, A, B, B, ("default", "c"))
+    leases.renew("c-4", ("default", "c"), ttl=2.0, now=1.9, wall=1001)
+    for instance in ("a-0", "a-1", "b-2", "b-3"):
+        leases.refuse(instance, "not trusted: unsigned announcement (a trust policy is configured)")
+    assert {lease.state for lease in leases if lease.instance != "c-4"} == {"refused"}
+    result = leases.sweep(2.0)
+    assert sorted(lease.instance for lease in result.expired) == ["a-0", "a-1", "b-2", "b-3"]
+    assert result.held == [] and result.failing == 0 and [lease.instance for lease in leases] == ["c-4"]
+
+
+def test_refused_leases_do_not_count_towards_holding_others() -> None:
+    """Two silent leases among refused ones are two of five failing: below the share, they expire."""
+    leases = table(A, A, B, B, ("default", "c"))
+    for instance in ("a-0", "a-1", "b-2"):
+        leases.refuse(instance, "not trusted")
+    result = leases.sweep(2.0)
+    assert len(result.expired) == 5 and result.held == [] and result.failing == 2
+
+
+def test_a_held_lease_found_refused_goes_at_the_next_sweep() -> None:
+    leases = table(A, B, ("default", "c"))
+    assert len(leases.sweep(2.0).held) == 3
+    leases.refuse("a-0", "not trusted")
+    result = leases.sweep(2.1)
+    assert [lease.instance for lease in result.expired] == ["a-0"] and len(leases.held()) == 2
+
+
+def test_an_accepted_message_clears_the_refusal() -> None:
+    leases = table(A)
+    leases.refuse("a-0", "not trusted")
+    lease, _ = leases.renew("a-0", A, ttl=2.0, now=1.0, wall=1001, sequence=7, signer="k1")
+    assert (lease.state, lease.refused, lease.sequence, lease.signer) == ("live", None, 7, "k1")

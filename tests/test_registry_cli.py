@@ -247,7 +247,7 @@ async def test_conflicts_and_rejections_are_shown_by_the_cli(
         table = await atoolreg("conflicts", env=procs.env)
         assert "tell-joke" in table.stdout and "static wins" in table.stdout
         tools = await atoolreg("tools", env=procs.env)
-        assert tools.stdout.splitlines()[0].split() == ["TOOL", "SERVICE", "SOURCE", "STATUS", "INSTANCES", "LAST", "HEARTBEAT"]
+        assert tools.stdout.splitlines()[0].split() == ["TOOL", "SERVICE", "SOURCE", "STATUS", "INSTANCES", "LAST", "HEARTBEAT", "WHY"]
         assert tools.stdout.splitlines()[1].split()[:4] == ["tell-joke", "joke-service", "static", "configured"]
     rejected = await atoolreg("rejections", "--json", env=procs.env)
     assert rejected.returncode == 0 and "not a valid announcement" in json.loads(rejected.stdout)[0]["reason"]

@@ -116,6 +116,25 @@ def test_rejection_log_keeps_the_most_recent() -> None:
     assert [r.reason for r in log.items()] == ["r7", "r8", "r9"] and log.total == 10
 
 
+def test_repeated_rejections_of_one_sender_are_one_entry_with_count_first_and_last() -> None:
+    """A refused service heartbeating every few seconds must not push every other entry out."""
+    log = RejectionLog(limit=3)
+    assert log.add(Rejection(at=1.0, reason="rogue", instance="other-1"))
+    for second in range(2, 1000):
+        new = log.add(Rejection(at=float(second), reason=f"stale: sent {30 + second % 7}.5s ago", instance="chatty-1", service="chatty"))
+        assert new is (second == 2)
+    entries = {r.instance: r for r in log.items()}
+    assert sorted(entries) == ["chatty-1", "other-1"] and log.total == 999
+    chatty = entries["chatty-1"]
+    assert (chatty.count, chatty.first, chatty.at, chatty.reason) == (998, 2.0, 999.0, "stale: sent 35.5s ago")
+    assert log.add(Rejection(at=1000.0, reason="not trusted: unsigned announcement", instance="chatty-1"))  # another reason: its own entry
+    # a heartbeat names no service: still the same sender as its announce, and the service is kept
+    assert not log.add(Rejection(at=1001.0, reason="not trusted: unsigned announcement", instance="chatty-1", service="chatty"))
+    assert not log.add(Rejection(at=1002.0, reason="not trusted: unsigned announcement", instance="chatty-1"))
+    last = log.items()[-1]
+    assert (last.count, last.service, last.first, last.at) == (3, "chatty", 1000.0, 1002.0)
+
+
 def test_probes_are_spaced_per_instance_and_capped_overall() -> None:
     limiter = ProbeLimiter(interval=1.0, per_second=3)
     assert limiter.allow("a", 100.0) and not limiter.allow("a", 100.5) and limiter.allow("a", 101.0)

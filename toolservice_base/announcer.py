@@ -3,7 +3,9 @@
 A service's presence on the `tool-descriptors` topic is a lease: it lasts
 `ttl` seconds past the last message. Heartbeats every `ttl / 3` keep it alive
 through two lost messages; a probe from the registry (after a restart, or when
-it meets a digest it does not know) gets a full `announce` back.
+it meets a digest it does not know) gets a full `announce` back. A probe
+carrying `refused` is the registry telling this instance that something it
+sent was refused, and why: it is logged (`service.refused`), nothing is sent.
 """
 
 from __future__ import annotations
@@ -122,6 +124,10 @@ class Announcer:
             probe = Probe.model_validate_json(message.data)
         except (ValidationError, ValueError):
             log.debug("probe.ignored", reason="malformed")
+            return
+        if probe.refused is not None:  # a notice, not a request to re-announce
+            if probe.instance == self.instance:
+                log.warning("service.refused", service=self.service.id, instance=self.instance, reason=probe.refused)
             return
         if probe.instance in (None, self.instance) and not self.withdrawn:
             await self._send("announce")

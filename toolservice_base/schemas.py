@@ -425,10 +425,16 @@ class Announcement(WireModel):
 
 
 class Probe(WireModel):
-    """Ask live services to re-announce; `instance` narrows it to one."""
+    """Ask live services to re-announce; `instance` narrows it to one.
+
+    With `refused` set it is no request to re-announce but a notice to
+    `instance`: the registry refused something it sent (a conflict, an
+    untrusted signature, ...) and says why, so the service can log it.
+    """
 
     instance: str | None = Field(default=None, pattern=NAME_PATTERN)
     reason: str = Field(default="", max_length=200)
+    refused: str | None = Field(default=None, max_length=1000)
 
 
 # --- registry query API (spec section 6) -----------------------------------
@@ -453,14 +459,21 @@ class ToolStatus(BaseModel):
     last_heartbeat_age: float | None = None
     workspace: str = "default"
     version: str = ""
+    detail: str = ""
+    """Why the status is not plain `live`/`configured` (refused, held, grace, unavailable), in one line."""
 
 
 class Rejection(BaseModel):
     at: float
+    """When the sender was last refused for this reason (wall clock)."""
     reason: str
     instance: str | None = None
     service: str | None = None
     excerpt: str = ""
+    count: int = 1
+    """Refusals of the same sender for the same reason, aggregated into this entry."""
+    first: float | None = None
+    """When the first of them was refused."""
 
 
 class Conflict(BaseModel):

@@ -1,0 +1,64 @@
+"""How one registry is tuned: sweeps, coalescing, self-preservation, caps, trust.
+
+The defaults suit production and tests alike; `toolreg up` and `toolreg
+registry` set the trust and bad-input ones from their flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolservice_base.schemas import check_namespace
+
+from .validation import DEFAULT_MAX_SKEW, TrustCheck
+
+
+@dataclass
+class RegistryOptions:
+    """Tuning of one registry. The defaults suit production and tests alike."""
+
+    sweep_interval: float = 0.25
+    """Seconds between lease sweeps (at most 1): how late past its ttl a dead instance goes."""
+    coalesce_window: float = 0.05
+    """Seconds a store write waits for more changes to ride along in the same version."""
+    self_preservation_share: float = 0.5
+    """Hold the deletions when more than this share of all leases expire in one sweep..."""
+    self_preservation_min: int = 3
+    """...and at least this many: so one service with one or two instances dying goes normally."""
+    max_rejections: int = 200
+    allowed_namespaces: tuple[str, ...] | None = None
+    """`tenant/namespace` a service's queues may live in; None: the topicspace's `request` and `response`."""
+    max_clock_skew: float = DEFAULT_MAX_SKEW
+    """Seconds `sent-at` may be ahead of the registry's clock; also the longest a message may be in flight."""
+    max_instances: int = 10_000
+    """Instance leases held at once, all services together: a flood of fresh instance ids stops here."""
+    max_instances_per_service: int = 256
+    """Instances of one service at once: one noisy service cannot use up `max_instances`."""
+    probe_interval: float = 1.0
+    """At most one probe per instance per this many seconds."""
+    max_probes_per_second: float = 50.0
+    store_timeout: float = 5.0
+    max_retry_delay: float = 2.0
+    """Longest wait between retries of a store write that failed (broker or store down)."""
+    trust: TrustCheck | None = None
+    """A trust policy (`discovery.trust.TrustPolicy`): accept only announcements signed by a key
+    allowed the service and tools they claim. None accepts every valid announcement."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.sweep_interval <= 1:
+            raise ValueError("sweep_interval must be in (0, 1] seconds")
+        if not 0 <= self.coalesce_window <= 1:
+            raise ValueError("coalesce_window must be in [0, 1] seconds")
+        if not 0 < self.self_preservation_share <= 1:
+            raise ValueError("self_preservation_share must be in (0, 1]")
+        if self.self_preservation_min < 1 or self.max_rejections < 1:
+            raise ValueError("self_preservation_min and max_rejections must be at least 1")
+        if not self.max_clock_skew > 0:
+            raise ValueError("max_clock_skew must be positive")
+        if self.max_instances < 1 or not 1 <= self.max_instances_per_service <= self.max_instances:
+            raise ValueError("max_instances_per_service must be at least 1 and at most max_instances")
+        if self.allowed_namespaces is None:
+            return
+        self.allowed_namespaces = tuple(check_namespace(namespace) for namespace in self.allowed_namespaces)
+        if not self.allowed_namespaces:
+            raise ValueError("allowed_namespaces must name at least one tenant/namespace")
