@@ -90,9 +90,8 @@ async def cmd_up(args: argparse.Namespace) -> int:
         lock = UpLock(settings.data_dir)
         stack.callback(lock.release)
         lock.acquire()
-        health = start_health(args.metrics_port)
+        health = await start_health(stack, args.metrics_port)
         if health is not None:
-            stack.callback(health.stop)
             health.add_check("startup", lambda: None if up else "starting")
             print(f"metrics       {health.url}/metrics (and /healthz, /readyz)")
         if settings.pulsar_url:
@@ -160,14 +159,11 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         )
     except (ServiceDefinitionError, SigningError) as exc:
         raise CommandError(f"{args.target}: {exc}") from None
-    health = start_health(args.metrics_port)
-    if health is not None:
-        health.add_check("service", service.readiness)
-    try:
-        await service.run()
-    finally:
+    async with AsyncExitStack() as stack:
+        health = await start_health(stack, args.metrics_port)
         if health is not None:
-            health.stop()
+            health.add_check("service", service.readiness)
+        await service.run()
     return 0
 
 

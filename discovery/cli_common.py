@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from contextlib import AsyncExitStack
 
 from toolservice_base import Settings, ToolDiscoveryError
 
@@ -38,10 +39,10 @@ async def wait_for_signal() -> None:
             loop.remove_signal_handler(sig)
 
 
-def start_health(port: int | None) -> HealthServer | None:
-    """Serve /healthz, /readyz and /metrics if --metrics-port or TOOLREG_METRICS_PORT asks for it."""
+async def start_health(stack: AsyncExitStack, port: int | None) -> HealthServer | None:
+    """Serve /healthz, /readyz and /metrics if --metrics-port or TOOLREG_METRICS_PORT asks for it; stopped by `stack`."""
     try:
         address = metrics_address(port)
-        return HealthServer(*address).start() if address is not None else None
+        return await stack.enter_async_context(HealthServer(*address)) if address is not None else None
     except HealthError as exc:
         raise CommandError(str(exc)) from None

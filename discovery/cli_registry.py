@@ -91,9 +91,8 @@ async def cmd_registry(args: argparse.Namespace) -> int:
         registry = Registry(connection, options=options)
         stack.push_async_callback(registry.stop)
         await registry.start()
-        health = start_health(args.metrics_port)
+        health = await start_health(stack, args.metrics_port)
         if health is not None:
-            stack.callback(health.stop)
             health.add_check("registry", registry.readiness)
             print(f"metrics on {health.url}/metrics (and /healthz, /readyz)", flush=True)
         topics = connection.topics
