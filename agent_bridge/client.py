@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from typing import Any
 
+from toolservice_base import tracing
 from toolservice_base.errors import ToolError
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import RequestClient
@@ -63,9 +64,11 @@ class ToolServiceClient:
         config: Mapping[str, Any],
         arguments: Mapping[str, Any],
         timeout: float = DEFAULT_CALL_TIMEOUT,
+        *,
+        tool: str = "",
     ) -> str:
         """The whole observation: a streamed answer is concatenated."""
-        async with aclosing(self.stream(user, config, arguments, timeout=timeout)) as chunks:
+        async with aclosing(self.stream(user, config, arguments, timeout=timeout, tool=tool)) as chunks:
             return "".join([chunk async for chunk in chunks])
 
     async def stream(
@@ -74,11 +77,15 @@ class ToolServiceClient:
         config: Mapping[str, Any],
         arguments: Mapping[str, Any],
         timeout: float = DEFAULT_CALL_TIMEOUT,
+        *,
+        tool: str = "",
     ) -> AsyncGenerator[str, None]:
         """Yield each non-empty chunk in order until the service says `end_of_stream`.
 
         `timeout` bounds the wait for each next response, so a long stream that
         keeps moving never times out and a stalled one raises `RequestTimeout`.
+        `tool` names the tool called (the service counts and traces per tool);
+        with an OpenTelemetry SDK configured, the call is a client span.
         """
         if self._closed:
             raise ToolError(
@@ -95,12 +102,13 @@ class ToolServiceClient:
         self._in_flight += 1
         self._idle.clear()
         try:
-            responses = self._rpc.stream(request, is_last=is_last_response, timeout=timeout)
-            async with aclosing(responses) as bodies:
-                async for body in bodies:
-                    chunk = response_chunk(body, self.service.id)
-                    if chunk:
-                        yield chunk
+            with tracing.client_call(tool, self.service.id) as span:
+                responses = self._rpc.stream(request, is_last=is_last_response, timeout=timeout, properties=span.properties)
+                async with aclosing(responses) as bodies:
+                    async for body in bodies:
+                        chunk = response_chunk(body, self.service.id)
+                        if chunk:
+                            yield chunk
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:

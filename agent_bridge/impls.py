@@ -104,10 +104,10 @@ class ToolServiceImpl:
         return self.call_stream(arguments)
 
     async def call(self, arguments: Mapping[str, Any], *, user: str | None = None) -> str:
-        return await self.client.call(self._user(user), self._config, arguments, self.timeout)
+        return await self.client.call(self._user(user), self._config, arguments, self.timeout, tool=self.tool.name)
 
     def call_stream(self, arguments: Mapping[str, Any], *, user: str | None = None) -> AsyncGenerator[str, None]:
-        return self.client.stream(self._user(user), self._config, arguments, self.timeout)
+        return self.client.stream(self._user(user), self._config, arguments, self.timeout, tool=self.tool.name)
 
     def _user(self, user: str | None) -> str:
         return self.user if user is None else user

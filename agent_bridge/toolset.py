@@ -29,6 +29,7 @@ from toolservice_base.errors import (
     UnknownToolError,
 )
 from toolservice_base.logs import get_logger
+from toolservice_base.metrics import OTHER_TOOL
 from toolservice_base.schemas import ConfigPush, check_name
 from toolservice_base.settings import Settings
 from toolservice_base.transport import Subscription, Transport, open_transport
@@ -37,6 +38,7 @@ from .build import TYPES, Built, Entry, Items, build, one_line
 from .client import DEFAULT_CALL_TIMEOUT, ToolServiceClient
 from .impls import Tool, ToolFactory, arguments_schema, registered_factories
 from .llm_names import openai_names
+from .metrics import BridgeMetrics
 from .snapshot import read_snapshot, snapshot_path, write_snapshot
 from .static import StaticDirError, load_static_dir
 
@@ -94,6 +96,7 @@ class ToolSet:
         store_timeout: float = 3.0,
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
         close_timeout: float = 30.0,
+        metrics: BridgeMetrics | None = None,
     ) -> None:
         self.workspace = check_name(workspace, "workspace")
         self._settings = settings or Settings.from_env(data_dir=data_dir, pulsar_url=pulsar_url)
@@ -109,6 +112,7 @@ class ToolSet:
         self.store_timeout = store_timeout
         self.call_timeout = call_timeout
         self.close_timeout = close_timeout
+        self.metrics = metrics or BridgeMetrics.default()
         self._state = _State()
         self._config: ConfigClient | None = None
         self._watch: Subscription | None = None
@@ -270,26 +274,38 @@ class ToolSet:
         known = ", ".join(sorted(state.entries)) or "none"
         raise UnknownToolError(f"no tool named {name!r} in workspace {self.workspace!r}; available: {known}")
 
+    def _labels(self, name: str) -> tuple[str, str]:
+        """(service, tool) for the metrics: the set's own names only, `(other)` for a tool it does not hold."""
+        state = self._state
+        entry = state.entries.get(name) or state.entries.get(state.by_openai_name.get(name, ""))
+        return ((entry.tool.service or "", entry.tool.name) if entry is not None else ("", OTHER_TOOL))
+
     async def invoke(self, name: str, arguments: Mapping[str, Any] | None = None, user: str = "") -> str:
         """Call tool `name` and return its observation; raises `ToolError` if the tool failed."""
-        impl = self._lookup(name)
-        args = dict(arguments or {})
-        call = getattr(impl, "call", None)
-        if callable(call):
-            result = await call(args, user=user or None)
-        else:
-            result = await impl.invoke(**args)
-        return _as_text(result)
+        with self.metrics.timed(*self._labels(name)):
+            impl = self._lookup(name)
+            args = dict(arguments or {})
+            call = getattr(impl, "call", None)
+            if callable(call):
+                result = await call(args, user=user or None)
+            else:
+                result = await impl.invoke(**args)
+            return _as_text(result)
 
     def stream(self, name: str, arguments: Mapping[str, Any] | None = None, user: str = "") -> AsyncIterator[str]:
         """The observation chunk by chunk; a tool that cannot stream yields its whole answer once."""
-        impl = self._lookup(name)
+        labels = self._labels(name)
+        try:
+            impl = self._lookup(name)
+        except UnknownToolError as exc:
+            self.metrics.failed(*labels, exc)
+            raise
         args = dict(arguments or {})
         call_stream = getattr(impl, "call_stream", None)
         if callable(call_stream):
             chunks: AsyncIterator[str] = call_stream(args, user=user or None)
-            return chunks
-        return _single(impl, args)
+            return self.metrics.timed_stream(*labels, chunks)
+        return self.metrics.timed_stream(*labels, _single(impl, args))
 
     # --- change notification -------------------------------------------------
 

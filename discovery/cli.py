@@ -43,6 +43,7 @@ from .cli_common import CommandError, fail, settings_of, start_health, wait_for_
 from .config_ops import STORE_PROTOCOLS
 from .configsvc import ConfigStoreService
 from .health import DEFAULT_METRICS_PORT
+from .otel import configure_tracing
 from .registry import Registry
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -398,6 +399,7 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     wrong and what to do, so it is printed as is, without a traceback.
     """
     configure_logging(getattr(args, "log_level", None))
+    configure_tracing(f"toolreg-{getattr(args, 'command', 'command')}")
     try:
         return asyncio.run(handler(args))
     except ToolDiscoveryError as exc:

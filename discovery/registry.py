@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from opentelemetry.trace import SpanContext
 from pydantic import ValidationError
 
+from toolservice_base import tracing
 from toolservice_base.configclient import ConfigClient, watch_config
 from toolservice_base.errors import (
     ConfigError,
@@ -344,11 +346,11 @@ class Registry:
                 return
         self.metrics.announcement(announcement.kind)
         if announcement.kind == "announce":
-            await self._on_announce(announcement, now, wall)
+            await self._on_announce(announcement, now, wall, tracing.remote_context(message.properties))
         elif announcement.kind == "heartbeat":
             await self._on_heartbeat(announcement, now, wall)
         else:
-            self._on_withdraw(announcement)
+            self._on_withdraw(announcement, tracing.remote_context(message.properties))
 
     def _authorize(self, announcement: Announcement) -> str | None:
         """Ask the trust policy.
@@ -401,7 +403,7 @@ class Registry:
         self.metrics.rejection(reason)
         log.warning("announcement.rejected", reason=reason, instance=instance, service=service, bytes=len(data))
 
-    async def _on_announce(self, announcement: Announcement, now: float, wall: float) -> None:
+    async def _on_announce(self, announcement: Announcement, now: float, wall: float, link: SpanContext | None = None) -> None:
         assert announcement.service is not None and announcement.tools is not None  # the model guarantees it
         key = (announcement.workspace, announcement.service.id)
         state = self._services.get(key)
@@ -423,7 +425,7 @@ class Registry:
             self._resume(now)
         # An offer seen for the first time (after a restart, say) is checked against
         # the store even if the record says nothing changed: conflicts live in memory.
-        self._mark(key, force=not known)
+        self._mark(key, force=not known, link=link)
 
     async def _on_heartbeat(self, announcement: Announcement, now: float, wall: float) -> None:
         lease = self.leases.get(announcement.instance)
@@ -446,12 +448,12 @@ class Registry:
         for digest in [digest for digest in state.offers if digest not in in_use]:
             del state.offers[digest]
 
-    def _on_withdraw(self, announcement: Announcement) -> None:
+    def _on_withdraw(self, announcement: Announcement, link: SpanContext | None = None) -> None:
         lease = self.leases.remove(announcement.instance)
         if lease is None:
             return
         log.info("instance.withdrawn", service=lease.service[1], workspace=lease.service[0], instance=lease.instance)
-        self._mark(lease.service)
+        self._mark(lease.service, link=link)
 
     def _resume(self, now: float) -> None:
         resumed = self.leases.resume_held(now)
@@ -525,8 +527,8 @@ class Registry:
             return f"not connected to the broker at {self._connection.url}"
         return None
 
-    def _mark(self, key: ServiceKey, *, force: bool = False) -> None:
-        self.writer.mark(key, force=force)
+    def _mark(self, key: ServiceKey, *, force: bool = False, link: SpanContext | None = None) -> None:
+        self.writer.mark(key, force=force, link=link)
 
     # --- queries -------------------------------------------------------------
 

@@ -24,7 +24,7 @@ import json
 import re
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -138,11 +138,14 @@ class RequestClient:
         *,
         is_last: Callable[[dict[str, Any]], bool] = lambda body: True,
         timeout: float = DEFAULT_TIMEOUT,
+        properties: Mapping[str, str] | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Yield each response to `request` until `is_last` says it was the last.
 
         `timeout` bounds the wait for each next response, so a long stream that
-        keeps moving never times out, and a stalled one does.
+        keeps moving never times out, and a stalled one does. `properties` ride
+        along on the request message (a tool name, a `traceparent`); `id` and
+        `reply-to` are ours and win.
         """
         if self._publisher is None:
             await self.start()
@@ -151,8 +154,11 @@ class RequestClient:
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._pending[request_id] = queue
         try:
-            properties = {"id": request_id} if self.reply_queue is None else {"id": request_id, REPLY_TO: self.reply_queue}
-            await self._publisher.send(request, properties=properties)
+            sent = {**properties} if properties else {}
+            sent["id"] = request_id
+            if self.reply_queue is not None:
+                sent[REPLY_TO] = self.reply_queue
+            await self._publisher.send(request, properties=sent)
             while True:
                 try:
                     # asyncio.timeout, not wait_for: on Python 3.11 wait_for wraps the

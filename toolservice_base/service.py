@@ -31,10 +31,11 @@ from typing import Any, ClassVar
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from .announcer import Announcer
+from . import tracing
+from .announcer import Announcer, new_instance_id
 from .errors import BadRequest, ServiceDefinitionError
 from .logs import get_logger
-from .metrics import ServiceMetrics
+from .metrics import OTHER_TOOL, ServiceMetrics
 from .rpc import RequestServer
 from .schemas import (
     DEFAULT_TTL,
@@ -122,6 +123,14 @@ def _parse_request(data: bytes, max_bytes: int = MAX_REQUEST_BYTES) -> tuple[str
     return request.user, parsed["config"], parsed["arguments"]
 
 
+def _tools_by_config(tools: list[ToolDescriptor]) -> dict[str, str]:
+    """Canonical JSON of each tool's config values -> its name, for values no other tool of the service shares."""
+    found: dict[str, list[str]] = {}
+    for tool in tools:
+        found.setdefault(canonical_json(tool.config_values), []).append(tool.name)
+    return {config: names[0] for config, names in found.items() if len(names) == 1}
+
+
 def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
@@ -167,7 +176,11 @@ class DynamicToolService:
         self.lease_workspace = workspace or type(self).workspace
         key_source = signing_key if signing_key is not None else self.settings.signing_key_file
         self.signing_key = load_private_key(key_source) if isinstance(key_source, (str, Path)) else key_source
-        self.metrics = (metrics or ServiceMetrics.default()).bind(self.id)
+        self.instance = new_instance_id(self.id)
+        """This process's instance id: in its announcements, and on its spans."""
+        self.metrics = (metrics or ServiceMetrics.default()).bind(self.id, [tool.name for tool in self.tool_descriptors])
+        self._tool_names = frozenset(tool.name for tool in self.tool_descriptors)
+        self._tool_by_config = _tools_by_config(self.tool_descriptors)
         self._server: RequestServer | None = None
         self.announcer: Announcer | None = None
         self._stopped = asyncio.Event()
@@ -195,28 +208,49 @@ class DynamicToolService:
             return f"not connected to the broker for {self.service_descriptor.request_queue}"
         return None
 
+    def _tool_of(self, properties: dict[str, str], config: dict[str, Any] | None) -> str:
+        """Which tool a request is for, as a bounded label: the bridge names it in a property;
+        other callers are matched on the config values they send (each tool has its own), else `(other)`."""
+        named = properties.get(tracing.TOOL_PROPERTY)
+        if named is not None and named in self._tool_names:
+            return named
+        if len(self._tool_names) == 1 and named is None:
+            return next(iter(self._tool_names))
+        if config is not None and named is None:
+            return self._tool_by_config.get(canonical_json(config), OTHER_TOOL)
+        return OTHER_TOOL
+
     async def __handle(self, message: Envelope, reply: Any) -> None:
         started = time.perf_counter()
         error: str | None = None
-        try:
-            user, config, arguments = _parse_request(message.data, type(self).max_request_bytes)
-            result = self.invoke(user, config, arguments)
-            if inspect.isawaitable(result):
-                result = await result
-            if inspect.isasyncgen(result):
-                await _stream_chunks(result, reply)
-                return
-            await reply(ToolServiceResponse(response=_as_text(result), end_of_stream=True))
-        except BadRequest as exc:
-            error = "bad-request"
-            log.warning("request.rejected", service=self.id, reason=str(exc))
-            await reply(ToolServiceResponse(error=Error(type="bad-request", message=str(exc)), end_of_stream=True))
-        except Exception as exc:
-            error = "exception"
-            log.warning("invoke.failed", service=self.id, error=f"{type(exc).__name__}: {exc}")
-            await reply(ToolServiceResponse(error=Error(type=type(exc).__name__, message=str(exc)), end_of_stream=True))
-        finally:
-            self.metrics.observe(time.perf_counter() - started, error)
+        error_type: str | None = None
+        config: dict[str, Any] | None = None
+        tool = self._tool_of(message.properties, None)
+        with tracing.server_call(message.properties, tool, self.id, self.instance) as span:
+            try:
+                user, config, arguments = _parse_request(message.data, type(self).max_request_bytes)
+                if tool == OTHER_TOOL:
+                    tool = self._tool_of(message.properties, config)
+                    span.set("tool.name", tool)
+                    span.rename(f"serve {tool}")
+                result = self.invoke(user, config, arguments)
+                if inspect.isawaitable(result):
+                    result = await result
+                if inspect.isasyncgen(result):
+                    await _stream_chunks(result, reply)
+                    return
+                await reply(ToolServiceResponse(response=_as_text(result), end_of_stream=True))
+            except BadRequest as exc:
+                error = error_type = "bad-request"
+                log.warning("request.rejected", service=self.id, reason=str(exc))
+                await reply(ToolServiceResponse(error=Error(type="bad-request", message=str(exc)), end_of_stream=True))
+            except Exception as exc:
+                error, error_type = "exception", type(exc).__name__
+                log.warning("invoke.failed", service=self.id, error=f"{type(exc).__name__}: {exc}")
+                await reply(ToolServiceResponse(error=Error(type=type(exc).__name__, message=str(exc)), end_of_stream=True))
+            finally:
+                tracing.outcome(span, error, error_type)
+                self.metrics.observe(time.perf_counter() - started, error, tool)
 
     async def start(self) -> None:
         """Subscribe to requests, then (and only then) announce.
@@ -251,6 +285,7 @@ class DynamicToolService:
                     workspace=self.lease_workspace,
                     version=type(self).version,
                     signing_key=self.signing_key,
+                    instance=self.instance,
                 )
                 await announcer.start()
                 stack.push_async_callback(announcer.stop)
