@@ -39,7 +39,7 @@ from toolservice_base import (
 from toolservice_base.signing import SigningError
 
 from . import cli_announce, cli_registry, cli_trust
-from .cli_common import CommandError, fail, settings_of, start_health, wait_for_signal
+from .cli_common import CommandError, fail, settings_of, show_registry_page, start_health, wait_for_signal
 from .config_ops import STORE_PROTOCOLS
 from .configsvc import ConfigStoreService
 from .health import DEFAULT_METRICS_PORT
@@ -119,6 +119,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
             await registry.start()
             if health is not None:
                 health.add_check("registry", registry.readiness)
+                print(f"page          {show_registry_page(health, registry)}")
             print(f"registry      listening on {connection.topics.tool_descriptors}")
             print(f"trust         {cli_registry.trust_line(options)}")
         up = True

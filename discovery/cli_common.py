@@ -11,6 +11,8 @@ from contextlib import AsyncExitStack
 from toolservice_base import Settings, ToolDiscoveryError
 
 from .health import HealthError, HealthServer, metrics_address
+from .page import serve_registry_page
+from .registry import Registry
 
 
 class CommandError(ToolDiscoveryError):
@@ -46,3 +48,8 @@ async def start_health(stack: AsyncExitStack, port: int | None) -> HealthServer 
         return await stack.enter_async_context(HealthServer(*address)) if address is not None else None
     except HealthError as exc:
         raise CommandError(str(exc)) from None
+
+
+def show_registry_page(health: HealthServer, registry: Registry) -> str:
+    """Serve the registry page beside /metrics; returns the line `toolreg` prints about it."""
+    return serve_registry_page(health, registry.overview)

@@ -55,6 +55,7 @@ from toolservice_base.schemas import (
     check_namespace,
     describe_validation_error,
 )
+from toolservice_base.signing import signature_key_id
 from toolservice_base.transport import (
     Envelope,
     Publisher,
@@ -66,6 +67,7 @@ from toolservice_base.transport import (
 from .health import RegistryMetrics
 from .leases import Lease, LeaseTable, ServiceKey
 from .merge import RECORD_TYPE, Offer, OwnershipRecord
+from .overview import Overview
 from .state import ServiceState
 from .validation import (
     DEFAULT_MAX_SKEW,
@@ -212,6 +214,11 @@ class Registry:
             on_refused=lambda service, reason: self._reject(reason, b"", time.time(), service=service),
             on_merged=lambda: self._report_state(self.leases.by_service()),
         )
+        self.overview = Overview(
+            services=self._services, leases=self.leases, config=self._config, rejections=self.rejection_log,
+            conflicts=self.conflicts, key_names=self._key_names, workspace_default=workspace_default,
+        )
+        """What the registry page shows (`await registry.overview.snapshot()`), read-only."""
         self._limiter = ProbeLimiter(opts.probe_interval, opts.max_probes_per_second)
         self._probe_publisher: Publisher | None = None
         self._descriptors: Subscription | None = None
@@ -414,10 +421,11 @@ class Registry:
         if len(state.offers) > 2 * self.options.max_instances_per_service:
             self._forget_unused_offers(state, keep=announcement.digest)
         previous = self.leases.get(announcement.instance)
-        self.leases.renew(
+        lease, _ = self.leases.renew(
             announcement.instance, key, ttl=announcement.ttl, now=now, wall=wall,
             digest=announcement.digest, announced=next(self._announces),
         )
+        lease.signer = signature_key_id(announcement)
         state.since.setdefault(announcement.instance, wall)
         if previous is not None and previous.service != key:
             self._mark(previous.service)  # the instance now serves another service id
@@ -478,6 +486,7 @@ class Registry:
     async def _on_push(self, push: ConfigPush) -> None:
         """Someone changed tools: a refused announcement may fit now (its holder left)."""
         self.writer.writes.observe(push)
+        self.overview.observe(push.version)
         for item_type in ("tool", "tool-service"):
             for workspace in push.changes.get(item_type, []):
                 for state in self._services.values():
@@ -529,6 +538,11 @@ class Registry:
 
     def _mark(self, key: ServiceKey, *, force: bool = False, link: SpanContext | None = None) -> None:
         self.writer.mark(key, force=force, link=link)
+
+    def _key_names(self) -> dict[str, str]:
+        """Key id -> the trust policy's name for it (empty without a policy)."""
+        keys = getattr(self.options.trust, "keys", None)
+        return {kid: key.name for kid, key in keys.items()} if isinstance(keys, dict) else {}
 
     # --- queries -------------------------------------------------------------
 
