@@ -278,6 +278,12 @@ def _bearer(request: Request) -> str | None:
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
+def _unavailable(exc: Exception) -> Response:
+    """The first snapshot needs the store (static tools, version); without it there is nothing honest to show."""
+    message = f"the config store did not answer ({exc}); the page shows once it does, is `toolreg up` running?"
+    return JSONResponse({"error": message}, status_code=503)
+
+
 def _asset(name: str, media_type: str) -> Response:
     body = (resources.files("discovery") / "static" / name).read_bytes()
     return Response(body, media_type=media_type, headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"})
@@ -298,14 +304,20 @@ def page_routes(overview: Overview, access: PageAccess, closing: asyncio.Event) 
         refused = access.refusal(request)
         if refused is not None:
             return refused
-        snapshot = await feed.refresh()
+        try:
+            snapshot = await feed.refresh()
+        except (ConfigError, TransportError) as exc:
+            return _unavailable(exc)
         return HTMLResponse(render(snapshot, feed.problem), headers=SECURITY_HEADERS)
 
     async def snapshot_json(request: Request) -> Response:
         refused = access.refusal(request)
         if refused is not None:
             return refused
-        snapshot = await feed.refresh()
+        try:
+            snapshot = await feed.refresh()
+        except (ConfigError, TransportError) as exc:
+            return _unavailable(exc)
         return Response(snapshot.model_dump_json(), media_type="application/json", headers=SECURITY_HEADERS)
 
     async def events(request: Request) -> Response:

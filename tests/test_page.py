@@ -170,3 +170,25 @@ async def test_off_loopback_the_page_needs_the_token_and_health_does_not(registr
         assert status == 200 and "Tool registry" in html
         status, headers, _ = await asyncio.to_thread(call, f"{url}/events", "GET", {"Cookie": cookie.split(";")[0]}, False)
         assert status == 200 and headers["content-type"].startswith("text/event-stream")
+
+
+async def test_without_the_store_the_page_says_so_instead_of_failing(connection: Transport) -> None:
+    """Static tools and the version come from the store: with none answering, 503 and what to do, not a 500."""
+    from discovery.leases import LeaseTable
+    from discovery.overview import Overview
+    from discovery.validation import RejectionLog
+    from toolservice_base import ConfigClient
+
+    client = await ConfigClient(connection, timeout=0.5).start()
+    overview = Overview(
+        services={}, leases=LeaseTable(), config=client, rejections=RejectionLog(), conflicts=list, key_names=dict, workspace_default="default"
+    )
+    try:
+        async with HealthServer(port=0) as health:
+            serve_registry_page(health, overview)
+            for path in ("/", "/snapshot.json"):
+                status, _, body = await acall(f"{health.url}{path}")
+                assert status == 503 and "toolreg up" in json.loads(body)["error"], path
+            assert (await acall(f"{health.url}/healthz"))[0] == 200
+    finally:
+        await client.close()
