@@ -28,6 +28,7 @@ from .rpc import RequestClient
 from .schemas import ToolDescriptor, ToolServiceRequest, is_last_response, response_chunk
 from .service import DynamicToolService
 from .settings import Settings
+from .tracing import TOOL_PROPERTY
 from .transport import MemoryBroker
 
 S = TypeVar("S", bound=DynamicToolService)
@@ -103,7 +104,8 @@ class ServiceHarness(Generic[S]):
         request = ToolServiceRequest(
             user=user, config=json.dumps(descriptor.config_values), arguments=json.dumps(dict(arguments or {}))
         )
-        async for body in self._client.stream(request, is_last=is_last_response, timeout=self.timeout):
+        properties = {TOOL_PROPERTY: tool}  # as the agent bridge sends it: the service counts and traces per tool
+        async for body in self._client.stream(request, is_last=is_last_response, timeout=self.timeout, properties=properties):
             chunk = response_chunk(body, self.service.id)
             if chunk:
                 yield chunk
