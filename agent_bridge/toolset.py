@@ -283,14 +283,17 @@ class ToolSet:
     async def invoke(self, name: str, arguments: Mapping[str, Any] | None = None, user: str = "") -> str:
         """Call tool `name` and return its observation; raises `ToolError` if the tool failed."""
         with self.metrics.timed(*self._labels(name)):
-            impl = self._lookup(name)
-            args = dict(arguments or {})
-            call = getattr(impl, "call", None)
-            if callable(call):
-                result = await call(args, user=user or None)
-            else:
-                result = await impl.invoke(**args)
-            return _as_text(result)
+            return await self._invoke(name, arguments, user)
+
+    async def _invoke(self, name: str, arguments: Mapping[str, Any] | None, user: str) -> str:
+        impl = self._lookup(name)
+        args = dict(arguments or {})
+        call = getattr(impl, "call", None)
+        if callable(call):
+            result = await call(args, user=user or None)
+        else:
+            result = await impl.invoke(**args)
+        return _as_text(result)
 
     def stream(self, name: str, arguments: Mapping[str, Any] | None = None, user: str = "") -> AsyncIterator[str]:
         """The observation chunk by chunk; a tool that cannot stream yields its whole answer once."""

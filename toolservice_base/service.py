@@ -52,6 +52,7 @@ from .schemas import (
 )
 from .settings import Settings
 from .signing import load_private_key
+from .tool_labels import ToolLabels
 from .topics import DEFAULT as DEFAULT_TOPICS
 from .topics import Topics
 from .transport import Envelope, Transport, open_transport
@@ -123,14 +124,6 @@ def _parse_request(data: bytes, max_bytes: int = MAX_REQUEST_BYTES) -> tuple[str
     return request.user, parsed["config"], parsed["arguments"]
 
 
-def _tools_by_config(tools: list[ToolDescriptor]) -> dict[str, str]:
-    """Canonical JSON of each tool's config values -> its name, for values no other tool of the service shares."""
-    found: dict[str, list[str]] = {}
-    for tool in tools:
-        found.setdefault(canonical_json(tool.config_values), []).append(tool.name)
-    return {config: names[0] for config, names in found.items() if len(names) == 1}
-
-
 def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
@@ -178,9 +171,8 @@ class DynamicToolService:
         self.signing_key = load_private_key(key_source) if isinstance(key_source, (str, Path)) else key_source
         self.instance = new_instance_id(self.id)
         """This process's instance id: in its announcements, and on its spans."""
-        self.metrics = (metrics or ServiceMetrics.default()).bind(self.id, [tool.name for tool in self.tool_descriptors])
-        self._tool_names = frozenset(tool.name for tool in self.tool_descriptors)
-        self._tool_by_config = _tools_by_config(self.tool_descriptors)
+        self._labels = ToolLabels(self.tool_descriptors)
+        self.metrics = (metrics or ServiceMetrics.default()).bind(self.id, self._labels.names)
         self._server: RequestServer | None = None
         self.announcer: Announcer | None = None
         self._stopped = asyncio.Event()
@@ -208,49 +200,40 @@ class DynamicToolService:
             return f"not connected to the broker for {self.service_descriptor.request_queue}"
         return None
 
-    def _tool_of(self, properties: dict[str, str], config: dict[str, Any] | None) -> str:
-        """Which tool a request is for, as a bounded label: the bridge names it in a property;
-        other callers are matched on the config values they send (each tool has its own), else `(other)`."""
-        named = properties.get(tracing.TOOL_PROPERTY)
-        if named is not None and named in self._tool_names:
-            return named
-        if len(self._tool_names) == 1 and named is None:
-            return next(iter(self._tool_names))
-        if config is not None and named is None:
-            return self._tool_by_config.get(canonical_json(config), OTHER_TOOL)
-        return OTHER_TOOL
-
     async def __handle(self, message: Envelope, reply: Any) -> None:
+        """One request, inside its server span (the caller's span as parent, when tracing)."""
+        tool = self._labels.of(message.properties)
+        with tracing.server_call(message.properties, tool, self.id, self.instance) as span:
+            await self.__serve(message, reply, tool, span)
+
+    async def __serve(self, message: Envelope, reply: Any, tool: str, span: Any) -> None:
         started = time.perf_counter()
         error: str | None = None
         error_type: str | None = None
-        config: dict[str, Any] | None = None
-        tool = self._tool_of(message.properties, None)
-        with tracing.server_call(message.properties, tool, self.id, self.instance) as span:
-            try:
-                user, config, arguments = _parse_request(message.data, type(self).max_request_bytes)
-                if tool == OTHER_TOOL:
-                    tool = self._tool_of(message.properties, config)
-                    span.set("tool.name", tool)
-                    span.rename(f"serve {tool}")
-                result = self.invoke(user, config, arguments)
-                if inspect.isawaitable(result):
-                    result = await result
-                if inspect.isasyncgen(result):
-                    await _stream_chunks(result, reply)
-                    return
-                await reply(ToolServiceResponse(response=_as_text(result), end_of_stream=True))
-            except BadRequest as exc:
-                error = error_type = "bad-request"
-                log.warning("request.rejected", service=self.id, reason=str(exc))
-                await reply(ToolServiceResponse(error=Error(type="bad-request", message=str(exc)), end_of_stream=True))
-            except Exception as exc:
-                error, error_type = "exception", type(exc).__name__
-                log.warning("invoke.failed", service=self.id, error=f"{type(exc).__name__}: {exc}")
-                await reply(ToolServiceResponse(error=Error(type=type(exc).__name__, message=str(exc)), end_of_stream=True))
-            finally:
-                tracing.outcome(span, error, error_type)
-                self.metrics.observe(time.perf_counter() - started, error, tool)
+        try:
+            user, config, arguments = _parse_request(message.data, type(self).max_request_bytes)
+            if tool == OTHER_TOOL and tracing.TOOL_PROPERTY not in message.properties:
+                tool = self._labels.of(message.properties, config)  # a caller that does not name it: its config values may
+                span.set("tool.name", tool)
+                span.rename(f"serve {tool}")
+            result = self.invoke(user, config, arguments)
+            if inspect.isawaitable(result):
+                result = await result
+            if inspect.isasyncgen(result):
+                await _stream_chunks(result, reply)
+                return
+            await reply(ToolServiceResponse(response=_as_text(result), end_of_stream=True))
+        except BadRequest as exc:
+            error = "bad-request"
+            log.warning("request.rejected", service=self.id, reason=str(exc))
+            await reply(ToolServiceResponse(error=Error(type="bad-request", message=str(exc)), end_of_stream=True))
+        except Exception as exc:
+            error, error_type = "exception", type(exc).__name__
+            log.warning("invoke.failed", service=self.id, error=f"{type(exc).__name__}: {exc}")
+            await reply(ToolServiceResponse(error=Error(type=type(exc).__name__, message=str(exc)), end_of_stream=True))
+        finally:
+            tracing.outcome(span, error, error_type)
+            self.metrics.observe(time.perf_counter() - started, error, tool)
 
     async def start(self) -> None:
         """Subscribe to requests, then (and only then) announce.
