@@ -41,6 +41,8 @@ class Lease:
     """Expired in a sweep that tripped self-preservation; kept until released."""
     exempt: bool = False
     """Released from a hold: expires normally and is never held again."""
+    signer: str | None = None
+    """Key id of the signature on the instance's last announce (None: unsigned); the registry page names it."""
 
     @property
     def state(self) -> str:

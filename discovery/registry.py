@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from opentelemetry.trace import SpanContext
 from pydantic import ValidationError
 
+from toolservice_base import tracing
 from toolservice_base.configclient import ConfigClient, watch_config
 from toolservice_base.errors import (
     ConfigError,
@@ -53,6 +55,7 @@ from toolservice_base.schemas import (
     check_namespace,
     describe_validation_error,
 )
+from toolservice_base.signing import signature_key_id
 from toolservice_base.transport import (
     Envelope,
     Publisher,
@@ -64,6 +67,7 @@ from toolservice_base.transport import (
 from .health import RegistryMetrics
 from .leases import Lease, LeaseTable, ServiceKey
 from .merge import RECORD_TYPE, Offer, OwnershipRecord
+from .overview import Overview
 from .state import ServiceState
 from .validation import (
     DEFAULT_MAX_SKEW,
@@ -210,6 +214,11 @@ class Registry:
             on_refused=lambda service, reason: self._reject(reason, b"", time.time(), service=service),
             on_merged=lambda: self._report_state(self.leases.by_service()),
         )
+        self.overview = Overview(
+            services=self._services, leases=self.leases, config=self._config, rejections=self.rejection_log,
+            conflicts=self.conflicts, key_names=self._key_names, workspace_default=workspace_default,
+        )
+        """What the registry page shows (`await registry.overview.snapshot()`), read-only."""
         self._limiter = ProbeLimiter(opts.probe_interval, opts.max_probes_per_second)
         self._probe_publisher: Publisher | None = None
         self._descriptors: Subscription | None = None
@@ -344,11 +353,11 @@ class Registry:
                 return
         self.metrics.announcement(announcement.kind)
         if announcement.kind == "announce":
-            await self._on_announce(announcement, now, wall)
+            await self._on_announce(announcement, now, wall, tracing.remote_context(message.properties))
         elif announcement.kind == "heartbeat":
             await self._on_heartbeat(announcement, now, wall)
         else:
-            self._on_withdraw(announcement)
+            self._on_withdraw(announcement, tracing.remote_context(message.properties))
 
     def _authorize(self, announcement: Announcement) -> str | None:
         """Ask the trust policy.
@@ -401,7 +410,7 @@ class Registry:
         self.metrics.rejection(reason)
         log.warning("announcement.rejected", reason=reason, instance=instance, service=service, bytes=len(data))
 
-    async def _on_announce(self, announcement: Announcement, now: float, wall: float) -> None:
+    async def _on_announce(self, announcement: Announcement, now: float, wall: float, link: SpanContext | None = None) -> None:
         assert announcement.service is not None and announcement.tools is not None  # the model guarantees it
         key = (announcement.workspace, announcement.service.id)
         state = self._services.get(key)
@@ -412,10 +421,11 @@ class Registry:
         if len(state.offers) > 2 * self.options.max_instances_per_service:
             self._forget_unused_offers(state, keep=announcement.digest)
         previous = self.leases.get(announcement.instance)
-        self.leases.renew(
+        lease, _ = self.leases.renew(
             announcement.instance, key, ttl=announcement.ttl, now=now, wall=wall,
             digest=announcement.digest, announced=next(self._announces),
         )
+        lease.signer = signature_key_id(announcement)
         state.since.setdefault(announcement.instance, wall)
         if previous is not None and previous.service != key:
             self._mark(previous.service)  # the instance now serves another service id
@@ -423,7 +433,7 @@ class Registry:
             self._resume(now)
         # An offer seen for the first time (after a restart, say) is checked against
         # the store even if the record says nothing changed: conflicts live in memory.
-        self._mark(key, force=not known)
+        self._mark(key, force=not known, link=link)
 
     async def _on_heartbeat(self, announcement: Announcement, now: float, wall: float) -> None:
         lease = self.leases.get(announcement.instance)
@@ -446,12 +456,12 @@ class Registry:
         for digest in [digest for digest in state.offers if digest not in in_use]:
             del state.offers[digest]
 
-    def _on_withdraw(self, announcement: Announcement) -> None:
+    def _on_withdraw(self, announcement: Announcement, link: SpanContext | None = None) -> None:
         lease = self.leases.remove(announcement.instance)
         if lease is None:
             return
         log.info("instance.withdrawn", service=lease.service[1], workspace=lease.service[0], instance=lease.instance)
-        self._mark(lease.service)
+        self._mark(lease.service, link=link)
 
     def _resume(self, now: float) -> None:
         resumed = self.leases.resume_held(now)
@@ -476,6 +486,7 @@ class Registry:
     async def _on_push(self, push: ConfigPush) -> None:
         """Someone changed tools: a refused announcement may fit now (its holder left)."""
         self.writer.writes.observe(push)
+        self.overview.observe(push.version)
         for item_type in ("tool", "tool-service"):
             for workspace in push.changes.get(item_type, []):
                 for state in self._services.values():
@@ -525,8 +536,13 @@ class Registry:
             return f"not connected to the broker at {self._connection.url}"
         return None
 
-    def _mark(self, key: ServiceKey, *, force: bool = False) -> None:
-        self.writer.mark(key, force=force)
+    def _mark(self, key: ServiceKey, *, force: bool = False, link: SpanContext | None = None) -> None:
+        self.writer.mark(key, force=force, link=link)
+
+    def _key_names(self) -> dict[str, str]:
+        """Key id -> the trust policy's name for it (empty without a policy)."""
+        keys = getattr(self.options.trust, "keys", None)
+        return {kid: key.name for kid, key in keys.items()} if isinstance(keys, dict) else {}
 
     # --- queries -------------------------------------------------------------
 
