@@ -20,9 +20,10 @@ from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from typing import Any
 
+from toolservice_base import tracing
 from toolservice_base.errors import AnswerTooLarge, ToolError
 from toolservice_base.logs import get_logger
-from toolservice_base.rpc import TOOL, RequestClient
+from toolservice_base.rpc import RequestClient
 from toolservice_base.schemas import ToolServiceDescriptor, ToolServiceRequest, is_last_response, response_chunk
 from toolservice_base.transport import Transport
 
@@ -98,7 +99,9 @@ class ToolServiceClient:
         `timeout` bounds the whole call, however steadily a stream moves;
         `idle_timeout`, if given, bounds each wait for the next chunk (both
         raise `RequestTimeout`). Past `max_bytes` of answer, `AnswerTooLarge`.
-        `tool` names the tool called, for a service that serves several.
+        `tool` names the tool called, for a service that serves several (the
+        service also counts and traces per tool); with an OpenTelemetry SDK
+        configured, the call is a client span.
         """
         if self._closed:
             raise ToolError(
@@ -115,22 +118,24 @@ class ToolServiceClient:
         self._in_flight += 1
         self._idle.clear()
         try:
-            responses = self._rpc.stream(
-                request,
-                is_last=is_last_response,
-                timeout=timeout,
-                idle_timeout=idle_timeout,
-                properties={TOOL: tool} if tool else None,
-            )
-            size = 0
-            async with aclosing(responses) as bodies:
-                async for body in bodies:
-                    chunk = response_chunk(body, self.service.id)
-                    if chunk:
-                        size += len(chunk) if chunk.isascii() else len(chunk.encode())
-                        if size > max_bytes:
-                            raise AnswerTooLarge(max_bytes, tool=tool, service=self.service.id)
-                        yield chunk
+            with tracing.client_call(tool, self.service.id) as span:
+                # span.properties: the `tool` property when named, and the span's `traceparent` when tracing
+                responses = self._rpc.stream(
+                    request,
+                    is_last=is_last_response,
+                    timeout=timeout,
+                    idle_timeout=idle_timeout,
+                    properties=span.properties or None,
+                )
+                size = 0
+                async with aclosing(responses) as bodies:
+                    async for body in bodies:
+                        chunk = response_chunk(body, self.service.id)
+                        if chunk:
+                            size += len(chunk) if chunk.isascii() else len(chunk.encode())
+                            if size > max_bytes:
+                                raise AnswerTooLarge(max_bytes, tool=tool, service=self.service.id)
+                            yield chunk
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:

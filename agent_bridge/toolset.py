@@ -23,6 +23,7 @@ from typing import Any, Self
 
 from toolservice_base.configclient import ConfigClient, watch_config
 from toolservice_base.errors import (
+    BadArguments,
     BridgeUnavailable,
     BrokerUnreachable,
     ConfigError,
@@ -30,6 +31,7 @@ from toolservice_base.errors import (
     UnknownToolError,
 )
 from toolservice_base.logs import get_logger
+from toolservice_base.metrics import OTHER_TOOL
 from toolservice_base.schemas import ConfigPush, check_name
 from toolservice_base.settings import Settings
 from toolservice_base.transport import Subscription, Transport, open_transport
@@ -38,6 +40,7 @@ from .build import TYPES, Built, Entry, Items, build, one_line
 from .client import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, ToolServiceClient
 from .impls import Tool, ToolFactory, arguments_schema, registered_factories
 from .llm_names import openai_names
+from .metrics import BridgeMetrics
 from .snapshot import read_snapshot, snapshot_path, write_snapshot
 from .static import StaticDirError, load_static_dir
 
@@ -97,6 +100,7 @@ class ToolSet:
         idle_timeout: float | None = None,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         close_timeout: float = 30.0,
+        metrics: BridgeMetrics | None = None,
     ) -> None:
         """`call_timeout` bounds each whole call, a streamed answer included; `idle_timeout` (off unless
         given) also bounds each wait for the next chunk; `max_answer_bytes` bounds what one answer
@@ -118,6 +122,7 @@ class ToolSet:
         self.idle_timeout = idle_timeout
         self.max_answer_bytes = max_answer_bytes
         self.close_timeout = close_timeout
+        self.metrics = metrics or BridgeMetrics.default()
         self._state = _State()
         self._config: ConfigClient | None = None
         self._watch: Subscription | None = None
@@ -282,6 +287,12 @@ class ToolSet:
         known = ", ".join(sorted(state.entries)) or "none"
         raise UnknownToolError(f"no tool named {name!r} in workspace {self.workspace!r}; available: {known}")
 
+    def _labels(self, name: str) -> tuple[str, str]:
+        """(service, tool) for the metrics: the set's own names only, `(other)` for a tool it does not hold."""
+        state = self._state
+        entry = state.entries.get(name) or state.entries.get(state.by_openai_name.get(name, ""))
+        return ((entry.tool.service or "", entry.tool.name) if entry is not None else ("", OTHER_TOOL))
+
     async def invoke(self, name: str, arguments: Mapping[str, Any] | None = None, user: str = "") -> str:
         """Call tool `name` (its own name or the one `as_openai_tools` gave it) and return the whole observation.
 
@@ -291,8 +302,12 @@ class ToolSet:
         `ToolError` if the service answered with an error (`BadArguments` and
         `AnswerTooLarge` are ToolErrors too), `RequestTimeout` past
         `call_timeout` (or `idle_timeout`), `UnknownToolError` for a name the
-        set does not hold.
+        set does not hold. Counted and timed per tool in the bridge's metrics.
         """
+        with self.metrics.timed(*self._labels(name)):
+            return await self._invoke(name, arguments, user)
+
+    async def _invoke(self, name: str, arguments: Mapping[str, Any] | None, user: str) -> str:
         entry = self._lookup(name)
         args = dict(arguments or {})
         entry.arguments.check(args)
@@ -313,15 +328,21 @@ class ToolSet:
         returns. A tool that cannot stream yields its whole answer once.
         `call_timeout` bounds the whole stream; leaving the loop early (use
         `contextlib.aclosing` to leave at once) tells the service to stop.
+        Counted and timed per tool in the bridge's metrics, from the first read to the last chunk.
         """
-        entry = self._lookup(name)
-        args = dict(arguments or {})
-        entry.arguments.check(args)
+        labels = self._labels(name)
+        try:
+            entry = self._lookup(name)
+            args = dict(arguments or {})
+            entry.arguments.check(args)
+        except (UnknownToolError, BadArguments) as exc:
+            self.metrics.failed(*labels, exc)
+            raise
         call_stream = getattr(entry.impl, "call_stream", None)
         if callable(call_stream):
             chunks: AsyncIterator[str] = call_stream(args, user=user or None)
-            return chunks
-        return _single(entry.impl, args)
+            return self.metrics.timed_stream(*labels, chunks)
+        return self.metrics.timed_stream(*labels, _single(entry.impl, args))
 
     # --- change notification -------------------------------------------------
 

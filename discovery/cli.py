@@ -41,10 +41,11 @@ from toolservice_base.broker_supervisor import BrokerSupervisor
 from toolservice_base.signing import SigningError
 
 from . import cli_announce, cli_mcp, cli_registry, cli_store, cli_trust
-from .cli_common import CommandError, UpLock, fail, settings_of, start_health, wait_for_signal
+from .cli_common import CommandError, UpLock, fail, settings_of, show_registry_page, start_health, wait_for_signal
 from .config_ops import STORE_PROTOCOLS
 from .configsvc import STORE_FILE, ConfigStoreService
 from .health import DEFAULT_METRICS_PORT
+from .otel import configure_tracing
 from .registry import Registry
 from .store import ConfigStore
 
@@ -71,9 +72,8 @@ async def cmd_up(args: argparse.Namespace) -> int:
         lock.acquire()
         config = ConfigStore(settings.data_dir / STORE_FILE)  # checked before anything starts: a damaged store stops us here
         stack.callback(config.close)
-        health = start_health(args.metrics_port)
+        health = await start_health(stack, args.metrics_port)
         if health is not None:
-            stack.callback(health.stop)
             health.add_check("startup", lambda: None if up else "starting")
             print(f"metrics       {health.url}/metrics (and /healthz, /readyz)")
         watched: list[asyncio.Task[Any]] = []
@@ -107,6 +107,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
             await registry.start()
             if health is not None:
                 health.add_check("registry", registry.readiness)
+                print(f"page          {show_registry_page(health, registry)}")
             print(f"registry      listening on {connection.topics.tool_descriptors}")
             print(f"trust         {cli_registry.trust_line(options)}")
         up = True
@@ -149,14 +150,11 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         )
     except (ServiceDefinitionError, SigningError) as exc:
         raise CommandError(f"{args.target}: {exc}") from None
-    health = start_health(args.metrics_port)
-    if health is not None:
-        health.add_check("service", service.readiness)
-    try:
-        await service.run()
-    finally:
+    async with AsyncExitStack() as stack:
+        health = await start_health(stack, args.metrics_port)
         if health is not None:
-            health.stop()
+            health.add_check("service", service.readiness)
+        await service.run()
     return 0
 
 
@@ -398,6 +396,7 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     wrong and what to do, so it is printed as is, without a traceback.
     """
     configure_logging(getattr(args, "log_level", None))
+    configure_tracing(f"toolreg-{getattr(args, 'command', 'command')}")
     try:
         return asyncio.run(handler(args))
     except ToolDiscoveryError as exc:

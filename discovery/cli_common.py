@@ -8,12 +8,15 @@ import fcntl
 import os
 import signal
 import sys
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 from toolservice_base import Settings, ToolDiscoveryError
 
 from .health import HealthError, HealthServer, metrics_address
+from .page import serve_registry_page
+from .registry import Registry
 
 
 class CommandError(ToolDiscoveryError):
@@ -51,11 +54,11 @@ async def wait_for_signal(*watched: asyncio.Future[Any]) -> None:
             loop.remove_signal_handler(sig)
 
 
-def start_health(port: int | None) -> HealthServer | None:
-    """Serve /healthz, /readyz and /metrics if --metrics-port or TOOLREG_METRICS_PORT asks for it."""
+async def start_health(stack: AsyncExitStack, port: int | None) -> HealthServer | None:
+    """Serve /healthz, /readyz and /metrics if --metrics-port or TOOLREG_METRICS_PORT asks for it; stopped by `stack`."""
     try:
         address = metrics_address(port)
-        return HealthServer(*address).start() if address is not None else None
+        return await stack.enter_async_context(HealthServer(*address)) if address is not None else None
     except HealthError as exc:
         raise CommandError(str(exc)) from None
 
@@ -83,3 +86,8 @@ class UpLock:
 
     def release(self) -> None:
         self._file.close()
+
+
+def show_registry_page(health: HealthServer, registry: Registry) -> str:
+    """Serve the registry page beside /metrics; returns the line `toolreg` prints about it."""
+    return serve_registry_page(health, registry.overview)

@@ -18,7 +18,7 @@ from typing import Any
 
 from toolservice_base import open_transport
 
-from .cli_common import CommandError, settings_of, start_health, wait_for_signal
+from .cli_common import CommandError, settings_of, show_registry_page, start_health, wait_for_signal
 from .registry import Registry, RegistryOptions
 from .registry_client import DEFAULT_TIMEOUT, RegistryClient
 from .trust import TRUST_POLICY_ENV, PolicyError, policy_from
@@ -91,11 +91,11 @@ async def cmd_registry(args: argparse.Namespace) -> int:
         registry = Registry(connection, options=options)
         stack.push_async_callback(registry.stop)
         await registry.start()
-        health = start_health(args.metrics_port)
+        health = await start_health(stack, args.metrics_port)
         if health is not None:
-            stack.callback(health.stop)
             health.add_check("registry", registry.readiness)
             print(f"metrics on {health.url}/metrics (and /healthz, /readyz)", flush=True)
+            print(f"page: {show_registry_page(health, registry)}", flush=True)
         topics = connection.topics
         print(f"registry listening on {topics.tool_descriptors}; queries on {topics.registry_request}", flush=True)
         print(f"trust: {trust_line(options)}", flush=True)

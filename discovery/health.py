@@ -1,37 +1,61 @@
-"""Health and metrics over HTTP (`/healthz`, `/readyz`, `/metrics`), and the registry's and store's metrics.
+"""One HTTP surface per process: `/healthz`, `/readyz`, `/metrics`, and on the registry its page.
 
-The server is `http.server` on a daemon thread. prometheus-client's own
-`start_http_server` answers every path with the metrics page, so it cannot
-carry the health routes; aiohttp would be a dependency for three routes. The
-thread never touches product state directly: each probe runs its checks *on
-the event loop* (`run_coroutine_threadsafe`), so checks read state without
-locks, and a wedged loop shows up as a failing `/healthz`: exactly what a
-liveness probe should restart.
+An ASGI app (Starlette) served by uvicorn inside the process's own event
+loop: handlers read product state directly, with no locks and no thread
+hops, and the registry page can stream changes as they happen.
+
+A server on the loop cannot say the loop is wedged: a wedged loop answers
+nothing. So a watchdog thread keeps that meaning of `/healthz`. A task on the
+loop stamps a heartbeat every fraction of `timeout`; when the stamp is older
+than `timeout`, the thread takes the connections waiting on the listening
+socket itself and answers them 503 ("event loop did not answer within
+...s"), which is what a liveness probe should restart. When the loop runs,
+the thread leaves the socket alone and uvicorn answers as usual. (Accepting
+from two places is safe: the listening socket is non-blocking, and asyncio
+shrugs off the connection it finds already taken.)
 
 Off by default. `--metrics-port N` (or `TOOLREG_METRICS_PORT`) turns it on,
 bound to 127.0.0.1 unless `TOOLREG_METRICS_HOST` says otherwise (containers
 set 0.0.0.0 so the kubelet and Prometheus can reach it).
+
+The registry's and the store's metric classes live in `discovery.metrics`
+and are re-exported here, where the `/metrics` they fill is served.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import json
 import os
+import select
 import socket
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import urlsplit
+import time
+from collections.abc import Callable, Iterator, Sequence
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+import uvicorn
+from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
 
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.logs import get_logger
+
+from .metrics import (
+    ANNOUNCEMENT_KINDS,
+    CONFIG_ERRORS,
+    CONFIG_OPERATIONS,
+    MERGE_BUCKETS,
+    REJECTION_REASONS,
+    ConfigStoreMetrics,
+    RegistryMetrics,
+    rejection_reason,
+)
 
 log = get_logger("discovery.health")
 
@@ -39,7 +63,9 @@ DEFAULT_METRICS_PORT = 9464
 """The conventional port: what deploy/ sets and the help suggests. Nothing listens unless asked."""
 DEFAULT_METRICS_HOST = "127.0.0.1"
 LOOP_TIMEOUT = 2.0
-"""Seconds a probe waits for the event loop before calling the process unhealthy."""
+"""Seconds without a loop heartbeat after which `/healthz` answers 503."""
+SHUTDOWN_GRACE = 2.0
+"""Seconds uvicorn waits for open responses (a page's event stream) before cutting them at stop."""
 
 Check = Callable[[], "str | None"]
 """Runs on the event loop; returns None when fine, else a one-line reason."""
@@ -65,56 +91,92 @@ def metrics_address(port: int | None = None) -> tuple[str, int] | None:
     return host, port
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    owner: HealthServer
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its signal handlers: SIGTERM and SIGINT belong to the process (`toolreg`), not to its HTTP server."""
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A probe that hangs up mid-answer is routine: one debug line, not a traceback on stderr."""
-        log.debug("health.request_failed", client=client_address[0] if client_address else None, exc_info=True)
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
-class _Server6(_Server):
-    address_family = socket.AF_INET6
+class _Watchdog:
+    """A thread that answers for the event loop while the loop's heartbeat is older than `timeout`."""
 
+    def __init__(self, sock: socket.socket, timeout: float) -> None:
+        self._sock = sock
+        self.timeout = timeout
+        self.interval = min(0.1, timeout / 4)
+        self.stamp = time.monotonic()
+        """Set by the heartbeat task on the loop; read here. A float store is atomic under the GIL."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="toolreg-health-watchdog", daemon=True)
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    server_version = "toolreg-health"
+    def start(self) -> None:
+        self._thread.start()
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server API
-        owner = self.server.owner
-        path = urlsplit(self.path).path
-        if path == "/healthz":
-            self._json(*owner.liveness())
-        elif path == "/readyz":
-            self._json(*owner.readiness())
-        elif path == "/metrics":
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            self._send(200, encoder(owner.registry), content_type)
-        else:
-            self._json(404, {"error": f"no route {path}; try /healthz, /readyz or /metrics"})
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
 
-    def _json(self, status: int, body: dict[str, Any]) -> None:
-        self._send(status, json.dumps(body).encode(), "application/json")
+    def stale(self) -> float | None:
+        """Seconds since the loop's last heartbeat, if more than `timeout`; else None."""
+        age = time.monotonic() - self.stamp
+        return age if age > self.timeout else None
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if self.stale() is None:
+                continue
+            log.warning("health.loop_wedged", waited=round(time.monotonic() - self.stamp, 2), timeout=self.timeout)
+            while not self._stop.is_set() and self.stale() is not None:
+                try:
+                    readable, _, _ = select.select([self._sock], [], [], self.interval)
+                except (OSError, ValueError):
+                    return  # the socket was closed under us: the server is stopping
+                if readable and self.stale() is not None:
+                    self._answer_one()
+            if not self._stop.is_set():
+                log.info("health.loop_recovered")
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the http.server API
-        log.debug("health.request", client=self.client_address[0], line=format % args)
+    def _answer_one(self) -> None:
+        try:
+            conn, _ = self._sock.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return  # the loop woke up and took it
+        except OSError:
+            return
+        with conn:
+            try:
+                conn.settimeout(1.0)
+                head = b""
+                while b"\r\n\r\n" not in head and len(head) < 8192:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+                parts = head.split(b" ", 2)
+                path = parts[1].split(b"?", 1)[0].decode("latin-1") if len(parts) > 1 else ""
+                reason = f"event loop did not answer within {self.timeout:g}s"
+                status = "unhealthy" if path == "/healthz" else "not ready" if path == "/readyz" else "unavailable"
+                body = json.dumps({"status": status, "reason": reason}).encode()
+                conn.sendall(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                    + body
+                )
+            except OSError:
+                pass  # a probe that hangs up mid-answer is routine
 
 
 class HealthServer:
-    """`/healthz` (the event loop answers), `/readyz` (every check passes), `/metrics`.
+    """`/healthz` (the event loop answers), `/readyz` (every check passes), `/metrics`, and routes added later.
 
-    Call `start()` from the event loop the checks belong to; `stop()` from
-    anywhere. Checks can be added before or after `start()`.
+    `start()` on the event loop the checks belong to, then `await aclose()`
+    (or use it as an async context manager, as `toolreg` does on its exit
+    stack). `stop()` is the synchronous half of `aclose()`: it stops the
+    watchdog and asks uvicorn to finish, which it does on the loop within a
+    tenth of a second. Checks and routes can be added before or after start.
     """
 
     def __init__(
@@ -130,254 +192,175 @@ class HealthServer:
         self.registry = registry
         self.timeout = timeout
         self._checks: dict[str, Check] = {}
+        self._port: int | None = None
+        self.closing = asyncio.Event()
+        """Set at stop: long-lived responses (the page's event stream) end when they see it."""
+        self.app = Starlette(
+            routes=[
+                Route("/healthz", self._healthz),
+                Route("/readyz", self._readyz),
+                Route("/metrics", self._metrics),
+            ],
+            exception_handlers={404: self._not_found, 405: self._not_allowed},
+        )
+        self._server: _Uvicorn | None = None
+        self._serving: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._watchdog: _Watchdog | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._httpd: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     def add_check(self, name: str, check: Check) -> None:
         """Add a readiness check; call it on the event loop (or before `start()`)."""
         self._checks[name] = check
 
+    def add_routes(self, routes: Sequence[BaseRoute]) -> None:
+        """Serve more routes on the same port (the registry page); call on the event loop."""
+        self.app.router.routes.extend(routes)
+
     @property
     def port(self) -> int:
-        if self._httpd is None:
+        if self._port is None:
             raise RuntimeError("the health server is not started")
-        return int(self._httpd.server_address[1])
+        return self._port
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    @property
+    def loopback(self) -> bool:
+        """Bound to a loopback address only: nobody off this machine can connect."""
+        return self.host in ("127.0.0.1", "::1", "localhost") or self.host.startswith("127.")
+
+    # --- life cycle ------------------------------------------------------------
+
     def start(self) -> HealthServer:
-        self._loop = asyncio.get_running_loop()
-        server_class = _Server6 if ":" in self.host else _Server
+        """Bind now (a taken port is a `HealthError` here, not later), then serve on the running loop."""
+        loop = asyncio.get_running_loop()
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         try:
-            self._httpd = server_class((self.host, self.requested_port), _Handler)
+            sock = socket.create_server((self.host, self.requested_port), family=family, backlog=128)
         except OSError as exc:
             raise HealthError(f"cannot serve health and metrics on {self.host}:{self.requested_port}: {exc.strerror}") from None
-        self._httpd.owner = self
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="toolreg-health", daemon=True)
-        self._thread.start()
-        log.info("health.listening", url=self.url, routes=["/healthz", "/readyz", "/metrics"])
+        sock.setblocking(False)
+        self._port = int(sock.getsockname()[1])
+        config = uvicorn.Config(
+            self.app,
+            lifespan="off",
+            http="h11",
+            ws="none",
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            timeout_graceful_shutdown=int(SHUTDOWN_GRACE),
+        )
+        self._loop = loop
+        self._server = _Uvicorn(config)
+        self._watchdog = _Watchdog(sock, self.timeout)
+        self._heartbeat = loop.create_task(self._beat(self._watchdog), name="toolreg-health-heartbeat")
+        self._serving = loop.create_task(self._serve(self._server, sock), name="toolreg-health-server")
+        self._watchdog.start()
+        log.info("health.listening", url=self.url, routes=[getattr(route, "path", "") for route in self.app.routes])
         return self
 
+    async def _beat(self, watchdog: _Watchdog) -> None:
+        while True:
+            watchdog.stamp = time.monotonic()
+            await asyncio.sleep(watchdog.interval)
+
+    async def _serve(self, server: _Uvicorn, sock: socket.socket) -> None:
+        try:
+            await server.serve(sockets=[sock])
+        except asyncio.CancelledError:
+            sock.close()
+            raise
+        except BaseException:  # SystemExit included: uvicorn exits on start-up failure
+            sock.close()
+            log.exception("health.server_failed", url=self.url)
+
     def stop(self) -> None:
-        if self._httpd is None:
-            return
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._httpd = None
+        """Stop the watchdog, end event streams, tell uvicorn to finish. Safe twice, and before start."""
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+        if self._server is not None:
+            self._server.should_exit = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                self.closing.set()
+            else:
+                loop.call_soon_threadsafe(self.closing.set)
 
-    # --- called on the server thread ------------------------------------------
+    async def aclose(self) -> None:
+        """`stop()`, then wait for uvicorn to close the socket and its connections."""
+        self.stop()
+        serving, self._serving = self._serving, None
+        if serving is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(serving), SHUTDOWN_GRACE + 3)
+            except TimeoutError:
+                serving.cancel()
+                log.warning("health.stop_forced", url=self.url)
 
-    def _on_loop(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` on the event loop and wait for it; raises TimeoutError if the loop does not answer."""
-        if self._loop is None or self._loop.is_closed():
-            raise RuntimeError("event loop is gone")
+    async def __aenter__(self) -> HealthServer:
+        return self.start()
 
-        async def call() -> Any:
-            return fn()
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
-        future = asyncio.run_coroutine_threadsafe(call(), self._loop)
-        try:
-            return future.result(self.timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError(f"event loop did not answer within {self.timeout:g}s") from None
+    # --- routes (on the event loop) ------------------------------------------------
 
-    def liveness(self) -> tuple[int, dict[str, Any]]:
-        try:
-            self._on_loop(lambda: None)
-        except (TimeoutError, RuntimeError) as exc:
-            return 503, {"status": "unhealthy", "reason": str(exc)}
-        return 200, {"status": "ok"}
+    async def _healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})  # answering at all is the proof: this runs on the loop
 
-    def readiness(self) -> tuple[int, dict[str, Any]]:
-        def run_all() -> dict[str, str]:
-            results: dict[str, str] = {}
-            for name, check in list(self._checks.items()):  # on the loop: add_check cannot race it
-                try:
-                    results[name] = check() or "ok"
-                except Exception as exc:  # a broken check must not break the probe
-                    results[name] = f"check failed: {type(exc).__name__}: {exc}"
-            return results
-
-        try:
-            results = self._on_loop(run_all)
-        except (TimeoutError, RuntimeError) as exc:
-            return 503, {"status": "not ready", "reason": str(exc)}
+    async def _readyz(self, request: Request) -> Response:
+        results: dict[str, str] = {}
+        for name, check in list(self._checks.items()):
+            try:
+                results[name] = check() or "ok"
+            except Exception as exc:  # a broken check must not break the probe
+                results[name] = f"check failed: {type(exc).__name__}: {exc}"
         ready = bool(results) and all(value == "ok" for value in results.values())
-        return (200 if ready else 503), {"status": "ready" if ready else "not ready", "checks": results}
+        return JSONResponse({"status": "ready" if ready else "not ready", "checks": results}, status_code=200 if ready else 503)
+
+    async def _metrics(self, request: Request) -> Response:
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(self.registry), headers={"Content-Type": content_type})
+
+    async def _not_found(self, request: Request, exc: Exception) -> Response:
+        path = request.url.path
+        return JSONResponse({"error": f"no route {path}; try /healthz, /readyz or /metrics"}, status_code=404)
+
+    async def _not_allowed(self, request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 405
+        return JSONResponse({"error": f"{request.method} is not allowed here: every route is read-only (GET)"}, status_code=status)
 
 
-# --- the registry's metrics ---------------------------------------------------------
-
-ANNOUNCEMENT_KINDS = ("announce", "heartbeat", "withdraw")
-
-REJECTION_REASONS = (
-    "too-large",
-    "skew",
-    "capacity",
-    "malformed",
-    "namespace",
-    "stale",
-    "replay",
-    "unsigned",
-    "untrusted",
-    "store-refused",
-    "other",
-)
-"""The `reason` label of `toolreg_registry_rejections_total`: a small fixed set, never free text."""
-
-_REASON_MARKERS: tuple[tuple[str, str], ...] = (
-    ("bytes; the limit is", "too-large"),
-    ("not a valid announcement", "malformed"),
-    ("outside the allowed namespaces", "namespace"),
-    ("ahead of the registry's clock", "skew"),
-    ("stale:", "stale"),
-    ("capacity:", "capacity"),
-    ("is not after", "replay"),
-    ("may not announce", "untrusted"),
-    ("unknown key", "untrusted"),
-    ("bad signature", "untrusted"),
-    ("unsigned announcement", "unsigned"),
-    ("config store refused", "store-refused"),
-)
-"""Phrases with spaces only: names (`^[A-Za-z0-9_.-]+$`) quoted inside a reason can never match one."""
-
-
-def rejection_reason(text: str) -> str:
-    """Map the registry's one-line rejection reason to its metric label (`other` if unknown).
-
-    Matches on phrases of the messages in `validation.py`, `trust.py` and
-    `registry.py`; tests/test_health.py feeds it the real messages, so a
-    reworded message that stops matching fails a test instead of silently
-    counting as `other`.
-    """
-    for marker, reason in _REASON_MARKERS:
-        if marker in text:
-            return reason
-    return "other"
-
-
-MERGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-
-class RegistryMetrics:
-    """What the registry reports. Every method is a counter add or gauge set: safe on any hot path."""
-
-    _default: RegistryMetrics | None = None
-    _default_lock = threading.Lock()
-
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        self.registry = registry
-        self.live_services = Gauge(
-            "toolreg_registry_live_services", "Announced services with at least one instance holding a lease.", registry=registry
-        )
-        self.live_tools = Gauge("toolreg_registry_live_tools", "Tools the registry has merged into the store for live services.", registry=registry)
-        self.instances = Gauge("toolreg_registry_instances", "Instance leases the registry holds (live, in grace or held).", registry=registry)
-        self.held_instances = Gauge(
-            "toolreg_registry_held_instances",
-            "Leases held by self-preservation: expired together, removal waiting for heartbeats or `toolreg release`.",
-            registry=registry,
-        )
-        self.announcements = Counter(
-            "toolreg_registry_announcements", "Valid messages read from tool-descriptors, by kind.", ["kind"], registry=registry
-        )
-        self.rejections = Counter("toolreg_registry_rejections", "Messages refused, by reason.", ["reason"], registry=registry)
-        self.conflicts = Counter(
-            "toolreg_registry_conflicts", "Announced tools refused because a static item or another service holds the name.", registry=registry
-        )
-        self.expiries = Counter("toolreg_registry_expiries", "Instance leases that ran out and were dropped.", registry=registry)
-        self.merge_seconds = Histogram(
-            "toolreg_registry_merge_seconds", "Time to merge one batch of changes into the config store.", buckets=MERGE_BUCKETS, registry=registry
-        )
-        self._announcements = {kind: self.announcements.labels(kind) for kind in ANNOUNCEMENT_KINDS}
-        self._rejections = {reason: self.rejections.labels(reason) for reason in REJECTION_REASONS}
-
-    @classmethod
-    def default(cls) -> RegistryMetrics:
-        """The process-wide instance on the default registry (created on first use)."""
-        with cls._default_lock:
-            if cls._default is None:
-                cls._default = cls()
-            return cls._default
-
-    def announcement(self, kind: str) -> None:
-        """A valid `announce`, `heartbeat` or `withdraw` was read."""
-        self._announcements[kind].inc()
-
-    def rejection(self, reason_text: str) -> None:
-        """A message was refused; `reason_text` is the registry's one-line reason."""
-        self._rejections[rejection_reason(reason_text)].inc()
-
-    def conflict(self, count: int = 1) -> None:
-        """New conflicts were found (a tool refused because its name is taken)."""
-        self.conflicts.inc(count)
-
-    def expired(self, count: int = 1) -> None:
-        """`count` instance leases ran out in a sweep and were dropped (not held)."""
-        if count:
-            self.expiries.inc(count)
-
-    @contextmanager
-    def merge_timer(self) -> Iterator[None]:
-        """Time one merge (store round trips included) into `toolreg_registry_merge_seconds`."""
-        with self.merge_seconds.time():
-            yield
-
-    def set_state(self, *, services: int, tools: int, instances: int, held: int) -> None:
-        """The registry's current size: call after each sweep (cheap: four gauge sets)."""
-        self.live_services.set(services)
-        self.live_tools.set(tools)
-        self.instances.set(instances)
-        self.held_instances.set(held)
-
-
-# --- the config store's metrics -----------------------------------------------------
-
-CONFIG_OPERATIONS = ("get", "put", "delete", "list", "getvalues", "config", "getvalues-all-ws", "getkeys-all-ws", "invalid")
-"""`invalid`: a request that could not be parsed, so has no operation."""
-CONFIG_ERRORS = ("bad-request", "bad-operation", "conflict", "invalid", "store-error")
-
-
-class ConfigStoreMetrics:
-    """Requests by operation, errors by type, and the store's version."""
-
-    _default: ConfigStoreMetrics | None = None
-    _default_lock = threading.Lock()
-
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        self.registry = registry
-        self.version = Gauge("toolreg_config_version", "The config store's version: bumped once per committed write.", registry=registry)
-        self.requests = Counter("toolreg_config_requests", "Config store requests answered, by operation.", ["operation"], registry=registry)
-        self.errors = Counter(
-            "toolreg_config_request_errors",
-            "Config store requests answered with an error: bad-request, bad-operation (unknown operation), conflict (expect failed), "
-            "invalid (value refused), store-error (the SQLite file failed).",
-            ["type"],
-            registry=registry,
-        )
-        self._requests = {op: self.requests.labels(op) for op in CONFIG_OPERATIONS}
-        self._errors = {kind: self.errors.labels(kind) for kind in CONFIG_ERRORS}
-
-    @classmethod
-    def default(cls) -> ConfigStoreMetrics:
-        """The process-wide instance on the default registry (created on first use)."""
-        with cls._default_lock:
-            if cls._default is None:
-                cls._default = cls()
-            return cls._default
-
-    def request(self, operation: str, error: str | None = None) -> None:
-        """One answered request; `error` is the `type` of the error it was answered with, if any."""
-        self._requests[operation if operation in self._requests else "invalid"].inc()
-        if error is not None:
-            child = self._errors.get(error)
-            (child if child is not None else self.errors.labels(error)).inc()
-
-    def set_version(self, version: int) -> None:
-        self.version.set(version)
+__all__ = [
+    "ANNOUNCEMENT_KINDS",
+    "CONFIG_ERRORS",
+    "CONFIG_OPERATIONS",
+    "DEFAULT_METRICS_HOST",
+    "DEFAULT_METRICS_PORT",
+    "LOOP_TIMEOUT",
+    "MERGE_BUCKETS",
+    "REJECTION_REASONS",
+    "Check",
+    "ConfigStoreMetrics",
+    "HealthError",
+    "HealthServer",
+    "RegistryMetrics",
+    "metrics_address",
+    "rejection_reason",
+]

@@ -53,7 +53,8 @@ class Lease:
     sequence: int = 0
     """`sequence` of the last accepted message (0: none since the registry started)."""
     signer: str | None = None
-    """Key id that signed the last accepted message under a trust policy; None: unsigned, or no policy."""
+    """Key id that signed the last accepted message under a trust policy; None: unsigned, or no policy
+    (without a policy no signature is checked, so none is claimed). The registry page names it."""
     refused: str | None = None
     """Why the holder's messages are refused, if any arrived since the last accepted one: it is not silent."""
 

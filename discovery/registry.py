@@ -33,8 +33,10 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from opentelemetry.trace import SpanContext
 from pydantic import ValidationError
 
+from toolservice_base import tracing
 from toolservice_base.configclient import ConfigClient, watch_config
 from toolservice_base.errors import (
     ConfigError,
@@ -67,6 +69,7 @@ from .departed import DEPARTED_KEY, Departed
 from .health import RegistryMetrics
 from .leases import Lease, LeaseTable, ServiceKey
 from .merge import RECORD_TYPE, Offer, OwnershipRecord
+from .overview import Overview
 from .probes import ProbeLimiter, Prober
 from .registry_options import RegistryOptions
 from .state import ServiceState, static_status
@@ -132,6 +135,11 @@ class Registry:
             on_conflicts=self._tell_conflicts,
         )
         self._prober = Prober(connection, interval=opts.probe_interval, per_second=opts.max_probes_per_second)
+        self.overview = Overview(
+            services=self._services, leases=self.leases, config=self._config, rejections=self.rejection_log,
+            conflicts=self.conflicts, key_names=self._key_names, workspace_default=workspace_default,
+        )
+        """What the registry page shows (`await registry.overview.snapshot()`), read-only."""
         self._descriptors: Subscription | None = None
         self._watch: Subscription | None = None
         self._server = RequestServer(
@@ -269,11 +277,11 @@ class Registry:
             return
         self.metrics.announcement(announcement.kind)
         if announcement.kind == "announce":
-            await self._on_announce(announcement, now, wall)
+            await self._on_announce(announcement, now, wall, tracing.remote_context(message.properties))
         elif announcement.kind == "heartbeat":
             await self._on_heartbeat(announcement, now, wall)
         else:
-            self._on_withdraw(announcement, wall)
+            self._on_withdraw(announcement, wall, tracing.remote_context(message.properties))
 
     async def _refused(self, exc: Rejected, data: bytes, wall: float) -> None:
         """Record a refusal, tell its sender (once per entry of the log), and mark the lease it names as refused.
@@ -364,7 +372,7 @@ class Registry:
         for lease in self.leases.of_service(key):
             await self._prober.notify(lease.instance, f"conflict: {reason}")
 
-    async def _on_announce(self, announcement: Announcement, now: float, wall: float) -> None:
+    async def _on_announce(self, announcement: Announcement, now: float, wall: float, link: SpanContext | None = None) -> None:
         assert announcement.service is not None and announcement.tools is not None  # the model guarantees it
         key = (announcement.workspace, announcement.service.id)
         state = self._services.get(key)
@@ -375,7 +383,7 @@ class Registry:
         if len(state.offers) > 2 * self.options.max_instances_per_service:
             self._forget_unused_offers(state, keep=announcement.digest)
         previous = self.leases.get(announcement.instance)
-        self.leases.renew(
+        lease, _ = self.leases.renew(
             announcement.instance, key, ttl=announcement.ttl, now=now, wall=wall,
             digest=announcement.digest, announced=next(self._announces), **self._provenance(announcement),
         )
@@ -386,7 +394,7 @@ class Registry:
             self._resume(now)
         # An offer seen for the first time (after a restart, say) is checked against
         # the store even if the record says nothing changed: conflicts live in memory.
-        self._mark(key, force=not known)
+        self._mark(key, force=not known, link=link)
 
     async def _on_heartbeat(self, announcement: Announcement, now: float, wall: float) -> None:
         lease = self.leases.get(announcement.instance)
@@ -414,7 +422,7 @@ class Registry:
         for digest in [digest for digest in state.offers if digest not in in_use]:
             del state.offers[digest]
 
-    def _on_withdraw(self, announcement: Announcement, wall: float) -> None:
+    def _on_withdraw(self, announcement: Announcement, wall: float, link: SpanContext | None = None) -> None:
         """Drop the lease, and refuse the instance from now on: a captured message of it is a replay.
 
         It is refused until its messages are stale anyway: one skew (a
@@ -428,7 +436,7 @@ class Registry:
         self.validator.ended(announcement.instance, announcement.sequence, until)
         self.departed.withdrawn(announcement.instance, lease.service, announcement.sequence, until)
         log.info("instance.withdrawn", service=lease.service[1], workspace=lease.service[0], instance=lease.instance)
-        self._mark(lease.service)
+        self._mark(lease.service, link=link)
 
     def _resume(self, now: float) -> None:
         resumed = self.leases.resume_held(now)
@@ -443,6 +451,7 @@ class Registry:
     async def _on_push(self, push: ConfigPush) -> None:
         """Someone changed tools: a refused announcement may fit now (its holder left)."""
         self.writer.writes.observe(push)
+        self.overview.observe(push.version)
         for item_type in ("tool", "tool-service"):
             self._recheck_conflicts(push.changes.get(item_type, []))
 
@@ -496,8 +505,13 @@ class Registry:
             return f"not connected to the broker at {self._connection.url}"
         return None
 
-    def _mark(self, key: ServiceKey, *, force: bool = False) -> None:
-        self.writer.mark(key, force=force)
+    def _mark(self, key: ServiceKey, *, force: bool = False, link: SpanContext | None = None) -> None:
+        self.writer.mark(key, force=force, link=link)
+
+    def _key_names(self) -> dict[str, str]:
+        """Key id -> the trust policy's name for it (empty without a policy)."""
+        keys = getattr(self.options.trust, "keys", None)
+        return {kid: key.name for kid, key in keys.items()} if isinstance(keys, dict) else {}
 
     # --- queries -------------------------------------------------------------
 

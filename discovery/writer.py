@@ -28,6 +28,9 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from opentelemetry.trace import SpanContext
+
+from toolservice_base import tracing
 from toolservice_base.configclient import ConfigClient
 from toolservice_base.errors import (
     ConfigConflict,
@@ -111,13 +114,21 @@ class StoreWriter:
         """Transactions sent to the store (tests use it to prove coalescing)."""
         self._dirty: set[ServiceKey] = set()
         self._forced: set[ServiceKey] = set()
+        self._links: dict[ServiceKey, list[SpanContext]] = {}
         self._wake = asyncio.Event()
         self._busy = False
         self._task: asyncio.Task[None] | None = None
 
-    def mark(self, key: ServiceKey, *, force: bool = False) -> None:
-        """`key` needs merging; `force` re-checks the store even if its record says nothing changed."""
+    def mark(self, key: ServiceKey, *, force: bool = False, link: SpanContext | None = None) -> None:
+        """`key` needs merging; `force` re-checks the store even if its record says nothing changed.
+
+        `link`: the span of the announcement behind the change; the merge's span links to it.
+        """
         self._dirty.add(key)
+        if link is not None:
+            links = self._links.setdefault(key, [])
+            if len(links) < tracing.MAX_LINKS:
+                links.append(link)
         if force:
             self._forced.add(key)
         self._wake.set()
@@ -154,9 +165,10 @@ class StoreWriter:
             self._wake.clear()
             batch, forced = self._dirty, self._forced
             self._dirty, self._forced = set(), set()
+            links = [link for key in batch for link in self._links.pop(key, ())]
             self._busy = True
             try:
-                with self.metrics.merge_timer():
+                with tracing.registry_merge(len(batch), links), self.metrics.merge_timer():
                     await self._merge(batch, forced)
                 self._on_merged()
                 delay = 0.1
@@ -261,7 +273,8 @@ class StoreWriter:
         puts, deletes, expect = combine(original, view, plans)
         version = None
         if puts or deletes:
-            version = await self.writes.apply(puts=puts, deletes=deletes, expect=expect, workspace=workspace)
+            with tracing.registry_write(workspace, len(puts), len(deletes)):
+                version = await self.writes.apply(puts=puts, deletes=deletes, expect=expect, workspace=workspace)
             self.store_writes += 1
         refused = self._commit(entries, plans, version, wall)
         if self._on_conflicts is not None:

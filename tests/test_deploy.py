@@ -601,6 +601,7 @@ def test_the_compose_bridge_lists_and_calls_the_tools(running_stack: Any, broker
 def test_operator_docs_cover_every_setting_metric_and_topic() -> None:
     from prometheus_client import CollectorRegistry
 
+    from agent_bridge.metrics import BridgeMetrics
     from discovery.health import ConfigStoreMetrics, RegistryMetrics
     from toolservice_base.metrics import ServiceMetrics
 
@@ -608,10 +609,10 @@ def test_operator_docs_cover_every_setting_metric_and_topic() -> None:
     missing = [var for var in sorted(env_vars_read_by_the_package()) if f"`{var}`" not in docs]
     assert not missing, f"docs/operators.md does not describe {missing}"
     registry = CollectorRegistry()
-    for metrics in (RegistryMetrics, ConfigStoreMetrics, ServiceMetrics):
+    for metrics in (RegistryMetrics, ConfigStoreMetrics, ServiceMetrics, BridgeMetrics):
         metrics(registry)
     names = {family.name + ("_total" if family.type == "counter" else "") for family in registry.collect()}
-    assert len(names) == 15
+    assert len(names) == 18
     assert not [name for name in sorted(names) if f"`{name}`" not in docs], "a metric is not documented"
     for name, value in vars(topics).items():
         if name.isupper() and isinstance(value, str):

@@ -19,6 +19,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
+from . import tracing
 from .errors import TransportError
 from .logs import get_logger
 from .schemas import (
@@ -52,6 +53,7 @@ class Announcer:
         workspace: str = "default",
         version: str = "",
         signing_key: Ed25519PrivateKey | None = None,
+        instance: str | None = None,
     ) -> None:
         self._connection = connection
         self._signing_key = signing_key
@@ -60,7 +62,7 @@ class Announcer:
         self.ttl = ttl
         self.workspace = workspace
         self.version = version
-        self.instance = new_instance_id(service.id)
+        self.instance = instance or new_instance_id(service.id)
         self.digest = descriptor_digest(service, tools)
         self._sequence = 0
         self._publisher: Publisher | None = None
@@ -93,7 +95,11 @@ class Announcer:
             if self._signing_key is not None:
                 message = sign(message, self._signing_key)
             try:
-                await self._publisher.send(message.to_json())
+                if kind == "heartbeat":
+                    await self._publisher.send(message.to_json())
+                else:  # announce and withdraw change the registry: a span, its traceparent on the message
+                    with tracing.announcement(kind, self.service.id, self.instance) as properties:
+                        await self._publisher.send(message.to_json(), properties=properties)
             except TransportError as exc:
                 log.warning("announce.send_failed", kind=kind, service=self.service.id, error=str(exc))
                 return False

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from functools import partial
 from typing import Any
 
@@ -33,11 +34,22 @@ MAX_REPLY_QUEUES = 1024
 CANCEL_GRACE = 1.0
 """Seconds a cancelled handler has to end before its slot is given to the next request anyway."""
 _POWERS_OF_TEN = frozenset(10**k for k in range(10))
+_DEADLINE_SLACK = 0.001
+"""Seconds: the loop may run a timer this much (its clock resolution, far less) before it is due."""
+_deadline: ContextVar[float | None] = ContextVar("toolservice_base.rpc_server.deadline", default=None)
+"""The deadline (loop time) of the request the current task serves; each request runs in a task of its own."""
 
 Body = BaseModel | dict[str, Any]
 Responder = Callable[[Envelope, Callable[[Body], Awaitable[None]]], Awaitable[None]]
 CallKey = tuple[str, str | None]
 """A request as its caller names it in a cancel: (`id`, `reply-to`)."""
+
+
+def past_deadline() -> bool:
+    """For a handler being cancelled: whether its request's deadline has passed (a timeout), as opposed to a cancel
+    from its caller or the server shutting down. Lets a handler's span and logs say which."""
+    deadline = _deadline.get()
+    return deadline is not None and asyncio.get_running_loop().time() >= deadline - _DEADLINE_SLACK
 
 
 def error_body(kind: str, message: str) -> dict[str, Any]:
@@ -176,6 +188,7 @@ class RequestServer:
 
     async def _run(self, message: Envelope, deadline: float | None, limit: float | None) -> None:
         request_id, reply_to = self._return_address(message)
+        _deadline.set(deadline)  # this task's own context: see past_deadline()
 
         async def reply(body: Body) -> None:
             await self._send(body, request_id, reply_to)

@@ -38,11 +38,12 @@ from typing import Any, ClassVar
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from .announcer import Announcer
+from . import tracing
+from .announcer import Announcer, new_instance_id
 from .errors import BadRequest, ServiceDefinitionError
 from .logs import get_logger
-from .metrics import ServiceMetrics
-from .rpc_server import RequestServer
+from .metrics import OTHER_TOOL, ServiceMetrics
+from .rpc_server import RequestServer, past_deadline
 from .rpc_wire import TOOL
 from .schemas import (
     DEFAULT_TTL,
@@ -59,6 +60,7 @@ from .schemas import (
 )
 from .settings import Settings
 from .signing import load_private_key
+from .tool_labels import ToolLabels
 from .topics import DEFAULT as DEFAULT_TOPICS
 from .topics import Topics
 from .transport import Envelope, Transport, open_transport
@@ -227,7 +229,10 @@ class DynamicToolService:
         self.lease_workspace = workspace or type(self).workspace
         key_source = signing_key if signing_key is not None else self.settings.signing_key_file
         self.signing_key = load_private_key(key_source) if isinstance(key_source, (str, Path)) else key_source
-        self.metrics = (metrics or ServiceMetrics.default()).bind(self.id)
+        self.instance = new_instance_id(self.id)
+        """This process's instance id: in its announcements, and on its spans."""
+        self._labels = ToolLabels(self.tool_descriptors)
+        self.metrics = (metrics or ServiceMetrics.default()).bind(self.id, self._labels.names)
         self._server: RequestServer | None = None
         self.announcer: Announcer | None = None
         self._stopped = asyncio.Event()
@@ -266,10 +271,21 @@ class DynamicToolService:
         return self.tool_limits.get(self.tool_called(message), self.call_limit)
 
     async def __handle(self, message: Envelope, reply: Any) -> None:
+        """One request, inside its server span (the caller's span as parent, when tracing)."""
+        tool = self._labels.of(message.properties)
+        with tracing.server_call(message.properties, tool, self.id, self.instance) as span:
+            await self.__serve(message, reply, tool, span)
+
+    async def __serve(self, message: Envelope, reply: Any, tool: str, span: Any) -> None:
         started = time.perf_counter()
         error: str | None = None
+        error_type: str | None = None
         try:
             user, config, arguments = _parse_request(message.data, type(self).max_request_bytes)
+            if tool == OTHER_TOOL and TOOL not in message.properties:
+                tool = self._labels.of(message.properties, config)  # a caller that does not name it: its config values may
+                span.set("tool.name", tool)
+                span.rename(f"serve {tool}")
             if self.__pass_tool:
                 result = self.invoke(user, config, arguments, tool=self.tool_called(message))  # type: ignore[call-arg]
             else:
@@ -285,14 +301,17 @@ class DynamicToolService:
             log.warning("request.rejected", service=self.id, reason=str(exc))
             await reply(ToolServiceResponse(error=Error(type="bad-request", message=str(exc)), end_of_stream=True))
         except Exception as exc:
-            error = "exception"
+            error, error_type = "exception", type(exc).__name__
             log.warning("invoke.failed", service=self.id, error=f"{type(exc).__name__}: {exc}")
             await reply(ToolServiceResponse(error=Error(type=type(exc).__name__, message=str(exc)), end_of_stream=True))
         except asyncio.CancelledError:
             error = "cancelled"  # a deadline, or the caller gave up; the request server answers if anyone waits
+            error_type = "timeout" if past_deadline() else "cancelled"
             raise
         finally:
-            self.metrics.observe(time.perf_counter() - started, error)
+            # The metric counts deadlines and cancels as one kind; the span tells them apart.
+            tracing.outcome(span, error_type if error == "cancelled" else error, error_type)
+            self.metrics.observe(time.perf_counter() - started, error, tool)
 
     async def start(self) -> None:
         """Subscribe to requests, then (and only then) announce.
@@ -330,6 +349,7 @@ class DynamicToolService:
                     workspace=self.lease_workspace,
                     version=type(self).version,
                     signing_key=self.signing_key,
+                    instance=self.instance,
                 )
                 await announcer.start()
                 stack.push_async_callback(announcer.stop)
