@@ -172,7 +172,7 @@ class ConfigOperations:
             if not request.type and not self.trustgraph:
                 raise StoreError(f"operation '{op}' needs 'type'")
             item_type = request.type or ""
-            if request.paged:
+            if request.paged and not self.trustgraph:  # TrustGraph's store knows no pages: it answers everything
                 return self._page(request, workspace, item_type)
             if op == "list":
                 return ConfigResponse(version=store.version, directory=store.list(workspace, item_type))

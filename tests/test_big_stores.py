@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 from big_store_support import BLOB_BYTES, SERVICE, put_blobs, put_tools, tool
 
 from agent_bridge import ToolError, ToolSet
-from discovery.config_ops import Outcome
+from discovery.config_ops import ConfigOperations, Outcome
 from discovery.configsvc import ConfigStoreService
 from discovery.registry_client import RegistryClient
+from discovery.store import ConfigStore
 from toolservice_base import ConfigClient, ConfigError, ConfigRefused, DynamicToolService, Settings, Transport
 from toolservice_base.rpc import RequestClient
 from toolservice_base.schemas import MAX_ITEM_BYTES, PAGE_BYTES, ConfigRequest
@@ -152,3 +154,14 @@ async def test_an_answer_too_large_for_the_broker_is_an_error_at_once_not_a_time
             assert "\n" not in str(caught.value)
             assert took < 5, f"the caller heard after {took:.1f}s"
             assert await tools.invoke("answer", {"size": 3}) == "xxx"  # the service goes on answering
+
+
+def test_the_trustgraph_store_ignores_page_fields_as_trustgraph_does(tmp_path: Path) -> None:
+    store = ConfigStore(tmp_path / "config.sqlite")
+    try:
+        store.put("default", [("prompt", f"p{n}", "x") for n in range(3)])
+        answer = ConfigOperations(store, "trustgraph").execute(ConfigRequest(operation="getvalues", type="prompt", limit=1))
+        assert [v.key for v in answer.response.values] == ["p0", "p1", "p2"]
+        assert set(answer.response.to_trustgraph()) == TRUSTGRAPH_FIELDS
+    finally:
+        store.close()
