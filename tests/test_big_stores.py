@@ -160,7 +160,8 @@ def test_the_trustgraph_store_ignores_page_fields_as_trustgraph_does(tmp_path: P
     store = ConfigStore(tmp_path / "config.sqlite")
     try:
         store.put("default", [("prompt", f"p{n}", "x") for n in range(3)])
-        answer = ConfigOperations(store, "trustgraph").execute(ConfigRequest(operation="getvalues", type="prompt", limit=1))
+        request = ConfigRequest(operation="getvalues", workspace="default", type="prompt", limit=1)
+        answer = ConfigOperations(store, "trustgraph").execute(request)
         assert [v.key for v in answer.response.values] == ["p0", "p1", "p2"]
         assert set(answer.response.to_trustgraph()) == TRUSTGRAPH_FIELDS
     finally:
