@@ -396,8 +396,9 @@ class ToolSet:
 
     async def _fetch(self) -> tuple[int, Items]:
         assert self._config is not None
-        version, config = await self._config.config(timeout=self.store_timeout)
-        return version, {t: dict(config.get(t, {})) for t in TYPES}
+        # Only the two types, page by page at one version: unrelated items, however large, are never read.
+        version, items = await self._config.read_types(TYPES, timeout=self.store_timeout)
+        return version, {t: items.get(t, {}) for t in TYPES}
 
     async def _reload_loop(self) -> None:
         """Reload on pushes (after `debounce`), and every `poll_interval` in case a push was lost."""

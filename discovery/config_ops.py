@@ -33,11 +33,15 @@ request is atomic against every other.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Literal
 
 from toolservice_base.schemas import (
     CONFIG_OPERATIONS,
+    MAX_ITEM_BYTES,
+    MAX_PAGE_ITEMS,
+    PAGE_BYTES,
     WORKSPACE_OPERATIONS,
     ConfigPush,
     ConfigRequest,
@@ -67,6 +71,24 @@ class Outcome:
     push: ConfigPush | None = None
     opened: list[str] = field(default_factory=list)
     closed: list[str] = field(default_factory=list)
+
+
+def answer_size(key: str, value: str | None) -> int:
+    """Bytes an item adds to an answer, as the store encodes it (JSON, non-ASCII escaped), plus its field names."""
+    return len(json.dumps(key)) + (0 if value is None else len(json.dumps(value))) + ITEM_OVERHEAD
+
+
+ITEM_OVERHEAD = 64
+
+
+def refuse_oversize(item_type: str, key: str, value: str) -> None:
+    """`StoreError` unless one answer page can carry the item: a store that takes it must be able to give it back."""
+    size = len(json.dumps(value))
+    if size > MAX_ITEM_BYTES:
+        raise StoreError(
+            f"{item_type}/{key} is {size} bytes as JSON; the store takes items up to {MAX_ITEM_BYTES} bytes "
+            "(the broker's message limit): store it in parts, or keep it elsewhere and store a reference"
+        )
 
 
 def _error(kind: str, message: str, version: int = 0) -> Outcome:
@@ -150,12 +172,26 @@ class ConfigOperations:
             if not request.type and not self.trustgraph:
                 raise StoreError(f"operation '{op}' needs 'type'")
             item_type = request.type or ""
+            if request.paged and not self.trustgraph:  # TrustGraph's store knows no pages: it answers everything
+                return self._page(request, workspace, item_type)
             if op == "list":
                 return ConfigResponse(version=store.version, directory=store.list(workspace, item_type))
             pairs = store.getvalues(workspace, item_type)
             return ConfigResponse(version=store.version, values=[ConfigValue(type=item_type, key=k, value=v) for k, v in pairs])
         version, config = store.config(workspace)
         return ConfigResponse(version=version, config=config)
+
+    def _page(self, request: ConfigRequest, workspace: str, item_type: str) -> ConfigResponse:
+        """One page of a `list` or `getvalues`: keys after `after`, at most `limit` of them and about `PAGE_BYTES`."""
+        listing = request.operation == "list"
+        rows, more = self.store.page(
+            workspace, item_type, after=request.after, limit=request.limit or MAX_PAGE_ITEMS, budget=PAGE_BYTES,
+            size=answer_size, values=not listing,
+        )
+        if listing:
+            return ConfigResponse(version=self.store.version, directory=[k for k, _ in rows], more=more)
+        values = [ConfigValue(type=item_type, key=k, value=v) for k, v in rows]
+        return ConfigResponse(version=self.store.version, values=values, more=more)
 
     def _write(self, request: ConfigRequest, workspace: str) -> Outcome:
         puts = [(v.type, v.key, v.value) for v in request.values] if request.operation == "put" else []
@@ -166,6 +202,8 @@ class ConfigOperations:
         deletes = [(k.type, k.key) for k in request.keys]
         if self.trustgraph:
             return self._write_as_trustgraph(request.operation, workspace, items, deletes)
+        for item_type, key, value in items:
+            refuse_oversize(item_type, key, value)
         affected = {workspace} | self._declared(workspace, [k for _, k, _ in items] + [k for _, k in deletes], [t for t, _, _ in items] + [t for t, _ in deletes])
         before = {w: self._exists(w) for w in affected}
         version, changes = self.store.apply(

@@ -56,6 +56,12 @@ STORE_FILE = "config.sqlite"
 SUBSCRIPTION = "config-store"
 
 
+def answer_too_large(reason: str) -> dict[str, Any]:
+    """The store's answer when its answer is over the broker's limit: an error a TrustGraph reader understands, not silence."""
+    message = f"{reason}; read by type in pages (`getvalues` or `list` with `limit` and `after`)"
+    return ConfigResponse(error=Error(type="answer-too-large", message=message)).to_trustgraph()
+
+
 def workspace_queues(topics: Topics, workspace: str) -> tuple[str, str]:
     """A workspace's own request and response queues, named as TrustGraph names them (`<base>:<workspace>`)."""
     return f"{topics.config_request}:{workspace}", f"{topics.config_response}:{workspace}"
@@ -90,7 +96,8 @@ class ConfigStoreService:
         self.last_backup: store_backup.Backup | None = None
         self._maintenance: asyncio.Task[None] | None = None
         self._server = RequestServer(
-            connection, connection.topics.config_request, connection.topics.config_response, self._on_system, subscription=SUBSCRIPTION
+            connection, connection.topics.config_request, connection.topics.config_response, self._on_system,
+            subscription=SUBSCRIPTION, too_large=answer_too_large,
         )
         self._workspace_servers: dict[str, RequestServer] = {}
         self._queue_changes: asyncio.Queue[tuple[bool, str]] = asyncio.Queue()
@@ -184,7 +191,9 @@ class ConfigStoreService:
         async def on_request(message: Envelope, reply: Any) -> None:
             await self._handle(message, reply, workspace)
 
-        server = RequestServer(self._connection, request_queue, response_queue, on_request, subscription=SUBSCRIPTION)
+        server = RequestServer(
+            self._connection, request_queue, response_queue, on_request, subscription=SUBSCRIPTION, too_large=answer_too_large
+        )
         await server.start()
         self._workspace_servers[workspace] = server
         log.info("config.workspace_queue_opened", workspace=workspace, queue=request_queue)

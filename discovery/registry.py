@@ -44,8 +44,9 @@ from toolservice_base.errors import (
     RequestTimeout,
 )
 from toolservice_base.logs import get_logger
-from toolservice_base.rpc import RequestServer
+from toolservice_base.rpc import RequestServer, error_body
 from toolservice_base.schemas import (
+    MAX_PAGE_ITEMS,
     MAX_QUERY_BYTES,
     Announcement,
     ConfigPush,
@@ -70,6 +71,7 @@ from .health import RegistryMetrics
 from .leases import Lease, LeaseTable, ServiceKey
 from .merge import RECORD_TYPE, Offer, OwnershipRecord
 from .overview import Overview
+from .pages import page_of
 from .probes import ProbeLimiter, Prober
 from .registry_options import RegistryOptions
 from .state import ServiceState, static_status
@@ -148,6 +150,7 @@ class Registry:
             connection.topics.registry_response,
             self._handle,
             subscription="tool-registry",
+            too_large=lambda reason: error_body("answer-too-large", f"{reason}; ask for `list` in pages (`limit`, `after`)"),
         )
         self._scheduler: AsyncIOScheduler | None = None
         self._running = False
@@ -575,7 +578,11 @@ class Registry:
     async def _answer(self, request: RegistryRequest, workspace: str) -> RegistryResponse:
         op = request.operation
         if op == "list":
-            return RegistryResponse(tools=await self.list_tools(workspace), held=self.held_services())
+            tools = await self.list_tools(workspace)
+            if request.limit is None and request.after is None:
+                return RegistryResponse(tools=tools, held=self.held_services())
+            page, more = page_of(tools, request.after, request.limit or MAX_PAGE_ITEMS)
+            return RegistryResponse(tools=page, held=self.held_services(), more=more)
         if op == "get":
             if not request.name:
                 return RegistryResponse(error=Error(type="bad-request", message="operation 'get' needs 'name'"))

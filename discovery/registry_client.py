@@ -29,6 +29,8 @@ from toolservice_base.schemas import (
 from toolservice_base.transport import Transport
 
 DEFAULT_TIMEOUT = 5.0
+PAGE_LIMIT = 5_000
+"""Tools asked for per page of `list`; the registry also stops a page at about `PAGE_BYTES`."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class RegistryClient:
 
     def __init__(self, connection: Transport, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.timeout = timeout
+        self.page_limit = PAGE_LIMIT
         self._rpc = RequestClient(
             connection,
             connection.topics.registry_request,
@@ -60,8 +63,16 @@ class RegistryClient:
         await self._rpc.start()
         return self
 
-    async def _call(self, operation: RegistryOperation, *, name: str | None = None, workspace: str | None = None) -> RegistryResponse:
-        request = RegistryRequest(operation=operation, name=name, workspace=workspace)
+    async def _call(
+        self,
+        operation: RegistryOperation,
+        *,
+        name: str | None = None,
+        workspace: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> RegistryResponse:
+        request = RegistryRequest(operation=operation, name=name, workspace=workspace, limit=limit, after=after)
         try:
             body = await self._rpc.request(request, timeout=self.timeout)
         except RequestTimeout:
@@ -77,8 +88,20 @@ class RegistryClient:
         return response
 
     async def list(self, workspace: str | None = None) -> Listing:
-        response = await self._call("list", workspace=workspace)
-        return Listing(tools=response.tools or [], held=response.held or [])
+        """Every tool's status, asked for in pages so no answer has to hold them all.
+
+        Pages follow tool names; a tool that comes or goes while the pages
+        are read may be missed or shown, as it would a moment later or earlier.
+        A registry that does not page answers everything at once, without `more`.
+        """
+        tools: list[ToolStatus] = []
+        after: str | None = None
+        while True:
+            response = await self._call("list", workspace=workspace, limit=self.page_limit, after=after)
+            tools.extend(response.tools or [])
+            if not response.more or not response.tools:
+                return Listing(tools=tools, held=response.held or [])
+            after = response.tools[-1].name
 
     async def get(self, name: str, workspace: str | None = None) -> ToolStatus | None:
         """One tool's status, or None if no such tool is listed."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from toolservice_base.errors import ToolDiscoveryError
@@ -41,6 +41,7 @@ Keys = list[tuple[str, str]]
 Expectations = list[tuple[str, str, str | None]]
 Pairs = list[tuple[str, str]]
 Names = list[str]
+Page = list[tuple[str, str | None]]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
@@ -134,6 +135,34 @@ class ConfigStore:
     def getvalues(self, workspace: str, item_type: str) -> Pairs:
         rows = self._db.execute("SELECT key, value FROM items WHERE workspace=? AND type=? ORDER BY key", (workspace, item_type))
         return [(r[0], r[1]) for r in rows]
+
+    def page(
+        self, workspace: str, item_type: str, *, after: str | None, limit: int, budget: int, size: Callable[[str, str | None], int], values: bool = True
+    ) -> tuple[Page, bool]:
+        """`(key, value)` of items after key `after` in key order, up to `limit` items and `budget` by `size`; and whether more follow.
+
+        A page always holds at least one item if any is left, whatever its
+        size: the caller bounds single items at write time. `values=False`
+        reads keys only (the value is None).
+        """
+        column = "value" if values else "NULL"
+        sql = f"SELECT key, {column} FROM items WHERE workspace=? AND type=?"
+        params: tuple[str, ...] = (workspace, item_type)
+        if after is not None:
+            sql, params = sql + " AND key>?", (*params, after)
+        cursor = self._db.execute(sql + " ORDER BY key", params)
+        rows: Page = []
+        used = 0
+        try:
+            for key, value in cursor:
+                cost = size(key, value)
+                if rows and (len(rows) >= limit or used + cost > budget):
+                    return rows, True
+                rows.append((key, value))
+                used += cost
+            return rows, False
+        finally:
+            cursor.close()
 
     def values_all_workspaces(self, item_type: str) -> Items:
         """`(workspace, key, value)` of every item of a type, in every workspace (TrustGraph's `getvalues-all-ws`)."""

@@ -111,9 +111,9 @@ async def test_toolset_start_failures_undo_every_step(
     monkeypatch.undo()
 
     # 3. the first read fails outright with something that is not a store error
-    async def broken_read(self: ConfigClient, **kwargs: Any) -> Any:
+    async def broken_read(self: ConfigClient, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("injected: a bug in the first read")
 
-    monkeypatch.setattr(ConfigClient, "config", broken_read)
+    monkeypatch.setattr(ConfigClient, "read_types", broken_read)
     message = await _fails_cleanly(ToolSet(settings=settings, store_timeout=1), RuntimeError, baseline)
     assert "injected" in message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -12,16 +13,25 @@ from .errors import ConfigConflict, ConfigError, ConfigRefused, RequestTimeout
 from .logs import get_logger
 from .rpc import DEFAULT_TIMEOUT, RequestClient
 from .schemas import (
+    MAX_CONFIG_REQUEST_BYTES,
+    MAX_ITEM_BYTES,
     MAX_PUSH_BYTES,
     ConfigPush,
     ConfigRequest,
     ConfigResponse,
     describe_validation_error,
+    printable,
 )
-from .transport import Envelope, Subscription, Transport
+from .transport import Envelope, Subscription, Transport, encode
 
 PushHandler = Callable[[ConfigPush], Awaitable[None]]
+Rows = list[tuple[str, str | None]]
+Types = list[str]
 FIRST_ATTEMPT = 0.5
+READ_ATTEMPTS = 8
+"""Times a paged read starts over because the store's version moved between its pages."""
+PAGE_LIMIT = 10_000
+"""Items asked for per page; the store also stops a page at about `PAGE_BYTES`."""
 
 log = get_logger("toolservice_base.configclient")
 
@@ -32,9 +42,29 @@ _ERRORS: dict[str, type[ConfigError]] = {"conflict": ConfigConflict, "invalid": 
 def _config_request(**fields: Any) -> ConfigRequest:
     """A request the store would accept, or `ConfigRefused` with one line saying which field is wrong."""
     try:
-        return ConfigRequest(**fields)
+        request = ConfigRequest(**fields)
     except ValidationError as exc:
         raise ConfigRefused(f"refused before sending: {describe_validation_error(exc)}") from None
+    if request.values:
+        _check_size(request)
+    return request
+
+
+def _check_size(request: ConfigRequest) -> None:
+    """`ConfigRefused` for a write the broker or the store would refuse for its size, said in one line before sending."""
+    for item in request.values:
+        size = len(json.dumps(item.value))
+        if size > MAX_ITEM_BYTES:
+            raise ConfigRefused(
+                f"refused before sending: {item.type}/{printable(item.key, 80)} is {size} bytes as JSON; the store takes items up to "
+                f"{MAX_ITEM_BYTES} bytes (the broker's message limit): store it in parts, or keep it elsewhere and store a reference"
+            )
+    size = len(encode(request))
+    if size > MAX_CONFIG_REQUEST_BYTES:
+        raise ConfigRefused(
+            f"refused before sending: the write is {size} bytes; the store takes at most {MAX_CONFIG_REQUEST_BYTES} bytes per request: "
+            "write the items in smaller batches"
+        )
 
 
 class ConfigClient:
@@ -44,6 +74,7 @@ class ConfigClient:
         self._connection = connection
         self.workspace = workspace
         self.timeout = timeout
+        self.page_limit = PAGE_LIMIT
         self._resend = connection.capabilities.resend_on_silence
         self._rpc = RequestClient(
             connection, connection.topics.config_request, connection.topics.config_response, name="config-client", bulk=True
@@ -144,12 +175,71 @@ class ConfigClient:
         return (await self._call(request)).version or 0
 
     async def list(self, item_type: str, *, workspace: str | None = None) -> list[str]:
-        request = _config_request(operation="list", workspace=workspace or self.workspace, type=item_type)
-        return list((await self._call(request)).directory or [])
+        """Keys of a type, in key order, read page by page at one version."""
+        _, pages = await self._read("list", [item_type], workspace)
+        return [key for key, _ in pages[item_type]]
 
     async def getvalues(self, item_type: str, *, workspace: str | None = None) -> dict[str, str]:
-        request = _config_request(operation="getvalues", workspace=workspace or self.workspace, type=item_type)
-        return {v.key: v.value for v in (await self._call(request)).values if v.value is not None}
+        """Items of a type, read page by page at one version."""
+        return (await self.read_types([item_type], workspace=workspace))[1][item_type]
+
+    async def read_types(
+        self, item_types: Iterable[str], *, workspace: str | None = None, timeout: float | None = None
+    ) -> tuple[int, dict[str, dict[str, str]]]:
+        """The items of each type and the one version they were all read at: what a reader of `tool` + `tool-service` needs.
+
+        Each type is read in pages (no answer has to fit the whole store in
+        one message); if a write lands between pages, the read starts over,
+        up to `READ_ATTEMPTS` times, all within `timeout`.
+        """
+        version, pages = await self._read("getvalues", list(item_types), workspace, timeout)
+        return version, {t: {k: v for k, v in rows if v is not None} for t, rows in pages.items()}
+
+    async def _read(
+        self, operation: str, item_types: Types, workspace: str | None, timeout: float | None = None
+    ) -> tuple[int, dict[str, Rows]]:
+        total = timeout or self.timeout
+        deadline = asyncio.get_running_loop().time() + total
+        for _ in range(READ_ATTEMPTS):
+            read = await self._read_once(operation, item_types, workspace or self.workspace, deadline, total)
+            if read is not None:
+                return read
+            log.debug("config.read_restarted", operation=operation, types=item_types, reason="version moved between pages")
+        raise ConfigError(
+            f"the config store changed on every one of {READ_ATTEMPTS} attempts to read {', '.join(item_types)}; retry when writes calm down",
+            "busy",
+        )
+
+    async def _read_once(
+        self, operation: str, item_types: Types, workspace: str, deadline: float, total: float
+    ) -> tuple[int, dict[str, Rows]] | None:
+        """Every page of every type at one version; None if the version moved between pages."""
+        loop = asyncio.get_running_loop()
+        version: int | None = None
+        pages: dict[str, Rows] = {}
+        for item_type in item_types:
+            rows = pages[item_type] = []
+            after: str | None = None
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise RequestTimeout(f"the config store did not answer within {total:g}s; is it running (`toolreg up`)?")
+                request = _config_request(
+                    operation=operation, workspace=workspace, type=item_type, limit=self.page_limit, after=after
+                )
+                response = await self._call(request, remaining)
+                if version is None:
+                    version = response.version
+                elif response.version != version:
+                    return None
+                page: Rows = [(k, None) for k in response.directory] if operation == "list" else [(v.key, v.value) for v in response.values]
+                rows.extend(page)
+                if not response.more:  # a store that does not page answers everything at once, without `more`
+                    break
+                if not page:
+                    raise ConfigError("the config store said more items follow but sent none; it may be damaged", "bad-response")
+                after = page[-1][0]
+        return version or 0, pages
 
     async def version(self, *, workspace: str | None = None, timeout: float | None = None) -> int:
         """The store's current version, cheaply (an empty `get`): for periodic change checks."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .errors import TransportError
+from .errors import MessageTooLarge, TransportError
 from .logs import get_logger
 from .rpc_wire import ID, REPLY_TO, caller_timeout, cancel_queue, reply_queue
 from .transport import LARGE_MESSAGE, Envelope, Publisher, Subscription, Transport, encode, unique_name
@@ -57,6 +57,11 @@ def error_body(kind: str, message: str) -> dict[str, Any]:
     return {"error": {"type": kind, "message": message}, "end_of_stream": True}
 
 
+def answer_too_large(reason: str) -> dict[str, Any]:
+    """What a caller gets instead of an answer the broker refused for its size."""
+    return error_body("answer-too-large", f"{reason}; stream it in parts (an async generator) or return less")
+
+
 class RequestServer:
     """Consume a request queue (Shared) and answer on the response queue.
 
@@ -68,6 +73,9 @@ class RequestServer:
     The receive loop itself never waits for a slot: on a non-persistent topic
     the broker drops messages for a consumer with no free permits, so a loop
     that stalled on back-pressure would lose requests.
+
+    An answer the broker refuses as too large is replaced by `too_large(reason)`
+    (default: an `answer-too-large` error), so the caller hears at once.
 
     `cancellable=True` honours the callers' deadlines and cancels (see the
     module); `limit(message)` is the server's own limit on one request, in
@@ -87,6 +95,7 @@ class RequestServer:
         max_in_flight: int = 64,
         max_backlog: int = 10_000,
         busy: Callable[[str], Body] | None = None,
+        too_large: Callable[[str], Body] | None = None,
         cancellable: bool = False,
         limit: Callable[[Envelope], float | None] | None = None,
         cancel_grace: float = CANCEL_GRACE,
@@ -99,6 +108,7 @@ class RequestServer:
         self._slots = asyncio.Semaphore(max_in_flight)
         self._max_admitted = max_in_flight + max_backlog
         self._busy = busy or partial(error_body, "busy")
+        self._too_large = too_large or answer_too_large
         self._cancellable = cancellable
         self._limit = limit
         self._cancel_grace = cancel_grace
@@ -281,6 +291,14 @@ class RequestServer:
                 )
         try:
             await publisher.send(data, properties={ID: request_id})
+        except MessageTooLarge:
+            # The caller would wait for its timeout and then blame the service: tell it now, in a message that fits.
+            log.warning("response.too_large", queue=publisher.topic, id=request_id, bytes=len(data))
+            reason = f"the answer is {len(data)} bytes, more than the broker takes in one message ({self.request_queue})"
+            try:
+                await publisher.send(encode(self._too_large(reason)), properties={ID: request_id})
+            except TransportError as exc:
+                log.warning("response.send_failed", queue=publisher.topic, id=request_id, error=str(exc))
         except TransportError as exc:
             log.warning("response.send_failed", queue=publisher.topic, id=request_id, error=str(exc))
 

@@ -42,6 +42,14 @@ MAX_REQUEST_BYTES = 1024 * 1024
 """A tool-service request (user, config and arguments as JSON text)."""
 MAX_CONFIG_REQUEST_BYTES = 4 * 1024 * 1024
 """A config-store request: a registry batch or a hand-written item; under pulsar-lite's ~5 MiB message limit."""
+MAX_ITEM_BYTES = MAX_CONFIG_REQUEST_BYTES - 16 * 1024
+"""One config value, measured as the JSON string the store answers with (non-ASCII escaped).
+
+A `put` of one such item fits in one request, and any accepted item fits in one answer page
+(`PAGE_BYTES` or one item, whichever is larger), so no read ever needs a message the broker refuses."""
+PAGE_BYTES = 1024 * 1024
+"""What a paged config or registry answer holds at most, unless a single item is larger."""
+MAX_PAGE_ITEMS = 100_000
 MAX_QUERY_BYTES = 4 * 1024
 """A registry query (`{"operation": ..., "name": ..., "workspace": ...}`)."""
 MAX_PUSH_BYTES = 256 * 1024
@@ -280,7 +288,16 @@ class ConfigRequest(BaseModel):
     cross-workspace operations. Beyond TrustGraph's fields, a `put` may carry
     `keys` to delete in the same transaction and `expect` preconditions
     (compare-and-set); a writer that sends neither gets TrustGraph's behaviour.
+
+    `list` and `getvalues` are paged when `limit` or `after` is set: at most
+    `limit` items (and about `PAGE_BYTES`), keys after `after`, in key order,
+    with `more` in the answer. A reader that sends neither (TrustGraph) gets
+    the whole answer in one message, as before.
     """
+
+    @property
+    def paged(self) -> bool:
+        return self.limit is not None or self.after is not None
 
     operation: str = Field(default="", max_length=64)
     workspace: str = Field(default="default", pattern=r"^([A-Za-z0-9_.-]{1,128})?$")
@@ -288,6 +305,8 @@ class ConfigRequest(BaseModel):
     values: list[ConfigValue] = Field(default_factory=list)
     type: str | None = Field(default=None, pattern=CONFIG_TYPE_PATTERN)
     expect: list[ExpectedValue] = Field(default_factory=list)
+    limit: int | None = Field(default=None, ge=1, le=MAX_PAGE_ITEMS)
+    after: str | None = Field(default=None, max_length=512)
 
     @field_validator("type", mode="before")
     @classmethod
@@ -301,10 +320,12 @@ class ConfigResponse(BaseModel):
     directory: list[str] = Field(default_factory=list)
     config: dict[str, dict[str, str]] = Field(default_factory=dict)
     error: Error | None = None
+    more: bool | None = None
+    """Paged answers only: whether items follow the last key of this page (never sent to a reader that did not page)."""
 
     def to_trustgraph(self) -> dict[str, Any]:
-        """Every field, as TrustGraph's JSON serializer writes a `ConfigResponse` (`error` null when none)."""
-        return self.model_dump(mode="json")
+        """Every field, as TrustGraph's JSON serializer writes a `ConfigResponse` (`error` null when none), plus `more` on a page."""
+        return self.model_dump(mode="json", exclude={"more"} if self.more is None else None)
 
 
 class WorkspaceChanges(BaseModel):
@@ -448,6 +469,10 @@ class RegistryRequest(BaseModel):
     operation: RegistryOperation
     name: str | None = Field(default=None, pattern=NAME_PATTERN)
     workspace: str | None = Field(default=None, pattern=NAME_PATTERN)
+    limit: int | None = Field(default=None, ge=1, le=MAX_PAGE_ITEMS)
+    """`list` only: page the answer (at most `limit` tools and about `PAGE_BYTES`); `more` says whether tools follow."""
+    after: str | None = Field(default=None, pattern=NAME_PATTERN)
+    """`list` only: tools named after this one (the last name of the previous page)."""
 
 
 class ToolStatus(BaseModel):
@@ -498,4 +523,5 @@ class RegistryResponse(BaseModel):
     conflicts: list[Conflict] | None = None
     held: list[str] | None = None
     released: list[str] | None = None
+    more: bool | None = None
     error: Error | None = None

@@ -23,6 +23,10 @@ from ..topics import Topics
 LARGE_MESSAGE = 64 * 1024
 """Past this, a message can make its connection unwritable for a moment (see `Capabilities.separate_bulk_connection`)."""
 
+MESSAGE_LIMIT = 5 * 1024 * 1024
+"""The largest message the brokers take (Apache Pulsar's default `maxMessageSize`; pulsar-lite's, measured):
+the in-memory transport refuses above it, as they do."""
+
 Payload = BaseModel | dict[str, Any] | bytes | str
 
 

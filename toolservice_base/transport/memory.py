@@ -27,10 +27,10 @@ import random
 import weakref
 from collections import deque
 
-from ..errors import TransportClosed
+from ..errors import MessageTooLarge, TransportClosed
 from ..logs import get_logger
 from ..topics import Topics
-from .base import Capabilities, Envelope, Handler, OpenedResources, Payload, encode, unique_name
+from .base import MESSAGE_LIMIT, Capabilities, Envelope, Handler, OpenedResources, Payload, encode, unique_name
 
 log = get_logger("toolservice_base.transport")
 
@@ -174,7 +174,10 @@ class MemoryPublisher:
     async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> None:
         if self._closed:
             raise TransportClosed(f"the producer on {self.topic} is closed")
-        self._broker.publish(self.topic, encode(payload), properties or {})
+        data = encode(payload)
+        if len(data) > MESSAGE_LIMIT:
+            raise MessageTooLarge(f"the in-memory broker refused a {len(data)}-byte message on {self.topic} as too large; send less at once")
+        self._broker.publish(self.topic, data, properties or {})
 
     @property
     def connected(self) -> bool:
