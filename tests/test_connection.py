@@ -48,3 +48,21 @@ async def test_large_messages_on_a_bulk_subscription_cost_no_small_message(setti
     # still busy writing the previous 300 KB can be dropped (seen: 1 of 300, on a loaded 2-core machine).
     # That is why large tool answers are streamed in parts; this test is about the small ones.
     assert large_seen >= 295, f"{300 - large_seen} of 300 large messages lost"
+
+
+def test_pulsar_client_lines_reach_python_logging_only_while_someone_listens() -> None:
+    """A Python logger costs every message a call into Python (measured: 2.5x the registry's CPU per heartbeat)."""
+    import logging
+
+    import pulsar
+
+    from toolservice_base.transport.pulsar import CLIENT_LOG, client_logger
+
+    level = CLIENT_LOG.level
+    try:
+        CLIENT_LOG.setLevel(logging.CRITICAL)  # what an application that did not ask for debug logs has
+        assert isinstance(client_logger(), pulsar.FileLogger)
+        CLIENT_LOG.setLevel(logging.WARNING)  # what configure_logging("debug") sets
+        assert client_logger() is CLIENT_LOG
+    finally:
+        CLIENT_LOG.setLevel(level)

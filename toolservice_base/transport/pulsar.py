@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import re
 from typing import Any
 
 import _pulsar
@@ -47,6 +49,24 @@ connection, every retry), so they are off unless the application sets this logge
 (`configure_logging("debug")` shows its warnings and errors)."""
 if CLIENT_LOG.level == logging.NOTSET:
     CLIENT_LOG.setLevel(logging.CRITICAL)
+
+
+def client_logger() -> logging.Logger | pulsar.FileLogger:
+    """The logger a new pulsar-client gets: `CLIENT_LOG` only while someone listens to it.
+
+    Given a Python logger, pulsar-client calls it for every line it makes,
+    debug ones included, from its I/O threads under the GIL, and `logging`
+    drops them only afterwards. Measured with `python -m bench --quick --only
+    throughput` on pulsar-lite: registry CPU at 5,000 heartbeats/s 90% with the
+    Python logger, 37% without. So unless `CLIENT_LOG` is enabled for warnings
+    (`configure_logging("debug")`), the library's own logger writes its errors
+    to the null device: never to stdout, which belongs to command output and to
+    MCP over stdio.
+    """
+    if CLIENT_LOG.isEnabledFor(logging.WARNING):
+        return CLIENT_LOG
+    return pulsar.FileLogger(pulsar.LoggerLevel.Error, os.devnull)
+
 
 _PULSAR_ERRORS: tuple[type[BaseException], ...] = (pulsar_asyncio.PulsarException, _pulsar.PulsarException)
 PRODUCER_QUEUE = 20_000
@@ -78,7 +98,18 @@ def translate(exc: BaseException, doing: str, url: str) -> TransportError:
         return TransportClosed(f"{doing}: already closed")
     if name in _UNREACHABLE:
         return BrokerUnreachable(f"cannot reach the broker at {url} while {doing} ({name}); is it running?")
+    if name == "TopicNotFound" and (namespace := _namespace_in(doing)):
+        return TransportError(
+            f"the broker at {url} has no namespace {namespace} ({doing}); create it (deploy/pulsar-init.sh does, for "
+            "the topicspace in TOOLREG_TOPICSPACE) or set TOOLREG_TOPICSPACE to a tenant that has the product's namespaces"
+        )
     return TransportError(f"the broker at {url} failed while {doing}: {name}")
+
+
+def _namespace_in(text: str) -> str | None:
+    """`tenant/namespace` of the first topic named in `text`: Apache Pulsar says TopicNotFound when that is missing."""
+    found = re.search(r"persistent://([^/\s]+/[^/\s]+)/", text)
+    return found.group(1) if found else None
 
 
 class PulsarPublisher:
@@ -217,7 +248,7 @@ class PulsarTransport(OpenedResources):
         kwargs: dict[str, Any] = {
             "operation_timeout_seconds": settings.operation_timeout,
             "connection_timeout_ms": 5000,
-            "logger": CLIENT_LOG,
+            "logger": client_logger(),
         }
         if settings.auth_token:
             kwargs["authentication"] = pulsar.AuthenticationToken(settings.auth_token)
