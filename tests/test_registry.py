@@ -152,6 +152,10 @@ async def _has_conflict(client: RegistryClient, tool: str) -> bool:
     return any(c.tool == tool for c in await client.conflicts())
 
 
+async def _no_conflicts(client: RegistryClient) -> bool:
+    return await client.conflicts() == []
+
+
 async def _no_key(client: ConfigClient, key: tuple[str, str]) -> bool:
     return key not in await client.get([key])
 
@@ -172,9 +176,10 @@ async def test_the_first_service_keeps_a_contested_name_and_hands_it_over_one_tt
         await eventually(lambda: _no_key(config_client, ("tool", "tell-joke")), timeout=1.0)  # nobody serves it now
         conflicts = await eventually(lambda: _kept_for(registry_client, "joke-service"), timeout=1.0)
         assert [(c.tool, c.held_by) for c in conflicts] == [("tell-joke", "joke-service")]
-        await eventually(lambda: _tool_service(config_client, "tell-joke", "rival-jokes"), timeout=TTL + 1.0)
+        # Generous upper bound: on 2 busy cores the hand-over has come later than ttl + 1 s; the promise is the lower bound.
+        await eventually(lambda: _tool_service(config_client, "tell-joke", "rival-jokes"), timeout=TTL + 3.0)
         assert time.monotonic() - stopped > TTL - 0.1  # not before the owner's ttl was over
-        assert await registry_client.conflicts() == []
+        await eventually(lambda: _no_conflicts(registry_client), timeout=1.0)  # cleared once the registry hears its write back
 
 
 async def test_a_restarting_owner_gets_its_name_back_and_the_refused_rival_is_told(
