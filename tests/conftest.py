@@ -37,6 +37,7 @@ from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.countdown import CountdownService
 from toolservice_base.examples.echo import EchoService
 from toolservice_base.examples.joke import JokeService
+from toolservice_base.topics import DEFAULT_TOPICSPACE
 
 configure_logging("warning", json=True)
 
@@ -85,7 +86,7 @@ def memory_broker() -> MemoryBroker:
 
 
 @pytest.fixture
-def settings(broker_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+def settings(broker_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
     if broker_kind == "memory":
         memory: MemoryBroker = request.getfixturevalue("memory_broker")
         chosen = Settings(data_dir=tmp_path / "data", pulsar_url=memory.url)
@@ -99,7 +100,8 @@ def settings(broker_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -
         broker: EmbeddedBroker = request.getfixturevalue("broker")
         chosen = Settings(data_dir=tmp_path / "data", pulsar_url=broker.url, broker="pulsar-lite")
     registry_support.TOPICSPACE[0] = chosen.topicspace
-    return chosen
+    yield chosen
+    registry_support.TOPICSPACE[0] = DEFAULT_TOPICSPACE  # the next test may build announcements without a broker
 
 
 @pytest.fixture

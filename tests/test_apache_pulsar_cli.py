@@ -3,11 +3,14 @@
 `toolreg up` (store and registry, no embedded broker), `toolreg serve` and
 `toolreg call`, each a process of its own, in a fresh tenant used as the
 topicspace. Without a token, or with a wrong one, each command says so in one
-line and exits 1.
+line and exits 1. When the broker restarts under them, nothing is restarted or
+told: the service and an agent's `ToolSet` call again on their own.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +22,9 @@ from pathlib import Path
 import pytest
 from apache_pulsar import ApachePulsar
 from support import toolreg_background
+
+from agent_bridge import ToolSet
+from toolservice_base import Settings
 
 pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(420)]
 
@@ -103,8 +109,56 @@ def test_without_the_right_token_each_command_says_so_in_one_line(
         assert took < 40, f"{command} took {took:.1f}s to fail"
 
 
+def test_a_topicspace_the_cluster_lacks_is_named_with_the_fix_in_one_line(apache_pulsar: ApachePulsar, tmp_path: Path) -> None:
+    env = env_for(apache_pulsar, "no-such-tenant", tmp_path / "data", apache_pulsar.token)
+    started = time.monotonic()
+    done = run("config", "list", "tool", env=env)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("toolreg: "), done.stderr[-2000:]
+    assert "has no namespace no-such-tenant/" in lines[0] and "TOOLREG_TOPICSPACE" in lines[0]
+    assert time.monotonic() - started < 30
+
+
 def _other_key(apache: ApachePulsar, tmp_path: Path) -> Path:
     """A secret key the broker does not know: tokens signed with it are refused."""
     key = tmp_path / "other.key"
     key.write_bytes(os.urandom(32))
     return key
+
+
+RESUME = 20.0
+"""Seconds from the restarted broker being ready to the first successful call (measured: see the closing note)."""
+
+
+async def test_after_the_broker_restarts_the_service_and_an_agent_call_again_unattended(
+    product: dict[str, str], apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path
+) -> None:
+    settings = Settings(data_dir=tmp_path / "agent", pulsar_url=apache_pulsar.url, broker="apache-pulsar",
+                        topicspace=tenant, auth_token=apache_pulsar.token)
+    async with ToolSet(settings=settings, poll_interval=3600, call_timeout=2.0) as tools:  # pushes only: the watch must recover
+        await tools.wait_for(lambda t: "tell-joke" in t.names(), timeout=60)
+        assert await _call(tools)
+
+        away = await asyncio.to_thread(apache_pulsar.restart)  # same ports, same data; the product keeps running
+        back = time.monotonic()
+        while not await _call(tools):
+            assert time.monotonic() - back < RESUME, f"no call succeeded within {RESUME}s of the broker's return"
+            await asyncio.sleep(0.05)
+        print(f"broker away {away:.1f}s; first call ok {time.monotonic() - back:.2f}s after it was ready")
+
+        value = json.dumps({"type": "tool-service", "name": "by-hand", "description": "Wired by hand", "service": "joke-service"})
+        put = await asyncio.to_thread(run, "config", "put", "tool/by-hand", "--value", value, env=product)
+        assert put.returncode == 0, put.stderr[-2000:]
+        await tools.wait_for(lambda t: "by-hand" in t.names(), timeout=10)  # the store's push reached the agent's watch
+        listed = await asyncio.to_thread(run, "tools", "--json", env=product)
+        assert listed.returncode == 0, listed.stderr[-2000:]
+        assert {t["name"]: t["status"] for t in json.loads(listed.stdout)}["tell-joke"] == "live"
+
+
+async def _call(tools: ToolSet) -> bool:
+    try:
+        answer = await asyncio.wait_for(tools.invoke("tell-joke", {"topic": "brokers"}), 2.5)
+    except Exception:
+        return False
+    return "brokers" in answer

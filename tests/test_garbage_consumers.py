@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 from garbage_support import (
     captured_logs,
     corpus,
@@ -46,6 +48,8 @@ from toolservice_base.schemas import (
     validate_config_item,
 )
 
+pytestmark = pytest.mark.contract
+
 RANDOM = 250
 MUTATED = 400
 BATCH = 100
@@ -70,16 +74,20 @@ def garbage(valid: list[dict[str, Any]], refused: Any) -> list[bytes]:
     return only(list(dict.fromkeys(candidates)), refused)
 
 
-def refused_by_validator(data: bytes) -> bool:
-    """Refused by a fresh validator now and 10 s from now: so the registry refuses it too whenever it arrives."""
-    now = time.time()
-    for at in (now, now + 10):
-        try:
-            AnnouncementValidator().check(data, at)
-            return False
-        except Rejected:
-            pass
-    return True
+def refused_by_validator(namespaces: tuple[str, ...]) -> Callable[[bytes], bool]:
+    """Refused by a fresh validator (the registry's namespaces) now and 10 s from now: so the registry refuses it whenever it arrives."""
+
+    def refused(data: bytes) -> bool:
+        now = time.time()
+        for at in (now, now + 10):
+            try:
+                AnnouncementValidator(namespaces).check(data, at)
+                return False
+            except Rejected:
+                pass
+        return True
+
+    return refused
 
 
 def refused_by_model(model: Any) -> Any:
@@ -98,9 +106,9 @@ async def test_the_registry_drops_every_bad_announcement_with_a_reason_and_write
 ) -> None:
     valid = [announcement("svc", ("a", "b"), ttl=30).to_wire(), announcement("svc", kind="heartbeat", sequence=2, ttl=30).to_wire(),
              announcement("svc", kind="withdraw", sequence=3).to_wire()]
-    bad = garbage(valid, refused_by_validator) + [b"x" * 70_000, b"[" * 100_000]
+    bad = garbage(valid, refused_by_validator(connection.topics.queue_namespaces)) + [b"x" * 70_000, b"[" * 100_000]
     version = (await config_client.config())[0]
-    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
+    publisher = await connection.publisher(connection.topics.tool_descriptors)
     with captured_logs() as logs:
         await send_all(publisher, bad)
         await eventually(lambda: registry.rejection_log.total >= len(bad), timeout=20.0)
@@ -123,7 +131,7 @@ async def test_the_registry_query_api_answers_every_bad_query_and_changes_nothin
     valid = [{"operation": "list"}, {"operation": "get", "name": "x", "workspace": "default"}, {"operation": "rejections"}]
     bad = garbage(valid, refused_by_model(RegistryRequest)) + [b" " * (MAX_QUERY_BYTES + 1)]
     version = (await config_client.config())[0]
-    client = RequestClient(connection, topics.DEFAULT.registry_request, topics.DEFAULT.registry_response)
+    client = RequestClient(connection, connection.topics.registry_request, connection.topics.registry_response)
     try:
         with captured_logs() as logs:
             answers = await ask_all(client, bad)
@@ -166,7 +174,7 @@ async def test_the_config_store_answers_every_bad_request_and_its_version_never_
     ]
     oversized = b'{"operation": "get", "keys": [], "pad": "' + b"x" * MAX_CONFIG_REQUEST_BYTES + b'"}'
     version = (await config_client.config())[0]
-    client = RequestClient(connection, topics.DEFAULT.config_request, topics.DEFAULT.config_response)
+    client = RequestClient(connection, connection.topics.config_request, connection.topics.config_response)
     try:
         with captured_logs() as logs:
             answers = await ask_all(client, [*unparsable, oversized])
@@ -225,7 +233,7 @@ async def test_the_toolset_drops_every_bad_push_and_still_follows_real_changes(
         bad = garbage(valid, refused_by_model(ConfigPush)) + [b'{"version": 1, "changes": {"x": ["' + b"y" * MAX_PUSH_BYTES + b'"]}}']
         async with ToolSet(connection=connection, settings=settings, poll_interval=60.0, debounce=0.01) as tools:
             before = (tools.version, tools.names())
-            publisher = await connection.publisher(topics.DEFAULT.config_notify)
+            publisher = await connection.publisher(connection.topics.config_notify)
             with captured_logs() as logs:
                 await send_all(publisher, bad)
                 await eventually(lambda: len([e for e in logs if e["event"] == "config.push_rejected"]) >= len(bad), timeout=10.0)
@@ -242,7 +250,7 @@ async def test_the_toolset_drops_every_bad_push_and_still_follows_real_changes(
 
 def test_the_corpus_holds_every_kind_of_bad_input() -> None:
     """A guard on the generator: the sets above are not accidentally empty or all alike."""
-    bad = garbage([announcement("svc").to_wire()], refused_by_validator)
+    bad = garbage([announcement("svc").to_wire()], refused_by_validator(topics.DEFAULT.queue_namespaces))
     assert len(bad) > 600
     kinds = {"not json": 0, "not an object": 0, "object": 0}
     for data in bad:

@@ -16,10 +16,12 @@ from support import eventually
 from discovery.configsvc import ConfigStoreService
 from discovery.registry import Registry, RegistryOptions
 from discovery.trust import TrustPolicy, trusted_key
-from toolservice_base import ConfigClient, Settings, Transport, topics
+from toolservice_base import ConfigClient, Settings, Transport
 from toolservice_base.examples.joke import JokeService
 from toolservice_base.schemas import Announcement, Probe
 from toolservice_base.signing import Ed25519PrivateKey, public_key_text, sign
+
+pytestmark = pytest.mark.contract
 
 TEAM, CALC, ROGUE = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
 
@@ -53,16 +55,16 @@ async def test_rogue_and_out_of_scope_announcers_cannot_add_replace_or_remove_a_
     async def record(message: Any) -> None:
         recorded.append(message.data)
 
-    await connection.subscribe(topics.DEFAULT.tool_descriptors, record)
+    await connection.subscribe(connection.topics.tool_descriptors, record)
     probes: list[Probe] = []
-    await connection.subscribe(topics.DEFAULT.tool_probe, lambda m: _append(probes, Probe.model_validate_json(m.data)))
+    await connection.subscribe(connection.topics.tool_probe, lambda m: _append(probes, Probe.model_validate_json(m.data)))
     async with JokeService(settings=settings, ttl=2.0, signing_key=TEAM) as joke:
         await eventually(lambda: store_tools(config_client), timeout=2.0)
         await guarded.settle()
         original = await store_tools(config_client)
         writes, version = guarded.store_writes, (await config_client.config())[0]
         real = joke.announcer.instance  # type: ignore[union-attr]
-        publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
+        publisher = await connection.publisher(connection.topics.tool_descriptors)
         attacks = {
             # add: a new service, unsigned and signed by an unknown key
             "unsigned add": (signed(None, service_id="evil", tools=("steal",), instance="evil-1"), "unsigned"),
@@ -106,7 +108,7 @@ async def _append(items: list[Any], item: Any) -> None:
 
 
 async def test_a_trusted_key_is_accepted_within_its_scope(connection: Transport, config_client: ConfigClient, guarded: Registry) -> None:
-    publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
+    publisher = await connection.publisher(connection.topics.tool_descriptors)
     await publisher.send(signed(CALC, service_id="calc-svc", tools=("calc", "calc-sum"), instance="calc-1"))
     await eventually(lambda: config_client.list("tool"), timeout=2.0)
     assert await config_client.list("tool") == ["calc", "calc-sum"]
@@ -126,7 +128,7 @@ async def test_fresh_instance_ids_stop_at_the_caps_and_each_refusal_is_recorded(
     registry = Registry(connection, options=options)
     await registry.start()
     try:
-        publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
+        publisher = await connection.publisher(connection.topics.tool_descriptors)
         for number in range(6):
             await publisher.send(announcement("svc-a", ("a",), instance=f"a-{number}", ttl=30).to_json())
         for number in range(4):
@@ -155,7 +157,7 @@ async def test_one_instance_cycling_digests_keeps_a_bounded_set_of_offers(
     registry = Registry(connection, options=options)
     await registry.start()
     try:
-        publisher = await connection.publisher(topics.DEFAULT.tool_descriptors)
+        publisher = await connection.publisher(connection.topics.tool_descriptors)
         for sequence in range(1, 41):
             await publisher.send(announcement("cyc", (f"t{sequence}",), instance="cyc-1", sequence=sequence, ttl=30).to_json())
             if sequence % 10 == 0:
