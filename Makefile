@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 # The benchmark suite (bench/): every figure beside its reference, ~12 minutes on 2 cores.
-# Writes bench/results.json and bench/RESULTS.md. BENCH_ARGS=--quick for a smoke run;
+# Writes bench/results-<broker>.json and renders bench/RESULTS.md from every broker's latest results. BENCH_ARGS=--quick for a smoke run;
 # BENCH_BROKER=apache-pulsar runs it on a real Apache Pulsar 4.0 standalone (started for the run).
 BENCH_STAMP := $(VENV)/.installed-bench
 

@@ -9,7 +9,8 @@ against a real Apache Pulsar 4.0 standalone it starts itself (scripts/apache_pul
 one for the whole run, tenant `tg` made for it); or against the broker
 `PULSAR_URL` names (give it a cluster of its own: the benchmarks start their
 own config store and registry on the well-known topics). Writes
-`results.json` and `RESULTS.md` beside this file unless `--out` says otherwise.
+`results-<broker>.json` beside this file unless `--out` says otherwise, and
+renders `RESULTS.md` from every broker's latest results there, side by side.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="sample with py-spy into DIR: the registry (throughput, scale), the echo service and the "
                              "bridge during sequential calls (invoke); slows what it samples")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
-                        help="where results.json and RESULTS.md go (default: bench/)")
+                        help="where results-<broker>.json and RESULTS.md go (default: bench/)")
     return parser.parse_args(argv)
 
 
@@ -105,18 +106,24 @@ def main(argv: list[str] | None = None) -> int:
         if apache is not None:
             apache.stop()
     if apache is not None:
-        broker = "Apache Pulsar 4.0 standalone (scripts/apache_pulsar.py), one for the run (BENCH_BROKER=apache-pulsar)"
+        broker, key = f"Apache Pulsar {apache_version()} standalone (scripts/apache_pulsar.py), one for the run", "apache-pulsar"
     elif os.environ.get("PULSAR_URL"):
-        broker = "PULSAR_URL (external)"
+        broker, key = "the broker PULSAR_URL names", "external"
     else:
-        broker = "embedded pulsar-lite, a fresh one per benchmark"
+        broker, key = "embedded pulsar-lite, a fresh one per benchmark", "pulsar-lite"
     args.out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = report.write(results, args.out, argv, wall, broker)
+    json_path, md_path = report.write(results, args.out, argv, wall, broker, key)
     print()
     print(report.table(results))
     print(f"\n{len(results)} benchmark(s) in {wall:.0f} s; wrote {json_path.name} and {md_path.name} in {args.out.name}/")
     failed = [r["name"] for r in results if "error" in r]
     return 1 if failed else 0
+
+
+def apache_version() -> str:
+    from apache_pulsar import VERSION
+
+    return str(VERSION)
 
 
 def _start_apache_pulsar() -> Any:

@@ -1,4 +1,8 @@
-"""The table on the terminal, `bench/results.json` and `bench/RESULTS.md`.
+"""The table on the terminal, `bench/results-<broker>.json` and `bench/RESULTS.md`.
+
+Each run writes its own broker's results file; RESULTS.md is rendered from
+the latest file of every broker, side by side, so one `make bench` per broker
+fills the table.
 
 Results name the machine (CPU model, core count, memory, OS), the versions of
 Python, pulsar-client, pulsar-lite and the product, the date and the command;
@@ -107,45 +111,99 @@ def command_line(argv: list[str]) -> str:
     return " ".join(["python -m bench", *words])
 
 
-def write(results: list[dict[str, Any]], out_dir: Path, argv: list[str], wall_s: float, broker: str) -> tuple[Path, Path]:
+BROKERS = {"pulsar-lite": "pulsar-lite", "apache-pulsar": "Apache Pulsar", "external": "PULSAR_URL"}
+"""Broker key (in the results file's name) -> its column heading, in the order RESULTS.md shows them."""
+
+
+def results_path(out_dir: Path, broker_key: str) -> Path:
+    return out_dir / f"results-{broker_key}.json"
+
+
+def write(
+    results: list[dict[str, Any]], out_dir: Path, argv: list[str], wall_s: float, broker: str, broker_key: str
+) -> tuple[Path, Path]:
+    """This run's `results-<broker>.json`, then RESULTS.md from every broker's latest results in `out_dir`."""
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": command_line(argv),
         "wall_seconds": round(wall_s, 1),
         "broker": broker,
+        "broker_key": broker_key,
         "machine": machine(),
         "versions": versions(),
     }
-    json_path = out_dir / "results.json"
+    json_path = results_path(out_dir, broker_key)
     json_path.write_text(json.dumps({"meta": meta, "benchmarks": results}, indent=2, default=str) + "\n")
+    runs = {key: json.loads(results_path(out_dir, key).read_text()) for key in BROKERS if results_path(out_dir, key).exists()}
     md_path = out_dir / "RESULTS.md"
-    m = meta["machine"]
-    lines = [
-        "# Benchmark results",
-        "",
-        f"- date: {meta['date']}",
-        f"- command: `{meta['command']}` (what `make bench` runs), wall time {meta['wall_seconds']} s",
-        f"- broker: {broker}",
+    md_path.write_text(markdown(runs))
+    return json_path, md_path
+
+
+def side_by_side(runs: dict[str, dict[str, Any]]) -> str:
+    """One row per figure, each broker's `ours` and `reference` next to each other; rows align by benchmark and figure."""
+    keys = list(runs)
+    order: list[tuple[str, str]] = []
+    cells: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    targets: dict[tuple[str, str], str] = {}
+    for key in keys:
+        for result in runs[key]["benchmarks"]:
+            for row in result.get("rows", []):
+                ident = (result["name"], row["figure"])
+                if ident not in cells:
+                    order.append(ident)
+                    cells[ident] = {}
+                cells[ident][key] = row
+                targets.setdefault(ident, row.get("target", "-"))
+    headers = ["benchmark", "figure"]
+    for key in keys:
+        headers += [f"ours, {BROKERS[key]}", f"reference, {BROKERS[key]}"]
+    headers += ["target", "met" + (" (" + " / ".join(BROKERS[k] for k in keys) + ")" if len(keys) > 1 else "")]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for ident in order:
+        row_cells = [ident[0], ident[1]]
+        met = []
+        for key in keys:
+            row = cells[ident].get(key)
+            unit = row.get("unit", "") if row else ""
+            row_cells += [_cell(row.get("ours"), unit), _cell(row.get("reference"), unit)] if row else ["not run", "-"]
+            met.append(_cell(row.get("met")) if row and "met" in row else "-")
+        row_cells += [targets[ident], " / ".join(met) if any(m != "-" for m in met) else "-"]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row_cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown(runs: dict[str, dict[str, Any]]) -> str:
+    first = next(iter(runs.values()))["meta"]
+    m = first["machine"]
+    lines = ["# Benchmark results", ""]
+    for key, run in runs.items():
+        meta = run["meta"]
+        lines.append(f"- **{BROKERS[key]}**: {meta['broker']}; {meta['date']}; `{meta['command']}`"
+                     f"{' with BENCH_BROKER=apache-pulsar' if key == 'apache-pulsar' else ''}, wall time {meta['wall_seconds']} s")
+    lines += [
         f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, {m['os']}, Python {m['python']}",
-        "- versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in first["versions"].items()),
         "",
-        "Each figure is measured with its reference in the same run; `reference` says what bare pulsar-client",
-        "(or the product without discovery) does with the same messages on the same broker. Details per",
-        "benchmark, including every sample summary, are in `results.json`.",
+        "Each figure is measured with its reference in the same run on the same broker; `reference` says what",
+        "bare pulsar-client (or the product without discovery) does with the same messages on that broker.",
+        "Details per benchmark, including every sample summary, are in `results-<broker>.json`.",
         "",
-        table(results, markdown=True),
+        side_by_side(runs),
         "",
         "## What each reference is",
         "",
     ]
-    for result in results:
-        lines.append(f"- **{result['name']}** ({result['title']}): {result.get('reference_is', '-')}")
-    notes = [(r["name"], n) for r in results for n in r.get("notes", [])]
+    seen: set[str] = set()
+    for run in runs.values():
+        for result in run["benchmarks"]:
+            if result["name"] not in seen:
+                seen.add(result["name"])
+                lines.append(f"- **{result['name']}** ({result['title']}): {result.get('reference_is', '-')}")
+    notes = [f"- **{r['name']}** on {BROKERS[key]}: {note}" for key, run in runs.items() for r in run["benchmarks"] for note in r.get("notes", [])]
     if notes:
-        lines += ["", "## Notes", ""]
-        lines += [f"- **{name}**: {note}" for name, note in notes]
-    md_path.write_text("\n".join(lines) + "\n")
-    return json_path, md_path
+        lines += ["", "## Notes", "", *notes]
+    return "\n".join(lines) + "\n"
 
 
 def python_tag() -> str:
