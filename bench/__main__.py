@@ -129,10 +129,10 @@ def apache_version() -> str:
 def _start_apache_pulsar() -> Any:
     """A real Apache Pulsar for the whole run, reached as an external broker by every benchmark."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-    from apache_pulsar import ApachePulsar
+    from apache_pulsar import PRODUCT_NAMESPACES, ApachePulsar
 
     apache = ApachePulsar().start()
-    apache.create_tenant(DEFAULT_TOPICSPACE)
+    apache.create_tenant(DEFAULT_TOPICSPACE, (*PRODUCT_NAMESPACES, "bench"))  # `bench`: the references' scratch topics
     os.environ.update(PULSAR_URL=apache.url, TOOLREG_BROKER="apache-pulsar")
     return apache
 
