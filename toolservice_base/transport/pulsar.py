@@ -61,7 +61,9 @@ def client_logger() -> logging.Logger | pulsar.FileLogger:
     Python logger, 37% without. So unless `CLIENT_LOG` is enabled for warnings
     (`configure_logging("debug")`), the library's own logger writes its errors
     to the null device: never to stdout, which belongs to command output and to
-    MCP over stdio.
+    MCP over stdio. pulsar-client keeps the first client's logger for the whole
+    process (measured: later clients' loggers received nothing), so configure
+    logging before opening a transport.
     """
     if CLIENT_LOG.isEnabledFor(logging.WARNING):
         return CLIENT_LOG
