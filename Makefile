@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(BIN)/mypy toolservice_base discovery agent_bridge
 	$(BIN)/python -m pytest
 
-# The benchmark suite (bench/): every figure beside its reference, ~12 minutes on 2 cores.
+# The benchmark suite (bench/): every figure beside its reference, about 6 minutes per broker on 2 cores.
 # Writes bench/results-<broker>.json and renders bench/RESULTS.md from every broker's latest results. BENCH_ARGS=--quick for a smoke run;
 # BENCH_BROKER=apache-pulsar runs it on a real Apache Pulsar 4.0 standalone (started for the run).
 BENCH_STAMP := $(VENV)/.installed-bench
