@@ -21,7 +21,6 @@ import asyncio
 import logging
 import os
 import random
-import re
 from typing import Any
 
 import _pulsar
@@ -36,6 +35,7 @@ from ..errors import (
     TransportError,
 )
 from ..logs import CLIENT_LOGGER, get_logger
+from ..schemas import queue_namespace
 from ..settings import Settings
 from ..topics import Topics
 from .base import Capabilities, Envelope, Handler, OpenedResources, Payload, broker_unreachable, encode, unique_name
@@ -87,8 +87,8 @@ def _result_name(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def translate(exc: BaseException, doing: str, url: str) -> TransportError:
-    """One Pulsar exception as the product's error, with a line that says what to do."""
+def translate(exc: BaseException, doing: str, url: str, topic: str | None = None) -> TransportError:
+    """One Pulsar exception as the product's error, with a line that says what to do; `topic`: the one `doing` is on."""
     name = _result_name(exc)
     if name in _NOT_RETRIABLE_AUTH:
         return AuthenticationFailed(
@@ -100,7 +100,7 @@ def translate(exc: BaseException, doing: str, url: str) -> TransportError:
         return TransportClosed(f"{doing}: already closed")
     if name in _UNREACHABLE:
         return BrokerUnreachable(f"cannot reach the broker at {url} while {doing} ({name}); is it running?")
-    if name == "TopicNotFound" and (namespace := _namespace_in(doing)):
+    if name == "TopicNotFound" and topic is not None and (namespace := _namespace_of(topic)):
         return TransportError(
             f"the broker at {url} has no namespace {namespace} ({doing}); create it (deploy/pulsar-init.sh does, for "
             "the topicspace in TOOLREG_TOPICSPACE) or set TOOLREG_TOPICSPACE to a tenant that has the product's namespaces"
@@ -108,10 +108,12 @@ def translate(exc: BaseException, doing: str, url: str) -> TransportError:
     return TransportError(f"the broker at {url} failed while {doing}: {name}")
 
 
-def _namespace_in(text: str) -> str | None:
-    """`tenant/namespace` of the first topic named in `text`: Apache Pulsar says TopicNotFound when that is missing."""
-    found = re.search(r"persistent://([^/\s]+/[^/\s]+)/", text)
-    return found.group(1) if found else None
+def _namespace_of(topic: str) -> str | None:
+    """`tenant/namespace` of `topic`: Apache Pulsar says TopicNotFound when that is missing."""
+    try:
+        return queue_namespace(topic)
+    except ValueError:
+        return None
 
 
 class PulsarPublisher:
@@ -126,7 +128,7 @@ class PulsarPublisher:
         try:
             await self._producer.send(encode(payload), properties=properties or None)
         except _PULSAR_ERRORS as exc:
-            raise translate(exc, f"sending on {self.topic}", self._url) from None
+            raise translate(exc, f"sending on {self.topic}", self._url, self.topic) from None
 
     @property
     def connected(self) -> bool:
@@ -282,7 +284,7 @@ class PulsarTransport(OpenedResources):
                 send_timeout_millis=10_000,
             )
         except _PULSAR_ERRORS as exc:
-            raise await self._explain(exc, f"opening a producer on {topic}") from None
+            raise await self._explain(exc, f"opening a producer on {topic}", topic) from None
         publisher = PulsarPublisher(producer, topic, self.url)
         self._publishers.append(publisher)
         return publisher
@@ -308,12 +310,12 @@ class PulsarTransport(OpenedResources):
                     topic, name, consumer_type=pulsar.ConsumerType.Exclusive, receiver_queue_size=receiver_queue
                 )
         except _PULSAR_ERRORS as exc:
-            raise await self._explain(exc, f"subscribing to {topic}") from None
+            raise await self._explain(exc, f"subscribing to {topic}", topic) from None
         sub = PulsarSubscription(consumer, topic, handler)
         self._subscriptions.append(sub)
         return sub
 
-    async def _explain(self, exc: BaseException, doing: str) -> TransportError:
+    async def _explain(self, exc: BaseException, doing: str, topic: str) -> TransportError:
         """`translate`, and for a timeout, which kind: a broker that is down, or one that will not let us in.
 
         Apache Pulsar drops a connection whose token is missing or wrong, and
@@ -321,7 +323,7 @@ class PulsarTransport(OpenedResources):
         "Timeout". A broker that still accepts TCP connections is not down, so
         the line points at the token instead.
         """
-        error = translate(exc, doing, self.url)
+        error = translate(exc, doing, self.url, topic)
         if _result_name(exc) == "Timeout" and await broker_unreachable(self.url) is None:
             token = "the token in PULSAR_AUTH_TOKEN" if self._client_options.get("authentication") else "a token (PULSAR_AUTH_TOKEN)"
             return TransportError(
