@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -66,3 +67,16 @@ def toolreg_background(*args: str, env: dict[str, str], log: Path) -> subprocess
         )
     finally:
         handle.close()
+
+
+def log_events(text: str, event: str) -> list[dict[str, Any]]:
+    """The JSON log lines of `text` (a process's structured log) whose `event` is `event`; other lines are skipped."""
+    found = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("event") == event:
+            found.append(entry)
+    return found

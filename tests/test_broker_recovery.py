@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import eventually, toolreg, toolreg_background, toolreg_env
+from support import eventually, log_events, toolreg, toolreg_background, toolreg_env
 
 from agent_bridge import ToolSet
 from toolservice_base import Settings
@@ -56,15 +56,7 @@ class Deployment:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def events(self, name: str, event: str) -> list[dict[str, Any]]:
-        found = []
-        for line in self.log_text(name).splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(entry, dict) and entry.get("event") == event:
-                found.append(entry)
-        return found
+        return log_events(self.log_text(name), event)
 
     @property
     def url(self) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from garbage_support import corpus, figures, mutated, random_bytes, random_json
 from registry_support import announcement
-from support import eventually, toolreg_background, toolreg_env
+from support import eventually, log_events, toolreg_background, toolreg_env
 
 from discovery.validation import AnnouncementValidator, Rejected
 from toolservice_base import (
@@ -91,18 +91,6 @@ def _batches(messages: list[bytes], size: int) -> list[list[bytes]]:
     return [batch for batch in batches if batch]
 
 
-def log_events(path: Path, event: str) -> list[dict[str, Any]]:
-    found = []
-    for line in path.read_text().splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if entry.get("event") == event:
-            found.append(entry)
-    return found
-
-
 async def test_a_flood_of_bad_messages_then_a_good_announcement_which_is_registered(broker: EmbeddedBroker, tmp_path: Path) -> None:
     log = tmp_path / "up.log"
     process = toolreg_background("up", "--metrics-port", "0", env=toolreg_env(broker.url, tmp_path / "up"), log=log)
@@ -143,9 +131,10 @@ async def test_a_flood_of_bad_messages_then_a_good_announcement_which_is_registe
         record = json.loads((await client.get([("discovery", "swarm")]))[("discovery", "swarm")])
         assert len(record["instances"]) == PER_SERVICE_CAP
 
-        rejected = log_events(log, "announcement.rejected")
+        text = log.read_text()
+        rejected = log_events(text, "announcement.rejected")
         assert len(rejected) == 100 + FLOOD + FLOOD - PER_SERVICE_CAP and all(entry["reason"] for entry in rejected)
-        assert not log_events(log, "consumer.handler_failed") and not log_events(log, "request.handler_failed")
+        assert not log_events(text, "consumer.handler_failed") and not log_events(text, "request.handler_failed")
         growth = after - before
         assert growth < 30 * 1024, f"registry RSS grew by {growth} KiB over {FLOOD} bad messages"
         assert after_swarm - after < 40 * 1024, f"registry RSS grew by {after_swarm - after} KiB over {FLOOD} fresh instances"

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import structlog
-from support import atoolreg, eventually, toolreg_background, toolreg_env
+from support import atoolreg, eventually, log_events, toolreg_background, toolreg_env
 
 from discovery.registry_client import RegistryClient
 from discovery.trust import TrustPolicy, trusted_key
@@ -49,15 +49,7 @@ class Up:
         return process
 
     def events(self, name: str, event: str) -> list[dict[str, Any]]:
-        found = []
-        for line in (self.logs / f"{name}.log").read_text().splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(entry, dict) and entry.get("event") == event:
-                found.append(entry)
-        return found
+        return log_events((self.logs / f"{name}.log").read_text(), event)
 
     async def started_registry(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         process = self.run("up", *args, name=name)
