@@ -304,24 +304,26 @@ def page_routes(overview: Overview, access: PageAccess, closing: asyncio.Event) 
             redirect = RedirectResponse("./", status_code=303)
             redirect.set_cookie(COOKIE, offered, httponly=True, samesite="strict", secure=request.url.scheme == "https")
             return redirect
-        refused = access.refusal(request)
-        if refused is not None:
-            return refused
-        try:
-            snapshot = await feed.refresh()
-        except (ConfigError, TransportError) as exc:
-            return _unavailable(exc)
-        return HTMLResponse(render(snapshot, feed.problem), headers=SECURITY_HEADERS)
+        found = await snapshot_for(request)
+        if isinstance(found, Response):
+            return found
+        return HTMLResponse(render(found, feed.problem), headers=SECURITY_HEADERS)
 
     async def snapshot_json(request: Request) -> Response:
+        found = await snapshot_for(request)
+        if isinstance(found, Response):
+            return found
+        return Response(found.model_dump_json(), media_type="application/json", headers=SECURITY_HEADERS)
+
+    async def snapshot_for(request: Request) -> RegistrySnapshot | Response:
+        """A fresh snapshot, or the answer instead of one: access refused, or the store not answering."""
         refused = access.refusal(request)
         if refused is not None:
             return refused
         try:
-            snapshot = await feed.refresh()
+            return await feed.refresh()
         except (ConfigError, TransportError) as exc:
             return _unavailable(exc)
-        return Response(snapshot.model_dump_json(), media_type="application/json", headers=SECURITY_HEADERS)
 
     async def events(request: Request) -> Response:
         refused = access.refusal(request)
