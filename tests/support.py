@@ -10,7 +10,10 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from toolservice_base import DynamicToolService
 
 T = TypeVar("T")
 
@@ -80,3 +83,9 @@ def log_events(text: str, event: str) -> list[dict[str, Any]]:
         if isinstance(entry, dict) and entry.get("event") == event:
             found.append(entry)
     return found
+
+
+def static_items(*services: DynamicToolService) -> list[tuple[str, str, str]]:
+    """The static path: the `tool-service` and `tool` items an operator would write for `services`."""
+    out = [("tool-service", s.id, s.service_descriptor.to_json()) for s in services]
+    return out + [("tool", t.name, t.to_json()) for s in services for t in s.tool_descriptors]

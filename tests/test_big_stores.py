@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import pytest
 from big_store_support import BLOB_BYTES, SERVICE, put_blobs, put_tools, tool
+from support import static_items
 
 from agent_bridge import ToolError, ToolSet
 from discovery.config_ops import ConfigOperations, Outcome
@@ -142,9 +143,7 @@ async def test_an_answer_too_large_for_the_broker_is_an_error_at_once_not_a_time
     connection: Transport, settings: Settings, config_client: ConfigClient
 ) -> None:
     async with Huge(settings=settings, announce=False) as huge:
-        await config_client.put(
-            [("tool-service", huge.id, huge.service_descriptor.to_json())] + [("tool", t.name, t.to_json()) for t in huge.tool_descriptors]
-        )
+        await config_client.put(static_items(huge))
         async with ToolSet(connection=connection, settings=settings, call_timeout=30) as tools:
             started = time.monotonic()
             with pytest.raises(ToolError) as caught:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from support import eventually
+from support import eventually, static_items
 
 from agent_bridge import BridgeUnavailable, StaticDirError, ToolSet, load_static_dir
 from discovery.configsvc import ConfigStoreService
@@ -23,10 +23,6 @@ pytestmark = pytest.mark.contract
 JOKE_ANSWER = "I would tell you a joke about cats, but it would be too punny."
 
 
-def items(*services: DynamicToolService) -> list[tuple[str, str, str]]:
-    """The static path: the `tool-service` and `tool` items an operator would write for `services`."""
-    out = [("tool-service", s.id, s.service_descriptor.to_json()) for s in services]
-    return out + [("tool", t.name, t.to_json()) for s in services for t in s.tool_descriptors]
 
 
 @pytest.fixture
@@ -46,7 +42,7 @@ async def test_store_down_at_start_uses_the_snapshot_then_the_store_once_it_is_b
     store = ConfigStoreService.in_data_dir(connection, store_dir)
     await store.start()
     client = ConfigClient(connection, timeout=5)
-    await client.put(items(running["joke-service"]))
+    await client.put(static_items(running["joke-service"]))
     async with ToolSet(connection=connection, settings=settings) as tools:
         snapshot_version = tools.version
     snapshot = settings.data_dir / "bridge-snapshot-default.json"
@@ -56,7 +52,7 @@ async def test_store_down_at_start_uses_the_snapshot_then_the_store_once_it_is_b
 
     # While the store is down, its content changes (the joke goes, the calculator comes).
     offline = ConfigStore(store_dir / "config.sqlite")
-    offline.apply("default", puts=items(running["calculator"]), deletes=[("tool", "tell-joke"), ("tool-service", "joke-service")])
+    offline.apply("default", puts=static_items(running["calculator"]), deletes=[("tool", "tell-joke"), ("tool-service", "joke-service")])
     offline.close()
 
     async with ToolSet(connection=connection, settings=settings, store_timeout=0.3, poll_interval=0.2) as tools:
@@ -77,7 +73,7 @@ async def test_store_down_at_start_uses_the_snapshot_then_the_store_once_it_is_b
 
 
 def write_static(root: Path, *services: DynamicToolService) -> None:
-    for item_type, key, value in items(*services):
+    for item_type, key, value in static_items(*services):
         (root / item_type).mkdir(parents=True, exist_ok=True)
         (root / item_type / f"{key}.json").write_text(value)
 
@@ -126,7 +122,7 @@ def test_load_static_dir_reads_items_by_type_and_stem(tmp_path: Path) -> None:
 async def test_a_toolset_opens_and_closes_its_own_connection(
     settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService], tmp_path: Path
 ) -> None:
-    await config_client.put(items(running["joke-service"]))
+    await config_client.put(static_items(running["joke-service"]))
     tools = ToolSet(settings=dataclasses.replace(settings, data_dir=tmp_path / "agent"))  # no connection given: its own
     async with tools:
         assert await tools.invoke("tell-joke", {"topic": "cats"}) == JOKE_ANSWER
@@ -141,7 +137,7 @@ async def test_an_unreachable_broker_falls_back_within_the_store_timeout(tmp_pat
 
     joke = JokeService(settings=Settings(pulsar_url="pulsar://unused:1"), announce=False)
     raw: dict[str, dict[str, str]] = {"tool-service": {}, "tool": {}}
-    for item_type, key, value in items(joke):
+    for item_type, key, value in static_items(joke):
         raw[item_type][key] = value
     write_snapshot(tmp_path / "bridge-snapshot-default.json", "default", 7, raw)
     with reserve_port() as nothing_listens:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from support import eventually
+from support import eventually, static_items
 
 from agent_bridge import ToolServiceImpl, ToolSet
 from discovery.configsvc import ConfigStoreService
@@ -23,10 +23,6 @@ from toolservice_base import (
 pytestmark = pytest.mark.contract
 
 
-def items(*services: DynamicToolService) -> list[tuple[str, str, str]]:
-    """The static path: the `tool-service` and `tool` items an operator would write for `services`."""
-    out = [("tool-service", s.id, s.service_descriptor.to_json()) for s in services]
-    return out + [("tool", t.name, t.to_json()) for s in services for t in s.tool_descriptors]
 
 
 def tool_item(service: DynamicToolService, **changes: Any) -> tuple[str, str, str]:
@@ -47,7 +43,7 @@ async def test_100_reloads_while_calls_run_lose_no_call(
     echo, calc = running["echo"], running["calculator"]
     alias = {**echo.service_descriptor.to_wire(), "id": "echo-alias"}
     alias_tool = {**echo.tool_descriptors[0].to_wire(), "name": "echo-alias", "service": "echo-alias"}
-    await config_client.put(items(echo, calc))
+    await config_client.put(static_items(echo, calc))
     async with ToolSet(connection=connection, settings=settings, debounce=0.002, poll_interval=60) as tools:
         echo_impl, echo_client = tools.get("echo"), client_of(tools, "echo")
         reloads: list[int] = []
@@ -98,7 +94,7 @@ async def test_clients_are_kept_while_a_service_keeps_its_queues_and_replaced_wh
     connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     joke, calc, echo = running["joke-service"], running["calculator"], running["echo"]
-    await config_client.put(items(joke, calc, echo))
+    await config_client.put(static_items(joke, calc, echo))
     async with ToolSet(connection=connection, settings=settings, debounce=0.01, poll_interval=60) as tools:
         before = {name: tools.get(name) for name in tools.names()}
         clients = {name: client_of(tools, name) for name in tools.names()}
@@ -142,7 +138,7 @@ async def test_a_call_in_flight_on_a_removed_tool_completes(
     connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     countdown = running["countdown"]
-    await config_client.put(items(countdown, running["echo"]))
+    await config_client.put(static_items(countdown, running["echo"]))
     await config_client.put([tool_item(countdown, delay=0.05)])
     async with ToolSet(connection=connection, settings=settings, debounce=0.01, poll_interval=60) as tools:
         old_client = client_of(tools, "countdown")
@@ -164,13 +160,13 @@ async def test_a_lost_push_is_recovered_by_the_periodic_version_check(
     async def on_push(push: ConfigPush) -> None:
         pushes.append(push)
 
-    await config_client.put(items(running["echo"]))
+    await config_client.put(static_items(running["echo"]))
     watcher = await watch_config(connection, on_push)
     async with ToolSet(connection=connection, settings=settings, poll_interval=0.2) as tools:
         assert tools.names() == ["echo"]
         # Write through the store itself, not its service: the version moves and no push is ever sent,
         # which is exactly what a push lost on the non-persistent notify topic looks like.
-        version, _ = config_store.store.put("default", items(running["calculator"]))
+        version, _ = config_store.store.put("default", static_items(running["calculator"]))
         await tools.wait_for(lambda t: "calculate" in t.names(), timeout=3)
         assert tools.version == version
         assert await tools.invoke("calculate", {"expression": "7 * 6"}) == "42"
@@ -182,7 +178,7 @@ async def test_a_burst_of_pushes_is_one_reload(
     connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     calc = running["calculator"]
-    await config_client.put(items(calc))
+    await config_client.put(static_items(calc))
     async with ToolSet(connection=connection, settings=settings, debounce=0.6, poll_interval=60) as tools:
         reloads: list[int] = []
         tools.on_change(lambda added, removed, changed, version: reloads.append(version))
@@ -199,7 +195,7 @@ async def test_a_reload_that_fails_keeps_the_set_and_retries(
     connection: Transport, settings: Settings, config_client: ConfigClient, config_store: ConfigStoreService,
     running: dict[str, DynamicToolService],
 ) -> None:
-    await config_client.put(items(running["echo"]))
+    await config_client.put(static_items(running["echo"]))
     async with ToolSet(connection=connection, settings=settings, poll_interval=0.2, store_timeout=0.3) as tools:
         store_path = config_store.store.path
         await config_store.stop()
@@ -210,7 +206,7 @@ async def test_a_reload_that_fails_keeps_the_set_and_retries(
         assert await tools.invoke("echo", {"text": "still"}) == "still"
 
         restarted = ConfigStoreService.in_data_dir(connection, store_path.parent)
-        restarted.store.put("default", items(running["joke-service"]))
+        restarted.store.put("default", static_items(running["joke-service"]))
         await restarted.start()
         try:
             await tools.wait_for(lambda t: "tell-joke" in t.names(), timeout=3)

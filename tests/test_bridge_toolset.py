@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from support import eventually
+from support import eventually, static_items
 
 import agent_bridge.impls
 from agent_bridge import (
@@ -29,10 +29,6 @@ from toolservice_base import (
 pytestmark = pytest.mark.contract
 
 
-def items(*services: DynamicToolService) -> list[tuple[str, str, str]]:
-    """The static path: the `tool-service` and `tool` items an operator would write for `services`."""
-    out = [("tool-service", s.id, s.service_descriptor.to_json()) for s in services]
-    return out + [("tool", t.name, t.to_json()) for s in services for t in s.tool_descriptors]
 
 
 
@@ -43,7 +39,7 @@ def toolset(connection: Transport, settings: Settings, **options: Any) -> ToolSe
 async def test_put_config_then_invoke_joke_and_calculator(
     connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
-    version = await config_client.put(items(running["joke-service"], running["calculator"]))
+    version = await config_client.put(static_items(running["joke-service"], running["calculator"]))
     async with toolset(connection, settings) as tools:
         assert tools.names() == ["calculate", "tell-joke"]
         assert tools.version == version and tools.source == "store" and tools.problems == {}
@@ -57,7 +53,7 @@ async def test_put_config_then_invoke_joke_and_calculator(
 async def test_100_concurrent_invocations_through_the_toolset_each_get_their_own_answer(
     connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
-    await config_client.put(items(running["echo"], running["calculator"], running["joke-service"]))
+    await config_client.put(static_items(running["echo"], running["calculator"], running["joke-service"]))
     async with toolset(connection, settings) as tools:
         calls = [
             tools.invoke("echo", {"text": f"echo {i}"}) if i % 3 == 0
@@ -77,7 +73,7 @@ async def test_100_concurrent_invocations_through_the_toolset_each_get_their_own
 async def test_stream_through_the_toolset_and_unknown_names(
     connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
-    await config_client.put(items(running["countdown"], running["echo"]))
+    await config_client.put(static_items(running["countdown"], running["echo"]))
     async with toolset(connection, settings) as tools:
         assert [c async for c in tools.stream("countdown", {"start": 5})] == ["5\n", "4\n", "3\n", "2\n", "1\n", "0\n"]
         with pytest.raises(UnknownToolError, match=r"no tool named 'tell-joke' in workspace 'default'; available: countdown, echo"):
@@ -89,7 +85,7 @@ async def test_stream_through_the_toolset_and_unknown_names(
 async def test_describe_openai_and_mcp_shapes(
     connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
-    await config_client.put(items(running["joke-service"], running["countdown"]))
+    await config_client.put(static_items(running["joke-service"], running["countdown"]))
     async with toolset(connection, settings) as tools:
         joke_schema = {
             "type": "object",
@@ -124,7 +120,7 @@ async def test_openai_gets_names_it_accepts_and_invoke_takes_them_back(
     service = Namespaced(settings=settings, announce=False)
     await service.start()
     try:
-        await config_client.put(items(service))
+        await config_client.put(static_items(service))
         async with toolset(connection, settings) as tools:
             names = [f["function"]["name"] for f in tools.as_openai_tools()]
             assert "acme_search_v2" in names and all(OPENAI_NAME.match(n) for n in names)
@@ -149,7 +145,7 @@ async def test_the_per_call_user_overrides_the_toolset_user(
 
     service = WhoAmI(settings=settings, announce=False)
     await service.start()
-    await config_client.put(items(service))
+    await config_client.put(static_items(service))
     async with toolset(connection, settings, user="agent-1") as tools:
         assert await tools.invoke("whoami", {}) == "agent-1"
         assert await tools.invoke("whoami", {}, user="alice") == "alice"
@@ -159,7 +155,7 @@ async def test_the_per_call_user_overrides_the_toolset_user(
 async def test_a_live_toolset_sees_a_tool_put_after_start_and_loses_it_after_delete(
     connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
-    await config_client.put(items(running["joke-service"]))
+    await config_client.put(static_items(running["joke-service"]))
     changes: list[tuple[list[str], list[str], list[str], int]] = []
     async_changes: list[int] = []
     async with toolset(connection, settings) as tools:
@@ -170,7 +166,7 @@ async def test_a_live_toolset_sees_a_tool_put_after_start_and_loses_it_after_del
 
         tools.on_change(async_callback)
         assert tools.names() == ["tell-joke"]
-        v_added = await config_client.put(items(running["calculator"]))
+        v_added = await config_client.put(static_items(running["calculator"]))
         await tools.wait_for(lambda t: "calculate" in t.names(), timeout=3)
         assert await tools.invoke("calculate", {"expression": "1 + 1"}) == "2"
         v_removed = await config_client.delete([("tool", "calculate"), ("tool-service", "calculator")])
@@ -187,7 +183,7 @@ async def test_a_live_toolset_sees_a_tool_put_after_start_and_loses_it_after_del
 async def test_wait_for_times_out_with_a_message_naming_the_state(
     connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
-    await config_client.put(items(running["echo"]))
+    await config_client.put(static_items(running["echo"]))
     async with toolset(connection, settings) as tools:
         with pytest.raises(TimeoutError, match=r"not met within 0.2s \(version 1, source store, tools: echo\)"):
             await tools.wait_for(lambda t: "missing" in t.names(), timeout=0.2)
@@ -202,7 +198,7 @@ async def test_bad_tools_are_skipped_and_reported_while_good_ones_work(
     }
     searcher = {"type": "web-search", "name": "searcher", "description": "A type nobody built"}
     await config_client.put(
-        items(running["joke-service"], running["calculator"])
+        static_items(running["joke-service"], running["calculator"])
         + [("tool", "orphan", json.dumps(orphan)), ("tool", "searcher", json.dumps(searcher))]
     )
     async with toolset(connection, settings) as tools:
@@ -255,7 +251,7 @@ async def test_a_custom_tool_type_is_built_by_its_factory_and_survives_reloads(
         built.append(tool.config_values["collection"])
         return KnowledgeQuery(tool, ctx)
 
-    await config_client.put(items(running["joke-service"]) + [("tool", "ask-docs", knowledge_tool("manuals"))])
+    await config_client.put(static_items(running["joke-service"]) + [("tool", "ask-docs", knowledge_tool("manuals"))])
     async with toolset(connection, settings, factories={"knowledge-query": factory}) as tools:
         assert await tools.invoke("ask-docs", {"question": "how?"}) == "[default/manuals] how?"
         impl = tools.get("ask-docs")
@@ -279,11 +275,11 @@ async def test_a_type_registered_after_start_is_used_from_the_next_reload(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(agent_bridge.impls, "_FACTORIES", dict(agent_bridge.impls._FACTORIES))  # keep the registry per test
-    await config_client.put(items(running["echo"]) + [("tool", "ask-docs", knowledge_tool("manuals"))])
+    await config_client.put(static_items(running["echo"]) + [("tool", "ask-docs", knowledge_tool("manuals"))])
     async with toolset(connection, settings) as tools:
         assert "no factory for tool type 'knowledge-query'" in tools.problems["ask-docs"]
         register_tool_type("knowledge-query", KnowledgeQuery)
-        await config_client.put(items(running["calculator"]))  # any change of tools reloads
+        await config_client.put(static_items(running["calculator"]))  # any change of tools reloads
         await tools.wait_for(lambda t: "ask-docs" in t.names(), timeout=3)
         assert await tools.invoke("ask-docs", {"question": "now?"}) == "[default/manuals] now?"
         assert tools.problems == {}
@@ -297,7 +293,7 @@ async def test_a_factory_that_fails_is_one_skipped_tool(
     def broken(tool: ToolDescriptor, ctx: ToolContext) -> Any:
         raise RuntimeError("index not found\nwith a traceback-ish second line")
 
-    await config_client.put(items(running["echo"]) + [("tool", "ask-docs", knowledge_tool("manuals"))])
+    await config_client.put(static_items(running["echo"]) + [("tool", "ask-docs", knowledge_tool("manuals"))])
     async with toolset(connection, settings, factories={"knowledge-query": broken}) as tools:
         assert tools.names() == ["echo"]
         assert tools.problems == {"ask-docs": "index not found"}
@@ -307,11 +303,11 @@ async def test_a_factory_that_fails_is_one_skipped_tool(
 async def test_workspaces_are_separate(
     connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
-    await config_client.put(items(running["echo"]), workspace="alpha")
-    await config_client.put(items(running["joke-service"]))
+    await config_client.put(static_items(running["echo"]), workspace="alpha")
+    await config_client.put(static_items(running["joke-service"]))
     async with toolset(connection, settings, workspace="alpha") as tools:
         assert tools.names() == ["echo"]
-        await config_client.put(items(running["calculator"]))  # default workspace: not ours
-        await config_client.put(items(running["countdown"]), workspace="alpha")
+        await config_client.put(static_items(running["calculator"]))  # default workspace: not ours
+        await config_client.put(static_items(running["countdown"]), workspace="alpha")
         await tools.wait_for(lambda t: "countdown" in t.names(), timeout=3)
         assert tools.names() == ["countdown", "echo"]

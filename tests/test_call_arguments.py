@@ -6,6 +6,7 @@ import json
 from typing import Any, ClassVar
 
 import pytest
+from support import static_items
 
 from agent_bridge import BadArguments, ToolError, ToolSet
 from toolservice_base import ConfigClient, DynamicToolService, Settings, ToolDiscoveryError, Transport
@@ -38,8 +39,7 @@ class Typed(DynamicToolService):
 
 
 async def typed_tools(svc: DynamicToolService, config_client: ConfigClient) -> None:
-    items = [("tool-service", svc.id, svc.service_descriptor.to_json())] + [("tool", t.name, t.to_json()) for t in svc.tool_descriptors]
-    await config_client.put(items)
+    await config_client.put(static_items(svc))
 
 
 GOOD = {"count": 3, "flag": True, "label": "x"}

@@ -15,7 +15,7 @@ from contextlib import aclosing
 from typing import Any, ClassVar
 
 import pytest
-from support import eventually
+from support import eventually, static_items
 
 from agent_bridge import AnswerTooLarge, RequestTimeout, ToolError, ToolServiceClient, ToolSet
 from toolservice_base import ConfigClient, DynamicToolService, Settings, Transport
@@ -114,9 +114,7 @@ async def test_toolset_call_timeout_and_answer_size_bound_an_endless_tool(
     settings: Settings, connection: Transport, config_client: ConfigClient
 ) -> None:
     async with Endless(settings=settings, announce=False) as svc:
-        await config_client.put(
-            [("tool-service", svc.id, svc.service_descriptor.to_json())] + [("tool", t.name, t.to_json()) for t in svc.tool_descriptors]
-        )
+        await config_client.put(static_items(svc))
         async with ToolSet(connection=connection, settings=settings, call_timeout=1.0, poll_interval=60) as tools:
             started = time.monotonic()
             with pytest.raises(RequestTimeout):

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import pytest
 from prometheus_client import CollectorRegistry
+from support import static_items
 
 from agent_bridge import BadArguments, ToolError, ToolSet, UnknownToolError
 from agent_bridge.metrics import ERROR_TYPES, BridgeMetrics
@@ -22,9 +23,6 @@ N_OK = 7
 M_FAILED = 3
 
 
-def items(*services: DynamicToolService) -> list[tuple[str, str, str]]:
-    out = [("tool-service", s.id, s.service_descriptor.to_json()) for s in services]
-    return out + [("tool", t.name, t.to_json()) for s in services for t in s.tool_descriptors]
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
@@ -41,7 +39,7 @@ async def test_n_calls_and_m_errors_show_in_the_histograms_and_error_counters_of
     await calculator.start()
     await joke.start()
     try:
-        await config_client.put(items(calculator, joke))
+        await config_client.put(static_items(calculator, joke))
         async with ToolSet(connection=connection, settings=settings, poll_interval=60.0, metrics=BridgeMetrics(bridge_side)) as tools:
             for i in range(N_OK):
                 assert await tools.invoke("calculate", {"expression": f"{i} + 1"}) == str(i + 1)
@@ -128,7 +126,7 @@ async def test_deadlines_size_limits_and_refused_arguments_are_counted_per_tool_
     service = Unruly(connection=connection, settings=settings, announce=False, metrics=ServiceMetrics(service_side))
     await service.start()
     try:
-        await config_client.put(items(service))
+        await config_client.put(static_items(service))
         metrics = BridgeMetrics(bridge_side)
         async with ToolSet(connection=connection, settings=settings, poll_interval=60.0, metrics=metrics, max_answer_bytes=5000) as tools:
             with pytest.raises(ToolError) as caught:
