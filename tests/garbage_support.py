@@ -18,6 +18,8 @@ import structlog
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from toolservice_base.transport import LARGE_MESSAGE
+
 CRASH_EVENTS = frozenset({"consumer.handler_failed", "request.handler_failed", "toolset.reload_crashed", "registry.merge_failed"})
 """Log events that mean a handler raised instead of answering or dropping a message."""
 
@@ -100,6 +102,25 @@ def corpus(strategy: st.SearchStrategy[Any], count: int) -> list[Any]:
 
     collect()
     return found
+
+
+def batches(messages: list[bytes], size: int) -> list[list[bytes]]:
+    """`messages` in order, in batches of up to `size` to send concurrently; each one over 64 KiB alone.
+
+    Beside a message that large, the broker may drop others on the same
+    connection (`Capabilities.separate_bulk_connection` in
+    `toolservice_base.transport`; docs/operators.md, "Large answers"): a loss
+    of the broker's, which is not what a test of a consumer is about.
+    """
+    out: list[list[bytes]] = [[]]
+    for data in messages:
+        if len(data) > LARGE_MESSAGE:
+            out += [[data], []]
+        else:
+            if len(out[-1]) == size:
+                out.append([])
+            out[-1].append(data)
+    return [batch for batch in out if batch]
 
 
 def only(items: list[bytes], refused: Callable[[bytes], bool]) -> list[bytes]:

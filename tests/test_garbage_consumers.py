@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from garbage_support import (
+    batches,
     captured_logs,
     corpus,
     crashes,
@@ -35,7 +36,7 @@ from discovery.configsvc import ConfigStoreService
 from discovery.registry import Registry
 from discovery.registry_client import RegistryClient
 from discovery.validation import AnnouncementValidator, Rejected
-from toolservice_base import ConfigClient, RequestClient, Settings, Transport, topics
+from toolservice_base import ConfigClient, RequestClient, RequestTimeout, Settings, Transport, topics
 from toolservice_base.examples.echo import EchoService
 from toolservice_base.schemas import (
     MAX_CONFIG_REQUEST_BYTES,
@@ -56,16 +57,35 @@ BATCH = 100
 
 
 async def send_all(publisher: Any, messages: list[bytes]) -> None:
-    for start in range(0, len(messages), BATCH):
-        await asyncio.gather(*(publisher.send(m) for m in messages[start : start + BATCH]))
+    for batch in batches(messages, BATCH):
+        await asyncio.gather(*(publisher.send(m) for m in batch))
 
 
 async def ask_all(client: RequestClient, messages: list[bytes], timeout: float = 10.0) -> list[dict[str, Any]]:
-    """Every message as a request; each must get an answer (a `RequestTimeout` fails the test)."""
-    answers: list[dict[str, Any]] = []
-    for start in range(0, len(messages), BATCH):
-        answers += await asyncio.gather(*(client.request(m, timeout=timeout) for m in messages[start : start + BATCH]))
-    return answers
+    """Every message as a request; each must get an answer.
+
+    The topics are non-persistent, and a broker under a burst may drop a
+    message (Apache Pulsar's dispatcher does when a connection is briefly
+    unwritable), which says nothing about the consumer. So a request left
+    unanswered is asked once more, alone: a consumer that ignores or chokes
+    on a message stays silent both times and fails the test, as does a
+    loss rate above one in a hundred.
+    """
+    answers: list[dict[str, Any] | None] = []
+    for batch in batches(messages, BATCH):
+        answers += await asyncio.gather(*(_answer(client, m, timeout) for m in batch))
+    unanswered = [n for n, answer in enumerate(answers) if answer is None]
+    assert len(unanswered) <= max(1, len(messages) // 100), f"{len(unanswered)} of {len(messages)} requests went unanswered"
+    for n in unanswered:
+        answers[n] = await client.request(messages[n], timeout=timeout)
+    return [answer for answer in answers if answer is not None]  # none is left None: each got its answer
+
+
+async def _answer(client: RequestClient, message: bytes, timeout: float) -> dict[str, Any] | None:
+    try:
+        return await client.request(message, timeout=timeout)
+    except RequestTimeout:
+        return None
 
 
 def garbage(valid: list[dict[str, Any]], refused: Any) -> list[bytes]:
@@ -204,17 +224,13 @@ async def test_a_tool_service_answers_every_bad_request_and_keeps_serving(settin
     valid = [{"user": "u", "config": "{}", "arguments": json.dumps({"text": "hi"})}]
     messages = list(dict.fromkeys(corpus(random_bytes, RANDOM) + corpus(random_json, RANDOM) + corpus(mutated(valid), MUTATED)))
     deep = json.dumps({"arguments": "[" * 50_000 + "]" * 50_000}).encode()
-    # The two over 64 KiB go alone: beside 98 concurrent calls one can cost another its answer
-    # (docs/operators.md, "Large answers"), which is not what this test is about.
-    oversized = [b" " * (MAX_REQUEST_BYTES + 1), deep]
+    messages += [b" " * (MAX_REQUEST_BYTES + 1), deep]
     async with EchoService(settings=settings, announce=False) as echo:
         queues = echo.service_descriptor
         client = RequestClient(connection, queues.request_queue, queues.response_queue)
         try:
             with captured_logs() as logs:
                 answers = await ask_all(client, messages)
-                answers += [await client.request(message, timeout=10.0) for message in oversized]
-                messages += oversized
                 assert all(answer.get("end_of_stream") is True for answer in answers)
                 errors = [a for a in answers if a.get("error")]
                 assert all(a["error"]["type"] == "bad-request" and a["error"]["message"] for a in errors)

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from garbage_support import corpus, figures, mutated, random_bytes, random_json
+from garbage_support import batches, corpus, figures, mutated, random_bytes, random_json
 from registry_support import announcement
 from support import eventually, log_events, toolreg_background, toolreg_env
 
@@ -25,7 +25,6 @@ from toolservice_base import (
     open_transport,
     topics,
 )
-from toolservice_base.transport import LARGE_MESSAGE
 
 FLOOD = 10_000
 PER_SERVICE_CAP = 256  # RegistryOptions.max_instances_per_service's default
@@ -39,10 +38,18 @@ def rss_kib(pid: int) -> int:
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
-def rejections_total(metrics_url: str) -> float:
+def registry_counts(metrics_url: str) -> dict[str, float]:
+    """The registry's `toolreg_registry_*_total` counters, each summed over its labels."""
     with urllib.request.urlopen(metrics_url, timeout=2) as response:
         text = response.read().decode()
-    return sum(float(m.group(1)) for m in re.finditer(r'^toolreg_registry_rejections_total\{[^}]*\} (\S+)$', text, re.M))
+    counts: dict[str, float] = {}
+    for m in re.finditer(r"^toolreg_registry_(\w+)_total(?:\{[^}]*\})? (\S+)$", text, re.M):
+        counts[m.group(1)] = counts.get(m.group(1), 0.0) + float(m.group(2))
+    return counts
+
+
+def rejections_total(metrics_url: str) -> float:
+    return registry_counts(metrics_url).get("rejections", 0.0)
 
 
 def bad_messages() -> list[bytes]:
@@ -59,36 +66,28 @@ def bad_messages() -> list[bytes]:
     return [refused[n % len(refused)] for n in range(FLOOD)]
 
 
-async def send_paced(publisher: Any, messages: list[bytes], metrics: str, *, already: int, refused: int | None = None) -> None:
-    """Send in batches and wait for the registry to count each batch before the next.
+async def send_paced(publisher: Any, messages: list[bytes], metrics: str, *, already: int, refused: bool = True) -> None:
+    """Send in batches and wait for the registry to count each batch as refused before the next;
+    messages it accepts (`refused=False`) are paced by time instead.
 
     The topic is non-persistent: the broker drops what a consumer has no
-    permits for, and what comes next to a message over 64 KiB on the same
-    connection (see `Capabilities.separate_bulk_connection` in `toolservice_base.transport`), so an unpaced flood would
-    lose messages before they reach the registry and prove nothing about it.
-    A large message therefore goes in a batch of its own.
+    permits for, and others next to a message over 64 KiB (see `batches`),
+    so an unpaced flood would lose messages before they reach the registry
+    and prove nothing about it.
     """
     sent = 0
-    for chunk in _batches(messages, 250):
+    for chunk in batches(messages, 250):
         await asyncio.gather(*(publisher.send(data) for data in chunk))
         sent += len(chunk)
-        if refused is None:
+        if refused:
             expected = already + sent
-            await eventually(lambda expected=expected: rejections_total(metrics) >= expected, timeout=20.0, interval=0.05)
+            try:
+                await eventually(lambda expected=expected: rejections_total(metrics) >= expected, timeout=20.0, interval=0.05)
+            except AssertionError:
+                # Say whether messages went missing or were accepted instead of refused.
+                raise AssertionError(f"{expected} rejections expected after {sent} of {len(messages)} sent; the registry counted {registry_counts(metrics)}") from None
         else:
             await asyncio.sleep(0.2)
-
-
-def _batches(messages: list[bytes], size: int) -> list[list[bytes]]:
-    batches: list[list[bytes]] = [[]]
-    for data in messages:
-        if len(data) > LARGE_MESSAGE:
-            batches += [[data], []]
-        else:
-            if len(batches[-1]) == size:
-                batches.append([])
-            batches[-1].append(data)
-    return [batch for batch in batches if batch]
 
 
 async def test_a_flood_of_bad_messages_then_a_good_announcement_which_is_registered(broker: EmbeddedBroker, tmp_path: Path) -> None:
@@ -123,9 +122,13 @@ async def test_a_flood_of_bad_messages_then_a_good_announcement_which_is_registe
         await eventually(lambda: _has(client, "survivor"), timeout=5.0)
         assert process.poll() is None
 
-        # 10,000 valid announcements, each from a fresh instance id of one service: the cap holds.
-        swarm = [announcement("swarm", ("swarm-tool",), instance=f"swarm-{n}", ttl=30).to_json().encode() for n in range(FLOOD)]
-        await send_paced(publisher, swarm[:PER_SERVICE_CAP], metrics, already=100 + FLOOD, refused=0)
+        # 10,000 valid announcements, each from a fresh instance id of one service: the cap holds. The ttl is the
+        # longest allowed so that no lease runs out during the run, however slow the machine: one that did would
+        # make room under the cap for a later instance.
+        swarm = [announcement("swarm", ("swarm-tool",), instance=f"swarm-{n}", ttl=3600).to_json().encode() for n in range(FLOOD)]
+        await send_paced(publisher, swarm[:PER_SERVICE_CAP], metrics, already=100 + FLOOD, refused=False)
+        await eventually(lambda: _instances(client, "swarm", PER_SERVICE_CAP), timeout=20.0, interval=0.1)
+        assert rejections_total(metrics) == 100 + FLOOD
         await send_paced(publisher, swarm[PER_SERVICE_CAP:], metrics, already=100 + FLOOD)
         after_swarm = rss_kib(process.pid)
         record = json.loads((await client.get([("discovery", "swarm")]))[("discovery", "swarm")])
@@ -156,3 +159,9 @@ async def test_a_flood_of_bad_messages_then_a_good_announcement_which_is_registe
 
 async def _has(client: ConfigClient, name: str) -> bool:
     return name in await client.list("tool")
+
+
+async def _instances(client: ConfigClient, service: str, count: int) -> bool:
+    """The service's ownership record lists `count` instances."""
+    value = (await client.get([("discovery", service)])).get(("discovery", service))
+    return value is not None and len(json.loads(value)["instances"]) == count
