@@ -202,11 +202,24 @@ async def test_a_restarting_owner_gets_its_name_back_and_the_refused_rival_is_to
                 await eventually(lambda: _tool_service(config_client, "tell-joke", "joke-service"), timeout=1.0)
                 await asyncio.sleep(TTL)  # past the reservation: the owner holds it because it is live
                 assert await _tool_service(config_client, "tell-joke", "joke-service")
-                assert [(c.tool, c.held_by) for c in await registry_client.conflicts()] == [("tell-joke", "joke-service")]
+                await _conflicts_become(registry_client, [("tell-joke", "joke-service")])
     told = [entry for entry in logs if entry["event"] == "service.refused" and entry["service"] == "rival-jokes"]
     assert told and "tool/tell-joke belongs to service 'joke-service'" in told[0]["reason"]
     listed = [r for r in await registry_client.rejections() if r.service == "rival-jokes"]
     assert listed and listed[0].reason.startswith("conflict: tool/tell-joke")
+
+
+async def _conflicts_become(client: RegistryClient, expected: list[tuple[str, str]], timeout: float = 2.0) -> None:
+    """Wait for the conflicts to be `expected` (tool, held by); fail showing them with their reasons."""
+
+    async def matches() -> bool:
+        return [(c.tool, c.held_by) for c in await client.conflicts()] == expected
+
+    try:
+        await eventually(matches, timeout=timeout)
+    except AssertionError:
+        shown = [(c.tool, c.held_by, c.reason) for c in await client.conflicts()]
+        raise AssertionError(f"conflicts after {timeout:g}s: {shown}, expected {expected}") from None
 
 
 async def _kept_for(client: RegistryClient, service: str) -> list[Any]:
