@@ -10,7 +10,10 @@ no broker. What it keeps of Pulsar's semantics, and nothing more:
 - non-persistent topics keep nothing for a subscription with no consumer (and
   a closed subscription is gone); persistent topics keep a durable
   subscription's backlog until a consumer comes back;
-- each consumer receives in order, one message at a time, on its own task.
+- each consumer receives in order, one message at a time, on its own task;
+- what a closing consumer had not finished handling goes back to its
+  subscription on a persistent topic (Pulsar redelivers what was never
+  acknowledged), and is lost on a non-persistent one, as on Pulsar.
 
 `drop` makes it lose that share of deliveries at random, to test what the
 product does when a non-persistent message is lost.
@@ -45,6 +48,7 @@ class _Consumer:
         self.topic = topic
         self._handler = handler
         self._inbox: asyncio.Queue[Envelope] = asyncio.Queue()
+        self._handling: Envelope | None = None
         self._task = asyncio.create_task(self._run(), name=f"memory-receive:{topic}")
 
     def deliver(self, envelope: Envelope) -> None:
@@ -52,13 +56,14 @@ class _Consumer:
 
     async def _run(self) -> None:
         while True:
-            envelope = await self._inbox.get()
+            self._handling = await self._inbox.get()
             try:
-                await self._handler(envelope)
+                await self._handler(self._handling)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("consumer.handler_failed", topic=self.topic)
+            self._handling = None
 
     async def close(self) -> None:
         self._task.cancel()
@@ -67,6 +72,12 @@ class _Consumer:
         except (asyncio.CancelledError, Exception):
             pass
         self.sub.detach(self)
+        unfinished = [self._handling] if self._handling is not None else []
+        while not self._inbox.empty():
+            unfinished.append(self._inbox.get_nowait())
+        if self.sub.topic.persistent:
+            for envelope in unfinished:
+                self.sub.offer(envelope, drop=0.0)
 
 
 class _Sub:
