@@ -145,16 +145,19 @@ class ToolSet:
 
     async def start(self) -> Self:
         """Load from the store, or a fallback if it does not answer within `store_timeout`; then watch."""
-        first: asyncio.Task[tuple[int, Items]] | None = None
         try:
             if self._connection is None:
                 self._connection = await open_transport(self._settings, url=self._pulsar_url)
             self._config = ConfigClient(self._connection, workspace=self.workspace, timeout=self.store_timeout)
             # Not cancelled at the deadline: with the broker down, the subscribes inside take the
-            # client's operation timeout; a late answer is applied by the reloader instead.
-            first = asyncio.create_task(self._first_read(), name=f"toolset-first-read:{self.workspace}")
+            # client's operation timeout; a late answer is applied by the reloader instead. Held in
+            # `_first_read_task` until its outcome is read, so that a failed start still reads it
+            # (in `_shutdown`) even when it ends while the fallback is being loaded.
+            first = self._first_read_task = asyncio.create_task(self._first_read(), name=f"toolset-first-read:{self.workspace}")
             done, _ = await asyncio.wait({first}, timeout=self.store_timeout)
             error = first.exception() if done else None
+            if done:
+                self._first_read_task = None
             if done and error is None:
                 version, items = first.result()
                 await self._apply(version, items, "store")
@@ -165,10 +168,7 @@ class ToolSet:
                 if down is not None:
                     error = BrokerUnreachable(down)
                 await self._load_fallback(error or TimeoutError(f"no answer from the config store within {self.store_timeout:g}s"))
-                self._first_read_task = None if done else first
         except BaseException:
-            if first is not None and not first.done():
-                first.cancel()
             await self._shutdown()
             raise
         self._reloader = asyncio.create_task(self._reload_loop(), name=f"toolset-reload:{self.workspace}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -108,6 +109,31 @@ async def test_neither_store_nor_fallback_is_a_one_line_error_saying_what_to_do(
 
     with pytest.raises(BridgeUnavailable, match="static directory .* does not exist"):
         await ToolSet(connection=connection, settings=settings, static_dir=tmp_path / "nowhere", store_timeout=0.2).start()
+
+
+async def test_a_first_read_that_times_out_while_start_falls_back_leaves_no_unread_error(
+    connection: Transport, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's silence ends the first read just as start gives up on it: its error must still be read,
+    or asyncio prints it later as a traceback ("Task exception was never retrieved") on the user's terminal."""
+    unread: list[dict[str, object]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: unread.append(context))
+    real = connection.unreachable
+
+    async def slow_unreachable(timeout: float = 1.0) -> str | None:
+        await asyncio.sleep(0.3)  # meanwhile the first read's own store timeout runs out
+        return await real(timeout)
+
+    monkeypatch.setattr(connection, "unreachable", slow_unreachable)
+    try:
+        with pytest.raises(BridgeUnavailable):
+            await ToolSet(connection=connection, settings=settings, store_timeout=0.2).start()
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert [context["message"] for context in unread] == []
 
 
 def test_load_static_dir_reads_items_by_type_and_stem(tmp_path: Path) -> None:
