@@ -18,20 +18,29 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-async def eventually(check: Callable[[], Awaitable[T] | T], timeout: float = 5.0, interval: float = 0.02) -> T:
-    """Poll `check` until it returns something truthy; fail with its last value."""
+async def eventually(
+    check: Callable[[], Awaitable[T] | T],
+    timeout: float = 5.0,
+    interval: float = 0.02,
+    explain: Callable[[], Awaitable[object] | object] | None = None,
+) -> T:
+    """Poll `check` until it returns something truthy; fail with its last value, or with what `explain` says then."""
     deadline = time.monotonic() + timeout
-    last: Any = None
     while True:
-        result = check()
-        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
-            result = await result
-        last = result
+        result = await _value(check)
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s; last value: {last!r}")
+            said = f"last value: {result!r}" if explain is None else await _value(explain)
+            raise AssertionError(f"condition not met within {timeout}s; {said}")
         await asyncio.sleep(interval)
+
+
+async def _value(call: Callable[[], Any]) -> Any:
+    result = call()
+    if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+        result = await result
+    return result
 
 
 def toolreg_env(url: str, data_dir: Path, **extra: str) -> dict[str, str]:

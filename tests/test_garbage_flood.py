@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from garbage_support import batches, corpus, figures, mutated, random_bytes, random_json
+from prometheus_client.parser import text_string_to_metric_families
 from registry_support import announcement
 from support import eventually, log_events, toolreg_background, toolreg_env
 
@@ -42,10 +43,11 @@ def registry_counts(metrics_url: str) -> dict[str, float]:
     """The registry's `toolreg_registry_*_total` counters, each summed over its labels."""
     with urllib.request.urlopen(metrics_url, timeout=2) as response:
         text = response.read().decode()
-    counts: dict[str, float] = {}
-    for m in re.finditer(r"^toolreg_registry_(\w+)_total(?:\{[^}]*\})? (\S+)$", text, re.M):
-        counts[m.group(1)] = counts.get(m.group(1), 0.0) + float(m.group(2))
-    return counts
+    return {
+        family.name.removeprefix("toolreg_registry_"): sum(s.value for s in family.samples if s.name.endswith("_total"))
+        for family in text_string_to_metric_families(text)
+        if family.type == "counter" and family.name.startswith("toolreg_registry_")
+    }
 
 
 def rejections_total(metrics_url: str) -> float:
@@ -81,11 +83,12 @@ async def send_paced(publisher: Any, messages: list[bytes], metrics: str, *, alr
         sent += len(chunk)
         if refused:
             expected = already + sent
-            try:
-                await eventually(lambda expected=expected: rejections_total(metrics) >= expected, timeout=20.0, interval=0.05)
-            except AssertionError:
+            await eventually(
+                lambda expected=expected: rejections_total(metrics) >= expected, timeout=20.0, interval=0.05,
                 # Say whether messages went missing or were accepted instead of refused.
-                raise AssertionError(f"{expected} rejections expected after {sent} of {len(messages)} sent; the registry counted {registry_counts(metrics)}") from None
+                explain=lambda expected=expected, sent=sent: f"{expected} rejections expected after {sent} of {len(messages)} sent; "
+                f"the registry counted {registry_counts(metrics)}",
+            )
         else:
             await asyncio.sleep(0.2)
 

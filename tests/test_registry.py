@@ -215,11 +215,10 @@ async def _conflicts_become(client: RegistryClient, expected: list[tuple[str, st
     async def matches() -> bool:
         return [(c.tool, c.held_by) for c in await client.conflicts()] == expected
 
-    try:
-        await eventually(matches, timeout=timeout)
-    except AssertionError:
-        shown = [(c.tool, c.held_by, c.reason) for c in await client.conflicts()]
-        raise AssertionError(f"conflicts after {timeout:g}s: {shown}, expected {expected}") from None
+    async def shown() -> str:
+        return f"conflicts {[(c.tool, c.held_by, c.reason) for c in await client.conflicts()]}, expected {expected}"
+
+    await eventually(matches, timeout=timeout, explain=shown)
 
 
 async def _kept_for(client: RegistryClient, service: str) -> list[Any]:

@@ -72,12 +72,12 @@ class _Consumer:
         except (asyncio.CancelledError, Exception):
             pass
         self.sub.detach(self)
-        unfinished = [self._handling] if self._handling is not None else []
+        if not self.sub.topic.persistent:
+            return  # what it had not finished is lost, as on Pulsar
+        if self._handling is not None:
+            self.sub.offer(self._handling, drop=0.0)
         while not self._inbox.empty():
-            unfinished.append(self._inbox.get_nowait())
-        if self.sub.topic.persistent:
-            for envelope in unfinished:
-                self.sub.offer(envelope, drop=0.0)
+            self.sub.offer(self._inbox.get_nowait(), drop=0.0)
 
 
 class _Sub:
