@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from toolservice_base import EmbeddedBroker, Settings
-from toolservice_base.broker import terminate
+from discovery.broker import EmbeddedBroker
+from toolservice_base import Settings
+from discovery.broker.embedded import terminate
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")

@@ -30,7 +30,7 @@ from typing import Any
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
-from toolservice_base import EmbeddedBroker
+from discovery.broker import EmbeddedBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)

@@ -27,15 +27,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from discovery.configsvc import ConfigStoreService
-from discovery.registry import Registry
-from toolservice_base import (
-    ConfigClient,
-    EmbeddedBroker,
-    Settings,
-    configure_logging,
-    open_transport,
-)
+from discovery.store.service import ConfigStoreService
+from discovery.registry.service import Registry
+from toolservice_base import ConfigClient, Settings, configure_logging, open_transport
+from discovery.broker import EmbeddedBroker
 from toolservice_base.examples.echo import EchoService
 
 POLL = 0.002

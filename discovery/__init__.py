@@ -1,24 +1,49 @@
-"""Operator side of tool discovery: the config store service, the registry and the `toolreg` CLI."""
+"""Operator side of tool discovery, a package per subsystem.
 
-from toolservice_base.errors import RegistryError, RegistryQueryError, RegistryUnavailable
+- `discovery.store`: the config store service and its backends
+- `discovery.registry`: the registry (announcements in, merged config out) and its query client
+- `discovery.broker`: the embedded broker and its supervisor
+- `discovery.web`: health, metrics and the registry page
+- `discovery.mcp`: the MCP front
+- `discovery.cli`: `toolreg`, the one place that assembles the others
+"""
 
-from .configsvc import ConfigStoreService
-from .registry import Registry, RegistryOptions
-from .registry_client import RegistryClient
-from .store import ConfigStore, Conflict, StoreError
-from .trust import PolicyError, TrustPolicy
+from __future__ import annotations
 
-__all__ = [
-    "ConfigStore",
-    "ConfigStoreService",
-    "Conflict",
-    "PolicyError",
-    "Registry",
-    "RegistryClient",
-    "RegistryError",
-    "RegistryOptions",
-    "RegistryQueryError",
-    "RegistryUnavailable",
-    "StoreError",
-    "TrustPolicy",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from discovery.registry.client import RegistryClient
+    from discovery.registry.options import RegistryOptions
+    from discovery.registry.service import Registry
+    from discovery.registry.trust import PolicyError, TrustPolicy
+    from discovery.store.service import ConfigStoreService
+    from discovery.store.sqlite import ConfigStore, ExpectationFailed, StoreError
+    from toolservice_base.errors import RegistryError, RegistryQueryError, RegistryUnavailable
+
+# Loaded on first use: importing one module of this package (the CLI's client, say) loads only what that module needs.
+_EXPORTS = {
+    "ConfigStore": "discovery.store.sqlite",
+    "ConfigStoreService": "discovery.store.service",
+    "ExpectationFailed": "discovery.store.sqlite",
+    "PolicyError": "discovery.registry.trust",
+    "Registry": "discovery.registry.service",
+    "RegistryClient": "discovery.registry.client",
+    "RegistryError": "toolservice_base.errors",
+    "RegistryOptions": "discovery.registry.options",
+    "RegistryQueryError": "toolservice_base.errors",
+    "RegistryUnavailable": "toolservice_base.errors",
+    "StoreError": "discovery.store.sqlite",
+    "TrustPolicy": "discovery.registry.trust",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = ["ConfigStore", "ConfigStoreService", "ExpectationFailed", "PolicyError", "Registry", "RegistryClient", "RegistryError", "RegistryOptions", "RegistryQueryError", "RegistryUnavailable", "StoreError", "TrustPolicy"]

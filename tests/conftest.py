@@ -16,17 +16,17 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-import registry_support
 from apache_pulsar import ApachePulsar
-from registry_support import FAST
+from support import registry as registry_support
+from support.registry import FAST
 
-from discovery.configsvc import ConfigStoreService
-from discovery.registry import Registry
-from discovery.registry_client import RegistryClient
+from discovery.broker import EmbeddedBroker
+from discovery.registry.client import RegistryClient
+from discovery.registry.service import Registry
+from discovery.store.service import ConfigStoreService
 from toolservice_base import (
     ConfigClient,
     DynamicToolService,
-    EmbeddedBroker,
     MemoryBroker,
     Settings,
     Transport,

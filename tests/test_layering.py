@@ -88,3 +88,86 @@ def test_configured_logging_goes_to_stderr_as_structured_events_never_stdout() -
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     assert '"event": "invoke.failed"' in done.stderr and '"logger": "toolservice_base.service"' in done.stderr
+
+
+# --- the rooms of the house: which subsystem may import which ------------------------------
+
+SUBSYSTEMS = ("store", "registry", "broker", "web", "mcp", "cli")
+
+
+def _project_imports(path: Path) -> set[str]:
+    """Every project module a file imports, relative imports resolved, as dotted names."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found.add(module)
+            found |= {f"{module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.split(".")[0] in PACKAGES}
+
+
+def _subsystem_edges() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {name: set() for name in SUBSYSTEMS}
+    for name in SUBSYSTEMS:
+        for path in (ROOT / "discovery" / name).rglob("*.py"):
+            for module in _project_imports(path):
+                parts = module.split(".")
+                if parts[0] == "discovery" and len(parts) > 1 and parts[1] in SUBSYSTEMS and parts[1] != name:
+                    edges[name].add(parts[1])
+    return edges
+
+
+def test_store_and_registry_never_import_each_other_and_only_cli_assembles_subsystems() -> None:
+    edges = _subsystem_edges()
+    assert "registry" not in edges["store"] and "store" not in edges["registry"]
+    # the page renders the registry's overview; mcp serves a ToolSet; broker runs a process
+    assert edges["web"] <= {"registry"} and edges["mcp"] <= set() and edges["broker"] <= set(), edges
+    assert edges["store"] <= set() and edges["registry"] <= set(), edges
+    assert {"store", "registry", "broker", "web", "mcp"} <= edges["cli"]
+
+
+def test_the_floor_manages_no_broker_process() -> None:
+    """`toolservice_base` is what a tool-service author installs: no subprocesses, pid files or ports of a broker."""
+    assert not (ROOT / "toolservice_base" / "broker.py").exists()
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "toolservice_base").rglob("*.py")
+        if {"subprocess", "pulsar_lite"} & _imports(path)
+    ]
+    assert offenders == []
+
+
+def _loaded_by(statement: str) -> set[str]:
+    done = _run(f"import sys\n{statement}\nprint(' '.join(sorted(sys.modules)))")
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+def test_the_registry_and_the_store_load_no_web_stack_and_not_each_other() -> None:
+    web = {"starlette", "uvicorn", "mcp"}
+    registry = _loaded_by("import discovery.registry")
+    store = _loaded_by("import discovery.store")
+    assert not web & registry and not web & store
+    assert "discovery.store.service" not in registry and "discovery.registry.service" not in store
+
+
+def test_a_command_loads_only_the_subsystems_it_uses() -> None:
+    """Building the parser (every `toolreg` command does) loads no subsystem; `trust` loads no store and no web."""
+    parser = _loaded_by("from discovery.cli.main import build_parser\nbuild_parser()")
+    assert not {"starlette", "uvicorn", "mcp", "discovery.store.service", "discovery.registry.service", "agent_bridge"} & parser
+    trust = _loaded_by("from discovery.cli.main import main\nmain(['trust', 'list', '--policy', '/nonexistent/policy.json'])")
+    assert not {"starlette", "uvicorn", "mcp", "discovery.store.service", "agent_bridge"} & trust
+
+
+def test_the_parser_shares_its_defaults_with_the_subsystems_it_does_not_load() -> None:
+    import importlib
+
+    cli_main = importlib.import_module("discovery.cli.main")
+    from discovery.store.operations import STORE_PROTOCOLS
+    from discovery.web.health import DEFAULT_METRICS_PORT
+
+    assert cli_main.STORE_PROTOCOLS == STORE_PROTOCOLS and cli_main.DEFAULT_METRICS_PORT == DEFAULT_METRICS_PORT

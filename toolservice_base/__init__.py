@@ -1,9 +1,8 @@
-"""The floor of tool discovery: wire schemas, the transport seam, the embedded
-broker, logging, the config-store client and `DynamicToolService`."""
+"""The floor of tool discovery: what a tool-service author needs. Wire schemas, the transport seam,
+RPC, settings, logging, errors, the config-store client and `DynamicToolService`."""
 
 from . import topics
 from .announcer import Announcer
-from .broker import EmbeddedBroker
 from .configclient import ConfigClient, watch_config
 from .errors import (
     AnswerTooLarge,
@@ -32,7 +31,7 @@ from .schemas import (
     Argument,
     ConfigParam,
     ConfigPush,
-    Error,
+    ErrorBody,
     ToolDescriptor,
     ToolServiceDescriptor,
     ToolServiceRequest,
@@ -71,9 +70,8 @@ __all__ = [
     "ConfigPush",
     "ConfigRefused",
     "DynamicToolService",
-    "EmbeddedBroker",
     "Envelope",
-    "Error",
+    "ErrorBody",
     "MemoryBroker",
     "MessageTooLarge",
     "NoBrokerError",

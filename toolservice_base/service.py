@@ -38,18 +38,19 @@ from typing import Any, ClassVar
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
+from toolservice_base.rpc.server import RequestServer, past_deadline
+from toolservice_base.rpc.wire import TOOL
+
 from . import tracing
 from .announcer import Announcer, new_instance_id
 from .errors import BadRequest, ServiceDefinitionError
 from .logs import get_logger
 from .metrics import OTHER_TOOL, ServiceMetrics
-from .rpc_server import RequestServer, past_deadline
-from .rpc_wire import TOOL
 from .schemas import (
     DEFAULT_TTL,
     MAX_MESSAGE_BYTES,
     MAX_REQUEST_BYTES,
-    Error,
+    ErrorBody,
     ToolDescriptor,
     ToolServiceDescriptor,
     ToolServiceRequest,
@@ -299,11 +300,11 @@ class DynamicToolService:
         except BadRequest as exc:
             error = "bad-request"
             log.warning("request.rejected", service=self.id, reason=str(exc))
-            await reply(ToolServiceResponse(error=Error(type="bad-request", message=str(exc)), end_of_stream=True))
+            await reply(ToolServiceResponse(error=ErrorBody(type="bad-request", message=str(exc)), end_of_stream=True))
         except Exception as exc:
             error, error_type = "exception", type(exc).__name__
             log.warning("invoke.failed", service=self.id, error=f"{type(exc).__name__}: {exc}")
-            await reply(ToolServiceResponse(error=Error(type=type(exc).__name__, message=str(exc)), end_of_stream=True))
+            await reply(ToolServiceResponse(error=ErrorBody(type=type(exc).__name__, message=str(exc)), end_of_stream=True))
         except asyncio.CancelledError:
             error = "cancelled"  # a deadline, or the caller gave up; the request server answers if anyone waits
             error_type = "timeout" if past_deadline() else "cancelled"

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from toolservice_base.rpc.wire import TOOL
+
 from .metrics import OTHER_TOOL
-from .rpc_wire import TOOL
 from .schemas import ToolDescriptor, canonical_json
 
 

@@ -34,7 +34,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, ProxyTracerProvider, Span, SpanContext, SpanKind, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from .rpc_wire import TOOL
+from toolservice_base.rpc.wire import TOOL
 
 SCOPE = "tool-discovery"
 TRACEPARENT = "traceparent"

@@ -1,0 +1,176 @@
+"""`toolreg`: run the product and talk to it.
+
+    toolreg up                      broker (embedded unless PULSAR_URL) + config store + registry
+    toolreg serve MODULE:CLASS      run a DynamicToolService subclass
+    toolreg announce --service S --tools T   announce a service that cannot announce itself
+    toolreg config put|get|list|delete
+    toolreg call TOOL key=value ... invoke a tool through the agent bridge
+    toolreg mcp [--http HOST:PORT]  serve a workspace's live tools to MCP clients
+    toolreg tools|rejections|conflicts|release|registry
+    toolreg store check|backup|restore
+
+Every command takes `--data-dir` (or TOOLREG_DATA_DIR, default ./.toolreg),
+where `toolreg up` leaves the embedded broker's URL for the others to find.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+
+from toolservice_base import ToolDiscoveryError, configure_logging
+
+from . import announce as cli_announce
+from . import mcp as cli_mcp
+from . import registry as cli_registry
+from . import store as cli_store
+from . import trust as cli_trust
+from .common import Handler, fail, lazy
+from .otel import configure_tracing
+
+DEFAULT_METRICS_PORT = 9464  # discovery.web's default, named here so the help does not load the web stack
+STORE_PROTOCOLS = ("toolreg", "trustgraph")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: a subcommand's copy of these options must not reset a value given before it.
+    common.add_argument(
+        "--data-dir",
+        default=argparse.SUPPRESS,
+        help="where the broker URL, store and snapshots live (env TOOLREG_DATA_DIR, default ./.toolreg)",
+    )
+    common.add_argument("--log-level", default=argparse.SUPPRESS, help="debug, info, warning or error (env TOOLREG_LOG_LEVEL)")
+    common.add_argument(
+        "--topicspace",
+        default=argparse.SUPPRESS,
+        help="the Pulsar tenant every topic lives in (env TOOLREG_TOPICSPACE, default tg)",
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="toolreg",
+        description="Tool discovery for LLM agents on Apache Pulsar.",
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    up = sub.add_parser("up", parents=[common], help="run broker (embedded unless PULSAR_URL), config store and registry",
+                        description="Run the config store and the registry; without PULSAR_URL, also an embedded pulsar-lite broker on 127.0.0.1.")
+    up.add_argument("--port", type=int, default=None, help="port for the embedded broker (default: the one it used last time if free, else a free one)")
+    up.add_argument("--no-registry", action="store_true", help="run only the broker and the config store")
+    up.add_argument("--store-protocol", choices=STORE_PROTOCOLS, default="toolreg",
+                    help="toolreg (default): TrustGraph's config protocol plus our extensions; "
+                         "trustgraph: behave exactly like TrustGraph's config service, extensions ignored (for testing against it)")
+    cli_registry.add_registry_options(up)
+    up.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                    help=f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
+                         "off by default; bound to 127.0.0.1 unless TOOLREG_METRICS_HOST)")
+    up.set_defaults(handler=lazy("up", "cmd_up"))
+
+    serve = sub.add_parser("serve", parents=[common], help="run a DynamicToolService subclass",
+                           description="Run a tool service until SIGTERM or Ctrl-C, announcing itself unless told not to.")
+    serve.add_argument("target", metavar="MODULE:CLASS", help="e.g. toolservice_base.examples.joke:JokeService")
+    serve.add_argument("--ttl", type=float, default=None, help="lease length in seconds (default: the class's ttl, 15)")
+    serve.add_argument("--no-announce", action="store_true", help="do not announce (for services wired by hand)")
+    serve.add_argument("--workspace", default=None, help="workspace the tools belong to (default: the class's, 'default')")
+    serve.add_argument("--call-timeout", type=float, default=None, metavar="SECONDS",
+                       help="the longest one call may run, whatever its caller would wait (default: the class's call_timeout, 120)")
+    serve.add_argument("--signing-key", default=None, metavar="PATH",
+                       help="Ed25519 private key to sign announcements with (env TOOLREG_SIGNING_KEY; make one with `toolreg keygen`)")
+    serve.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                       help=f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
+                            "off by default; bound to 127.0.0.1 unless TOOLREG_METRICS_HOST)")
+    serve.set_defaults(handler=lazy("serve", "cmd_serve"))
+
+    config_common = argparse.ArgumentParser(add_help=False, parents=[common])
+    config_common.add_argument("--workspace", default="default", help="config workspace (default: default)")
+    config_common.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the store (default 5)")
+    config = sub.add_parser("config", parents=[common], help="read and write config items",
+                            description="Read and write config items: TYPE/KEY -> JSON text.")
+    config_sub = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    put = config_sub.add_parser("put", parents=[config_common], help="write TYPE/KEY (value from --value or stdin)",
+                                description="Write one item. `tool` and `tool-service` values are validated; a bad one is refused.")
+    put.add_argument("item", metavar="TYPE/KEY")
+    put.add_argument("--value", default=None, help="the value (default: read stdin)")
+    put.set_defaults(handler=lazy("config", "cmd_config_put"))
+    get = config_sub.add_parser("get", parents=[config_common], help="print TYPE/KEY", description="Print one item.")
+    get.add_argument("item", metavar="TYPE/KEY")
+    get.set_defaults(handler=lazy("config", "cmd_config_get"))
+    listing = config_sub.add_parser("list", parents=[config_common], help="list the keys of TYPE", description="List the keys of a type.")
+    listing.add_argument("type", metavar="TYPE")
+    listing.set_defaults(handler=lazy("config", "cmd_config_list"))
+    delete = config_sub.add_parser("delete", parents=[config_common], help="delete TYPE/KEY", description="Delete one item.")
+    delete.add_argument("item", metavar="TYPE/KEY")
+    delete.set_defaults(handler=lazy("config", "cmd_config_delete"))
+
+    call = sub.add_parser("call", parents=[common], help="invoke a tool through the agent bridge",
+                          description="Invoke a tool as an agent would and print the observation (streamed chunks as they come).")
+    call.add_argument("tool", metavar="TOOL")
+    call.add_argument("arguments", nargs="*", metavar="KEY=VALUE", help="tool arguments; non-string ones as JSON (n=3)")
+    call.add_argument("--workspace", default="default", help="config workspace (default: default)")
+    call.add_argument("--user", default="", help="the caller, passed to the service")
+    call.add_argument("--static-dir", default=None, help="fallback directory of tool-service/*.json and tool/*.json")
+    call.set_defaults(handler=lazy("call", "cmd_call"))
+
+    demo = sub.add_parser("demo", help="run the whole story on an embedded broker, step by step, with timings",
+                          description="Start a broker, store and registry in a fresh directory (default ./.toolreg-demo, wiped first), "
+                                      "then register, call, remove and hand-wire tools, printing each step with its timing.")
+    demo.add_argument("--dir", default=None, help="the demo's own data directory (default ./.toolreg-demo; wiped first)")
+    demo.set_defaults(handler=lazy("demo", "cmd_demo"))
+
+    cli_registry.add_commands(sub, common)
+    cli_trust.add_commands(sub, common)
+    cli_announce.add_command(sub, common)
+    cli_store.add_commands(sub, common)
+    cli_mcp.add_commands(sub, common)
+    return parser
+
+
+def run(handler: Handler, args: argparse.Namespace) -> int:
+    """Run one command; the one place an error becomes a line on stderr and exit code 1.
+
+    Every error of the product (`ToolDiscoveryError`) already says what went
+    wrong and what to do, so it is printed as is, without a traceback.
+    """
+    configure_logging(getattr(args, "log_level", None))
+    configure_tracing(f"toolreg-{getattr(args, 'command', 'command')}")
+    try:
+        return asyncio.run(handler(args))
+    except ToolDiscoveryError as exc:
+        return fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `toolreg tools | head`: the reader has gone, which is not an error. Point stdout at
+        # /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run(args.handler, args)
+
+
+# --- the spec's tg-* aliases -------------------------------------------------
+
+
+def _alias(command: list[str], usage: str) -> Callable[[], int]:
+    def entry() -> int:
+        argv = sys.argv[1:]
+        if not argv or argv[0] in ("-h", "--help"):
+            print(f"usage: {usage}\n(alias of `toolreg {' '.join(command)}`; see `toolreg {' '.join(command)} --help`)")
+            return 0 if argv else 2
+        return main([*command, *argv])
+
+    return entry
+
+
+put_config_item = _alias(["config", "put"], "tg-put-config-item TYPE/KEY < value.json")
+get_config_item = _alias(["config", "get"], "tg-get-config-item TYPE/KEY")
+list_config_items = _alias(["config", "list"], "tg-list-config-items TYPE")
+delete_config_item = _alias(["config", "delete"], "tg-delete-config-item TYPE/KEY")
+

@@ -1,0 +1,175 @@
+"""`toolreg mcp`: serve one workspace's live tools to MCP clients, over stdio or streamable HTTP.
+
+    toolreg mcp                                   stdio (what desktop and CLI clients spawn)
+    toolreg mcp --http 127.0.0.1:8765             streamable HTTP at http://127.0.0.1:8765/mcp
+    toolreg mcp --tools 'calc*' --exclude 'calc.debug*' --workspace research
+
+On stdio, stdout is the protocol channel: the SDK's stdio transport points
+fd 1 at stderr for the whole run, and it is entered *before* anything
+connects to the broker, so nothing the product or pulsar-client prints (its
+console logger writes to stdout) can land on the wire. Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import os
+from collections.abc import Awaitable
+from pathlib import Path
+
+from toolservice_base.logs import get_logger
+from toolservice_base.schemas import check_name
+from toolservice_base.transport import broker_unreachable
+
+from .common import CommandError, settings_of, wait_for_signal
+
+log = get_logger("discovery.mcp")
+
+TOKEN_ENV = "TOOLREG_MCP_TOKEN"
+DEFAULT_HTTP = "127.0.0.1:8765"
+BROKER_CHECK_TIMEOUT = 2.0
+
+
+def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    mcp = sub.add_parser(
+        "mcp", parents=[common], help="serve a workspace's live tools to MCP clients (stdio, or streamable HTTP)",
+        description="Serve the live tools of one workspace as an MCP server: stdio by default, streamable HTTP with --http. "
+                    "Clients are told of every change (tools/list_changed, or subscriptions/listen on 2026-07-28).",
+    )
+    mcp.add_argument("--workspace", default="default", help="config workspace whose tools to serve (default: default)")
+    mcp.add_argument("--http", nargs="?", const=DEFAULT_HTTP, default=None, metavar="HOST:PORT",
+                     help=f"serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (default address {DEFAULT_HTTP}; "
+                          "port 0 picks a free one)")
+    mcp.add_argument("--token-file", default=None, metavar="PATH",
+                     help=f"with --http, require `Authorization: Bearer <token>` with the token in this file (env {TOKEN_ENV})")
+    mcp.add_argument("--tools", action="extend", nargs="+", default=[], metavar="PATTERN",
+                     help="serve only tools whose name matches one of these shell patterns (default: all)")
+    mcp.add_argument("--exclude", action="extend", nargs="+", default=[], metavar="PATTERN",
+                     help="leave out tools whose name matches one of these shell patterns")
+    mcp.add_argument("--user", default="", help="the caller passed to tool services with every call")
+    mcp.add_argument("--call-timeout", type=float, default=30.0, metavar="SECONDS",
+                     help="seconds to wait for each answer of a tool service (default 30)")
+    mcp.add_argument("--static-dir", default=None, help="fallback directory of tool-service/*.json and tool/*.json")
+    mcp.set_defaults(handler=cmd_mcp)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """`HOST:PORT`, `[v6]:PORT` or `:PORT` (loopback); a CommandError says what is wrong."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise CommandError(f"--http takes HOST:PORT (e.g. {DEFAULT_HTTP}), got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def read_token(args: argparse.Namespace) -> str | None:
+    """The bearer token: --token-file, else TOOLREG_MCP_TOKEN, else none."""
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except OSError as exc:
+            raise CommandError(f"cannot read --token-file {args.token_file}: {exc.strerror or exc}") from None
+        if not token:
+            raise CommandError(f"--token-file {args.token_file} is empty; put the token in it")
+        return token
+    return os.environ.get(TOKEN_ENV, "").strip() or None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def check_broker(url: str, timeout: float = BROKER_CHECK_TIMEOUT) -> None:
+    """Fail at once, in one line, when nothing listens at the broker's address (pulsar-client would retry for long)."""
+    reason = await broker_unreachable(url, timeout)
+    if reason is not None:
+        raise CommandError(reason)
+
+
+async def _until_signal(work: Awaitable[None]) -> None:
+    """Run `work` until it ends or SIGTERM/SIGINT arrives, whichever is first."""
+    serving = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(wait_for_signal())
+    await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (stopping, serving):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one error inside task-group wrappers (the SDK's stdio transport runs in one), so it prints as one line."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+async def cmd_mcp(args: argparse.Namespace) -> int:
+    try:
+        return await _serve(args)
+    except BaseExceptionGroup as group:
+        raise _sole(group) from None
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    # Imported here: the SDK takes ~0.7 s to import, which no other command should pay.
+    from mcp.server.stdio import stdio_server
+
+    from agent_bridge import BridgeUnavailable, ToolSet
+    from discovery.mcp.server import McpFront
+    from discovery.mcp.transports import StdinLines, http_server, serve_streams
+
+    try:
+        check_name(args.workspace, "workspace")
+    except ValueError as exc:
+        raise CommandError(f"--workspace: {exc}") from None
+    settings = settings_of(args)
+    address = None
+    token = read_token(args)
+    if args.http is not None:
+        address = parse_address(args.http)
+        if token is None and not _is_loopback(address[0]):
+            log.warning("mcp.unprotected", host=address[0], hint=f"anyone who reaches it can call the tools; set {TOKEN_ENV} or --token-file")
+    elif token is not None:
+        log.warning("mcp.token_ignored", reason="the bearer token applies to --http only; stdio is private to the client that spawned this process")
+    url = settings.resolve_pulsar_url()  # NoBrokerError (one line) when none is configured
+
+    async with contextlib.AsyncExitStack() as stack:
+        streams = None
+        if address is None:
+            # First: from here on fd 1 is the client's alone, before pulsar-client can print to it.
+            stdin = await StdinLines().open()
+            streams = await stack.enter_async_context(stdio_server(stdin=stdin))  # type: ignore[arg-type]
+            if stdin is not None:
+                stack.callback(stdin.stop)  # runs before the transport closes, which waits for its reader
+        await check_broker(url)
+        try:
+            tools = await stack.enter_async_context(ToolSet(
+                workspace=args.workspace, settings=settings, user=args.user, call_timeout=args.call_timeout,
+                static_dir=Path(args.static_dir) if args.static_dir else None,
+            ))
+        except BridgeUnavailable as exc:
+            raise CommandError(str(exc)) from None
+        front = McpFront(tools, include=args.tools, exclude=args.exclude, user=args.user)
+        log.info("mcp.serving", workspace=tools.workspace, tools=len(front.listing().tools), source=tools.source,
+                 version=tools.version, transport="stdio" if address is None else "http")
+        if streams is not None:
+            await _until_signal(serve_streams(front, *streams))
+        else:
+            assert address is not None
+            try:
+                server = http_server(front, *address, token=token)
+                endpoint = await stack.enter_async_context(server)
+            except OSError as exc:
+                raise CommandError(str(exc)) from None
+            print(f"mcp           {endpoint}{' (bearer token required)' if token else ''}", flush=True)
+            await wait_for_signal()
+    return 0

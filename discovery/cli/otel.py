@@ -1,0 +1,90 @@
+"""`toolreg`'s OpenTelemetry set-up from the standard `OTEL_*` environment variables.
+
+The libraries only ever use `opentelemetry-api`; choosing an SDK and an
+exporter is the application's job, and `toolreg` is an application. With
+`tool-discovery[otel]` installed (the SDK and the OTLP/HTTP exporter) and
+`OTEL_TRACES_EXPORTER` or an OTLP endpoint set, `toolreg serve`, `up`,
+`registry`, `call` (and `mcp`) export their spans. The SDK reads the rest
+itself: `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`,
+`OTEL_EXPORTER_OTLP_*`, `OTEL_BSP_*`.
+
+Nothing set: nothing is configured and tracing costs nothing. Set but no SDK
+installed: one warning saying what to install, and the command runs untraced.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import entry_points
+from typing import Any
+
+from toolservice_base.logs import get_logger
+
+log = get_logger("discovery.cli")
+
+EXPORTER_ENV = "OTEL_TRACES_EXPORTER"
+ENDPOINT_ENVS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_PROTOCOL"
+DISABLED_ENV = "OTEL_SDK_DISABLED"
+SERVICE_NAME_ENV = "OTEL_SERVICE_NAME"
+
+
+def exporter_names() -> list[str]:
+    """The exporters asked for: `OTEL_TRACES_EXPORTER` (comma-separated), else `otlp` when an OTLP endpoint is set."""
+    if os.environ.get(DISABLED_ENV, "").strip().lower() == "true":
+        return []
+    names = [name.strip() for name in os.environ.get(EXPORTER_ENV, "").split(",") if name.strip()]
+    if not names and any(os.environ.get(env, "").strip() for env in ENDPOINT_ENVS):
+        names = ["otlp"]
+    return [] if names == ["none"] else [name for name in names if name != "none"]
+
+
+def _entry_point_name(name: str) -> str:
+    """`otlp` is the spec's name; the installed exporters register by protocol."""
+    if name != "otlp":
+        return name
+    protocol = os.environ.get(PROTOCOL_ENV, "").strip() or "http/protobuf"
+    return "otlp_proto_grpc" if protocol == "grpc" else "otlp_proto_http"
+
+
+def configure_tracing(default_service_name: str) -> str | None:
+    """Install an SDK tracer provider as the OTEL_* variables ask; returns what was set up, or None.
+
+    Never raises: tracing is never a reason for a command to fail.
+    """
+    names = exporter_names()
+    if not names:
+        return None
+    try:
+        from opentelemetry import trace
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        log.warning(
+            "otel.sdk_missing",
+            asked=",".join(names),
+            fix="pip install 'tool-discovery[otel]' (the OpenTelemetry SDK and OTLP exporter); running untraced",
+        )
+        return None
+    available = {point.name: point for point in entry_points(group="opentelemetry_traces_exporter")}
+    exporters: list[Any] = []
+    for name in names:
+        point = available.get(_entry_point_name(name))
+        if point is None:
+            log.warning("otel.exporter_missing", exporter=name, installed=sorted(available), fix="install the exporter's package or change OTEL_TRACES_EXPORTER")
+            continue
+        try:
+            exporters.append(point.load()())
+        except Exception as exc:  # a misconfigured exporter must not stop the command
+            log.warning("otel.exporter_failed", exporter=name, error=f"{type(exc).__name__}: {exc}")
+    if not exporters:
+        return None
+    attributes = {} if os.environ.get(SERVICE_NAME_ENV) else {"service.name": default_service_name}
+    provider = TracerProvider(resource=Resource.create(attributes))
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    described = ", ".join(type(exporter).__name__ for exporter in exporters)
+    log.info("otel.tracing", exporters=described, service=provider.resource.attributes.get("service.name"))
+    return described

@@ -1,0 +1,54 @@
+"""`toolreg serve MODULE:CLASS`: run a tool service until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from contextlib import AsyncExitStack
+
+from toolservice_base import DynamicToolService, ServiceDefinitionError
+from toolservice_base.signing import SigningError
+
+from .common import CommandError, settings_of
+from .serving import start_health
+
+
+def load_service_class(target: str) -> type[DynamicToolService]:
+    module_name, _, class_name = target.partition(":")
+    if not module_name or not class_name:
+        raise CommandError(f"expected MODULE:CLASS, got {target!r} (e.g. toolservice_base.examples.joke:JokeService)")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: services in the current directory are found
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CommandError(f"cannot import {module_name!r}: {exc}") from None
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, DynamicToolService)):
+        raise CommandError(f"{target!r} is not a DynamicToolService subclass")
+    return cls
+
+
+async def cmd_serve(args: argparse.Namespace) -> int:
+    cls = load_service_class(args.target)
+    try:
+        service = cls(
+            settings=settings_of(args),
+            ttl=args.ttl,
+            announce=False if args.no_announce else None,
+            workspace=args.workspace,
+            signing_key=args.signing_key,
+            call_timeout=args.call_timeout,
+        )
+    except (ServiceDefinitionError, SigningError) as exc:
+        raise CommandError(f"{args.target}: {exc}") from None
+    async with AsyncExitStack() as stack:
+        health = await start_health(stack, args.metrics_port)
+        if health is not None:
+            health.add_check("service", service.readiness)
+        await service.run()
+    return 0
+
+

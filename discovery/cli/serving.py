@@ -1,0 +1,25 @@
+"""The HTTP surface of a long-running command: /healthz, /readyz, /metrics and the registry page."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+from discovery.registry import Registry
+from discovery.web.health import HealthError, HealthServer, metrics_address
+from discovery.web.page import serve_registry_page
+
+from .common import CommandError
+
+
+async def start_health(stack: AsyncExitStack, port: int | None) -> HealthServer | None:
+    """Serve /healthz, /readyz and /metrics if --metrics-port or TOOLREG_METRICS_PORT asks for it; stopped by `stack`."""
+    try:
+        address = metrics_address(port)
+        return await stack.enter_async_context(HealthServer(*address)) if address is not None else None
+    except HealthError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def show_registry_page(health: HealthServer, registry: Registry) -> str:
+    """Serve the registry page beside /metrics; returns the line `toolreg` prints about it."""
+    return serve_registry_page(health, registry.overview)

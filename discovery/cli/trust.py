@@ -1,0 +1,104 @@
+"""`toolreg keygen` and `toolreg trust ...`: signing keys and the registry's trust policy."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from discovery.registry.trust import TRUST_POLICY_ENV, TrustPolicy, trusted_key
+from toolservice_base.signing import (
+    generate_key_pair,
+    load_private_key,
+    public_key_text,
+)
+
+from .common import fail
+
+
+def policy_path(args: argparse.Namespace) -> Path:
+    return Path(args.policy or os.environ.get(TRUST_POLICY_ENV) or "trust.json")
+
+
+async def cmd_keygen(args: argparse.Namespace) -> int:
+    private, public = generate_key_pair(Path(args.path))
+    print(f"private key  {private} (mode 0600; give it to the service: toolreg serve --signing-key {private})")
+    print(f"public key   {public}: {public.read_text().strip()}")
+    print(f"trust it     toolreg trust add NAME --public-key {public} --services 'SERVICE-ID*' --tools 'TOOL*'")
+    return 0
+
+
+def _load_or_new(path: Path) -> TrustPolicy:
+    return TrustPolicy.load(path) if path.exists() else TrustPolicy(path=path)
+
+
+def _key_text(value: str) -> str:
+    """A public key given inline, as a `.pub` file, or as a private key file (its public half)."""
+    candidate = Path(value)
+    if candidate.is_file():
+        text = candidate.read_text().strip()
+        if text.startswith("-----BEGIN"):
+            return public_key_text(load_private_key(candidate).public_key())
+        return text
+    return value
+
+
+async def cmd_trust_add(args: argparse.Namespace) -> int:
+    path = policy_path(args)
+    policy = _load_or_new(path)
+    entry = trusted_key(args.name, _key_text(args.public_key), args.services, args.tools)
+    replaced = [k for k in policy.keys.values() if k.name == entry.name and k.id != entry.id]
+    for old in replaced:
+        del policy.keys[old.id]
+    policy.add(entry)
+    policy.save(path)
+    verb = "replaced" if replaced else "added"
+    print(f"{verb} key {entry.name!r} ({entry.id}) in {path}: services {', '.join(entry.services)}; tools {', '.join(entry.tools)}")
+    print("the registry reads the policy at start: restart it (or `toolreg up`) to apply")
+    return 0
+
+
+async def cmd_trust_remove(args: argparse.Namespace) -> int:
+    path = policy_path(args)
+    policy = TrustPolicy.load(path)
+    matches = [k for k in policy.keys.values() if args.name in (k.name, k.id)]
+    if not matches:
+        return fail(f"no key named {args.name!r} in {path}")
+    for key in matches:
+        del policy.keys[key.id]
+    policy.save(path)
+    print(f"removed key {args.name!r} from {path}")
+    return 0
+
+
+async def cmd_trust_list(args: argparse.Namespace) -> int:
+    policy = TrustPolicy.load(policy_path(args))
+    print(f"{'NAME':<20} {'KEY ID':<17} {'SERVICES':<24} TOOLS")
+    for key in sorted(policy.keys.values(), key=lambda k: k.name):
+        print(f"{key.name:<20} {key.id:<17} {','.join(key.services):<24} {','.join(key.tools)}")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    keygen = sub.add_parser("keygen", parents=[common], help="write an Ed25519 key pair for signing announcements",
+                            description="Write PATH (private key, PEM, mode 0600) and PATH.pub (public key, base64).")
+    keygen.add_argument("path", metavar="PATH", help="where to write the private key, e.g. keys/joke-service.key")
+    keygen.set_defaults(handler=cmd_keygen)
+
+    policy = argparse.ArgumentParser(add_help=False)
+    policy.add_argument("--policy", default=None, help=f"the policy file (env {TRUST_POLICY_ENV}, default ./trust.json)")
+    trust = sub.add_parser("trust", parents=[common], help="edit the registry's trust policy",
+                           description="Edit the trust policy: which public keys may announce which service ids and tool names.")
+    trust_sub = trust.add_subparsers(dest="trust_command", metavar="ACTION", required=True)
+    add = trust_sub.add_parser("add", parents=[common, policy], help="trust a public key for some services and tools",
+                               description="Add (or replace, by name) a trusted key with the service ids and tool names it may claim.")
+    add.add_argument("name", metavar="NAME", help="a name for the key, e.g. jokes-team")
+    add.add_argument("--public-key", required=True, help="base64 public key, or a .pub file from `toolreg keygen`")
+    add.add_argument("--services", nargs="+", required=True, metavar="PATTERN", help="service ids it may announce (shell patterns)")
+    add.add_argument("--tools", nargs="+", required=True, metavar="PATTERN", help="tool names it may announce (shell patterns)")
+    add.set_defaults(handler=cmd_trust_add)
+    remove = trust_sub.add_parser("remove", parents=[common, policy], help="stop trusting a key", description="Remove a key by name or id.")
+    remove.add_argument("name", metavar="NAME")
+    remove.set_defaults(handler=cmd_trust_remove)
+    listing = trust_sub.add_parser("list", parents=[common, policy], help="list trusted keys", description="List the trusted keys.")
+    listing.set_defaults(handler=cmd_trust_list)

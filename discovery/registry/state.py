@@ -1,0 +1,173 @@
+"""What the registry knows about one announced service, between store writes.
+
+A service is `(workspace, id)`: all its instances share it. It keeps the
+offers (descriptor sets) its instances announced, the ownership record last
+written for it, and its current conflicts. Which offer is merged is decided
+here: the newest announce among the instances still holding a lease, so a
+rolling upgrade moves to the new descriptors and an instance of the old ones
+dying moves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from toolservice_base.schemas import (
+    DEFAULT_TTL,
+    ToolDescriptor,
+    ToolServiceDescriptor,
+    check_tool_against_service,
+    validate_config_item,
+)
+
+from .leases import Lease, ServiceKey
+from .merge import InstanceRecord, Key, Offer, OwnershipRecord
+from .protocol import NameConflict, ToolStatus
+
+__all__ = ["ServiceState", "service_status", "static_status"]
+
+
+STATUSES = ("live", "held", "grace", "refused")
+"""Best first: a service is as alive as its most alive instance."""
+
+
+def service_status(leases: list[Lease]) -> str:
+    """`live` if any instance is heard from; else `held` (self-preservation); else `grace` (restart);
+    else `refused` (its instances are sending, but refused, and run out within their ttl)."""
+    states = {lease.state for lease in leases}
+    for status in STATUSES:
+        if status in states:
+            return status
+    return "removing"
+
+
+def status_detail(status: str, leases: list[Lease]) -> str:
+    """One line on why a service is not plainly live, for `toolreg tools`."""
+    if status == "refused":
+        reason = next((lease.refused for lease in leases if lease.refused), "")
+        return f"its messages are refused ({reason}); removed when its lease runs out"
+    if status == "held":
+        return "its lease ran out together with most others: self-preservation holds it (`toolreg release` removes it)"
+    if status == "grace":
+        return "not heard from since the registry started; removed if still silent after one ttl"
+    return ""
+
+
+def static_status(name: str, value: str, services: Mapping[str, str], workspace: str) -> ToolStatus:
+    """A `tool` item the registry does not own: `configured`, or `unavailable` with why agents skip it.
+
+    The same checks an agent's tool set makes before it builds a tool of
+    type `tool-service`: the item parses, its service's item exists and
+    parses, and the tool's config values fit the service's params. Tools of
+    other types are the agent's own business: `configured`.
+    """
+
+    def unavailable(service: str | None, detail: str) -> ToolStatus:
+        return ToolStatus(name=name, service=service, source="static", status="unavailable", workspace=workspace, detail=detail)
+
+    try:
+        tool = validate_config_item("tool", name, value)
+    except ValueError as exc:
+        return unavailable(None, f"agents skip it: {str(exc).splitlines()[0]}")
+    assert isinstance(tool, ToolDescriptor)
+    if tool.type == "tool-service":
+        if not tool.service:
+            return unavailable(None, "agents skip it: a tool of type 'tool-service' needs 'service'")
+        text = services.get(tool.service)
+        if text is None:
+            return unavailable(
+                tool.service, f"no tool-service/{tool.service} in the store: its service went away or was never configured; agents skip it"
+            )
+        try:
+            service = validate_config_item("tool-service", tool.service, text)
+            assert isinstance(service, ToolServiceDescriptor)
+            check_tool_against_service(tool, service)
+        except ValueError as exc:
+            return unavailable(tool.service, f"agents skip it: {str(exc).splitlines()[0]}")
+    return ToolStatus(name=name, service=tool.service, source="static", status="configured", workspace=workspace)
+
+
+@dataclass
+class ServiceState:
+    key: ServiceKey
+    order: int
+    """First-seen order: in a batch, the earlier service claims a contested name first."""
+    offers: dict[str, Offer] = field(default_factory=dict)
+    record: OwnershipRecord | None = None
+    """The ownership record as last written (or read at start); None before the first write."""
+    owned: dict[Key, str] = field(default_factory=dict)
+    since: dict[str, float] = field(default_factory=dict)
+    conflicts: dict[str, NameConflict] = field(default_factory=dict)
+
+    @property
+    def workspace(self) -> str:
+        return self.key[0]
+
+    @property
+    def service_id(self) -> str:
+        return self.key[1]
+
+    def active_offer(self, leases: list[Lease]) -> Offer | None:
+        """The offer of the most recent announce among live leases; forgets offers nobody holds."""
+        in_use = {lease.digest for lease in leases}
+        for digest in [d for d in self.offers if d not in in_use]:
+            del self.offers[digest]
+        announced = [lease for lease in leases if lease.announced and lease.digest in self.offers]
+        if not announced:
+            return None
+        newest = max(announced, key=lambda lease: lease.announced)
+        return self.offers[newest.digest]  # type: ignore[index]
+
+    def desired_record(self, leases: list[Lease], offer: Offer | None) -> OwnershipRecord | None:
+        """The record this service should have, before ownership is decided; None when it is gone."""
+        if not leases:
+            return None
+        for instance in [i for i in self.since if i not in {lease.instance for lease in leases}]:
+            del self.since[instance]
+        digest: str | None = None
+        version = ""
+        if offer is not None:
+            digest, version = offer.digest, offer.version
+        elif self.record is not None:
+            digest, version = self.record.digest, self.record.version
+        instances = {
+            lease.instance: InstanceRecord(ttl=lease.ttl, since=round(self.since.get(lease.instance, lease.last_seen or 0.0), 3))
+            for lease in sorted(leases, key=lambda lease: lease.instance)
+        }
+        return OwnershipRecord(service=self.service_id, workspace=self.workspace, digest=digest, version=version, instances=instances)
+
+    def record_is_current(self, desired: OwnershipRecord | None) -> bool:
+        """True when writing `desired` would change nothing but (possibly) ownership."""
+        if desired is None or self.record is None:
+            return False
+        return desired == self.record.model_copy(update={"owned": {}})
+
+    def ttl(self) -> float:
+        """The longest ttl of its instances as last recorded: how long its names are kept after it goes."""
+        if self.record is None or not self.record.instances:
+            return DEFAULT_TTL
+        return max(item.ttl for item in self.record.instances.values())
+
+    def tool_names(self) -> list[str]:
+        return sorted(key for item_type, key in self.owned if item_type == "tool")
+
+    def tool_statuses(self, leases: list[Lease], wall_now: float) -> list[ToolStatus]:
+        status = service_status(leases)
+        last = max((lease.last_seen for lease in leases if lease.last_seen is not None), default=None)
+        version = self.record.version if self.record is not None else ""
+        detail = status_detail(status, leases)
+        return [
+            ToolStatus(
+                name=name,
+                service=self.service_id,
+                source="announced",
+                status=status,
+                instances=len(leases),
+                last_heartbeat_age=None if last is None else round(max(0.0, wall_now - last), 3),
+                workspace=self.workspace,
+                version=version,
+                detail=detail,
+            )
+            for name in self.tool_names()
+        ]

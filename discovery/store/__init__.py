@@ -1,0 +1,36 @@
+"""The config store: `(workspace, type, key) -> value` and one version, served over Pulsar.
+
+`service` answers the config protocol (ours and TrustGraph 2.11's) and pushes
+changes; `operations` turns one request into reads and writes; `sqlite` is the
+embedded backend, with `check` (integrity) and `backup` beside it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from discovery.store.check import StoreDamaged
+    from discovery.store.service import ConfigStoreService
+    from discovery.store.sqlite import STORE_FILE, ConfigStore, ExpectationFailed, StoreError
+
+# Loaded on first use: importing one module of this package (the CLI's client, say) loads only what that module needs.
+_EXPORTS = {
+    "ConfigStore": "discovery.store.sqlite",
+    "ConfigStoreService": "discovery.store.service",
+    "ExpectationFailed": "discovery.store.sqlite",
+    "STORE_FILE": "discovery.store.sqlite",
+    "StoreDamaged": "discovery.store.check",
+    "StoreError": "discovery.store.sqlite",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = ["ConfigStore", "ConfigStoreService", "ExpectationFailed", "STORE_FILE", "StoreDamaged", "StoreError"]

@@ -1,0 +1,56 @@
+"""The config store's Prometheus metrics (served on `/metrics` by `discovery.web`).
+
+Every method is a counter add or a gauge set, safe on any hot path. Label
+values come from fixed sets declared here, never from message text.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+
+# --- the config store's metrics -----------------------------------------------------
+
+CONFIG_OPERATIONS = ("get", "put", "delete", "list", "getvalues", "config", "getvalues-all-ws", "getkeys-all-ws", "invalid")
+"""`invalid`: a request that could not be parsed, so has no operation."""
+CONFIG_ERRORS = ("bad-request", "bad-operation", "conflict", "invalid", "store-error")
+
+
+class ConfigStoreMetrics:
+    """Requests by operation, errors by type, and the store's version."""
+
+    _default: ConfigStoreMetrics | None = None
+    _default_lock = threading.Lock()
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.registry = registry
+        self.version = Gauge("toolreg_config_version", "The config store's version: bumped once per committed write.", registry=registry)
+        self.requests = Counter("toolreg_config_requests", "Config store requests answered, by operation.", ["operation"], registry=registry)
+        self.errors = Counter(
+            "toolreg_config_request_errors",
+            "Config store requests answered with an error: bad-request, bad-operation (unknown operation), conflict (expect failed), "
+            "invalid (value refused), store-error (the SQLite file failed).",
+            ["type"],
+            registry=registry,
+        )
+        self._requests = {op: self.requests.labels(op) for op in CONFIG_OPERATIONS}
+        self._errors = {kind: self.errors.labels(kind) for kind in CONFIG_ERRORS}
+
+    @classmethod
+    def default(cls) -> ConfigStoreMetrics:
+        """The process-wide instance on the default registry (created on first use)."""
+        with cls._default_lock:
+            if cls._default is None:
+                cls._default = cls()
+            return cls._default
+
+    def request(self, operation: str, error: str | None = None) -> None:
+        """One answered request; `error` is the `type` of the error it was answered with, if any."""
+        self._requests[operation if operation in self._requests else "invalid"].inc()
+        if error is not None:
+            child = self._errors.get(error)
+            (child if child is not None else self.errors.labels(error)).inc()
+
+    def set_version(self, version: int) -> None:
+        self.version.set(version)

@@ -1,0 +1,338 @@
+"""The config store service: `ConfigStore` answering on the config queues.
+
+It answers where TrustGraph's config service does: the system queue
+(`request/config`, the workspace in the request body) and, like TrustGraph's,
+one queue per workspace (`request/config:<workspace>`, the workspace taken
+from the queue), which TrustGraph's API gateway uses. What each request does
+is `config_ops`; this module is the transport around it.
+
+Each request is handled to completion without yielding between its SQLite
+read and write, so requests are atomic even though several run at once.
+A push goes out on the notify topic *before* the reply, so a writer that has
+its answer knows every watcher has been told. On start the store pushes once
+with empty `changes`, TrustGraph's "everything may have changed" poke.
+
+Every request gets an answer. One the SQLite file cannot serve is answered
+`store-error`; a file SQLite calls corrupt marks the store damaged, and from
+then on every request is answered `store-error` with how to recover, never
+half-served. Meanwhile a background task keeps the store's marker current and
+takes the automatic backups (`store_backup`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from toolservice_base.errors import TransportError
+from toolservice_base.logs import get_logger
+from toolservice_base.rpc import RequestServer
+from toolservice_base.schemas import (
+    CONFIG_OPERATIONS,
+    MAX_CONFIG_REQUEST_BYTES,
+    ConfigPush,
+    ConfigRequest,
+    ConfigResponse,
+    ErrorBody,
+    describe_validation_error,
+)
+from toolservice_base.topics import Topics
+from toolservice_base.transport import Envelope, Publisher, Transport
+
+from . import backup as store_backup
+from .check import StoreDamaged, how_to_recover, is_corruption
+from .metrics import ConfigStoreMetrics
+from .operations import ConfigOperations, Outcome, StoreProtocol
+from .sqlite import STORE_FILE, ConfigStore
+
+log = get_logger("discovery.store")
+
+SUBSCRIPTION = "config-store"
+
+
+def answer_too_large(reason: str) -> dict[str, Any]:
+    """The store's answer when its answer is over the broker's limit: an error a TrustGraph reader understands, not silence."""
+    message = f"{reason}; read by type in pages (`getvalues` or `list` with `limit` and `after`)"
+    return ConfigResponse(error=ErrorBody(type="answer-too-large", message=message)).to_trustgraph()
+
+
+def workspace_queues(topics: Topics, workspace: str) -> tuple[str, str]:
+    """A workspace's own request and response queues, named as TrustGraph names them (`<base>:<workspace>`)."""
+    return f"{topics.config_request}:{workspace}", f"{topics.config_response}:{workspace}"
+
+
+class ConfigStoreService:
+    """Serve a `ConfigStore` over Pulsar, in our protocol (default) or exactly as TrustGraph's store."""
+
+    def __init__(
+        self,
+        connection: Transport,
+        store: ConfigStore,
+        *,
+        metrics: ConfigStoreMetrics | None = None,
+        protocol: StoreProtocol = "toolreg",
+        backup_interval: float = store_backup.INTERVAL,
+        backup_versions: int = store_backup.MAX_VERSIONS,
+        backup_keep: int = store_backup.KEEP,
+        mark_interval: float = 1.0,
+    ) -> None:
+        """Backups: at start, then once the store changed and `backup_interval` seconds or `backup_versions` versions passed."""
+        self._connection = connection
+        self.store = store
+        self.operations = ConfigOperations(store, protocol)
+        self.metrics = metrics or ConfigStoreMetrics.default()
+        self.backup_interval = backup_interval
+        self.backup_versions = backup_versions
+        self.backup_keep = backup_keep
+        self.mark_interval = mark_interval
+        self.damaged: str | None = None
+        """Why the store is no longer served (SQLite found it corrupt), with how to recover; None while it is whole."""
+        self.last_backup: store_backup.Backup | None = None
+        self._maintenance: asyncio.Task[None] | None = None
+        self._server = RequestServer(
+            connection, connection.topics.config_request, connection.topics.config_response, self._on_system,
+            subscription=SUBSCRIPTION, too_large=answer_too_large,
+        )
+        self._workspace_servers: dict[str, RequestServer] = {}
+        self._queue_changes: asyncio.Queue[tuple[bool, str]] = asyncio.Queue()
+        self._queue_task: asyncio.Task[None] | None = None
+        self._notify: Publisher | None = None
+        self._stopped = False
+
+    @property
+    def protocol(self) -> StoreProtocol:
+        return self.operations.protocol
+
+    @classmethod
+    def in_data_dir(cls, connection: Transport, data_dir: str | Path, *, protocol: StoreProtocol = "toolreg") -> "ConfigStoreService":
+        return cls(connection, ConfigStore(Path(data_dir) / STORE_FILE), protocol=protocol)
+
+    async def start(self) -> None:
+        """A failure half-way closes what was opened (`stop()` is safe at any point)."""
+        try:
+            self._notify = await self._connection.publisher(self._connection.topics.config_notify)
+            await self._push(ConfigPush(version=self.store.version))
+            await self._server.start()
+            for workspace in self.operations.queue_workspaces():
+                await self._open_workspace(workspace)
+            self._queue_task = asyncio.create_task(self._manage_queues(), name="config-workspace-queues")
+        except BaseException:
+            await self._close_all()
+            raise
+        self.metrics.set_version(self.store.version)
+        self._maintenance = asyncio.create_task(self._maintain(), name="config-store-maintenance")
+        log.info(
+            "config.store_started", path=str(self.store.path), version=self.store.version, protocol=self.protocol,
+            workspace_queues=sorted(self._workspace_servers),
+        )
+
+    def readiness(self) -> str | None:
+        """None while the store answers requests and pushes changes; else why not. For `/readyz`."""
+        if self._stopped:
+            return "stopped"
+        if self._notify is None:
+            return "not started"
+        if self.damaged is not None:
+            return self.damaged
+        if not (self._notify.connected and self._server.connected):
+            return f"not connected to the broker at {self._connection.url}"
+        try:
+            _ = self.store.version  # one read proves the SQLite file answers
+        except sqlite3.Error as exc:
+            return f"store {self.store.path} unreadable: {exc}"
+        return None
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            try:
+                await self._maintenance
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self._close_all()
+        self.store.close()
+        log.info("config.store_stopped")
+
+    async def _close_all(self) -> None:
+        if self._queue_task is not None:
+            self._queue_task.cancel()
+            try:
+                await self._queue_task
+            except asyncio.CancelledError:
+                pass
+        await self._server.stop()
+        for workspace in list(self._workspace_servers):
+            await self._close_workspace(workspace)
+        if self._notify is not None:
+            await self._connection.close_publisher(self._notify)
+            self._notify = None
+
+    # --- per-workspace queues ------------------------------------------------
+
+    @property
+    def workspace_queues(self) -> list[str]:
+        """Workspaces answered on their own queue now."""
+        return sorted(self._workspace_servers)
+
+    async def _open_workspace(self, workspace: str) -> None:
+        if workspace in self._workspace_servers:
+            return
+        request_queue, response_queue = workspace_queues(self._connection.topics, workspace)
+
+        async def on_request(message: Envelope, reply: Any) -> None:
+            await self._handle(message, reply, workspace)
+
+        server = RequestServer(
+            self._connection, request_queue, response_queue, on_request, subscription=SUBSCRIPTION, too_large=answer_too_large
+        )
+        await server.start()
+        self._workspace_servers[workspace] = server
+        log.info("config.workspace_queue_opened", workspace=workspace, queue=request_queue)
+
+    async def _close_workspace(self, workspace: str) -> None:
+        server = self._workspace_servers.pop(workspace, None)
+        if server is not None:
+            await server.stop(timeout=2.0)
+            log.info("config.workspace_queue_closed", workspace=workspace)
+
+    async def _manage_queues(self) -> None:
+        """Open and close workspace queues in the order workspaces came and went, off the request path."""
+        while True:
+            opening, workspace = await self._queue_changes.get()
+            try:
+                if opening:
+                    await self._open_workspace(workspace)
+                else:
+                    await self._close_workspace(workspace)
+            except TransportError as exc:
+                log.warning("config.workspace_queue_failed", workspace=workspace, opening=opening, error=str(exc))
+
+    # --- requests ------------------------------------------------------------
+
+    async def _on_system(self, message: Envelope, reply: Any) -> None:
+        await self._handle(message, reply, None)
+
+    async def _handle(self, message: Envelope, reply: Any, queue_workspace: str | None) -> None:
+        data = message.data
+        try:
+            if len(data) > MAX_CONFIG_REQUEST_BYTES:
+                raise ValueError(f"request is {len(data)} bytes; the limit is {MAX_CONFIG_REQUEST_BYTES}")
+            request = ConfigRequest.model_validate_json(data)
+        except (ValidationError, ValueError) as exc:
+            reason = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+            log.warning("config.request_rejected", reason=reason)
+            self.metrics.request("invalid", "bad-request")
+            await reply(ConfigResponse(error=ErrorBody(type="bad-request", message=f"bad config request: {reason}")).to_trustgraph())
+            return
+        started = time.perf_counter()
+        outcome = self._execute(request, queue_workspace)
+        response = outcome.response
+        if response.error is not None and response.error.type not in ("conflict", "bad-operation"):
+            log.info("config.write_refused" if request.operation in ("put", "delete") else "config.request_refused",
+                     operation=request.operation, reason=response.error.message)
+        self.metrics.request(request.operation if request.operation in CONFIG_OPERATIONS else "invalid",
+                             response.error.type if response.error else None)
+        if outcome.push is not None:
+            self.metrics.set_version(outcome.push.version)
+            await self._push(outcome.push)
+            log.info(
+                "config.changed",
+                operation=request.operation,
+                workspace=queue_workspace or request.workspace,
+                version=outcome.push.version,
+                types=sorted(outcome.push.changes),
+                ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+        await reply(response.to_trustgraph())
+        for workspace in outcome.opened:
+            self._queue_changes.put_nowait((True, workspace))
+        for workspace in outcome.closed:
+            self._queue_changes.put_nowait((False, workspace))
+
+    def _version(self) -> int | None:
+        try:
+            return self.store.version
+        except sqlite3.Error:
+            return None
+
+    def _store_failed(self, operation: str, exc: sqlite3.Error) -> str:
+        """Log a failed SQLite call and say it in one line; corruption marks the store damaged for good."""
+        path = self.store.path
+        if is_corruption(exc):
+            if self.damaged is None:
+                recover = how_to_recover(path, running=True)
+                self.damaged = f"config store {path} is damaged ({exc}); it answers nothing until restored: {recover}"
+                log.error("config.store_damaged", path=str(path), operation=operation, error=str(exc), recover=recover)
+            return self.damaged
+        log.error("config.store_failed", path=str(path), operation=operation, error=str(exc))
+        return f"the config store could not {operation}: {exc} ({path}); see the `toolreg up` log"
+
+    async def _maintain(self) -> None:
+        """Keep the marker current (every `mark_interval`) and take backups when they are due."""
+        path = self.store.path
+        newest = store_backup.backups_of(path)
+        backed_up = store_backup.version_of_backup(newest[-1]) if newest else None
+        backed_up_at = time.monotonic() if backed_up is not None else float("-inf")
+        while True:
+            try:
+                if self.damaged is None:
+                    self.store.mark()
+                    version = self.store.version
+                    if version > 0 and version != backed_up and (
+                        time.monotonic() - backed_up_at >= self.backup_interval
+                        or backed_up is None
+                        or abs(version - backed_up) >= self.backup_versions
+                    ):
+                        backed_up_at = time.monotonic()
+                        backed_up = await self._backup()
+            except sqlite3.Error as exc:
+                self._store_failed("keep its marker", exc)
+            except (OSError, StoreDamaged) as exc:
+                log.error("config.backup_failed", path=str(path), error=str(exc))
+            await asyncio.sleep(self.mark_interval)
+
+    async def _backup(self) -> int:
+        backup = await asyncio.to_thread(store_backup.take_backup, self.store.path)
+        pruned = store_backup.prune(self.store.path, self.backup_keep)
+        self.last_backup = backup
+        log.info(
+            "config.backup_taken",
+            path=str(backup.path),
+            version=backup.facts.version,
+            items=backup.facts.items,
+            ms=round(backup.seconds * 1000, 1),
+            pruned=len(pruned),
+        )
+        return backup.facts.version
+
+    def _execute(self, request: ConfigRequest, queue_workspace: str | None) -> Outcome:
+        """Every request gets an answer: a damaged store or a failing SQLite call is `store-error`, a bug `internal-error`."""
+        try:
+            if self.damaged is not None:
+                raise StoreDamaged(self.damaged)
+            return self.operations.execute(request, queue_workspace)
+        except StoreDamaged as exc:
+            return Outcome(ConfigResponse(error=ErrorBody(type="store-error", message=str(exc))))
+        except sqlite3.Error as exc:
+            return Outcome(ConfigResponse(error=ErrorBody(type="store-error", message=self._store_failed(request.operation, exc))))
+        except Exception as exc:  # a bug: still an answer, so the caller is not left waiting for its timeout
+            log.exception("config.request_failed", operation=request.operation)
+            message = f"the config store failed: {type(exc).__name__}: {exc}"
+            return Outcome(ConfigResponse(error=ErrorBody(type="internal-error", message=message)))
+
+
+    async def _push(self, push: ConfigPush) -> None:
+        if self._notify is None:
+            return
+        try:
+            await self._notify.send(push.to_trustgraph())
+        except TransportError as exc:
+            log.warning("config.push_failed", version=push.version, error=str(exc))

@@ -1,0 +1,87 @@
+"""The trust and bad-input options of `toolreg up` / `toolreg registry`, and the key commands as
+docs/operators.md shows them (rotation included)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from support import toolreg, toolreg_env
+
+from discovery.cli.common import CommandError
+from discovery.cli.registry import ALLOWED_NAMESPACES_ENV, MAX_CLOCK_SKEW_ENV, registry_options, trust_line
+from discovery.registry.trust import TrustPolicy
+
+
+def args(**values: object) -> argparse.Namespace:
+    return argparse.Namespace(**{"trust_policy": None, "allow_namespace": None, "max_clock_skew": None, **values})
+
+
+def test_flags_win_over_the_environment_which_wins_over_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ALLOWED_NAMESPACES_ENV, raising=False)
+    monkeypatch.delenv(MAX_CLOCK_SKEW_ENV, raising=False)
+    monkeypatch.delenv("TOOLREG_TRUST_POLICY", raising=False)
+    default = registry_options(args())
+    assert default.allowed_namespaces == ("tg/request", "tg/response") and default.max_clock_skew == 30 and default.trust is None
+    assert "no trust policy" in trust_line(default) and "tg/request, tg/response" in trust_line(default)
+    monkeypatch.setenv(ALLOWED_NAMESPACES_ENV, "acme/in, acme/out")
+    monkeypatch.setenv(MAX_CLOCK_SKEW_ENV, "5")
+    from_env = registry_options(args())
+    assert from_env.allowed_namespaces == ("acme/in", "acme/out") and from_env.max_clock_skew == 5
+    flags = registry_options(args(allow_namespace=["x/y"], max_clock_skew=2.5))
+    assert flags.allowed_namespaces == ("x/y",) and flags.max_clock_skew == 2.5
+
+
+@pytest.mark.parametrize(
+    ("values", "env", "phrase"),
+    [
+        ({"allow_namespace": ["tg"]}, {}, "tenant/namespace"),
+        ({}, {ALLOWED_NAMESPACES_ENV: "tg/request/extra"}, "tenant/namespace"),
+        ({}, {MAX_CLOCK_SKEW_ENV: "soon"}, "not a number"),
+        ({"max_clock_skew": -1.0}, {}, "max_clock_skew"),
+        ({"trust_policy": "/nonexistent/trust.json"}, {}, "toolreg trust add"),
+    ],
+)
+def test_a_bad_option_is_one_line(values: dict[str, object], env: dict[str, str], phrase: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(CommandError, match=phrase) as caught:
+        registry_options(args(**values))
+    assert "\n" not in str(caught.value)
+
+
+def test_toolreg_up_refuses_a_bad_namespace_in_one_line_before_starting_anything(tmp_path: Path) -> None:
+    result = toolreg("up", "--allow-namespace", "not-a-namespace", env=toolreg_env("pulsar://127.0.0.1:1", tmp_path))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "tenant/namespace" in result.stderr, result.stderr
+    assert not (tmp_path / "broker.url").exists()
+
+
+def test_the_documented_rotation_commands_work_as_written(tmp_path: Path) -> None:
+    """docs/operators.md, 'Signing keys and rotating them', step by step (without the processes)."""
+    env = toolreg_env("pulsar://127.0.0.1:1", tmp_path / "data")
+    policy = str(tmp_path / "trust.json")
+
+    def run(*command: str) -> str:
+        result = toolreg(*command, env=env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert "toolreg trust add" in run("keygen", str(tmp_path / "keys/jokes-2026.key"))
+    run("trust", "add", "jokes-2026", "--public-key", str(tmp_path / "keys/jokes-2026.key.pub"), "--services", "joke-*", "--tools", "tell-*", "--policy", policy)
+    run("keygen", str(tmp_path / "keys/jokes-2027.key"))
+    added = run("trust", "add", "jokes-2027", "--public-key", str(tmp_path / "keys/jokes-2027.key.pub"), "--services", "joke-*", "--tools", "tell-*", "--policy", policy)
+    assert added.startswith("added key 'jokes-2027'")
+    assert sorted(k.name for k in TrustPolicy.load(policy).keys.values()) == ["jokes-2026", "jokes-2027"]
+    listing = run("trust", "list", "--policy", policy)
+    assert "jokes-2026" in listing and "jokes-2027" in listing
+    run("trust", "remove", "jokes-2026", "--policy", policy)
+    assert [k.name for k in TrustPolicy.load(policy).keys.values()] == ["jokes-2027"]
+    # the same name again replaces the key (the docs' warning)
+    run("keygen", str(tmp_path / "keys/other.key"))
+    assert run("trust", "add", "jokes-2027", "--public-key", str(tmp_path / "keys/other.key.pub"), "--services", "joke-*", "--tools", "tell-*",
+               "--policy", policy).startswith("replaced")
+    assert len(json.loads(Path(policy).read_text())["keys"]) == 1
+    missing = toolreg("trust", "remove", "nobody", "--policy", policy, env=env)
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1

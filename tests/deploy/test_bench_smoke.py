@@ -1,0 +1,83 @@
+"""The benchmark suite's machinery, in `--quick` mode on its two cheapest benchmarks, so `make bench` cannot rot.
+
+Not a performance test: it asserts that the suite runs end to end against a
+real broker and writes results with the expected shape and real figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytest.importorskip("psutil")  # a bench extra; the suite itself is run by `make bench`, which installs it
+
+
+@pytest.mark.timeout(180)
+def test_quick_bench_writes_results(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "reload", "--only", "propagation", "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=170,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    results = json.loads((tmp_path / "results-pulsar-lite.json").read_text())
+    assert set(results["meta"]) >= {"date", "command", "machine", "versions", "wall_seconds"}
+    by_name = {b["name"]: b for b in results["benchmarks"]}
+    assert set(by_name) == {"reload", "propagation"}
+
+    propagation = by_name["propagation"]["data"]
+    assert propagation["starts"] == 20
+    assert 0 < propagation["reference_start_plus_direct_call"]["p50_ms"] <= propagation["start_to_invokable"]["p50_ms"]
+    assert propagation["start_to_invokable"]["n"] == 20
+
+    reload = by_name["reload"]["data"]
+    assert reload["under_load"]["calls"] > 0 and reload["under_load"]["failed"] == 0
+    assert reload["tools_10"]["reload"]["p50_ms"] > 0 and reload["tools_100"]["config_read"]["p50_ms"] > 0
+    for benchmark in results["benchmarks"]:
+        assert benchmark["rows"] and benchmark["reference_is"]
+        for row in benchmark["rows"]:
+            assert row["ours"] is not None and row["reference"] is not None
+
+    markdown = (tmp_path / "RESULTS.md").read_text()
+    assert "| benchmark | figure | ours, pulsar-lite | reference, pulsar-lite |" in markdown and "python -m bench --quick" in markdown
+    assert str(tmp_path) not in markdown and str(ROOT) not in json.dumps(results)
+
+
+@pytest.mark.timeout(120)
+def test_quick_mcp_bench_writes_results(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "mcp", "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=110,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    (mcp,) = json.loads((tmp_path / "results-pulsar-lite.json").read_text())["benchmarks"]
+    data = mcp["data"]
+    assert data["latency"]["count"] == 200 and data["latency"]["mcp"]["p50_ms"] > 0 and data["latency"]["invoke"]["p50_ms"] > 0
+    assert data["hotplug"]["starts"] == 20 and data["hotplug"]["notified"]["n"] == 20
+    assert 0 < data["hotplug"]["notified"]["p50_ms"] <= data["hotplug"]["first_call_ok"]["p50_ms"]
+    assert all(row["ours"] is not None and row["reference"] is not None for row in mcp["rows"])
+
+
+def test_results_of_two_brokers_sit_side_by_side_and_a_figure_one_lacks_says_so(tmp_path: Path) -> None:
+    from bench import report
+
+    def run(broker: str, rows: list[dict[str, object]]) -> dict[str, object]:
+        meta = {"date": "d", "command": "python -m bench", "wall_seconds": 1.0, "broker": broker, "broker_key": broker,
+                "machine": report.machine(), "versions": report.versions()}
+        return {"meta": meta, "benchmarks": [{"name": "invoke", "title": "Invocation", "reference_is": "bare", "rows": rows}]}
+
+    p50 = {"figure": "p50", "ours": 1.5, "reference": 0.5, "unit": "ms", "target": "<= 3x", "met": True}
+    lite = run("pulsar-lite", [p50, {"figure": "only here", "ours": 7, "reference": 7}])
+    apache = run("apache-pulsar", [{**p50, "ours": 2.0, "reference": 1.25, "met": False}])
+    text = report.markdown({"pulsar-lite": lite, "apache-pulsar": apache})
+    assert "| invoke | p50 | 1.500 ms | 0.500 ms | 2.000 ms | 1.250 ms | <= 3x | yes / NO |" in text
+    assert "| invoke | only here | 7 | 7 | not run | - | - | - |" in text
+    assert "met (pulsar-lite / Apache Pulsar)" in text

@@ -1,0 +1,183 @@
+"""Leases, expiry sweeps and the self-preservation decision (pure, no broker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from discovery.registry.leases import LeaseTable, should_hold
+
+A = ("default", "a")
+B = ("default", "b")
+
+
+def table(*services: tuple[str, str], ttl: float = 2.0, now: float = 0.0, **kwargs: float) -> LeaseTable:
+    leases = LeaseTable(**kwargs)  # type: ignore[arg-type]
+    for number, service in enumerate(services):
+        leases.renew(f"{service[1]}-{number}", service, ttl=ttl, now=now, wall=1000.0, digest="d")
+    return leases
+
+
+def test_a_lease_lives_for_its_ttl_after_the_last_message() -> None:
+    leases = table(A, ttl=2.0)
+    assert leases.sweep(1.99).expired == []
+    leases.renew("a-0", A, ttl=2.0, now=1.5, wall=1001.5)
+    assert leases.sweep(3.4).expired == []
+    result = leases.sweep(3.5)
+    assert [lease.instance for lease in result.expired] == ["a-0"] and len(leases) == 0
+
+
+def test_renew_reports_new_instances_and_keeps_the_known_digest() -> None:
+    leases = LeaseTable()
+    lease, created = leases.renew("i", A, ttl=1, now=0, wall=0, digest="d1", announced=4)
+    assert created and lease.digest == "d1" and lease.announced == 4
+    lease, created = leases.renew("i", A, ttl=1, now=0.5, wall=0.5)
+    assert not created and lease.digest == "d1" and lease.announced == 4
+
+
+def test_an_instance_that_names_another_service_moves_to_it() -> None:
+    leases = LeaseTable()
+    leases.renew("i", A, ttl=1, now=0, wall=0)
+    _, created = leases.renew("i", B, ttl=1, now=0, wall=0)
+    assert created and leases.of_service(A) == [] and [lease.instance for lease in leases.of_service(B)] == ["i"]
+
+
+@pytest.mark.parametrize(
+    ("failing", "total", "hold"),
+    [
+        (4, 4, True),  # everyone at once
+        (3, 5, True),  # 60% > 50%
+        (4, 8, False),  # exactly half is not "more than"
+        (2, 2, False),  # one service's two instances: below the minimum of 3
+        (1, 1, False),
+        (0, 0, False),
+    ],
+)
+def test_should_hold(failing: int, total: int, hold: bool) -> None:
+    assert should_hold(failing, total, 0.5, 3) is hold
+
+
+def test_most_leases_expiring_in_one_sweep_are_held_not_dropped() -> None:
+    c = ("default", "c")
+    leases = table(A, A, B, B, c)
+    leases.renew("c-4", c, ttl=2.0, now=1.9, wall=1001)
+    result = leases.sweep(2.0)
+    assert result.expired == [] and len(result.held) == 4 and (result.failing, result.total) == (4, 5)
+    assert result.share == pytest.approx(0.8)
+    assert len(leases) == 5 and {lease.state for lease in leases.held()} == {"held"}
+    # Held leases never expire on their own; while they are held, so is the next expiry.
+    result = leases.sweep(3.9)
+    assert [lease.instance for lease in result.held] == ["c-4"] and result.expired == []
+    assert len(leases.held()) == 5
+
+
+def test_leases_falling_silent_together_are_held_though_they_run_out_one_by_one() -> None:
+    """Heartbeats are ttl/3 apart, so services that stop together run out over a third of a ttl."""
+    services = [("default", name) for name in "abcd"]
+    leases = LeaseTable()
+    for number, service in enumerate(services):
+        leases.renew(f"i{number}", service, ttl=3.0, now=number * 0.3, wall=0)  # last heartbeats 0.3 s apart
+    held: list[str] = []
+    now = 3.0
+    while now < 4.0:
+        result = leases.sweep(now)
+        assert result.expired == []
+        held += [lease.instance for lease in result.held]
+        now += 0.1
+    assert sorted(held) == ["i0", "i1", "i2", "i3"] and len(leases) == 4
+
+
+def test_one_death_among_many_healthy_leases_is_removed_normally() -> None:
+    services = [("default", f"s{n}") for n in range(6)]
+    leases = LeaseTable()
+    for number, service in enumerate(services):
+        leases.renew(f"i{number}", service, ttl=3.0, now=0.0, wall=0)
+    for number in range(1, 6):
+        leases.renew(f"i{number}", services[number], ttl=3.0, now=2.5, wall=0)  # still heartbeating
+    result = leases.sweep(3.0)
+    assert [lease.instance for lease in result.expired] == ["i0"] and result.held == []
+
+
+def test_a_small_deployment_is_removed_normally() -> None:
+    leases = table(A, A)
+    result = leases.sweep(5.0)
+    assert len(result.expired) == 2 and result.held == [] and len(leases) == 0
+
+
+def test_a_heard_from_held_instance_resumes_and_the_rest_get_one_more_ttl_then_expire_normally() -> None:
+    leases = table(A, B, ("default", "c"), ("default", "d"), ttl=2.0)
+    assert len(leases.sweep(2.0).held) == 4
+    leases.renew("a-0", A, ttl=2.0, now=10.0, wall=1010)
+    resumed = leases.resume_held(10.0)
+    assert sorted(lease.instance for lease in resumed) == ["b-1", "c-2", "d-3"]
+    assert leases.get("a-0").state == "live"  # type: ignore[union-attr]
+    assert leases.sweep(11.9).expired == []
+    leases.renew("a-0", A, ttl=2.0, now=11.9, wall=1011.9)  # a keeps heartbeating
+    result = leases.sweep(12.0)
+    # 3 of 4 at once would trip self-preservation again; released leases are exempt from it.
+    assert sorted(lease.instance for lease in result.expired) == ["b-1", "c-2", "d-3"] and result.held == []
+    assert [lease.instance for lease in leases] == ["a-0"]
+
+
+def test_release_drops_the_held_leases_at_once() -> None:
+    leases = table(A, B, ("default", "c"))
+    leases.sweep(3.0)
+    released = leases.release_held()
+    assert len(released) == 3 and len(leases) == 0 and leases.held() == []
+
+
+def test_restored_leases_are_in_grace_until_heard_from() -> None:
+    leases = LeaseTable()
+    lease = leases.restore("i", A, ttl=2.0, now=0.0, digest="d")
+    assert lease.state == "grace" and lease.digest == "d" and lease.announced == 0
+    assert lease.last_seen is None  # not heard from since the registry started: no made-up heartbeat
+    leases.renew("i", A, ttl=2.0, now=1.0, wall=1.0)
+    assert lease.state == "live" and lease.last_seen == 1.0
+
+
+def test_restored_leases_expire_after_one_ttl() -> None:
+    leases = LeaseTable()
+    leases.restore("i", A, ttl=2.0, now=0.0, digest="d")
+    assert leases.sweep(1.9).expired == []
+    assert [lease.instance for lease in leases.sweep(2.0).expired] == ["i"]
+
+
+def test_by_service_groups_leases() -> None:
+    leases = table(A, A, B)
+    grouped = leases.by_service()
+    assert sorted(grouped) == [A, B] and len(grouped[A]) == 2 and len(grouped[B]) == 1
+
+
+def test_refused_leases_run_out_and_are_never_held() -> None:
+    """Four of five leases run out together, but their holders are sending refused messages: not silence."""
+    leases = table(A, A, B, B, ("default", "c"))
+    leases.renew("c-4", ("default", "c"), ttl=2.0, now=1.9, wall=1001)
+    for instance in ("a-0", "a-1", "b-2", "b-3"):
+        leases.refuse(instance, "not trusted: unsigned announcement (a trust policy is configured)")
+    assert {lease.state for lease in leases if lease.instance != "c-4"} == {"refused"}
+    result = leases.sweep(2.0)
+    assert sorted(lease.instance for lease in result.expired) == ["a-0", "a-1", "b-2", "b-3"]
+    assert result.held == [] and result.failing == 0 and [lease.instance for lease in leases] == ["c-4"]
+
+
+def test_refused_leases_do_not_count_towards_holding_others() -> None:
+    """Two silent leases among refused ones are two of five failing: below the share, they expire."""
+    leases = table(A, A, B, B, ("default", "c"))
+    for instance in ("a-0", "a-1", "b-2"):
+        leases.refuse(instance, "not trusted")
+    result = leases.sweep(2.0)
+    assert len(result.expired) == 5 and result.held == [] and result.failing == 2
+
+
+def test_a_held_lease_found_refused_goes_at_the_next_sweep() -> None:
+    leases = table(A, B, ("default", "c"))
+    assert len(leases.sweep(2.0).held) == 3
+    leases.refuse("a-0", "not trusted")
+    result = leases.sweep(2.1)
+    assert [lease.instance for lease in result.expired] == ["a-0"] and len(leases.held()) == 2
+
+
+def test_an_accepted_message_clears_the_refusal() -> None:
+    leases = table(A)
+    leases.refuse("a-0", "not trusted")
+    lease, _ = leases.renew("a-0", A, ttl=2.0, now=1.0, wall=1001, sequence=7, signer="k1")
+    assert (lease.state, lease.refused, lease.sequence, lease.signer) == ("live", None, 7, "k1")

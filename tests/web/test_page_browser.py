@@ -1,0 +1,187 @@
+"""The registry page in a real browser: headless Chromium (Debian's `chromium` package) driven by Playwright.
+
+`toolreg up --metrics-port 0 --trust-policy ...` runs as a user would run it.
+With the page open (and never reloaded), a signed service starts and its row
+appears, an unsigned announcement is refused and shows under rejections, a
+tool whose description holds `<script>` shows it as text, and the service is
+killed and its row goes. The screenshot taken on the way is the one the README
+shows (docs/registry-page.png), so it is rewritten by every run; writing it is
+best effort and never fails the test.
+
+Playwright is only the driver: it launches the system's Chromium by path and
+never downloads a browser. `.ci/run` installs Debian's `chromium` where it is
+missing; without it this test fails and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import time
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from subprocess import Popen
+
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+from support import eventually, toolreg_background, toolreg_env
+
+from discovery.broker import EmbeddedBroker
+from discovery.registry.trust import TrustPolicy, trusted_key
+from toolservice_base.signing import generate_key_pair
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOT = ROOT / "docs" / "registry-page.png"
+HOSTILE = '<script>window.owned = true; document.title = "owned"</script>Search the team\'s <b>notes</b>'
+
+
+def chromium_path() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.fail("Debian's chromium is not installed: `apt-get install -y chromium` (.ci/run does it); Playwright never downloads one")
+    return found
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=chromium_path(), headless=True)
+        yield launched
+        await launched.close()
+
+
+class Stack:
+    """The processes of one test, each logging to its own file; all stopped at the end."""
+
+    def __init__(self, tmp: Path, env: dict[str, str]) -> None:
+        self.tmp, self.env = tmp, env
+        self.procs: dict[str, Popen[bytes]] = {}
+
+    def start(self, name: str, *args: str) -> Path:
+        log = self.tmp / f"{name}.log"
+        self.procs[name] = toolreg_background(*args, env=self.env, log=log)
+        return log
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs.values()):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            proc.wait(timeout=20)
+
+
+@pytest.fixture
+def stack(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Stack]:
+    running = Stack(tmp_path, toolreg_env(broker.url, tmp_path / "data"))
+    yield running
+    running.stop()
+
+
+def log_line(log: Path, marker: str) -> str | None:
+    return next((line for line in log.read_text().splitlines() if marker in line), None)
+
+
+def save_screenshot(image: bytes) -> None:
+    """Refresh the README's screenshot, best effort: the page's behaviour is what this test checks, not the file.
+
+    Only a plausible PNG replaces the old one, and atomically (a run cut short
+    leaves the previous picture); a docs/ that cannot be written is a warning.
+    """
+    if not image.startswith(b"\x89PNG") or len(image) < 10_000:
+        warnings.warn(f"the page's screenshot is not a plausible PNG ({len(image)} bytes); {SCREENSHOT.name} left as it was", stacklevel=2)
+        return
+    try:
+        partial = SCREENSHOT.with_suffix(".png.partial")
+        partial.write_bytes(image)
+        partial.replace(SCREENSHOT)
+    except OSError as exc:
+        warnings.warn(f"could not refresh {SCREENSHOT}: {exc}", stacklevel=2)
+
+
+def write_json(path: Path, value: object) -> str:
+    path.write_text(json.dumps(value))
+    return str(path)
+
+
+async def test_the_registry_page_follows_services_live_in_a_browser(browser: Browser, stack: Stack, tmp_path: Path) -> None:
+    jokes_key, jokes_pub = generate_key_pair(tmp_path / "jokes")
+    notes_key, notes_pub = generate_key_pair(tmp_path / "notes")
+    policy = TrustPolicy(path=tmp_path / "trust.json")
+    policy.add(trusted_key("jokes-team", jokes_pub.read_text(), ["joke-*"], ["tell-*"]))
+    policy.add(trusted_key("notes-team", notes_pub.read_text(), ["notes-*"], ["find-*"]))
+    policy.save()
+
+    up_log = stack.start("up", "up", "--metrics-port", "0", "--trust-policy", str(policy.path))
+    line = await eventually(lambda: log_line(up_log, "page          http"), timeout=30)
+    url = line.split()[-1]
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/")
+
+    page: Page = await browser.new_page(viewport={"width": 1280, "height": 900})
+    await page.goto(url)
+    await expect(page.locator("#live")).to_have_text("live", timeout=5000)
+    await page.evaluate("window.sameDocument = true")
+    tools = page.locator("#tools tbody")
+    await expect(tools).to_contain_text("no tools")
+
+    # A signed service starts: its row appears within 2 s of its announcement, without a reload.
+    serve_log = stack.start(
+        "joke", "serve", "toolservice_base.examples.joke:JokeService", "--ttl", "1.5", "--signing-key", str(jokes_key)
+    )
+    await eventually(lambda: log_line(serve_log, '"service.announced"'), timeout=30)
+    announced = time.monotonic()
+    joke_row = tools.locator("tr", has_text="tell-joke")
+    await expect(joke_row).to_have_count(1, timeout=2000)
+    assert time.monotonic() - announced < 2.0
+    instance = json.loads(log_line(serve_log, '"service.announced"') or "{}")["instance"]
+    instance_row = page.locator("#instances tbody tr", has_text=instance)
+    await expect(instance_row.locator("td").nth(3)).to_have_text("jokes-team")  # the signer, by its name in the policy
+    await expect(instance_row.locator("td").nth(2)).to_have_text("1.0")
+    assert await instance_row.locator("meter").get_attribute("max") == "1.5"
+
+    # An unsigned announcement is refused, and shows under rejections.
+    rogue = tmp_path / "rogue"
+    rogue.mkdir()
+    stack.start(
+        "rogue", "announce", "--service", write_json(rogue / "service.json", {"id": "rogue-service"}),
+        "--tools", write_json(rogue / "tools.json", [{"name": "rogue-tool", "description": "Anything"}]),
+    )
+    rejection = page.locator("#rejections tbody tr", has_text="rogue-service").first
+    await expect(rejection).to_contain_text("unsigned announcement", timeout=15000)
+
+    # A description holding markup is shown as text: no script runs, no element is made.
+    notes = tmp_path / "notes-offer"
+    notes.mkdir()
+    stack.start(
+        "notes", "announce", "--service", write_json(notes / "service.json", {"id": "notes-service"}),
+        "--tools", write_json(notes / "tools.json", [{"name": "find-notes", "description": HOSTILE,
+                                                       "arguments": [{"name": "query", "type": "string", "description": "What to look for"}]}]),
+        "--signing-key", str(notes_key), "--service-version", "2.4.1",
+    )
+    description = tools.locator("tr", has_text="find-notes").locator("td.description")
+    await expect(description).to_have_text(HOSTILE, timeout=15000)
+    assert await description.locator("b, script").count() == 0
+    assert await page.evaluate("window.owned === undefined") and await page.title() == "toolreg registry"
+
+    await page.wait_for_timeout(600)  # let the bars move off zero
+    save_screenshot(await page.screenshot(full_page=True))
+
+    # The service is killed (no withdraw): its row goes when its lease runs out, still without a reload.
+    stack.procs["joke"].send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    await expect(joke_row).to_have_count(0, timeout=5000)
+    assert time.monotonic() - killed < 1.5 + 2.0, "gone within its ttl and two seconds"
+    await expect(page.locator("#instances tbody tr", has_text=instance)).to_have_count(0)
+    assert await page.evaluate("window.sameDocument === true"), "the page was never reloaded"
+
+    # With JavaScript off the same page is a plain, complete table.
+    static = await browser.new_context(java_script_enabled=False)
+    try:
+        plain = await static.new_page()
+        await plain.goto(url)
+        await expect(plain.locator("#live")).to_have_text("static page")
+        await expect(plain.locator("#tools tbody tr", has_text="find-notes").locator("td.description")).to_have_text(HOSTILE)
+        await expect(plain.locator("#rejections tbody")).to_contain_text("unsigned announcement")
+    finally:
+        await static.close()

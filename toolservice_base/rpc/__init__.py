@@ -1,0 +1,26 @@
+"""Request/response over a pair of queues, correlated on the `id` property.
+
+One import for both sides: `RequestClient` (`rpc_client`), `RequestServer`
+(`rpc_server`), and what travels beside a request's body (`rpc_wire`: the
+message properties, the private reply queues and the cancel queue).
+"""
+
+from __future__ import annotations
+
+from .client import DEFAULT_TIMEOUT, RequestClient
+from .server import MAX_REPLY_QUEUES, RequestServer, error_body
+from .wire import REPLY_TO, TIMEOUT_MS, TOOL, cancel_queue, private_queue, reply_queue
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "MAX_REPLY_QUEUES",
+    "REPLY_TO",
+    "TIMEOUT_MS",
+    "TOOL",
+    "RequestClient",
+    "RequestServer",
+    "cancel_queue",
+    "error_body",
+    "private_queue",
+    "reply_queue",
+]

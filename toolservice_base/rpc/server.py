@@ -1,0 +1,369 @@
+"""The server's side of request/response: `RequestServer`.
+
+A Shared subscription on the request queue, so instances of one service split
+the load; answers go to the caller's private reply queue (`reply-to`) or the
+shared response queue.
+
+A server made `cancellable` stops the work nobody waits for: each request
+gets a deadline, the caller's (`timeout-ms`) or the server's own `limit`,
+whichever comes first, and a cancel from its caller (`rpc_wire.cancel_queue`)
+ends it at once. Either way its slot is free again within `cancel_grace`,
+even if the handler ignores its cancellation. Without these, one tool that
+never returns filled every slot of its service for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from functools import partial
+from typing import Any
+
+from pydantic import BaseModel
+
+from toolservice_base.errors import MessageTooLarge, TransportError
+from toolservice_base.logs import get_logger
+from toolservice_base.transport import LARGE_MESSAGE, Envelope, Publisher, Subscription, Transport, encode, unique_name
+
+from .wire import ID, REPLY_TO, caller_timeout, cancel_queue, reply_queue
+
+log = get_logger("toolservice_base.rpc")
+
+MAX_REPLY_QUEUES = 1024
+CANCEL_GRACE = 1.0
+"""Seconds a cancelled handler has to end before its slot is given to the next request anyway."""
+_POWERS_OF_TEN = frozenset(10**k for k in range(10))
+_DEADLINE_SLACK = 0.001
+"""Seconds: the loop may run a timer this much (its clock resolution, far less) before it is due."""
+_deadline: ContextVar[float | None] = ContextVar("toolservice_base.rpc_server.deadline", default=None)
+"""The deadline (loop time) of the request the current task serves; each request runs in a task of its own."""
+
+Body = BaseModel | dict[str, Any]
+Responder = Callable[[Envelope, Callable[[Body], Awaitable[None]]], Awaitable[None]]
+CallKey = tuple[str, str | None]
+"""A request as its caller names it in a cancel: (`id`, `reply-to`)."""
+
+
+def past_deadline() -> bool:
+    """For a handler being cancelled: whether its request's deadline has passed (a timeout), as opposed to a cancel
+    from its caller or the server shutting down. Lets a handler's span and logs say which."""
+    deadline = _deadline.get()
+    return deadline is not None and asyncio.get_running_loop().time() >= deadline - _DEADLINE_SLACK
+
+
+def error_body(kind: str, message: str) -> dict[str, Any]:
+    """The error answer every server of ours understands: `{error: {type, message}, end_of_stream: true}`."""
+    return {"error": {"type": kind, "message": message}, "end_of_stream": True}
+
+
+def answer_too_large(reason: str) -> dict[str, Any]:
+    """What a caller gets instead of an answer the broker refused for its size."""
+    return error_body("answer-too-large", f"{reason}; stream it in parts (an async generator) or return less")
+
+
+class RequestServer:
+    """Consume a request queue (Shared) and answer on the response queue.
+
+    `handle(message, reply)` is called for each request; `reply(body)` sends a
+    response carrying the request's `id`. At most `max_in_flight` handlers run
+    at once; up to `max_backlog` more wait their turn in arrival order, and
+    past that a request is answered `busy` at once.
+
+    The receive loop itself never waits for a slot: on a non-persistent topic
+    the broker drops messages for a consumer with no free permits, so a loop
+    that stalled on back-pressure would lose requests.
+
+    An answer the broker refuses as too large is replaced by `too_large(reason)`
+    (default: an `answer-too-large` error), so the caller hears at once.
+
+    `cancellable=True` honours the callers' deadlines and cancels (see the
+    module); `limit(message)` is the server's own limit on one request, in
+    seconds (None: no limit). A request that reaches the server's limit is
+    answered `timeout` (or `busy`, if it never got a slot); one whose caller
+    gave up is not answered.
+    """
+
+    def __init__(
+        self,
+        connection: Transport,
+        request_queue: str,
+        response_queue: str,
+        handle: Responder,
+        *,
+        subscription: str,
+        max_in_flight: int = 64,
+        max_backlog: int = 10_000,
+        busy: Callable[[str], Body] | None = None,
+        too_large: Callable[[str], Body] | None = None,
+        cancellable: bool = False,
+        limit: Callable[[Envelope], float | None] | None = None,
+        cancel_grace: float = CANCEL_GRACE,
+    ) -> None:
+        self._connection = connection
+        self.request_queue = request_queue
+        self.response_queue = response_queue
+        self._handle = handle
+        self._subscription_name = subscription
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._max_admitted = max_in_flight + max_backlog
+        self._busy = busy or partial(error_body, "busy")
+        self._too_large = too_large or answer_too_large
+        self._cancellable = cancellable
+        self._limit = limit
+        self._cancel_grace = cancel_grace
+        self.cancel_queue = cancel_queue(request_queue) if cancellable else None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._calls: dict[CallKey, asyncio.Task[None]] = {}
+        self._holding: set[asyncio.Task[None]] = set()
+        self._abandoned: set[asyncio.Task[None]] = set()
+        self._publisher: Publisher | None = None
+        self._replies: OrderedDict[str, asyncio.Future[Publisher | None]] = OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
+        self._subscription: Subscription | None = None
+        self._cancels: Subscription | None = None
+        self.handled = 0
+        self.refused_busy = 0
+        self.expired = 0
+        """Requests ended at a deadline, the caller's or the server's."""
+        self.cancelled = 0
+        """Requests ended by a cancel from their caller."""
+        self._large = 0
+
+    async def start(self) -> None:
+        self._publisher = await self._connection.publisher(self.response_queue)
+        if self.cancel_queue is not None:
+            # A subscription per instance: every instance hears every cancel; the one doing the work stops it.
+            self._cancels = await self._connection.subscribe(
+                self.cancel_queue, self._on_cancel, subscription=unique_name(f"{self._subscription_name}-cancel")
+            )
+        self._subscription = await self._connection.subscribe(
+            self.request_queue,
+            self._on_request,
+            subscription=self._subscription_name,
+            shared=True,
+        )
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def connected(self) -> bool:
+        """Subscribed, and the response producer is connected to the broker: requests can be answered."""
+        return self._subscription is not None and self._publisher is not None and self._publisher.connected
+
+    # --- taking requests -----------------------------------------------------------
+
+    async def _on_request(self, message: Envelope) -> None:
+        admitted = len(self._tasks) - len(self._abandoned)
+        if admitted >= self._max_admitted:
+            self.refused_busy += 1
+            log.warning("request.busy", queue=self.request_queue, admitted=admitted)
+            busy = self._busy(f"{self.request_queue} has {admitted} calls running or waiting; retry later")
+            await self._send(busy, *self._return_address(message))
+            return
+        deadline, limit = self._deadline(message)
+        task = asyncio.create_task(self._run(message, deadline, limit))
+        self._tasks.add(task)
+        key: CallKey | None = None
+        if self._cancellable:
+            key = self._return_address(message)
+            self._calls[key] = task
+        task.add_done_callback(partial(self._finished, key))
+
+    def _deadline(self, message: Envelope) -> tuple[float | None, float | None]:
+        """When the request's work must end (loop time), and the server's limit if that is what ends it."""
+        if not self._cancellable and self._limit is None:
+            return None, None
+        now = asyncio.get_running_loop().time()
+        waits = caller_timeout(message) if self._cancellable else None
+        limit = self._limit(message) if self._limit is not None else None
+        if limit is not None and (waits is None or limit <= waits):
+            return now + limit, limit
+        return (None if waits is None else now + waits), None
+
+    def _finished(self, key: CallKey | None, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._abandoned.discard(task)
+        if key is not None and self._calls.get(key) is task:
+            del self._calls[key]
+
+    def _return_address(self, message: Envelope) -> tuple[str, str | None]:
+        """The request's `id`, and the private queue to answer on (None: the shared queue)."""
+        properties = message.properties
+        return properties.get(ID, ""), reply_queue(self.response_queue, properties.get(REPLY_TO))
+
+    # --- running them ------------------------------------------------------------------
+
+    async def _run(self, message: Envelope, deadline: float | None, limit: float | None) -> None:
+        request_id, reply_to = self._return_address(message)
+        _deadline.set(deadline)  # this task's own context: see past_deadline()
+
+        async def reply(body: Body) -> None:
+            await self._send(body, request_id, reply_to)
+
+        # No per-request log line here: a structlog call costs more than the rest of
+        # this method (py-spy: 5% of a service's main thread); latency is in the metrics.
+        if deadline is None and not self._cancellable:
+            async with self._slots:
+                await self._call(message, reply, request_id)
+            return
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self._slots.acquire()
+        except TimeoutError:
+            await self._expired(reply, request_id, limit, started=False)
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._holding.add(task)
+        guard = None if deadline is None else asyncio.get_running_loop().call_at(deadline + self._cancel_grace, self._abandon, task, request_id)
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self._call(message, reply, request_id)
+        except TimeoutError:
+            await self._expired(reply, request_id, limit, started=True)
+        finally:
+            if guard is not None:
+                guard.cancel()
+            if task in self._holding:
+                self._holding.discard(task)
+                self._slots.release()
+
+    async def _call(self, message: Envelope, reply: Callable[[Body], Awaitable[None]], request_id: str) -> None:
+        try:
+            await self._handle(message, reply)
+        except Exception:
+            log.exception("request.handler_failed", queue=self.request_queue, id=request_id)
+        finally:
+            self.handled += 1
+
+    async def _expired(self, reply: Callable[[Body], Awaitable[None]], request_id: str, limit: float | None, *, started: bool) -> None:
+        """A request reached its deadline: answer it if the limit was ours (its caller still waits), else let it go."""
+        self.expired += 1
+        if limit is None:
+            log.debug("request.caller_gone", queue=self.request_queue, id=request_id, started=started)
+            return
+        log.warning("request.limit_reached", queue=self.request_queue, id=request_id, limit=limit, started=started)
+        if started:
+            await reply(error_body("timeout", f"the call did not finish within {limit:g}s, the limit the service sets on one call ({self.request_queue})"))
+        else:
+            await reply(self._busy(f"{self.request_queue} had no free slot for {limit:g}s; retry later"))
+
+    def _abandon(self, task: asyncio.Task[None], request_id: str) -> None:
+        """Give a cancelled request's slot to the next one, if its handler has not let go of it yet."""
+        if task in self._holding and not task.done():
+            self._holding.discard(task)
+            self._abandoned.add(task)
+            self._slots.release()
+            log.warning(
+                "request.cancel_ignored",
+                queue=self.request_queue,
+                id=request_id,
+                grace=self._cancel_grace,
+                hint="the handler goes on after its cancellation; its slot was released anyway",
+            )
+
+    async def _on_cancel(self, message: Envelope) -> None:
+        task = self._calls.get(self._return_address(message))
+        if task is None or task.done():
+            return  # finished already, or another instance's call
+        self.cancelled += 1
+        task.cancel()
+        asyncio.get_running_loop().call_later(self._cancel_grace, self._abandon, task, message.properties.get(ID, ""))
+
+    # --- answering ----------------------------------------------------------------------
+
+    async def _send(self, body: Body, request_id: str, reply_to: str | None) -> None:
+        publisher = await self._reply_publisher(reply_to) if reply_to is not None else self._publisher
+        assert publisher is not None
+        data = encode(body)
+        if len(data) > LARGE_MESSAGE:
+            self._large += 1
+            if self._large in _POWERS_OF_TEN:
+                log.warning(
+                    "response.large",
+                    queue=self.response_queue,
+                    bytes=len(data),
+                    large_so_far=self._large,
+                    hint="answers over 64 KiB can cost other calls on the caller's connection their answer; stream them in parts",
+                )
+        try:
+            await publisher.send(data, properties={ID: request_id})
+        except MessageTooLarge:
+            # The caller would wait for its timeout and then blame the service: tell it now, in a message that fits.
+            log.warning("response.too_large", queue=publisher.topic, id=request_id, bytes=len(data))
+            reason = f"the answer is {len(data)} bytes, more than the broker takes in one message ({self.request_queue})"
+            try:
+                await publisher.send(encode(self._too_large(reason)), properties={ID: request_id})
+            except TransportError as exc:
+                log.warning("response.send_failed", queue=publisher.topic, id=request_id, error=str(exc))
+        except TransportError as exc:
+            log.warning("response.send_failed", queue=publisher.topic, id=request_id, error=str(exc))
+
+    async def _reply_publisher(self, queue: str) -> Publisher | None:
+        """The producer for a client's private queue: opened on its first answer, the least recently used closed past 1,024.
+
+        If it cannot be opened (say the broker refuses to create topics), the
+        answer goes to the shared queue, which every client also reads.
+        """
+        opening = self._replies.get(queue)
+        if opening is None:
+            opening = self._replies[queue] = asyncio.ensure_future(self._connection.publisher(queue))
+            if len(self._replies) > MAX_REPLY_QUEUES:
+                _, oldest = self._replies.popitem(last=False)
+                closing = asyncio.create_task(self._close_reply(oldest))
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
+        else:
+            self._replies.move_to_end(queue)
+        try:
+            return await asyncio.shield(opening)
+        except TransportError as exc:
+            if self._replies.get(queue) is opening:
+                # Remembered: later answers to this caller go to the shared queue at once.
+                shared = asyncio.get_running_loop().create_future()
+                shared.set_result(self._publisher)
+                self._replies[queue] = shared
+                log.warning("response.reply_queue_failed", queue=queue, error=str(exc), fallback=self.response_queue)
+            return self._publisher
+
+    async def _close_reply(self, opening: asyncio.Future[Publisher | None]) -> None:
+        try:
+            publisher = await opening
+        except TransportError:
+            return
+        if publisher is not None and publisher is not self._publisher:
+            await self._connection.close_publisher(publisher)
+
+    # --- stopping -------------------------------------------------------------------------
+
+    async def stop_receiving(self) -> None:
+        """Stop taking new requests; in-flight ones go on."""
+        if self._subscription is not None:
+            await self._connection.unsubscribe(self._subscription)
+            self._subscription = None
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Wait for in-flight handlers, then close the response producers."""
+        if self._tasks:
+            done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+            for task in pending:
+                task.cancel()
+        if self._cancels is not None:
+            await self._connection.unsubscribe(self._cancels)
+            self._cancels = None
+        replies, self._replies = list(self._replies.values()), OrderedDict()
+        for opening in replies:
+            await self._close_reply(opening)
+        if self._closing:
+            await asyncio.wait(set(self._closing), timeout=timeout)
+        if self._publisher is not None:
+            await self._connection.close_publisher(self._publisher)
+            self._publisher = None
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        await self.stop_receiving()
+        await self.drain(timeout)
