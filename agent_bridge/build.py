@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache, partial
 
 from toolservice_base.logs import get_logger
@@ -168,15 +168,45 @@ async def build(
     raw_services = items.get("tool-service", {})
     services, service_problems = parse_services(raw_services)
     pool = _ClientPool(connection, previous_clients)
-    entries: dict[str, Entry] = {}
+    entries, problems, pending = _carry_over(items.get("tool", {}), raw_services, previous, pool)
+    context = ToolContext(
+        workspace, user, timeout, connection, services, service_problems, pool.get, idle_timeout, max_answer_bytes
+    )
+    try:
+        for tool, signature in pending:
+            factory = factories.get(tool.type)
+            if factory is None:
+                problems[tool.name] = (
+                    f"no factory for tool type {tool.type!r}; register one with "
+                    f"agent_bridge.register_tool_type({tool.type!r}, factory)"
+                )
+                continue
+            try:
+                entries[tool.name] = await _make_entry(tool, signature, factory, pool, context)
+            except Exception as exc:
+                problems[tool.name] = one_line(exc)
+        in_use = await _settle_clients(entries, pool, warm_up)
+    except BaseException:
+        for client in pool.created:
+            await client.close()
+        raise
+    return Built(entries, problems, in_use, service_problems)
+
+
+def _carry_over(
+    tools: Mapping[str, str], raw_services: Mapping[str, str], previous: Mapping[str, Entry], pool: _ClientPool
+) -> tuple[dict[str, Entry], dict[str, str], list[tuple[ToolDescriptor, Signature]]]:
+    """Sort the tool items: the unchanged (same signature, open clients), kept as they are with their clients
+    adopted by `pool`; the invalid, each with its reason; and the rest, parsed, with their signatures, to build."""
+    kept: dict[str, Entry] = {}
     problems: dict[str, str] = {}
     pending: list[tuple[ToolDescriptor, Signature]] = []
-    for name, text in sorted(items.get("tool", {}).items()):
+    for name, text in sorted(tools.items()):
         old = previous.get(name)
         if old is not None and old.signature[0] == text:
             signature = (text, raw_services.get(old.tool.service) if old.tool.service else None)
             if old.signature == signature and all(not c.closed for c in old.clients):
-                entries[name] = old
+                kept[name] = old
                 for client in old.clients:
                     pool.adopt(client)
                 continue
@@ -187,45 +217,34 @@ async def build(
             continue
         assert isinstance(tool, ToolDescriptor)
         pending.append((tool, (text, raw_services.get(tool.service) if tool.service else None)))
+    return kept, problems, pending
 
-    try:
-        for tool, signature in pending:
-            factory = factories.get(tool.type)
-            if factory is None:
-                problems[tool.name] = (
-                    f"no factory for tool type {tool.type!r}; register one with "
-                    f"agent_bridge.register_tool_type({tool.type!r}, factory)"
-                )
-                continue
-            used: list[ToolServiceClient] = []
 
-            def get_client(service: ToolServiceDescriptor, used: list[ToolServiceClient] = used) -> ToolServiceClient:
-                client = pool.get(service)
-                used.append(client)
-                return client
+async def _make_entry(
+    tool: ToolDescriptor, signature: Signature, factory: ToolFactory, pool: _ClientPool, context: ToolContext
+) -> Entry:
+    """One tool made by its factory, with the clients it took from `pool`; raises why the factory could not make it."""
+    used: list[ToolServiceClient] = []
 
-            ctx = ToolContext(
-                workspace, user, timeout, connection, services, service_problems, get_client, idle_timeout, max_answer_bytes
-            )
-            try:
-                impl = factory(tool, ctx)
-                if inspect.isawaitable(impl):
-                    impl = await impl
-                if not callable(getattr(impl, "invoke", None)):
-                    raise TypeError(f"factory returned {type(impl).__name__}, which has no invoke(**arguments)")
-            except Exception as exc:
-                problems[tool.name] = one_line(exc)
-                continue
-            entries[tool.name] = Entry(tool, impl, signature, tuple(dict.fromkeys(used)))
+    def get_client(service: ToolServiceDescriptor) -> ToolServiceClient:
+        client = pool.get(service)
+        used.append(client)
+        return client
 
-        in_use = {c.service.id: c for entry in entries.values() for c in entry.clients}
-        unused = [c for c in pool.created if in_use.get(c.service.id) is not c]
-        fresh = [c for c in pool.created if in_use.get(c.service.id) is c]
-        await _warm_up(fresh, warm_up)
-        for client in unused:
-            await client.close()
-    except BaseException:
-        for client in pool.created:
-            await client.close()
-        raise
-    return Built(entries, problems, in_use, service_problems)
+    impl = factory(tool, replace(context, get_client=get_client))
+    if inspect.isawaitable(impl):
+        impl = await impl
+    if not callable(getattr(impl, "invoke", None)):
+        raise TypeError(f"factory returned {type(impl).__name__}, which has no invoke(**arguments)")
+    return Entry(tool, impl, signature, tuple(dict.fromkeys(used)))
+
+
+async def _settle_clients(entries: Mapping[str, Entry], pool: _ClientPool, warm_up: float) -> dict[str, ToolServiceClient]:
+    """The clients the built tools use, by service id: the new ones among them warmed up, the new ones none uses closed."""
+    in_use = {c.service.id: c for entry in entries.values() for c in entry.clients}
+    unused = [c for c in pool.created if in_use.get(c.service.id) is not c]
+    fresh = [c for c in pool.created if in_use.get(c.service.id) is c]
+    await _warm_up(fresh, warm_up)
+    for client in unused:
+        await client.close()
+    return in_use

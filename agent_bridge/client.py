@@ -18,7 +18,7 @@ import asyncio
 import json
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Self
 
 from toolservice_base import tracing
 from toolservice_base.errors import AnswerTooLarge, ToolError
@@ -154,6 +154,13 @@ class ToolServiceClient:
                 await asyncio.wait_for(self._idle.wait(), remaining)
             except TimeoutError:
                 continue
+        await self.close()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def close(self) -> None:

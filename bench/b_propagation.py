@@ -98,6 +98,6 @@ async def _measure(stack: Stack, connection: Transport, starts: int, progress: P
             "reference_start_plus_direct_call": ref,
             "invoke_attempts": attempts,
             "stop_to_gone": summary_ms(gone),
-            "registry": "toolreg up (own process): coalesce window 50 ms, sweep 0.25 s; ToolSet debounce 30 ms",
+            "registry": "toolreg up (own process): sweep 0.25 s; store writes and ToolSet reloads batched on the leading edge, no fixed window",
         },
     }

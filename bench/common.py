@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from discovery.broker import EmbeddedBroker
-from toolservice_base import Settings
 from discovery.broker.embedded import terminate
+from toolservice_base import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")

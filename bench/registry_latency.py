@@ -27,10 +27,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from discovery.store.service import ConfigStoreService
-from discovery.registry.service import Registry
-from toolservice_base import ConfigClient, Settings, configure_logging, open_transport
 from discovery.broker import EmbeddedBroker
+from discovery.registry.service import Registry
+from discovery.store.service import ConfigStoreService
+from toolservice_base import ConfigClient, Settings, configure_logging, open_transport
 from toolservice_base.examples.echo import EchoService
 
 POLL = 0.002
@@ -85,7 +85,7 @@ async def main(args: argparse.Namespace) -> None:
     client = await ConfigClient(connection, timeout=5).start()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
     env.update(PULSAR_URL=url, TOOLREG_BROKER="pulsar-lite", TOOLREG_DATA_DIR=str(settings.data_dir), TOOLREG_LOG_FORMAT="json", TOOLREG_LOG_LEVEL="info")
-    print(f"broker {url}; registry defaults (sweep 0.25 s, coalescing 50 ms); ttl {args.ttl:g} s; {os.cpu_count()} CPUs")
+    print(f"broker {url}; registry defaults (sweep 0.25 s, store writes batched on the leading edge, no fixed window); ttl {args.ttl:g} s; {os.cpu_count()} CPUs")
     try:
         started, stopped = [], []
         for _ in range(args.starts):

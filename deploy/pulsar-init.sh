@@ -9,12 +9,15 @@
 #
 # Every toolreg topic is non-persistent://tg/<namespace>/<name>; shared subscriptions also open
 # throwaway consumers on non-persistent://tg/request/consumer-id-shift, in the request namespace.
+# The exception is tg/state: the replicated config store (--store pulsar) keeps its log, snapshots and
+# locks there, in persistent topics that must be kept without limit (retention -1/-1, set on every run).
 set -eu
 
 ADMIN_URL="${PULSAR_ADMIN_URL:-http://localhost:8080}"
 CLUSTER="${PULSAR_CLUSTER:-standalone}"
 TENANT="tg"
-NAMESPACES="request response notify discovery"
+NAMESPACES="request response notify discovery state"
+UNLIMITED="state"
 ADMIN_BIN="${PULSAR_HOME:-/pulsar}/bin/pulsar-admin"
 
 admin() {
@@ -43,6 +46,12 @@ for name in $NAMESPACES; do
     admin namespaces create "$namespace"
     echo "namespace $namespace: created"
   fi
+  case " $UNLIMITED " in
+    *" $name "*)
+      admin namespaces set-retention "$namespace" --size -1 --time -1
+      echo "namespace $namespace: retention unlimited"
+      ;;
+  esac
   if [ -n "${TOOLREG_ROLE:-}" ]; then
     admin namespaces grant-permission "$namespace" --role "$TOOLREG_ROLE" --actions produce,consume
     echo "namespace $namespace: role $TOOLREG_ROLE may produce and consume"

@@ -4,14 +4,17 @@ Why: production runs on Apache Pulsar, and the embedded pulsar-lite differs from
 it. Tests, benchmarks and the deploy script must meet the real broker.
 
     python scripts/apache_pulsar.py fetch             # download + unpack once, into the cache
-    python scripts/apache_pulsar.py start [--auth] [--dir D]
+    python scripts/apache_pulsar.py start [--auth] [--dir D] [--topicspace tg]
     python scripts/apache_pulsar.py env|status|stop [--dir D]
 
 The server distribution comes from Maven Central (`ARTIFACT`), cached under
 `~/.cache/tool-discovery/apache-pulsar` (or `$TOOLREG_PULSAR_CACHE`), unpacked
 once and reused. A broker's data, configuration, logs and `state.json` live
 in its data directory (a temporary one unless `--dir` is given; a temporary
-one is removed on stop). Python: `ApachePulsar(data_dir, auth=False).start()`.
+one is removed on stop). `--topicspace NAME` (repeatable) also makes tenant NAME
+with the product's namespaces, as deploy/pulsar-init.sh does: `--topicspace tg`
+is what `toolreg up` and the rest use by default. Python:
+`ApachePulsar(data_dir, auth=False).start()`, then `.ensure_topicspace("tg")`.
 Standard library only, so it runs before the project is installed.
 """
 
@@ -21,6 +24,7 @@ import argparse
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -40,7 +44,15 @@ VERSION = "4.0.8"  # newest 4.0.x (LTS, Java 17) whose server distribution Maven
 ARTIFACT = f"org.apache.pulsar:pulsar-server-distribution:{VERSION}:tar.gz:bin"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 CLUSTER = "standalone"
-PRODUCT_NAMESPACES = ("request", "response", "notify", "discovery")  # every topic is <tenant>/<one of these>/<name>
+PRODUCT_NAMESPACES = ("request", "response", "notify", "discovery", "state")  # every topic is <tenant>/<one of these>/<name>
+UNLIMITED_RETENTION = {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
+NAMESPACE_POLICIES: dict[str, dict[str, Any]] = {"state": {"retention": UNLIMITED_RETENTION}}
+"""Policies set on a namespace after it is created (what deploy/pulsar-init.sh sets): the replicated store's log and
+snapshots in `state` must be kept without limit, whoever reads them."""
+DEFAULT_TOPICSPACE = "tg"
+"""The tenant every toolreg process uses unless TOOLREG_TOPICSPACE names another."""
+TOPICSPACE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")
+"""What toolreg accepts as a topicspace (toolservice_base.topics.check_topicspace): a Pulsar tenant name."""
 SUPERUSER = "admin"
 START_TIMEOUT = 180.0
 STOP_TIMEOUT = 30.0
@@ -507,10 +519,36 @@ class ApachePulsar:
         created = []
         for namespace in namespaces:
             self.admin("PUT", f"namespaces/{name}/{namespace}")
+            for policy, value in NAMESPACE_POLICIES.get(namespace, {}).items():
+                self.admin("POST", f"namespaces/{name}/{namespace}/{policy}", value)
             for role in roles:
                 self.admin("POST", f"namespaces/{name}/{namespace}/permissions/{role}", ["produce", "consume"])
             created.append(f"{name}/{namespace}")
         return created
+
+    def ensure_topicspace(self, name: str) -> list[str]:
+        """Tenant `name` with the product's namespaces and their policies, as deploy/pulsar-init.sh makes them.
+
+        Safe to run again: what exists is kept, and the policies are set every time. Returns one line per step.
+        """
+        said = []
+        if name in self.admin("GET", "tenants"):
+            said.append(f"tenant {name}: exists")
+        else:
+            self.admin("PUT", f"tenants/{name}", {"allowedClusters": [CLUSTER], "adminRoles": []})
+            said.append(f"tenant {name}: created (cluster {CLUSTER})")
+        existing = set(self.namespaces(name))
+        for namespace in PRODUCT_NAMESPACES:
+            full = f"{name}/{namespace}"
+            if full in existing:
+                said.append(f"namespace {full}: exists")
+            else:
+                self.admin("PUT", f"namespaces/{full}")
+                said.append(f"namespace {full}: created")
+            for policy, value in NAMESPACE_POLICIES.get(namespace, {}).items():
+                self.admin("POST", f"namespaces/{full}/{policy}", value)
+                said.append(f"namespace {full}: {policy} {'unlimited' if value == UNLIMITED_RETENTION else json.dumps(value)}")
+        return said
 
     def delete_tenant(self, name: str) -> None:
         """Delete a tenant with its namespaces and topics (the broker allows forced deletes)."""
@@ -534,11 +572,26 @@ def _resolve_dir(given: str | None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="apache-pulsar", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="apache-pulsar", description=__doc__.split("\n\n")[0],
+        epilog="For toolreg on it: scripts/apache-pulsar start --topicspace tg, then PULSAR_URL=... toolreg up "
+               "(a broker without the topicspace's namespaces makes toolreg stop with \"no namespace tg/notify\").",
+    )
     parser.add_argument("command", choices=["fetch", "start", "stop", "status", "env"])
     parser.add_argument("--dir", help="data directory (default: a temporary one, removed on stop)")
     parser.add_argument("--auth", action="store_true", help="token authentication and authorization on (start)")
+    parser.add_argument(
+        "--topicspace", action="append", default=[], metavar="NAME",
+        help=f"with start: also create tenant NAME with toolreg's namespaces ({', '.join(PRODUCT_NAMESPACES)}; state kept "
+             f"without limit), as deploy/pulsar-init.sh does; repeatable. `toolreg up` uses {DEFAULT_TOPICSPACE!r} unless "
+             "TOOLREG_TOPICSPACE names another",
+    )
     args = parser.parse_args(argv)
+    if args.topicspace and args.command != "start":
+        parser.error("--topicspace goes with start")
+    bad = [name for name in args.topicspace if not TOPICSPACE_NAME.match(name)]
+    if bad:
+        parser.error(f"--topicspace {bad[0]!r} is not a valid Pulsar tenant name (letters, digits, '-', '_', '.')")
     try:
         if args.command == "fetch":
             print(fetch())
@@ -547,6 +600,9 @@ def main(argv: list[str] | None = None) -> int:
             broker.start()
             cache_dir().mkdir(parents=True, exist_ok=True)
             _current_pointer().write_text(str(broker.data_dir) + "\n")
+            for name in dict.fromkeys(args.topicspace):
+                for line in broker.ensure_topicspace(name):
+                    progress(line)
             print("\n".join(f"{k}={v}" for k, v in broker.env().items()))
         else:
             broker = ApachePulsar.attach(_resolve_dir(args.dir))

@@ -92,7 +92,7 @@ def test_configured_logging_goes_to_stderr_as_structured_events_never_stdout() -
 
 # --- the rooms of the house: which subsystem may import which ------------------------------
 
-SUBSYSTEMS = ("store", "registry", "broker", "web", "mcp", "cli")
+SUBSYSTEMS = ("store", "registry", "broker", "web", "mcp", "cli", "replicas")
 
 
 def _project_imports(path: Path) -> set[str]:
@@ -124,9 +124,11 @@ def _subsystem_edges() -> dict[str, set[str]]:
 def test_store_and_registry_never_import_each_other_and_only_cli_assembles_subsystems() -> None:
     edges = _subsystem_edges()
     assert "registry" not in edges["store"] and "store" not in edges["registry"]
-    # the page renders the registry's overview; mcp serves a ToolSet; broker runs a process
-    assert edges["web"] <= {"registry"} and edges["mcp"] <= set() and edges["broker"] <= set(), edges
-    assert edges["store"] <= set() and edges["registry"] <= set(), edges
+    # the page renders the registry's overview; mcp serves a ToolSet over the web's hardened HTTP server;
+    # broker runs a process; replicas (election, log, membership) know nothing of what they replicate
+    assert edges["web"] <= {"registry"} and edges["mcp"] <= {"web"} and edges["broker"] <= set(), edges
+    assert edges["replicas"] == set(), edges
+    assert edges["store"] <= {"replicas"} and edges["registry"] <= {"replicas"}, edges
     assert {"store", "registry", "broker", "web", "mcp"} <= edges["cli"]
 
 

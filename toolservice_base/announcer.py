@@ -5,15 +5,29 @@ A service's presence on the `tool-descriptors` topic is a lease: it lasts
 through two lost messages; a probe from the registry (after a restart, or when
 it meets a digest it does not know) gets a full `announce` back. A probe
 carrying `refused` is the registry telling this instance that something it
-sent was refused, and why: it is logged (`service.refused`), nothing is sent.
+sent was refused, and why: it is logged (`service.refused`).
+
+A refused instance recovers by itself when the refusal shows that someone
+else took its identity over (without a trust policy, the registry cannot
+tell a forged message naming this instance from a real one): its sequence
+memory was pushed past anything this instance sent, it was withdrawn by a
+withdraw it never sent, or its id is bound to another workspace or service.
+Then it takes a fresh instance id and announces again (`service.instance_renewed`),
+so its lease, and its tools, live on. Any other refusal (a conflict, an
+untrusted key, a replay of its own old message) is only logged: starting
+again would change nothing, or hand a replayer a way to churn it. The
+phrases the registry's refusals use for these cases are made here
+(`replay_refusal`, `withdrawn_refusal`, `bound_refusal`), next to the test
+that reads them (`judge_refusal`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
-from typing import Literal
+from typing import Literal, Self
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -36,8 +50,62 @@ log = get_logger("toolservice_base.announcer")
 
 
 def new_instance_id(service_id: str) -> str:
-    """A fresh id per process start, readable in `toolreg tools` output."""
+    """A fresh id per process start (and per recovery), readable in `toolreg tools` output."""
     return f"{service_id[:100]}-{uuid.uuid4().hex[:12]}"
+
+
+def replay_refusal(sequence: int, last: int) -> str:
+    """The registry's reason for a message whose `sequence` is not after the `last` it remembers."""
+    return f"sequence {sequence} is not after {last} (a replay or out of order)"
+
+
+def withdrawn_refusal(instance: str) -> str:
+    """The registry's reason for a message from an instance that withdrew."""
+    return f"instance {instance} withdrew; nothing it sends is accepted again (a replay)"
+
+
+def bound_refusal(instance: str, service: str, workspace: str, claimed_service: str, claimed_workspace: str) -> str:
+    """The registry's reason for a message claiming a known instance for another service or workspace."""
+    return (
+        f"instance {instance} belongs to service {service!r} in workspace {workspace!r} while its lease lasts; "
+        f"an unverified message may not announce it as service {claimed_service!r} in workspace {claimed_workspace!r}"
+    )
+
+
+_REPLAY = re.compile(r"sequence \d+ is not after (\d+) \(a replay")
+_WITHDRAWN = re.compile(r"instance (\S+) withdrew; nothing it sends")
+_BOUND = re.compile(r"instance (\S+) belongs to service '([^']*)' in workspace '([^']*)' while its lease lasts")
+
+
+Verdict = Literal["takeover", "not-mine", "mine"]
+
+
+def judge_refusal(refused: str, *, instance: str, sequence: int, service: str, workspace: str, withdrawn: bool = False) -> tuple[Verdict, str]:
+    """Whose message a refusal told to `instance` was, and what it shows: a verdict and why.
+
+    `sequence` is the last this instance sent. `takeover`: someone else took
+    its identity over, for the registry remembers a later sequence than it
+    ever sent, saw a withdraw it never sent, or binds its id to another
+    service or workspace; none of these can come from the instance itself.
+    `not-mine`: the refused message was someone else's (a replay of one of its
+    own old messages, or a forgery naming it elsewhere) and nothing of its
+    own was touched. `mine`: anything else (a conflict, an untrusted key...).
+    """
+    if (found := _REPLAY.search(refused)) is not None:
+        last = int(found.group(1))
+        if last > sequence:
+            return "takeover", f"the registry remembers sequence {last} of it, past its own {sequence}"
+        return "not-mine", "a replay of one of its own earlier messages was refused"
+    if (found := _WITHDRAWN.search(refused)) is not None and found.group(1) == instance:
+        if withdrawn:
+            return "mine", ""
+        return "takeover", "the registry saw a withdraw of it that it never sent"
+    if (found := _BOUND.search(refused)) is not None and found.group(1) == instance:
+        bound = (found.group(2), found.group(3))
+        if bound != (service, workspace):
+            return "takeover", f"its id is bound to service {bound[0]!r} in workspace {bound[1]!r}"
+        return "not-mine", "a message naming it for another service or workspace was refused"
+    return "mine", ""
 
 
 class Announcer:
@@ -133,10 +201,29 @@ class Announcer:
             return
         if probe.refused is not None:  # a notice, not a request to re-announce
             if probe.instance == self.instance:
+                verdict, why = judge_refusal(
+                    probe.refused, instance=self.instance, sequence=self._sequence, service=self.service.id,
+                    workspace=self.workspace, withdrawn=self.withdrawn,
+                )
+                if verdict == "not-mine":
+                    log.info("service.refused_other", service=self.service.id, instance=self.instance, reason=probe.refused, note=why)
+                    return
                 log.warning("service.refused", service=self.service.id, instance=self.instance, reason=probe.refused)
+                if verdict == "takeover" and not self.withdrawn:
+                    await self._start_again(why)
             return
         if probe.instance in (None, self.instance) and not self.withdrawn:
             await self._send("announce")
+
+    async def _start_again(self, why: str) -> None:
+        """Someone took this instance's identity over: go on as a fresh instance, announcing at once."""
+        async with self._send_lock:  # no message of the old id goes out after this
+            previous, self.instance, self._sequence = self.instance, new_instance_id(self.service.id), 0
+        log.warning(
+            "service.instance_renewed", service=self.service.id, instance=self.instance, previous=previous, reason=why,
+            note="another sender used this instance's id; announcing again under a fresh one",
+        )
+        await self._send("announce")
 
     async def withdraw(self) -> None:
         """Tell the registry we are going, before the request consumer closes."""
@@ -156,3 +243,10 @@ class Announcer:
         if self._publisher is not None:
             await self._connection.close_publisher(self._publisher)
             self._publisher = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, Self
 
 from pydantic import ValidationError
 
@@ -83,6 +83,13 @@ class ConfigClient:
     async def start(self) -> "ConfigClient":
         await self._rpc.start()
         return self
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def _call(self, request: ConfigRequest, timeout: float | None = None) -> ConfigResponse:
         body = await self._request(request, timeout or self.timeout)

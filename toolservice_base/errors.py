@@ -60,6 +60,31 @@ class RequestTimeout(TransportError, TimeoutError):
     """No (further) response arrived in time."""
 
 
+class ProducerBusy(TransportError):
+    """Another producer holds the topic exclusively; try again later, or wait for it (mode `wait`).
+
+    Retriable: the holder goes away sooner or later (closed, dead, or fenced by a takeover).
+    """
+
+
+class Fenced(TransportError):
+    """A newer exclusive producer took the topic over: this producer may never write there again.
+
+    Not retriable by design: a replica that sees it has been deposed steps down, so the
+    deposed one and its successor never both write (split brain).
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
+
+
+class BrokerUnsupported(TransportError):
+    """The broker lacks a feature the operation needs (pulsar-lite has no exclusive producers); asking again cannot help."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
+
+
 class NoBrokerError(ToolDiscoveryError):
     """No broker is configured and none is running under the data directory."""
 
@@ -177,6 +202,21 @@ class RegistryError(ToolDiscoveryError):
     """The registry could not start; the message says what to do."""
 
 
+# --- replicated state on the broker -----------------------------------------------------
+
+
+class ReplicationError(ToolDiscoveryError):
+    """The replicated log or the election of its writer failed; the message says what to do."""
+
+
+class NotActive(ReplicationError):
+    """Only the active replica writes; this one is a standby (or was deposed). Send the write to the active one."""
+
+
+class NewerFormat(ReplicationError):
+    """The log holds an entry in a format this version cannot read: it stops rather than apply it wrongly. Upgrade."""
+
+
 __all__ = [
     "AnswerTooLarge",
     "AuthenticationFailed",
@@ -185,14 +225,20 @@ __all__ = [
     "BridgeUnavailable",
     "BrokerError",
     "BrokerUnreachable",
+    "BrokerUnsupported",
     "ConfigConflict",
     "ConfigError",
     "ConfigRefused",
+    "Fenced",
     "MessageTooLarge",
+    "NewerFormat",
     "NoBrokerError",
+    "NotActive",
+    "ProducerBusy",
     "RegistryError",
     "RegistryQueryError",
     "RegistryUnavailable",
+    "ReplicationError",
     "RequestTimeout",
     "ServiceDefinitionError",
     "ToolDiscoveryError",

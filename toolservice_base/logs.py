@@ -16,11 +16,12 @@ protocol over stdio).
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Any, TextIO
 
 import structlog
+
+from . import settings
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 LIBRARY_LOGGERS = ("toolservice_base", "discovery", "agent_bridge", "bench")
@@ -62,16 +63,16 @@ def configure_logging(level: str | None = None, *, json: bool | None = None, str
     the defaults, so a deployment can switch to JSON without a code change.
     Calling it again replaces the earlier set-up.
     """
-    name = (level or os.environ.get("TOOLREG_LOG_LEVEL") or "info").lower()
+    name = (level or settings.log_level() or "info").lower()
     out = stream or sys.stderr
     if json is None:
-        fmt = os.environ.get("TOOLREG_LOG_FORMAT", "").lower()
+        fmt = settings.log_format()
         json = fmt == "json" if fmt else not out.isatty()
     renderer: Any
     if json:
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
+        renderer = structlog.dev.ConsoleRenderer(colors=out.isatty() and not settings.no_color())
     formatter = structlog.stdlib.ProcessorFormatter(
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,

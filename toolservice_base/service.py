@@ -230,8 +230,7 @@ class DynamicToolService:
         self.lease_workspace = workspace or type(self).workspace
         key_source = signing_key if signing_key is not None else self.settings.signing_key_file
         self.signing_key = load_private_key(key_source) if isinstance(key_source, (str, Path)) else key_source
-        self.instance = new_instance_id(self.id)
-        """This process's instance id: in its announcements, and on its spans."""
+        self._instance = new_instance_id(self.id)
         self._labels = ToolLabels(self.tool_descriptors)
         self.metrics = (metrics or ServiceMetrics.default()).bind(self.id, self._labels.names)
         self._server: RequestServer | None = None
@@ -243,6 +242,12 @@ class DynamicToolService:
     @property
     def id(self) -> str:
         return self.service_descriptor.id
+
+    @property
+    def instance(self) -> str:
+        """This instance's id: in its announcements, and on its spans. Fresh per process; the announcer
+        takes a fresh one when the registry shows another sender took this one over (`announcer`)."""
+        return self.announcer.instance if self.announcer is not None else self._instance
 
     def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> Any:
         """Answer one call: override as `async def` returning a value, or as an async generator to stream.
@@ -350,7 +355,7 @@ class DynamicToolService:
                     workspace=self.lease_workspace,
                     version=type(self).version,
                     signing_key=self.signing_key,
-                    instance=self.instance,
+                    instance=self._instance,
                 )
                 await announcer.start()
                 stack.push_async_callback(announcer.stop)

@@ -1,10 +1,16 @@
 """Test your own tool service with no broker: `ServiceHarness`.
 
     from toolservice_base.testing import ServiceHarness
+    from toolservice_base.examples.countdown import CountdownService
+    from toolservice_base.examples.joke import JokeService
 
     async with ServiceHarness(JokeService) as h:
         assert "cats" in await h.invoke("tell-joke", {"topic": "cats"})
+    async with ServiceHarness(CountdownService) as h:
         chunks = [c async for c in h.stream("countdown", {"start": 3})]
+
+In a pytest test, that needs pytest-asyncio (`pip install 'tool-discovery[testing]'`) and the test marked
+`@pytest.mark.asyncio` (or `asyncio_mode = "auto"`); the README has a complete test file.
 
 The harness runs the service on the in-memory transport and calls it through
 the real request path: a `ToolServiceRequest` with the tool's config values

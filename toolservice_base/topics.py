@@ -5,9 +5,12 @@ same idea as TrustGraph's `topicspace`); `TOOLREG_TOPICSPACE` changes it, so
 several deployments, or tests, share one Apache Pulsar cluster. A transport
 carries the `Topics` of the topicspace it was opened for.
 
-Every topic is non-persistent: requests, responses, pushes and announcements
-are soft state (a lost one is retried, refetched or re-announced), and the
-durable truth lives in the config store's SQLite file.
+Requests, responses, pushes and announcements are non-persistent: soft state
+(a lost one is retried, refetched or re-announced). The durable truth lives in
+the config store: its SQLite file, or, with the `pulsar` backend, persistent
+topics of the `state` namespace (a log, its snapshots, the locks that elect
+the one writer), which keeps them without limit (deploy/pulsar-init.sh sets
+its retention).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 
 DEFAULT_TOPICSPACE = "tg"
 _TENANT = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")
-NAMESPACES = ("request", "response", "notify", "discovery")
+NAMESPACES = ("request", "response", "notify", "discovery", "state")
 """The namespaces the product uses inside its topicspace (deploy/pulsar-init.sh creates them)."""
 
 
@@ -38,6 +41,9 @@ class Topics:
 
     def _topic(self, namespace: str, name: str) -> str:
         return f"non-persistent://{self.topicspace}/{namespace}/{name}"
+
+    def _persistent(self, namespace: str, name: str) -> str:
+        return f"persistent://{self.topicspace}/{namespace}/{name}"
 
     @property
     def config_request(self) -> str:
@@ -66,6 +72,31 @@ class Topics:
     @property
     def registry_response(self) -> str:
         return self._topic("response", "tool-registry")
+
+    @property
+    def state_log(self) -> str:
+        """The config store's replicated log: every write, in order, kept without limit."""
+        return self._persistent("state", "config-log")
+
+    @property
+    def state_snapshot(self) -> str:
+        """Snapshots of the config store (chunks, then a manifest naming the log position they cover)."""
+        return self._persistent("state", "config-snapshot")
+
+    @property
+    def state_lock(self) -> str:
+        """The config store replicas' lock: whoever holds its exclusive producer is the one writer."""
+        return self._persistent("state", "config-lock")
+
+    @property
+    def registry_lock(self) -> str:
+        """The registry replicas' lock: whoever holds its exclusive producer is the active registry."""
+        return self._persistent("state", "registry-lock")
+
+    @property
+    def state_members(self) -> str:
+        """Every replica's status, once a second (`toolreg replicas`); soft state, so non-persistent."""
+        return self._topic("state", "members")
 
     def request_queue(self, service_id: str) -> str:
         """The default request queue of a tool service."""

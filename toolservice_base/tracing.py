@@ -24,7 +24,6 @@ What is traced:
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
@@ -35,6 +34,7 @@ from opentelemetry.trace import Link, ProxyTracerProvider, Span, SpanContext, Sp
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from toolservice_base.rpc.wire import TOOL
+from toolservice_base.settings import tracer_provider_named
 
 SCOPE = "tool-discovery"
 TRACEPARENT = "traceparent"
@@ -47,7 +47,7 @@ MAX_LINKS = 32
 _PROPAGATOR = TraceContextTextMapPropagator()
 _override: trace.TracerProvider | None = None
 _cached: tuple[trace.TracerProvider, Tracer] | None = None
-_READ_GLOBAL = hasattr(trace, "_TRACER_PROVIDER") and "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ
+_READ_GLOBAL = hasattr(trace, "_TRACER_PROVIDER") and not tracer_provider_named()
 """Read the API's global directly: `get_tracer_provider()` looks up an environment variable on every call
 (1.4 us, measured), which would be most of what an untraced call pays here. Where the API differs, or the
 provider is named by that variable, the public function is used."""

@@ -20,6 +20,7 @@ from typing import NoReturn, TypeVar
 
 from toolservice_base.errors import BrokerError
 from toolservice_base.logs import get_logger
+from toolservice_base.tasks import cancel_and_wait
 
 from .embedded import EmbeddedBroker
 
@@ -76,9 +77,7 @@ class BrokerSupervisor:
         try:
             yield task
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, BrokerError):
-                await task
+            await cancel_and_wait(task)  # still watching or given up: over either way (the watcher reads a give-up)
 
     async def run(self) -> NoReturn:
         while True:

@@ -34,6 +34,27 @@ from toolservice_base.transport import open_transport
 from .common import CommandError, settings_of, wait_for_signal
 
 MAX_TTL = 3600.0
+"""The longest lease an announcement may ask for (the `Announcement` model's bound)."""
+MIN_TTL = 1.0
+"""The shortest lease `--ttl` takes: heartbeats go every ttl/3, so less would mean several messages a second from
+every instance, and a lease that a garbage-collection pause or a broker hiccup ends."""
+
+
+def check_ttl(ttl: float, option: str = "--ttl") -> float:
+    """`ttl` if it is a lease length the registry takes and the broker can bear; else a one-line `CommandError`.
+
+    Checked before anything starts: a bad value used to surface as a traceback once the service had subscribed.
+    """
+    if ttl != ttl:  # nan: no comparison is true of it
+        raise CommandError(f"{option} must be a number of seconds from {MIN_TTL:g} to {MAX_TTL:g}, got nan")
+    if ttl <= 0 or ttl > MAX_TTL:
+        raise CommandError(f"{option} must be more than 0 and at most {MAX_TTL:g} seconds, got {ttl:g}")
+    if ttl < MIN_TTL:
+        raise CommandError(
+            f"{option} must be at least {MIN_TTL:g} second, got {ttl:g}: heartbeats go every ttl/3, so a shorter lease "
+            "floods the broker and expires at the first pause"
+        )
+    return ttl
 
 
 def read_json(path: str, what: str) -> Any:
@@ -65,8 +86,7 @@ def load_offer(service_path: str, tools_path: str, topics: Topics = DEFAULT_TOPI
 
 
 def check_options(args: argparse.Namespace) -> None:
-    if not 0 < args.ttl <= MAX_TTL:
-        raise CommandError(f"--ttl must be more than 0 and at most {MAX_TTL:g} seconds, got {args.ttl:g}")
+    check_ttl(args.ttl)
     try:
         check_name(args.workspace, "workspace")
     except ValueError as exc:
@@ -112,7 +132,7 @@ def add_command(subparsers: Any, common_parent: argparse.ArgumentParser) -> None
                           help="the tool-service descriptor (id, request-queue, response-queue, config-params)")
     announce.add_argument("--tools", required=True, metavar="TOOLS.JSON",
                           help="a JSON list of its tool descriptors ('type' and 'service' may be left out)")
-    announce.add_argument("--ttl", type=float, default=DEFAULT_TTL, help=f"lease length in seconds (default {DEFAULT_TTL:g})")
+    announce.add_argument("--ttl", type=float, default=DEFAULT_TTL, help=f"lease length in seconds, {MIN_TTL:g} to {MAX_TTL:g} (default {DEFAULT_TTL:g})")
     announce.add_argument("--workspace", default="default", help="workspace the tools belong to (default: default)")
     announce.add_argument("--signing-key", default=None, metavar="PATH",
                           help="Ed25519 private key to sign announcements with (env TOOLREG_SIGNING_KEY; make one with `toolreg keygen`)")

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from agent_bridge import BadArguments, ToolError, ToolSet
+from agent_bridge import BadArguments, BridgeUnavailable, ToolError, ToolServiceImpl, ToolSet
 from toolservice_base import RequestTimeout, configure_logging
 
-from .common import CommandError, fail, settings_of
+from .common import CommandError, fail, settings_of, waiting_for
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds `toolreg call` waits for the whole answer (the agent bridge's own default per call)."""
+STORE_WAIT = 3.0
+"""Seconds it waits for the config store before it loads the snapshot or --static-dir (the ToolSet's default)."""
+SUGGESTIONS = 5
 
 
 def parse_arguments(pairs: list[str], types: dict[str, str]) -> dict[str, Any]:
@@ -31,32 +39,87 @@ def parse_arguments(pairs: list[str], types: dict[str, str]) -> dict[str, Any]:
     return result
 
 
+def resolve(tools: ToolSet, name: str) -> str:
+    """The tool's own name for `name`, which may be the form `as_openai_tools` gives it (`acme_search` for `acme.search`)."""
+    if name in tools:
+        return name
+    mapped: dict[str, str] = {spec["function"]["name"]: own["name"] for own, spec in zip(tools.describe(), tools.as_openai_tools())}
+    if name in mapped:
+        return mapped[name]
+    skipped = tools.problems
+    if name in skipped:
+        raise CommandError(f"tool {name!r} is in workspace {tools.workspace!r} but agents skip it: {skipped[name]}")
+    names = tools.names()
+    close = difflib.get_close_matches(name, [*names, *skipped], n=SUGGESTIONS)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise CommandError(f"no tool {name!r} in workspace {tools.workspace!r} ({len(names)} tool(s){hint}); `toolreg tools` lists them")
+
+
+def flag_names(error: BridgeUnavailable) -> str:
+    """The bridge's message, with its Python keyword `static_dir` said as the flag a command-line user passes.
+
+    Shared by every command that opens a `ToolSet` with `--static-dir` (`call`, `mcp`).
+    """
+    return str(error).replace("pass static_dir=<dir", "pass --static-dir <dir").replace("no static_dir given", "no --static-dir given")
+
+
+def _what_answers(tools: ToolSet, name: str) -> str:
+    impl = tools.get(name)
+    if isinstance(impl, ToolServiceImpl):
+        return f"{name}'s service {impl.service.id!r} to answer on {impl.service.request_queue} (is it running?)"
+    return f"{name} to answer"
+
+
 async def cmd_call(args: argparse.Namespace) -> int:
     if getattr(args, "log_level", None) is None:
         configure_logging("warning")  # stdout is the observation; say --log-level info to see the bridge's events
 
     settings = settings_of(args)
     static_dir = Path(args.static_dir) if args.static_dir else None
-    async with ToolSet(workspace=args.workspace, settings=settings, static_dir=static_dir) as tools:
-        if args.tool not in tools.names():
-            available = ", ".join(sorted(tools.names())) or "none"
-            return fail(f"no tool {args.tool!r} in workspace {args.workspace!r} (available: {available})")
-        spec = next(d for d in tools.describe() if d["name"] == args.tool)
-        types = {name: prop.get("type", "string") for name, prop in spec["parameters"]["properties"].items()}
-        arguments = parse_arguments(args.arguments, types)
-        try:
-            async for chunk in tools.stream(args.tool, arguments, user=args.user):
-                sys.stdout.write(chunk)
-                sys.stdout.flush()
-        except BadArguments as exc:
-            usage = " ".join(f"{name}=<{kind}>" for name, kind in types.items()) or "no arguments"
-            return fail(f"{exc.message}; it takes: {usage}")
-        except ToolError as exc:
-            print(file=sys.stdout)
-            return fail(f"{args.tool} failed: {exc}")
-        except RequestTimeout:
-            return fail(f"{args.tool}: no answer from its service; is it running (toolreg serve ...)?")
+    timeout = args.timeout
+    tools = ToolSet(
+        workspace=args.workspace, settings=settings, static_dir=static_dir,
+        store_timeout=min(STORE_WAIT, timeout), call_timeout=timeout,
+    )
+    try:
+        with waiting_for(f"the tools of workspace {args.workspace!r} from the config store"):
+            await tools.start()
+    except BridgeUnavailable as exc:
+        raise CommandError(flag_names(exc)) from None
+    try:
+        return await _call(args, tools)
+    finally:
+        await tools.close()
+
+
+async def _call(args: argparse.Namespace, tools: ToolSet) -> int:
+    name = resolve(tools, args.tool)
+    spec = next(d for d in tools.describe() if d["name"] == name)
+    types = {arg: prop.get("type", "string") for arg, prop in spec["parameters"]["properties"].items()}
+    arguments = parse_arguments(args.arguments, types)
+    chunks: list[str] = []
+    try:
+        with ExitStack() as notice:
+            notice.enter_context(waiting_for(_what_answers(tools, name)))
+            async for chunk in tools.stream(name, arguments, user=args.user):
+                notice.close()  # it answers: nothing more to wait for
+                chunks.append(chunk)
+                if not args.json:
+                    sys.stdout.write(chunk)
+                    sys.stdout.flush()
+    except BadArguments as exc:
+        usage = " ".join(f"{arg}=<{kind}>" for arg, kind in types.items()) or "no arguments"
+        return fail(f"{exc.message}; it takes: {usage}")
+    except ToolError as exc:
+        if chunks and not args.json:
+            print()  # end the partial observation's line before the error's
+        return fail(f"{name} failed: {exc}")
+    except RequestTimeout:
+        if chunks and not args.json:
+            print()
+        return fail(f"{name}: no answer from its service within {args.timeout:g}s; is it running (toolreg serve ...)?")
+    if args.json:
+        print(json.dumps({"tool": name, "workspace": args.workspace, "observation": "".join(chunks)}))
+    else:
         print()
     return 0
-
-

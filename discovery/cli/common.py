@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import fcntl
 import importlib
+import math
 import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
-from toolservice_base import Settings, ToolDiscoveryError
+from toolservice_base import Settings, ToolDiscoveryError, Transport, open_transport
+from toolservice_base.transport import broker_unreachable
 
 
 class CommandError(ToolDiscoveryError):
@@ -31,6 +36,74 @@ def fail(message: str) -> int:
 
 def settings_of(args: argparse.Namespace) -> Settings:
     return Settings.from_env(data_dir=getattr(args, "data_dir", None), topicspace=getattr(args, "topicspace", None))
+
+
+NOTICE_AFTER = 1.0
+"""Seconds a command waits in silence before it says, on a terminal, what it is waiting for."""
+
+
+@contextlib.contextmanager
+def waiting_for(what: str, after: float = NOTICE_AFTER) -> Iterator[None]:
+    """On a terminal, say on stderr what the command is waiting for once the wait has lasted `after` seconds.
+
+    Off a terminal (a pipe, a log, a test) nothing is said: the outcome's own
+    line is enough there.
+    """
+    if not sys.stderr.isatty():
+        yield
+        return
+    handle = asyncio.get_running_loop().call_later(after, lambda: print(f"toolreg: waiting for {what}...", file=sys.stderr, flush=True))
+    try:
+        yield
+    finally:
+        handle.cancel()
+
+
+class Deadline:
+    """A command's `--timeout`: one budget for connecting to the broker and waiting for the answer."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._end = time.monotonic() + seconds
+
+    def left(self, floor: float = 0.1) -> float:
+        """Seconds left, but never less than `floor`: a step that has begun gets a moment to answer."""
+        return max(floor, self._end - time.monotonic())
+
+
+async def connect(args: argparse.Namespace, deadline: Deadline) -> Transport:
+    """The broker connection of a command with a `--timeout`: fails in one line within it when the broker is not there.
+
+    pulsar-client would retry an absent broker for its whole operation timeout
+    (10 s), so the broker's address is tried first, within the deadline, and
+    every broker operation after is bounded by what is left of it.
+    """
+    settings = settings_of(args)
+    url = settings.resolve_pulsar_url()
+    with waiting_for(f"the broker at {url}"):
+        reason = await broker_unreachable(url, deadline.left())
+    if reason is not None:
+        raise CommandError(reason)
+    bounded = dataclasses.replace(settings, operation_timeout=max(1, math.ceil(deadline.left())))
+    return await open_transport(bounded, url=url)
+
+
+async def opened(start: Awaitable[Any], url: str, queues: str, deadline: Deadline) -> None:
+    """Await `start` (a client subscribing and opening producers) within the deadline, or fail in one line.
+
+    pulsar-client gives a broker that accepts TCP but never answers its own
+    connection timeout (5 s) before the operation timeout starts; the deadline
+    is the user's, so it is kept here.
+    """
+    with waiting_for(f"the broker at {url} (opening {queues})"):
+        try:
+            async with asyncio.timeout(deadline.left()):
+                await start
+        except TimeoutError:
+            raise CommandError(
+                f"the broker at {url} accepts connections but did not open {queues} within {deadline.seconds:g}s; "
+                "is it a Pulsar broker, and is it overloaded or refusing our token (PULSAR_AUTH_TOKEN)?"
+            ) from None
 
 
 async def wait_for_signal(*watched: asyncio.Future[Any]) -> None:

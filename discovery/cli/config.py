@@ -8,9 +8,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
-from toolservice_base import ConfigClient, RequestTimeout, open_transport
+from toolservice_base import ConfigClient, RequestTimeout
 
-from .common import CommandError, fail, settings_of
+from .common import CommandError, Deadline, connect, fail, opened, waiting_for
 
 
 def split_item(ref: str) -> tuple[str, str]:
@@ -21,19 +21,26 @@ def split_item(ref: str) -> tuple[str, str]:
 
 
 async def with_config(args: argparse.Namespace, action: Callable[[ConfigClient], Awaitable[int]]) -> int:
+    """Run `action` on a config client; `--timeout` bounds it all, connecting to the broker included."""
+    deadline = Deadline(args.timeout)
     async with AsyncExitStack() as stack:
-        connection = await open_transport(settings_of(args))
+        connection = await connect(args, deadline)
         stack.push_async_callback(connection.close)
         client = ConfigClient(connection, workspace=args.workspace, timeout=args.timeout)
         stack.push_async_callback(client.close)
+        await opened(client.start(), connection.url, "the config store's queues", deadline)
+        client.timeout = deadline.left(floor=min(1.0, args.timeout))
         try:
-            return await action(client)
+            with waiting_for("the config store to answer (is `toolreg up` running?)"):
+                return await action(client)
         except RequestTimeout:
             raise CommandError(f"the config store did not answer within {args.timeout:g}s; is `toolreg up` running?") from None
 
 
 async def cmd_config_put(args: argparse.Namespace) -> int:
     item_type, key = split_item(args.item)
+    if args.value is None and sys.stdin.isatty():
+        print("toolreg: reading the value from stdin; end with Ctrl-D (or pass --value)", file=sys.stderr, flush=True)
     value = args.value if args.value is not None else sys.stdin.read()
     if not value.strip():
         raise CommandError("no value: pass --value or pipe it on stdin")
@@ -65,7 +72,11 @@ async def cmd_config_get(args: argparse.Namespace) -> int:
 
 async def cmd_config_list(args: argparse.Namespace) -> int:
     async def listing(client: ConfigClient) -> int:
-        for key in await client.list(args.type):
+        keys = await client.list(args.type)
+        if getattr(args, "json", False):
+            print(json.dumps(keys, indent=2))
+            return 0
+        for key in keys:
             print(key)
         return 0
 

@@ -45,6 +45,10 @@ def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
                           "port 0 picks a free one)")
     mcp.add_argument("--token-file", default=None, metavar="PATH",
                      help=f"with --http, require `Authorization: Bearer <token>` with the token in this file (env {TOKEN_ENV})")
+    mcp.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                     help="with --http, also answer to this Host name (a DNS name clients reach a non-loopback address by); "
+                          "the bound address, and on loopback localhost, always are. Any other Host or Origin gets 403 "
+                          "(DNS-rebinding defence)")
     mcp.add_argument("--tools", action="extend", nargs="+", default=[], metavar="PATTERN",
                      help="serve only tools whose name matches one of these shell patterns (default: all)")
     mcp.add_argument("--exclude", action="extend", nargs="+", default=[], metavar="PATTERN",
@@ -127,6 +131,8 @@ async def _serve(args: argparse.Namespace) -> int:
     from discovery.mcp.server import McpFront
     from discovery.mcp.transports import StdinLines, http_server, serve_streams
 
+    from .call import flag_names
+
     try:
         check_name(args.workspace, "workspace")
     except ValueError as exc:
@@ -157,19 +163,24 @@ async def _serve(args: argparse.Namespace) -> int:
                 static_dir=Path(args.static_dir) if args.static_dir else None,
             ))
         except BridgeUnavailable as exc:
-            raise CommandError(str(exc)) from None
+            raise CommandError(flag_names(exc)) from None
         front = McpFront(tools, include=args.tools, exclude=args.exclude, user=args.user)
-        log.info("mcp.serving", workspace=tools.workspace, tools=len(front.listing().tools), source=tools.source,
-                 version=tools.version, transport="stdio" if address is None else "http")
+
+        def serving(**where: str) -> None:  # said once it does: for HTTP, after the port is bound
+            log.info("mcp.serving", workspace=tools.workspace, tools=len(front.listing().tools), source=tools.source,
+                     version=tools.version, **where)
+
         if streams is not None:
+            serving(transport="stdio")
             await _until_signal(serve_streams(front, *streams))
         else:
             assert address is not None
             try:
-                server = http_server(front, *address, token=token)
+                server = http_server(front, *address, token=token, allowed_hosts=args.allow_host)
                 endpoint = await stack.enter_async_context(server)
             except OSError as exc:
                 raise CommandError(str(exc)) from None
+            serving(transport="http", endpoint=endpoint)
             print(f"mcp           {endpoint}{' (bearer token required)' if token else ''}", flush=True)
             await wait_for_signal()
     return 0

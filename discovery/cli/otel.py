@@ -14,37 +14,31 @@ installed: one warning saying what to install, and the command runs untraced.
 
 from __future__ import annotations
 
-import os
 from importlib.metadata import entry_points
 from typing import Any
 
 from toolservice_base.logs import get_logger
+from toolservice_base.settings import TracingEnv
 
 log = get_logger("discovery.cli")
 
-EXPORTER_ENV = "OTEL_TRACES_EXPORTER"
-ENDPOINT_ENVS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_PROTOCOL"
-DISABLED_ENV = "OTEL_SDK_DISABLED"
-SERVICE_NAME_ENV = "OTEL_SERVICE_NAME"
 
-
-def exporter_names() -> list[str]:
+def exporter_names(env: TracingEnv | None = None) -> list[str]:
     """The exporters asked for: `OTEL_TRACES_EXPORTER` (comma-separated), else `otlp` when an OTLP endpoint is set."""
-    if os.environ.get(DISABLED_ENV, "").strip().lower() == "true":
+    env = env or TracingEnv.from_env()
+    if env.sdk_disabled:
         return []
-    names = [name.strip() for name in os.environ.get(EXPORTER_ENV, "").split(",") if name.strip()]
-    if not names and any(os.environ.get(env, "").strip() for env in ENDPOINT_ENVS):
+    names = [name.strip() for name in env.traces_exporter.split(",") if name.strip()]
+    if not names and env.otlp_endpoint:
         names = ["otlp"]
     return [] if names == ["none"] else [name for name in names if name != "none"]
 
 
-def _entry_point_name(name: str) -> str:
+def _entry_point_name(name: str, env: TracingEnv) -> str:
     """`otlp` is the spec's name; the installed exporters register by protocol."""
     if name != "otlp":
         return name
-    protocol = os.environ.get(PROTOCOL_ENV, "").strip() or "http/protobuf"
-    return "otlp_proto_grpc" if protocol == "grpc" else "otlp_proto_http"
+    return "otlp_proto_grpc" if env.otlp_protocol == "grpc" else "otlp_proto_http"
 
 
 def configure_tracing(default_service_name: str) -> str | None:
@@ -52,7 +46,8 @@ def configure_tracing(default_service_name: str) -> str | None:
 
     Never raises: tracing is never a reason for a command to fail.
     """
-    names = exporter_names()
+    env = TracingEnv.from_env()
+    names = exporter_names(env)
     if not names:
         return None
     try:
@@ -70,7 +65,7 @@ def configure_tracing(default_service_name: str) -> str | None:
     available = {point.name: point for point in entry_points(group="opentelemetry_traces_exporter")}
     exporters: list[Any] = []
     for name in names:
-        point = available.get(_entry_point_name(name))
+        point = available.get(_entry_point_name(name, env))
         if point is None:
             log.warning("otel.exporter_missing", exporter=name, installed=sorted(available), fix="install the exporter's package or change OTEL_TRACES_EXPORTER")
             continue
@@ -80,7 +75,7 @@ def configure_tracing(default_service_name: str) -> str | None:
             log.warning("otel.exporter_failed", exporter=name, error=f"{type(exc).__name__}: {exc}")
     if not exporters:
         return None
-    attributes = {} if os.environ.get(SERVICE_NAME_ENV) else {"service.name": default_service_name}
+    attributes = {} if env.service_name else {"service.name": default_service_name}
     provider = TracerProvider(resource=Resource.create(attributes))
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))

@@ -1,4 +1,5 @@
-"""The registry's `toolreg` commands: `registry`, `tools`, `rejections`, `conflicts`, `release`.
+"""The registry's `toolreg` commands: `registry`, `tools`, `rejections`, `conflicts`, `release`,
+and for pinned definitions `pending`, `approve`, `reject`.
 
 Each handler is an `async def (args) -> int`. Anything a user can get wrong
 (no broker, no registry, no store) ends as one line on stderr and exit
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -18,14 +20,19 @@ from typing import Any
 
 from discovery.registry.client import DEFAULT_TIMEOUT, RegistryClient
 from discovery.registry.options import RegistryOptions
+from discovery.registry.protocol import PendingChange
 from discovery.registry.trust import TRUST_POLICY_ENV, PolicyError, policy_from
 from discovery.registry.validation import DEFAULT_MAX_SKEW
-from toolservice_base import open_transport
+from toolservice_base.errors import RegistryUnavailable
 
-from .common import CommandError, lazy, settings_of
+from .common import CommandError, Deadline, connect, lazy, opened, settings_of, waiting_for
 
 ALLOWED_NAMESPACES_ENV = "TOOLREG_ALLOWED_NAMESPACES"
 MAX_CLOCK_SKEW_ENV = "TOOLREG_MAX_CLOCK_SKEW"
+PIN_DEFINITIONS_ENV = "TOOLREG_PIN_DEFINITIONS"
+SHORT = 12
+"""Hex digits of a definition digest shown in tables; `--digest` takes 8 or more."""
+_HEX = re.compile(r"^[0-9a-f]{8,64}$")
 
 
 def add_registry_options(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +50,11 @@ def add_registry_options(parser: argparse.ArgumentParser) -> None:
         "--max-clock-skew", type=float, default=None, metavar="SECONDS",
         help=f"refuse announcements whose sent-at is further than this from the registry's clock (env {MAX_CLOCK_SKEW_ENV}; "
         f"default {DEFAULT_MAX_SKEW:g})",
+    )
+    parser.add_argument(
+        "--pin-definitions", action="store_true", default=None,
+        help="pin each announced tool's definition when first accepted; a changed definition is held until "
+        f"`toolreg approve` (env {PIN_DEFINITIONS_ENV}=1, or \"pin-definitions\": true in the trust policy)",
     )
 
 
@@ -65,8 +77,12 @@ def registry_options(args: argparse.Namespace) -> RegistryOptions:
             skew = float(text) if text else DEFAULT_MAX_SKEW
         except ValueError:
             raise CommandError(f"{MAX_CLOCK_SKEW_ENV}={text!r} is not a number of seconds") from None
+    pin = bool(getattr(args, "pin_definitions", None)) or os.environ.get(PIN_DEFINITIONS_ENV, "").lower() in ("1", "true", "yes")
     try:
-        return RegistryOptions(trust=trust, allowed_namespaces=tuple(namespaces), max_clock_skew=skew)
+        return RegistryOptions(
+            trust=trust, allowed_namespaces=tuple(namespaces), max_clock_skew=skew,
+            pin_definitions=pin or bool(getattr(trust, "pin_definitions", False)), auto_approve=getattr(trust, "auto_approve", None),
+        )
     except ValueError as exc:
         raise CommandError(str(exc)) from None
 
@@ -76,20 +92,40 @@ def trust_line(options: RegistryOptions) -> str:
     namespaces = ", ".join(options.allowed_namespaces or ())
     trust = options.trust
     if trust is None:
-        return f"no trust policy: every valid announcement is accepted, signed or not (--trust-policy PATH to require signatures); queues in {namespaces}"
+        return (
+            "no trust policy: every valid announcement is accepted, signed or not (--trust-policy PATH to require signatures); "
+            f"queues in {namespaces}{_pinning_note(options)}"
+        )
     where = getattr(trust, "path", None)
     keys = len(getattr(trust, "keys", ()))
-    return f"trust policy {where or '(in memory)'}: {keys} key(s); only their signed announcements are accepted; queues in {namespaces}"
+    line = f"trust policy {where or '(in memory)'}: {keys} key(s); only their signed announcements are accepted; queues in {namespaces}"
+    return line + _pinning_note(options)
+
+
+def _pinning_note(options: RegistryOptions) -> str:
+    if not options.pin_definitions:
+        return ""
+    auto = f"; auto-approve {options.auto_approve}" if options.auto_approve else ""
+    return f"; definitions pinned: a changed one waits for `toolreg approve`{auto}"
 
 
 async def _query(args: argparse.Namespace, action: Callable[[RegistryClient], Awaitable[int]]) -> int:
+    """Run `action` on a registry client; `--timeout` bounds it all, connecting to the broker included."""
+    deadline = Deadline(args.timeout)
     async with AsyncExitStack() as stack:
-        connection = await open_transport(settings_of(args))
+        connection = await connect(args, deadline)
         stack.push_async_callback(connection.close)
         client = RegistryClient(connection, timeout=args.timeout)
         stack.push_async_callback(client.close)
-        await client.start()
-        return await action(client)
+        await opened(client.start(), connection.url, "the registry's queues", deadline)
+        client.timeout = deadline.left(floor=min(1.0, args.timeout))
+        try:
+            with waiting_for("the registry to answer (is `toolreg up` or `toolreg registry` running?)"):
+                return await action(client)
+        except RegistryUnavailable:
+            raise RegistryUnavailable(
+                f"the registry did not answer within {args.timeout:g}s; run `toolreg up` or `toolreg registry`"
+            ) from None
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -128,15 +164,19 @@ async def cmd_tools(args: argparse.Namespace) -> int:
                 "they come back if their heartbeats resume, or run `toolreg release` to remove them",
                 file=sys.stderr,
             )
+        headers = ["TOOL", "SERVICE", "SOURCE", "STATUS", "INSTANCES", "LAST HEARTBEAT", "WHY"]
         rows = [
-            (
+            [
                 t.name, t.service or "-", t.source, t.status, str(t.instances) if t.source == "announced" else "-",
                 _age(t.last_heartbeat_age), t.detail,
-            )
+            ]
             for t in listing.tools
         ]
-        return _show(args, listing.tools, f"no tools in workspace {args.workspace or 'default'!r}",
-                     ("TOOL", "SERVICE", "SOURCE", "STATUS", "INSTANCES", "LAST HEARTBEAT", "WHY"), rows)
+        if listing.pinning:  # the pinned digest, before WHY (--json always has `digest`)
+            headers.insert(6, "DIGEST")
+            for row, t in zip(rows, listing.tools):
+                row.insert(6, (t.digest or "-")[:SHORT])
+        return _show(args, listing.tools, f"no tools in workspace {args.workspace or 'default'!r}", headers, rows)
 
     return await _query(args, action)
 
@@ -156,9 +196,10 @@ async def cmd_rejections(args: argparse.Namespace) -> int:
 
 async def cmd_conflicts(args: argparse.Namespace) -> int:
     async def action(client: RegistryClient) -> int:
-        conflicts = await client.conflicts()
+        conflicts = [c for c in await client.conflicts() if args.workspace is None or c.workspace == args.workspace]
         rows = [(c.tool, c.service, c.held_by, c.workspace, c.reason) for c in conflicts]
-        return _show(args, conflicts, "no conflicts", ("TOOL", "REFUSED FOR", "HELD BY", "WORKSPACE", "REASON"), rows)
+        empty = "no conflicts" if args.workspace is None else f"no conflicts in workspace {args.workspace!r}"
+        return _show(args, conflicts, empty, ("TOOL", "REFUSED FOR", "HELD BY", "WORKSPACE", "REASON"), rows)
 
     return await _query(args, action)
 
@@ -175,15 +216,93 @@ async def cmd_release(args: argparse.Namespace) -> int:
     return await _query(args, action)
 
 
+async def cmd_pending(args: argparse.Namespace) -> int:
+    async def action(client: RegistryClient) -> int:
+        found = await client.pending()
+        changes = [c for c in found.changes if args.workspace is None or c.workspace == args.workspace]
+        if args.json:
+            print(json.dumps([change.model_dump(mode="json") for change in changes], indent=2))
+            return 0
+        if not changes:
+            where = "" if args.workspace is None else f" in workspace {args.workspace!r}"
+            off = "" if found.pinning else " (this registry does not pin definitions: start it with --pin-definitions)"
+            print(f"no pending definition changes{where}{off}")
+            return 0
+        now = time.time()
+        rows = [
+            (c.tool, c.service, c.workspace, c.pinned[:SHORT], c.offered[:SHORT], c.version or "-", c.signer or "-",
+             _age(now - c.first_seen), _age(now - c.last_seen))
+            for c in changes
+        ]
+        print(_table(("TOOL", "SERVICE", "WORKSPACE", "PINNED", "OFFERED", "VERSION", "SIGNER", "FIRST SEEN", "LAST SEEN"), rows))
+        for change in changes:
+            print()
+            print(_decision_help(change))
+            print(change.diff)
+        return 0
+
+    return await _query(args, action)
+
+
+def _decision_help(change: PendingChange) -> str:
+    workspace = "" if change.workspace == "default" else f" --workspace {change.workspace}"
+    return (
+        f"# {change.tool} ({change.service}, workspace {change.workspace}): pinned {change.pinned[:SHORT]}, offered {change.offered[:SHORT]}\n"
+        f"#   toolreg approve {change.tool} --digest {change.offered[:SHORT]}{workspace}    or    toolreg reject {change.tool}{workspace}"
+    )
+
+
+def _digest_arg(args: argparse.Namespace) -> str | None:
+    digest: str | None = args.digest
+    if digest is None:
+        return None
+    digest = digest.strip().lower()
+    if not _HEX.match(digest):
+        raise CommandError(f"--digest {args.digest!r} is not a definition digest: 8 to 64 hex digits, as `toolreg pending` shows them")
+    return digest
+
+
+async def cmd_approve(args: argparse.Namespace) -> int:
+    digest = _digest_arg(args)
+
+    async def action(client: RegistryClient) -> int:
+        decision = await client.approve(args.tool, args.workspace, digest)
+        change = decision.change
+        done = "agents see it now" if decision.applied else "it is being written to the store"
+        print(f"approved {change.tool}: pinned {change.offered[:SHORT]} (was {change.pinned[:SHORT]}); {done}")
+        return 0
+
+    return await _query(args, action)
+
+
+async def cmd_reject(args: argparse.Namespace) -> int:
+    digest = _digest_arg(args)
+
+    async def action(client: RegistryClient) -> int:
+        change = (await client.reject(args.tool, args.workspace, digest)).change
+        print(
+            f"rejected {change.offered[:SHORT]} for {change.tool}: it stays pinned at {change.pinned[:SHORT]}; "
+            f"announcements offering {change.offered[:SHORT]} are refused (`toolreg rejections`)"
+        )
+        return 0
+
+    return await _query(args, action)
+
+
 def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     """Register the registry's subcommands on the `toolreg` parser."""
     query = argparse.ArgumentParser(add_help=False, parents=[common_parent])
-    query.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help=f"seconds to wait for the registry (default {DEFAULT_TIMEOUT:g})")
+    query.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+        help=f"the longest to wait for the broker and the registry's answer together (default {DEFAULT_TIMEOUT:g})",
+    )
 
     registry = subparsers.add_parser(
         "registry", parents=[common_parent], help="run the registry alone (broker and config store already running)",
         description="Run the registry until SIGTERM or Ctrl-C: merge announced tool services into the config store "
         "and remove them when their leases run out. `toolreg up` runs one for you; use this to run it separately.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  PULSAR_URL=pulsar://broker:6650 toolreg registry --trust-policy trust.json --metrics-port 9464\n",
     )
     add_registry_options(registry)
     registry.add_argument("--metrics-port", type=int, default=None,
@@ -193,7 +312,11 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
     tools = subparsers.add_parser(
         "tools", parents=[query], help="list tools: announced and static, with status and instances",
         description="List the tools of a workspace: the announced ones the registry merged (with their service, "
-        "status, instance count and last heartbeat) and the static ones written by hand.",
+        "status, instance count and last heartbeat) and the static ones written by hand. "
+        "WHY says why a tool is not plainly live or configured; agents skip an `unavailable` one.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  toolreg tools\n  toolreg tools --workspace research --json\n"
+        "  toolreg tools --json | jq -r '.[] | select(.status == \"unavailable\") | .name + \": \" + .detail'\n",
     )
     tools.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
     tools.add_argument("--workspace", default=None, help="config workspace (default: the registry's, 'default')")
@@ -203,6 +326,8 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
         "rejections", parents=[query], help="list recently rejected announcements and why",
         description="List the most recent announcements the registry refused (malformed, too large, stale, replayed, bad queues, "
         "untrusted, tool names taken), one row per sender and reason with how often and since when.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  toolreg rejections\n  toolreg rejections --json | jq '.[0].excerpt'\n",
     )
     rejections.add_argument("--json", action="store_true", help="print JSON instead of a table")
     rejections.set_defaults(handler=cmd_rejections)
@@ -210,13 +335,52 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
     conflicts = subparsers.add_parser(
         "conflicts", parents=[query], help="list announced tools refused because the name is taken",
         description="List announced tools the registry refused because a static item or an earlier service holds the name.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  toolreg conflicts\n  toolreg conflicts --workspace research --json\n",
     )
     conflicts.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    conflicts.add_argument("--workspace", default=None, help="only the conflicts in this workspace (default: all)")
     conflicts.set_defaults(handler=cmd_conflicts)
 
     release = subparsers.add_parser(
         "release", parents=[query], help="confirm the removals self-preservation is holding",
         description="When many leases run out at once the registry holds their removal (self-preservation). "
         "Run this to confirm those services are gone and remove their tools now.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  toolreg tools      # the held services are named on stderr\n  toolreg release\n",
     )
     release.set_defaults(handler=cmd_release)
+    _add_pin_commands(subparsers, query)
+
+
+def _add_pin_commands(subparsers: Any, query: argparse.ArgumentParser) -> None:
+    """`pending`, `approve`, `reject`: the operator's side of pinned definitions (`toolreg up --pin-definitions`)."""
+    pending = subparsers.add_parser(
+        "pending", parents=[query], help="list held definition changes (with --pin-definitions) and their diffs",
+        description="With --pin-definitions the registry pins each announced tool's definition (description, arguments, "
+        "config values, its service's queues and params) when it first accepts it. A later announcement offering another "
+        "definition is held: agents keep the pinned one. This lists the held changes, each with a diff.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  toolreg pending\n  toolreg pending --json | jq -r '.[] | .tool + \" \" + .offered'\n",
+    )
+    pending.add_argument("--json", action="store_true", help="print JSON instead of a table and diffs")
+    pending.add_argument("--workspace", default=None, help="only the changes in this workspace (default: all)")
+    pending.set_defaults(handler=cmd_pending)
+
+    for name, summary, effect in (
+        ("approve", "pin the definition offered for TOOL: agents see it within a second",
+         "Pin the held definition of TOOL: the registry writes it at once and agents reload it."),
+        ("reject", "keep TOOL's pinned definition and refuse the one offered",
+         "Keep the pinned definition of TOOL; announcements offering the rejected one are refused from now on "
+         "(`toolreg rejections`) and their senders told."),
+    ):
+        command = subparsers.add_parser(
+            name, parents=[query], help=summary, description=effect,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=f"examples:\n  toolreg pending\n  toolreg {name} tell-joke --digest 3f2a9c1b4d5e\n",
+        )
+        command.add_argument("tool", metavar="TOOL")
+        command.add_argument("--digest", default=None, metavar="D",
+                             help="only if the offered definition is this one (its digest, or 8+ leading hex digits, from `toolreg pending`)")
+        command.add_argument("--workspace", default=None, help="config workspace (default: the registry's, 'default')")
+        command.set_defaults(handler=cmd_approve if name == "approve" else cmd_reject)

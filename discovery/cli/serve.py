@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack
 from toolservice_base import DynamicToolService, ServiceDefinitionError
 from toolservice_base.signing import SigningError
 
+from .announce import check_ttl
 from .common import CommandError, settings_of
 from .serving import start_health
 
@@ -25,13 +26,18 @@ def load_service_class(target: str) -> type[DynamicToolService]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise CommandError(f"cannot import {module_name!r}: {exc}") from None
-    cls = getattr(module, class_name, None)
+    if not hasattr(module, class_name):
+        raise CommandError(f"module {module_name!r} has no {class_name!r} ({getattr(module, '__file__', None) or module_name})")
+    cls = getattr(module, class_name)
     if not (isinstance(cls, type) and issubclass(cls, DynamicToolService)):
-        raise CommandError(f"{target!r} is not a DynamicToolService subclass")
+        what = f"a {type(cls).__name__}" if not isinstance(cls, type) else f"the class {cls.__qualname__}"
+        raise CommandError(f"{target!r} is {what}, not a DynamicToolService subclass")
     return cls
 
 
 async def cmd_serve(args: argparse.Namespace) -> int:
+    if args.ttl is not None:
+        check_ttl(args.ttl)  # before the service is imported, let alone subscribed
     cls = load_service_class(args.target)
     try:
         service = cls(

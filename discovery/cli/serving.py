@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 
-from discovery.registry import Registry
 from discovery.web.health import HealthError, HealthServer, metrics_address
-from discovery.web.page import serve_registry_page
+from discovery.web.page import SnapshotSource, serve_registry_page
 
 from .common import CommandError
 
@@ -20,6 +19,6 @@ async def start_health(stack: AsyncExitStack, port: int | None) -> HealthServer 
         raise CommandError(str(exc)) from None
 
 
-def show_registry_page(health: HealthServer, registry: Registry) -> str:
+def show_registry_page(health: HealthServer, overview: SnapshotSource) -> str:
     """Serve the registry page beside /metrics; returns the line `toolreg` prints about it."""
-    return serve_registry_page(health, registry.overview)
+    return serve_registry_page(health, overview)

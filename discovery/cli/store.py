@@ -1,9 +1,12 @@
-"""`toolreg store check|backup|restore`: look after the config store's SQLite file.
+"""`toolreg store check|backup|restore|export|import`: look after the config store.
 
 They work on the file under the data directory, not through the broker, so
 they work when nothing else does. `check` and `backup` are safe while
 `toolreg up` runs (SQLite's WAL mode lets them read beside it); `restore`
 refuses to run then, because `toolreg up` holds the file open.
+
+`export` and `import` move a store between the SQLite file and the store
+replicated on Apache Pulsar (`--store pulsar`), the version carried over.
 """
 
 from __future__ import annotations
@@ -11,14 +14,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sqlite3
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from discovery.store import backup as store_backup
 from discovery.store.check import StoreDamaged, check_open_store, marker_path
 from discovery.store.sqlite import STORE_FILE
 
-from .common import UpLock, settings_of
+from .common import CommandError, UpLock, settings_of
+
+if TYPE_CHECKING:
+    from toolservice_base.transport import Transport
+
+T = TypeVar("T")
 
 
 def store_path(args: argparse.Namespace) -> Path:
@@ -59,7 +69,7 @@ async def cmd_store_restore(args: argparse.Namespace) -> int:
     lock = UpLock(target.parent)
     try:
         lock.acquire("stop it before restoring its store")
-        restored = await asyncio.to_thread(store_backup.restore, target, Path(args.path))
+        restored = await asyncio.to_thread(store_backup.restore, target, Path(args.path), force=args.force)
     finally:
         lock.release()
     facts = restored.facts
@@ -69,6 +79,54 @@ async def cmd_store_restore(args: argparse.Namespace) -> int:
         print(f"the replaced file is kept as {restored.replaced}")
     print(f"marker {marker_path(target)} updated; start `toolreg up` to serve it")
     return 0
+
+
+def _backend(args: argparse.Namespace) -> str:
+    chosen = args.store or settings_of(args).store or "sqlite"
+    if chosen not in ("sqlite", "pulsar"):
+        raise CommandError(f"TOOLREG_STORE={chosen!r} is not a store; use sqlite or pulsar")
+    return str(chosen)
+
+
+async def cmd_store_export(args: argparse.Namespace) -> int:
+    from discovery.store import transfer
+
+    backend = _backend(args)
+    if backend == "sqlite":
+        version, rows = await asyncio.to_thread(transfer.sqlite_dump, store_path(args))
+    else:
+        version, rows = await _on_broker(args, transfer.replicated_dump)
+    await asyncio.to_thread(transfer.write_export, Path(args.path), version, rows)
+    print(f"exported {len(rows)} item(s) at version {version} from the {backend} store to {args.path}")
+    return 0
+
+
+async def cmd_store_import(args: argparse.Namespace) -> int:
+    from discovery.store import transfer
+
+    backend = _backend(args)
+    version, rows = await asyncio.to_thread(transfer.read_export, Path(args.path))
+    if backend == "sqlite":
+        target = store_path(args)
+        lock = UpLock(target.parent)
+        try:
+            lock.acquire("stop it before importing into its store")
+            final = await asyncio.to_thread(transfer.sqlite_load, target, version, rows, force=args.force)
+        finally:
+            lock.release()
+    else:
+        final = await _on_broker(args, lambda connection: transfer.replicated_load(connection, version, rows, force=args.force))
+    print(f"imported {len(rows)} item(s) from {args.path} into the {backend} store, now at version {final}")
+    return 0
+
+
+async def _on_broker(args: argparse.Namespace, action: Callable[[Transport], Awaitable[T]]) -> T:
+    from toolservice_base import open_transport
+
+    async with AsyncExitStack() as stack:
+        connection = await open_transport(settings_of(args))
+        stack.push_async_callback(connection.close)
+        return await action(connection)
 
 
 def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
@@ -90,6 +148,20 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
     backup.set_defaults(handler=cmd_store_backup)
     restore = actions.add_parser("restore", parents=[common_parent], help="replace the store with a checked copy",
                                  description="Replace <data-dir>/config.sqlite with PATH after checking PATH's integrity. "
-                                 "Refused while `toolreg up` runs. The replaced file is kept beside it.")
+                                 "Refused while `toolreg up` runs, and for another store's backup unless --force. "
+                                 "The replaced file is kept beside it.")
     restore.add_argument("path", metavar="PATH", help="a backup, e.g. the newest file in <data-dir>/backups/")
+    restore.add_argument("--force", action="store_true",
+                         help="restore a backup of another store (another store id) than the one in this data directory")
     restore.set_defaults(handler=cmd_store_restore)
+    for name, verb, what in (("export", "write", "the store's items and version to PATH (JSON)"),
+                             ("import", "read", "PATH into an empty store (or replace it with --force), carrying the version over")):
+        action = actions.add_parser(name, parents=[common_parent], help=f"{verb} {what}",
+                                    description=f"{verb.capitalize()} {what}. --store (or TOOLREG_STORE) picks the SQLite file "
+                                    "(default) or the store replicated on Apache Pulsar; importing into the replicated store needs its "
+                                    "replicas stopped.")
+        action.add_argument("path", metavar="PATH", help="the export file")
+        action.add_argument("--store", choices=("sqlite", "pulsar"), default=None, help="which store (default: TOOLREG_STORE, else sqlite)")
+        if name == "import":
+            action.add_argument("--force", action="store_true", help="replace the items of a store that is not empty")
+        action.set_defaults(handler=cmd_store_export if name == "export" else cmd_store_import)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
+import json
 from pathlib import Path
 
 from discovery.registry.trust import TRUST_POLICY_ENV, TrustPolicy, trusted_key
+from toolservice_base.settings import trust_policy_file
 from toolservice_base.signing import (
     generate_key_pair,
     load_private_key,
@@ -17,7 +18,7 @@ from .common import fail
 
 
 def policy_path(args: argparse.Namespace) -> Path:
-    return Path(args.policy or os.environ.get(TRUST_POLICY_ENV) or "trust.json")
+    return Path(args.policy or trust_policy_file() or "trust.json")
 
 
 async def cmd_keygen(args: argparse.Namespace) -> int:
@@ -46,14 +47,16 @@ def _key_text(value: str) -> str:
 async def cmd_trust_add(args: argparse.Namespace) -> int:
     path = policy_path(args)
     policy = _load_or_new(path)
-    entry = trusted_key(args.name, _key_text(args.public_key), args.services, args.tools)
-    replaced = [k for k in policy.keys.values() if k.name == entry.name and k.id != entry.id]
+    entry = trusted_key(args.name, _key_text(args.public_key), args.services, args.tools, getattr(args, "workspaces", None))
+    replaced = [k for k in policy.keys.values() if k.name == entry.name or k.id == entry.id]  # one entry per name, and per key
     for old in replaced:
         del policy.keys[old.id]
     policy.add(entry)
     policy.save(path)
     verb = "replaced" if replaced else "added"
-    print(f"{verb} key {entry.name!r} ({entry.id}) in {path}: services {', '.join(entry.services)}; tools {', '.join(entry.tools)}")
+    renamed = [old.name for old in replaced if old.name != entry.name]
+    also = f" (the same public key was trusted as {', '.join(map(repr, renamed))})" if renamed else ""
+    print(f"{verb} key {entry.name!r} ({entry.id}) in {path}{also}: it may announce {entry.scope()}")
     print("the registry reads the policy at start: restart it (or `toolreg up`) to apply")
     return 0
 
@@ -73,32 +76,69 @@ async def cmd_trust_remove(args: argparse.Namespace) -> int:
 
 async def cmd_trust_list(args: argparse.Namespace) -> int:
     policy = TrustPolicy.load(policy_path(args))
-    print(f"{'NAME':<20} {'KEY ID':<17} {'SERVICES':<24} TOOLS")
-    for key in sorted(policy.keys.values(), key=lambda k: k.name):
-        print(f"{key.name:<20} {key.id:<17} {','.join(key.services):<24} {','.join(key.tools)}")
+    keys = sorted(policy.keys.values(), key=lambda k: k.name)
+    if getattr(args, "json", False):
+        listed = [
+            {"name": k.name, "id": k.id, "public_key": k.text, "services": list(k.services), "tools": list(k.tools),
+             "workspaces": list(k.workspaces), "may": f"announce {k.scope()}"}
+            for k in keys
+        ]
+        print(json.dumps(listed, indent=2))
+        return 0
+    if not keys:
+        print(f"no trusted keys in {policy_path(args)}: a registry using it refuses every announcement")
+        return 0
+    rows = [(k.name, k.id, ",".join(k.services), ",".join(k.tools), _workspaces(k.workspaces)) for k in keys]
+    header = ("NAME", "KEY ID", "SERVICES", "TOOLS", "WORKSPACES")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+    print()
+    for key in keys:
+        print(f"{key.name} may announce {key.scope()}")
     return 0
+
+
+def _workspaces(patterns: tuple[str, ...]) -> str:
+    return "* (every workspace)" if patterns == ("*",) else ",".join(patterns)
+
+
+TRUST_EXAMPLES = """examples:
+  toolreg keygen keys/jokes.key
+  toolreg trust add jokes-team --public-key keys/jokes.key.pub --services 'joke-*' --tools 'tell-*'
+  toolreg trust add research --public-key keys/research.key.pub --services 'rs-*' --tools '*' --workspaces 'research-*'
+  toolreg trust list --json
+  toolreg up --trust-policy trust.json
+  toolreg serve toolservice_base.examples.joke:JokeService --signing-key keys/jokes.key
+"""
 
 
 def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
     keygen = sub.add_parser("keygen", parents=[common], help="write an Ed25519 key pair for signing announcements",
-                            description="Write PATH (private key, PEM, mode 0600) and PATH.pub (public key, base64).")
+                            description="Write PATH (private key, PEM, mode 0600) and PATH.pub (public key, base64).",
+                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=TRUST_EXAMPLES)
     keygen.add_argument("path", metavar="PATH", help="where to write the private key, e.g. keys/joke-service.key")
     keygen.set_defaults(handler=cmd_keygen)
 
     policy = argparse.ArgumentParser(add_help=False)
     policy.add_argument("--policy", default=None, help=f"the policy file (env {TRUST_POLICY_ENV}, default ./trust.json)")
     trust = sub.add_parser("trust", parents=[common], help="edit the registry's trust policy",
-                           description="Edit the trust policy: which public keys may announce which service ids and tool names.")
+                           description="Edit the trust policy: which public keys may announce which service ids and tool names, into which workspaces.",
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=TRUST_EXAMPLES)
     trust_sub = trust.add_subparsers(dest="trust_command", metavar="ACTION", required=True)
     add = trust_sub.add_parser("add", parents=[common, policy], help="trust a public key for some services and tools",
-                               description="Add (or replace, by name) a trusted key with the service ids and tool names it may claim.")
+                               description="Add (or replace, by name) a trusted key with the service ids, tool names and workspaces it may claim.")
     add.add_argument("name", metavar="NAME", help="a name for the key, e.g. jokes-team")
     add.add_argument("--public-key", required=True, help="base64 public key, or a .pub file from `toolreg keygen`")
     add.add_argument("--services", nargs="+", required=True, metavar="PATTERN", help="service ids it may announce (shell patterns)")
     add.add_argument("--tools", nargs="+", required=True, metavar="PATTERN", help="tool names it may announce (shell patterns)")
+    add.add_argument("--workspaces", nargs="+", default=None, metavar="PATTERN",
+                     help="workspaces it may announce into (shell patterns; default: every workspace)")
     add.set_defaults(handler=cmd_trust_add)
     remove = trust_sub.add_parser("remove", parents=[common, policy], help="stop trusting a key", description="Remove a key by name or id.")
     remove.add_argument("name", metavar="NAME")
     remove.set_defaults(handler=cmd_trust_remove)
-    listing = trust_sub.add_parser("list", parents=[common, policy], help="list trusted keys", description="List the trusted keys.")
+    listing = trust_sub.add_parser("list", parents=[common, policy], help="list trusted keys and what each may announce",
+                                   description="List the trusted keys: the services, tools and workspaces each may announce.")
+    listing.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
     listing.set_defaults(handler=cmd_trust_list)

@@ -1,21 +1,104 @@
-"""`toolreg up` and `toolreg registry`: the long-running processes, each started on one exit stack."""
+"""`toolreg up` and `toolreg registry`: the long-running processes, each started on one exit stack.
+
+`toolreg up` runs a broker (embedded pulsar-lite unless `PULSAR_URL`), the
+config store and the registry. The store is a SQLite file in the data
+directory (`--store sqlite`, the default) or replicated on Apache Pulsar
+(`--store pulsar`): then any number of `toolreg up` processes on one cluster
+and topicspace form one group, the broker elects the one that serves the
+store and runs the registry, and the others follow the log, ready to take
+over (`discovery.store.replicated`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
 from discovery.broker import BrokerSupervisor, EmbeddedBroker
-from discovery.registry import Registry
+from discovery.registry import Registry, RegistryOptions
+from discovery.registry.overview import RegistrySnapshot, ReplicaView
+from discovery.replicas import Election, Membership, ReplicaStatus
 from discovery.store import STORE_FILE, ConfigStore, ConfigStoreService
-from toolservice_base import open_transport
+from discovery.store.replicated import ReplicatedStore, new_replica_id
+from discovery.web import HealthServer
+from toolservice_base import Settings, Transport, open_transport
+from toolservice_base.errors import RegistryUnavailable
 
 from . import registry as cli_registry
-from .common import UpLock, settings_of, wait_for_signal
+from .common import CommandError, UpLock, settings_of, wait_for_signal
 from .serving import show_registry_page, start_health
+
+STORES = ("sqlite", "pulsar")
+REGISTRY_GROUP = "registry"
+"""The replica group of `toolreg registry` processes (`toolreg replicas` shows it)."""
+
+
+class ActiveRegistry:
+    """The registry of the active replica: a fresh `Registry` on each promotion, stopped on demotion.
+
+    A registry restarted this way reads its ownership records back and gives
+    every recorded instance one ttl of grace, as after any restart, so no live
+    service loses its tools across a failover.
+    """
+
+    def __init__(
+        self, connection: Transport, options: RegistryOptions, replicas: Callable[[], list[ReplicaStatus]] | None = None,
+    ) -> None:
+        self._connection = connection
+        self._options = options
+        self.registry: Registry | None = None
+        self.replicas = replicas
+        """The group this registry runs in (`ReplicatedStore.replicas`, `Membership.replicas`), for the page; None: not replicated."""
+
+    async def start(self) -> None:
+        registry = Registry(self._connection, options=self._options)
+        await registry.start()
+        self.registry = registry
+
+    async def stop(self) -> None:
+        registry, self.registry = self.registry, None
+        if registry is not None:
+            await registry.stop()
+
+    def readiness(self) -> str | None:
+        return None if self.registry is None else self.registry.readiness()
+
+    async def snapshot(self) -> RegistrySnapshot:
+        """The page's view: the active registry's overview; a standby has none to show."""
+        if self.registry is None:
+            raise RegistryUnavailable("this replica is a standby: the active replica runs the registry and its page")
+        snapshot = await self.registry.overview.snapshot()
+        if self.replicas is None:
+            return snapshot
+        group = [
+            ReplicaView(id=r.id, group=r.group, role=r.role, pid=r.pid, host=r.host, version=r.version, since=r.since) for r in self.replicas()
+        ]
+        return snapshot.model_copy(update={"replicas": group})
+
+
+def shared_options(options: RegistryOptions) -> dict[str, object]:
+    """What every replica of a group must run with alike: the trusted keys and what each may do, and the registry's limits."""
+    keys = getattr(options.trust, "keys", {}) or {}
+    return {
+        "trust": sorted(repr(key) for key in keys.values()),
+        "max_clock_skew": options.max_clock_skew,
+        "pin_definitions": options.pin_definitions,
+        "allowed_namespaces": sorted(options.allowed_namespaces or []),
+    }
+
+
+def store_backend(args: argparse.Namespace, settings: Settings) -> str:
+    """`--store`, else TOOLREG_STORE, else sqlite; one line for anything else."""
+    chosen = args.store or settings.store or "sqlite"
+    if chosen not in STORES:
+        raise CommandError(f"TOOLREG_STORE={chosen!r} is not a store; use one of: {', '.join(STORES)}")
+    if chosen == "pulsar" and not args.takeover_after > 0:
+        raise CommandError(f"--takeover-after must be a positive number of seconds, got {args.takeover_after:g}")
+    return chosen
 
 
 async def cmd_up(args: argparse.Namespace) -> int:
@@ -27,52 +110,30 @@ async def cmd_up(args: argparse.Namespace) -> int:
     """
     settings = settings_of(args)
     options = cli_registry.registry_options(args)
+    backend = store_backend(args, settings)
     started = time.perf_counter()
     up = False
     async with AsyncExitStack() as stack:
         lock = UpLock(settings.data_dir)
         stack.callback(lock.release)
         lock.acquire()
-        config = ConfigStore(settings.data_dir / STORE_FILE)  # checked before anything starts: a damaged store stops us here
-        stack.callback(config.close)
+        config: ConfigStore | None = None
+        if backend == "sqlite":
+            config = ConfigStore(settings.data_dir / STORE_FILE)  # checked before anything starts: a damaged store stops us here
+            stack.callback(config.close)
         health = await start_health(stack, args.metrics_port)
         if health is not None:
             health.add_check("startup", lambda: None if up else "starting")
             print(f"metrics       {health.url}/metrics (and /healthz, /readyz)")
-        watched: list[asyncio.Task[Any]] = []
-        if settings.pulsar_url:
-            url = settings.pulsar_url
-            print(f"broker        {url} (PULSAR_URL)")
-        else:
-            broker = EmbeddedBroker(settings.data_dir)
-            url = broker.start(port=args.port, adopt=True)
-            stack.callback(broker.stop)
-            supervisor = BrokerSupervisor(broker)
-            watched.append(await stack.enter_async_context(supervisor.running()))
-            if health is not None:
-                health.add_check("broker", supervisor.readiness)
-            how = "adopted from a previous `toolreg up`" if broker.adopted else "embedded pulsar-lite, loopback only"
-            print(f"broker        {url} ({how}; restarted if it dies; URL in {broker.url_file})")
-            if broker.port_note:
-                print(f"note          {broker.port_note}")
+        watched: list[asyncio.Future[Any]] = []
+        url = await _broker(stack, settings, args, health, watched)
         connection = await open_transport(settings, url=url)
         stack.push_async_callback(connection.close)
         print(f"workarounds   {', '.join(connection.capabilities.enabled()) or 'none'} (for {settings.broker_kind(url)})")
-        store = ConfigStoreService(connection, config, protocol=args.store_protocol)
-        stack.push_async_callback(store.stop)
-        await store.start()
-        if health is not None:
-            health.add_check("config-store", store.readiness)
-        print(f"config store  {store.store.path} (version {store.store.version}; {args.store_protocol} protocol)")
-        if not args.no_registry:
-            registry = Registry(connection, options=options)
-            stack.push_async_callback(registry.stop)
-            await registry.start()
-            if health is not None:
-                health.add_check("registry", registry.readiness)
-                print(f"page          {show_registry_page(health, registry)}")
-            print(f"registry      listening on {connection.topics.tool_descriptors}")
-            print(f"trust         {cli_registry.trust_line(options)}")
+        if config is not None:
+            await _sqlite_store(stack, connection, config, args, options, health)
+        else:
+            watched.append(await _replicated_store(stack, connection, args, options, health))
         up = True
         print(f"ready in {(time.perf_counter() - started) * 1000:.0f} ms; Ctrl-C to stop", flush=True)
         await wait_for_signal(*watched)
@@ -81,17 +142,90 @@ async def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _broker(stack: AsyncExitStack, settings: Settings, args: argparse.Namespace, health: HealthServer | None, watched: list[asyncio.Future[Any]]) -> str:
+    """The broker's URL: `PULSAR_URL`, or an embedded pulsar-lite started (and supervised) here."""
+    if settings.pulsar_url:
+        print(f"broker        {settings.pulsar_url} (PULSAR_URL)")
+        return settings.pulsar_url
+    broker = EmbeddedBroker(settings.data_dir)
+    url = broker.start(port=args.port, adopt=True)
+    stack.callback(broker.stop)
+    supervisor = BrokerSupervisor(broker)
+    watched.append(await stack.enter_async_context(supervisor.running()))
+    if health is not None:
+        health.add_check("broker", supervisor.readiness)
+    how = "adopted from a previous `toolreg up`" if broker.adopted else "embedded pulsar-lite, loopback only"
+    print(f"broker        {url} ({how}; restarted if it dies; URL in {broker.url_file})")
+    if broker.port_note:
+        print(f"note          {broker.port_note}")
+    return url
+
+
+async def _sqlite_store(
+    stack: AsyncExitStack, connection: Transport, config: ConfigStore, args: argparse.Namespace, options: RegistryOptions,
+    health: HealthServer | None,
+) -> None:
+    store = ConfigStoreService(connection, config, protocol=args.store_protocol)
+    stack.push_async_callback(store.stop)
+    await store.start()
+    if health is not None:
+        health.add_check("config-store", store.readiness)
+    print(f"config store  {store.store.path} (version {store.store.version}; {args.store_protocol} protocol)")
+    if not args.no_registry:
+        registry = Registry(connection, options=options)
+        stack.push_async_callback(registry.stop)
+        await registry.start()
+        if health is not None:
+            health.add_check("registry", registry.readiness)
+            print(f"page          {show_registry_page(health, registry.overview)}")
+        print(f"registry      listening on {connection.topics.tool_descriptors}")
+        print(f"trust         {cli_registry.trust_line(options)}")
+
+
+async def _replicated_store(
+    stack: AsyncExitStack, connection: Transport, args: argparse.Namespace, options: RegistryOptions, health: HealthServer | None,
+) -> asyncio.Future[Any]:
+    """Join the group: a standby until the broker elects this replica; the active one also runs the registry."""
+    registry = ActiveRegistry(connection, options)
+    group_settings = {"protocol": args.store_protocol, "registry": not args.no_registry, **shared_options(options)}
+    replicated = ReplicatedStore(
+        connection, protocol=args.store_protocol, takeover_after=args.takeover_after, settings=group_settings,
+        on_active=None if args.no_registry else registry.start, on_standby=None if args.no_registry else registry.stop,
+    )
+    registry.replicas = replicated.replicas
+    await stack.enter_async_context(replicated)
+    if health is not None:
+        health.add_check("config-store", replicated.readiness)
+        health.add_check("registry", registry.readiness)
+        health.add_fact("replica", lambda: {"id": replicated.replica_id, "role": replicated.role, "version": replicated.version})
+        if not args.no_registry:
+            print(f"page          {show_registry_page(health, registry)}")
+    print(f"config store  {replicated.describe()}; {args.store_protocol} protocol")
+    if not args.no_registry:
+        print(f"registry      on the active replica; listening on {connection.topics.tool_descriptors}")
+        print(f"trust         {cli_registry.trust_line(options)}")
+    return asyncio.ensure_future(replicated.wait_failed())
+
 
 async def cmd_registry(args: argparse.Namespace) -> int:
-    """Run the registry until SIGTERM/SIGINT."""
+    """Run the registry alone (beside a config store that runs elsewhere, TrustGraph's say) until SIGTERM/SIGINT.
+
+    On a broker that can elect (Apache Pulsar), any number of `toolreg
+    registry` processes on one topicspace form one group: the broker elects
+    the one that runs, the others wait to take over. Elsewhere it simply runs.
+    """
     options = cli_registry.registry_options(args)
     async with AsyncExitStack() as stack:
         connection = await open_transport(settings_of(args))
         stack.push_async_callback(connection.close)
-        registry = Registry(connection, options=options)
-        stack.push_async_callback(registry.stop)
-        await registry.start()
         health = await start_health(stack, args.metrics_port)
+        registry = ActiveRegistry(connection, options)
+        stack.push_async_callback(registry.stop)
+        watched: list[asyncio.Future[Any]] = []
+        if connection.capabilities.replicated_state:
+            watched.append(await _elect_registry(stack, connection, registry, options))
+        else:
+            await registry.start()
         if health is not None:
             health.add_check("registry", registry.readiness)
             print(f"metrics on {health.url}/metrics (and /healthz, /readyz)", flush=True)
@@ -99,7 +233,28 @@ async def cmd_registry(args: argparse.Namespace) -> int:
         topics = connection.topics
         print(f"registry listening on {topics.tool_descriptors}; queries on {topics.registry_request}", flush=True)
         print(f"trust: {cli_registry.trust_line(options)}", flush=True)
-        await wait_for_signal()
+        await wait_for_signal(*watched)
     return 0
 
 
+async def _elect_registry(stack: AsyncExitStack, connection: Transport, registry: ActiveRegistry, options: RegistryOptions) -> asyncio.Future[Any]:
+    """Join the registry group: run the registry while this process holds the registry lock."""
+    replica_id = new_replica_id()
+    members = await stack.enter_async_context(
+        Membership(connection, replica_id, REGISTRY_GROUP, settings=shared_options(options))
+    )
+    election = Election(connection, connection.topics.registry_lock, replica_id, membership=members)
+    registry.replicas = members.replicas
+
+    async def demoted(reason: str) -> None:
+        await registry.stop()
+
+    election.add_listener(registry.start, demoted)
+    await stack.enter_async_context(election)
+    print(f"replica       {replica_id} ({election.role}; `toolreg replicas` lists the group)", flush=True)
+
+    async def until_failed() -> None:
+        async for _ in election.changes():
+            pass
+
+    return asyncio.ensure_future(until_failed())

@@ -20,6 +20,10 @@ Change notifications reach each client the way its protocol version expects:
 
 Both are published from the `ToolSet`'s change callback, in the same step as
 the swap, and only when the listing a client would see actually changed.
+Nothing waits on a timer: a change is notified at once, and on a handshake
+connection the changes that come while a notification is being sent make
+one more, sent when it is done (`forward_changes`); the `ToolSet`'s reloads
+are batched the same way.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import base64
 import binascii
 import bisect
 import fnmatch
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -40,7 +45,7 @@ from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ServerEvent, ToolsListChanged
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ServerEvent, SubscriptionBus, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
 from agent_bridge import BadArguments, RequestTimeout, ToolError, ToolSet, UnknownToolError
@@ -54,9 +59,10 @@ PAGE_SIZE = 100
 """Tools per tools/list page; a longer list is paged with `nextCursor`."""
 LIST_TTL_MS = 1000
 """`ttlMs` on tools/list (2026-07-28): a client that does not listen for changes refetches within a second."""
-MAX_PROBLEM = 200
-"""Characters of a bad-arguments explanation (jsonschema quotes the offending value)."""
 _CURSOR_PREFIX = "after:"
+DIGEST_META = "toolreg/definition-digest"
+"""The `_meta` key of each listed tool holding the sha256 of its definition (`ToolSet.describe()`'s `digest`), as
+`toolreg tools` shows it and the registry pins it (`--pin-definitions`): a client can check it has the approved one."""
 
 
 def _version() -> str:
@@ -69,6 +75,39 @@ def _version() -> str:
 def one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+_JSON_WORDS = {"None": "null", "True": "true", "False": "false"}
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_QUOTE_AFTER = frozenset(" \t([{,:")
+"""A quote opens a Python string literal only at the start or after one of these (not the apostrophe of "tool's")."""
+
+
+def json_literals(text: str) -> str:
+    """`text` (a validation message, which quotes values as Python reprs) with `None`/`True`/`False` spelled `null`/`true`/`false`.
+
+    The model wrote JSON: `{"start": null}` is refused as `null is not of type 'integer'`, not `None ...`.
+    Words inside quoted strings (`'None'` is the string the model sent) are left as they are.
+    """
+    out: list[str] = []
+    i, end = 0, len(text)
+    while i < end:
+        char = text[i]
+        if char in "'\"" and (i == 0 or text[i - 1] in _QUOTE_AFTER):
+            j = i + 1
+            while j < end and text[j] != char:
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+            continue
+        word = _WORD.match(text, i)
+        if word is not None:
+            out.append(_JSON_WORDS.get(word.group(), word.group()))
+            i = word.end()
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -101,10 +140,13 @@ class Listing:
     @classmethod
     def of(cls, tools: ToolSet, which: ToolFilter) -> Listing:
         mcp_names = openai_names(tools.names())  # the mapping `ToolSet.invoke` resolves, shared with as_openai_tools
-        chosen = [(mcp_names[spec["name"]], spec) for spec in tools.as_mcp_tools() if which.admits(spec["name"], mcp_names[spec["name"]])]
+        chosen = [(mcp_names[spec["name"]], spec) for spec in tools.describe() if which.admits(spec["name"], mcp_names[spec["name"]])]
         chosen.sort(key=lambda pair: pair[0])
         return cls(
-            tools=[types.Tool(name=name, description=spec["description"], input_schema=spec["inputSchema"]) for name, spec in chosen],
+            tools=[
+                types.Tool(name=name, description=spec["description"], input_schema=spec["parameters"], _meta={DIGEST_META: spec["digest"]})
+                for name, spec in chosen
+            ],
             own_names={name: spec["name"] for name, spec in chosen},
         )
 
@@ -130,6 +172,33 @@ class Listing:
         after = decoded.removeprefix(_CURSOR_PREFIX)
         # By name, not by position: a tool added or removed between two pages shifts nothing.
         return bisect.bisect_right(self._names, after)
+
+
+async def forward_changes(bus: SubscriptionBus, notify: Callable[[], Awaitable[None]]) -> None:
+    """Call `notify()` for the tool changes published on `bus`, until cancelled; batched on the leading edge.
+
+    A change that comes when no notification is in flight is notified at once. Those that come
+    while one is in flight make exactly one more, sent as soon as it ends: a client refetches the
+    whole list, so one notification says them all. Nothing waits on a timer.
+    """
+    # A buffer of one: the pending follow-up. Further changes find it full and are already in it.
+    send, receive = anyio.create_memory_object_stream[ServerEvent](1)
+
+    def deliver(event: ServerEvent) -> None:
+        if isinstance(event, ToolsListChanged):
+            try:
+                send.send_nowait(event)
+            except anyio.WouldBlock:
+                pass  # a follow-up is already pending: it covers this change too
+
+    unsubscribe = bus.subscribe(deliver)
+    try:
+        async with receive:
+            async for _ in receive:
+                await notify()
+    finally:
+        unsubscribe()
+        send.close()
 
 
 def _cursor_after(name: str) -> str:
@@ -213,23 +282,7 @@ class McpFront:
         """Forward tool changes to a handshake-era connection until it closes (the SDK then cancels this)."""
         client = ctx.session.client_params.client_info.name if ctx.session.client_params else "?"
         log.info("mcp.client_initialized", protocol=ctx.protocol_version, client=client)
-        send, receive = anyio.create_memory_object_stream[ServerEvent](1)
-
-        def deliver(event: ServerEvent) -> None:
-            if isinstance(event, ToolsListChanged):
-                try:
-                    send.send_nowait(event)
-                except anyio.WouldBlock:
-                    pass  # one pending "changed" already says it all: clients refetch the whole list
-
-        unsubscribe = self.bus.subscribe(deliver)
-        try:
-            async with receive:
-                async for _ in receive:
-                    await ctx.session.send_tool_list_changed()
-        finally:
-            unsubscribe()
-            send.close()
+        await forward_changes(self.bus, ctx.session.send_tool_list_changed)
 
     # --- requests ------------------------------------------------------------
 
@@ -257,7 +310,10 @@ class McpFront:
                     # A no-op unless the client sent a progress token.
                     await ctx.session.report_progress(len(chunks), None, chunk)
         except BadArguments as exc:  # checked by the ToolSet against this very input schema, before sending
-            raise MCPError(types.INVALID_PARAMS, f"bad arguments: {exc.message}") from None
+            # A tool execution error, not -32602: the model sees it and can correct its call (SEP-1303). On every
+            # protocol version, as the SDK's own MCPServer does; no version requires a protocol error here.
+            log.info("mcp.bad_arguments", tool=name, argument=exc.argument)
+            return types.CallToolResult(content=[types.TextContent(type="text", text=f"bad arguments: {json_literals(exc.message)}")], is_error=True)
         except ToolError as exc:
             log.info("mcp.tool_failed", tool=name, error=str(exc))
             return types.CallToolResult(content=[types.TextContent(type="text", text=f"{exc.type}: {exc.message}")], is_error=True)

@@ -5,10 +5,18 @@ SDK leaves to the application:
 
 - stdio: a line that is not JSON, or not a JSON-RPC message, gets a JSON-RPC
   error back (the SDK's stdio transport drops it silently, which leaves a
-  client waiting), and the server keeps serving.
-- HTTP: an optional static bearer token, compared in constant time, checked
-  before the SDK sees the request; no token, no answer but 401. The socket is
-  bound here, so a taken port is a one-line error and port 0 works.
+  client waiting), and the server keeps serving. So does a request whose
+  `id` is neither a string nor an integer (the SDK would take it for a
+  notification and never answer), and a line longer than `MAX_LINE` (read
+  past and answered, where it used to end the process).
+- HTTP: the `Host` and `Origin` of every request are checked against the
+  bound address, on every bind (the SDK checks them only on the literal
+  hosts 127.0.0.1, localhost and ::1), so no other site can reach the server
+  through DNS rebinding; then an optional static bearer token, compared in
+  constant time; both before the SDK sees the request. Request heads have a
+  deadline and open sockets a cap (`discovery.web.health.bounded_config`).
+  The socket is bound here, so a taken port is a one-line error and port 0
+  works.
 """
 
 from __future__ import annotations
@@ -16,21 +24,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import json
 import os
+import secrets
 import socket
 import stat
 import sys
-from collections.abc import AsyncIterator
-from typing import Any
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import IO, Any
+from urllib.parse import urlsplit
 
 import anyio
 import mcp_types as types
-import uvicorn
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from discovery.web.health import (
+    HEADER_TIMEOUT,
+    MAX_CONNECTIONS,
+    WRITE_TIMEOUT,
+    BoundedServer,
+    bounded_config,
+    is_loopback_host,
+    split_host,
+)
 from toolservice_base.logs import get_logger
 
 from .server import McpFront, one_line
@@ -44,11 +65,79 @@ SHUTDOWN_GRACE = 1.0
 # --- stdio -------------------------------------------------------------------
 
 MAX_LINE = 64 * 1024 * 1024
-"""Longest stdio message accepted (bytes); a line is one JSON-RPC message."""
+"""Longest stdio message accepted (bytes); a line is one JSON-RPC message. A longer one is read past and answered with an error."""
+ID_PREFIX = 4096
+"""Bytes at the start of an over-long line searched for its `id`, so the error can name the request it answers."""
+
+_REFUSED = f"toolreg-refused-{secrets.token_hex(8)}"
+"""Key of the stand-in line for a message refused before the SDK saw it; unguessable, so no client can send one."""
+
+
+def _refused_line(code: int, message: str, request_id: types.RequestId | None = None) -> str:
+    """A line the SDK fails to read as JSON-RPC, which `malformed_reply` turns back into this error."""
+    return json.dumps({_REFUSED: {"code": code, "message": message, "id": request_id}}) + "\n"
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def screen_line(line: str) -> str:
+    """`line`, or a stand-in for an error when the SDK would read it wrongly.
+
+    A request (it has `method`) whose `id` is not a string or an integer is
+    read by the SDK as a notification, which gets no answer: its client would
+    wait forever. It gets an Invalid Request error instead (id null, as it
+    cannot be echoed).
+    """
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return line  # not JSON: the SDK says so
+    if isinstance(message, dict) and "method" in message and "id" in message and not _valid_id(message["id"]):
+        given = type(message["id"]).__name__ if message["id"] is not None else "null"
+        return _refused_line(types.INVALID_REQUEST, f"Invalid request: 'id' must be a string or an integer, not {given}")
+    return line
+
+
+def leading_id(prefix: str) -> types.RequestId | None:
+    """The `id` of the JSON object that `prefix` begins, if it comes before any nested value; else None.
+
+    Read token by token with the JSON decoder, never guessed from the text,
+    so a string that merely contains `"id":` is not taken for it.
+    """
+    decoder = json.JSONDecoder()
+    text = prefix.lstrip()
+    if not text.startswith("{"):
+        return None
+    at = 1
+    try:
+        while True:
+            while at < len(text) and text[at] in " \t\r\n,":
+                at += 1
+            key, at = decoder.raw_decode(text, at)
+            while at < len(text) and text[at] in " \t\r\n":
+                at += 1
+            if not isinstance(key, str) or text[at : at + 1] != ":":
+                return None
+            at += 1
+            while at < len(text) and text[at] in " \t\r\n":
+                at += 1
+            if text[at : at + 1] in ("{", "["):
+                return None  # a nested value before the id: not worth reading past
+            value, at = decoder.raw_decode(text, at)
+            while at < len(text) and text[at] in " \t\r\n":
+                at += 1
+            if text[at : at + 1] not in (",", "}"):
+                return None  # the prefix ends inside the value (a number cut short): not to be trusted
+            if key == "id":
+                return value if _valid_id(value) else None
+    except (ValueError, IndexError):
+        return None
 
 
 class StdinLines:
-    """The lines of fd 0, read by the event loop instead of a worker thread.
+    """The lines of fd 0 (or `source`), read by the event loop instead of a worker thread.
 
     Handed to the SDK's `stdio_server(stdin=...)`. Its own reader blocks a
     thread in read(2), which nothing can interrupt, so a SIGTERM while the
@@ -56,23 +145,30 @@ class StdinLines:
     `stop()` ends this one at once. Only pipes and sockets are read this way;
     for anything else (a file, a terminal) `open()` returns None and the
     SDK's reader is used.
+
+    Every line goes through `screen_line`; a line longer than `limit` bytes
+    is read past (never held whole) and stands in for an error that names
+    its `id` when the line's first bytes show it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, source: IO[bytes] | None = None, *, limit: int = MAX_LINE) -> None:
+        self._source = source
+        self.limit = limit
         self._reader: asyncio.StreamReader | None = None
         self._transport: asyncio.ReadTransport | None = None
 
     async def open(self) -> StdinLines | None:
+        source = self._source if self._source is not None else sys.stdin.buffer
         try:
-            mode = os.fstat(sys.stdin.fileno()).st_mode
+            mode = os.fstat(source.fileno()).st_mode
         except (OSError, ValueError):
             return None
         if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
             return None  # a file, /dev/null or a terminal: the SDK's threaded reader handles those
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=MAX_LINE)
+        reader = asyncio.StreamReader(limit=self.limit)
         try:
-            self._transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+            self._transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), source)
         except (ValueError, OSError):
             return None
         self._reader = reader
@@ -89,15 +185,56 @@ class StdinLines:
 
     async def __anext__(self) -> str:
         assert self._reader is not None
-        line = await self._reader.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line.decode("utf-8", errors="replace")
+        try:
+            line = await self._reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as end:
+            line = end.partial  # the last line, without its newline
+            if not line:
+                raise StopAsyncIteration from None
+        except asyncio.LimitOverrunError as over:
+            return await self._skip_long_line(over.consumed)
+        return screen_line(line.decode("utf-8", errors="replace"))
+
+    async def _skip_long_line(self, consumed: int) -> str:
+        """Read past the rest of a line longer than `limit`; the stand-in line for its error."""
+        assert self._reader is not None
+        head = await self._reader.readexactly(min(consumed, ID_PREFIX)) if consumed else b""
+        size = len(head)
+        pending = consumed - len(head)
+        while True:
+            while pending:  # in pieces: the line is dropped as it is read, never copied whole
+                piece = min(pending, 1024 * 1024)
+                await self._reader.readexactly(piece)
+                size += piece
+                pending -= piece
+            try:
+                rest = await self._reader.readuntil(b"\n")
+            except asyncio.LimitOverrunError as over:
+                pending = over.consumed
+                continue
+            except asyncio.IncompleteReadError as end:
+                rest = end.partial  # the stream ended inside the line
+            size += len(rest)
+            break
+        request_id = leading_id(head.decode("utf-8", errors="replace"))
+        log.warning("mcp.line_too_long", bytes=size, limit=self.limit, id=request_id)
+        return _refused_line(
+            types.INVALID_REQUEST,
+            f"Invalid request: the message is {size} bytes, longer than the {self.limit} a line may have; it was not read",
+            request_id,
+        )
 
 
 def malformed_reply(exc: Exception) -> types.JSONRPCError:
     """The JSON-RPC error for a line that could not be read as a message (id null unless one was readable)."""
     errors = exc.errors() if isinstance(exc, ValidationError) else []
+    for item in errors:
+        given = item.get("input")
+        refused = given.get(_REFUSED) if isinstance(given, dict) and len(given) == 1 else None
+        if isinstance(refused, dict):
+            error = types.ErrorData(code=int(refused["code"]), message=str(refused["message"]))
+            echoed = refused.get("id")
+            return types.JSONRPCError(jsonrpc="2.0", id=echoed if _valid_id(echoed) else None, error=error)
     if not errors or any(e["type"] == "json_invalid" for e in errors):
         error = types.ErrorData(code=types.PARSE_ERROR, message="Parse error: the line is not JSON; send one JSON-RPC message per line")
     else:
@@ -105,7 +242,7 @@ def malformed_reply(exc: Exception) -> types.JSONRPCError:
     request_id: types.RequestId | None = None
     for item in errors:
         given = item.get("input")
-        if isinstance(given, dict) and isinstance(given.get("id"), (str, int)) and not isinstance(given.get("id"), bool):
+        if isinstance(given, dict) and _valid_id(given.get("id")):
             request_id = given["id"]
             break
     return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
@@ -168,12 +305,98 @@ class BearerTokenGuard:
         return scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self._token)
 
 
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handlers: the command decides when to stop."""
+REFUSALS_LOGGED_EVERY = 10.0
+"""Seconds between log lines about refused Host/Origin requests (each says how many there were)."""
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Any:
-        yield
+
+def _ip(name: str) -> str:
+    """An IP literal in one spelling (`0:0::1` -> `::1`); anything else as it is."""
+    try:
+        return ipaddress.ip_address(name).compressed
+    except ValueError:
+        return name
+
+
+class HostOriginGuard:
+    """ASGI wrapper: a request whose `Host` is not this server's address, or whose `Origin` is another site, gets 403.
+
+    What the MCP specification asks of every streamable HTTP server, against
+    DNS rebinding: a page on another site whose name resolves to this address
+    must not reach the tools. Allowed as `Host` (compared as a parsed name and
+    port, never as text prefix): the bound address and port; on a loopback
+    bind also `localhost` and every loopback IP literal; on a wildcard bind
+    (0.0.0.0, ::) any IP literal, which no rebinding can produce; and the
+    names in `allowed_hosts`. An `Origin`, when sent, must name one of those
+    with the same port.
+    """
+
+    def __init__(self, app: ASGIApp, host: str, port: int, allowed_hosts: Iterable[str] = ()) -> None:
+        self.app = app
+        self.host = _ip(host.lower())
+        self.port = port
+        self.loopback = is_loopback_host(host)
+        self.wildcard = self.host in ("0.0.0.0", "::")
+        self.names = {_ip(name.strip().lower()) for name in allowed_hosts if name.strip()}
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        self.address = f"{shown}:{port}"
+        self._refused = 0
+        self._said = -REFUSALS_LOGGED_EVERY
+
+    def allows(self, name: str, port: int) -> bool:
+        if port != self.port:
+            return False
+        name = _ip(name)
+        if name == self.host or name in self.names:
+            return True
+        if self.loopback and is_loopback_host(name):
+            return True
+        return self.wildcard and _is_ip(name)
+
+    def refusal(self, scope: Scope) -> str | None:
+        """None if the request may pass; else the one-line reason."""
+        headers = {key: value for key, value in scope["headers"] if key in (b"host", b"origin")}
+        given = headers.get(b"host", b"").decode("latin-1")
+        host = split_host(given)
+        if host is None or not self.allows(host[0], host[1] if host[1] is not None else 80):
+            return f"Host {given[:100]!r} is not this server's address ({self.address}); refused against DNS rebinding"
+        origin = headers.get(b"origin")
+        if origin is None:
+            return None
+        text = origin.decode("latin-1")
+        try:
+            parts = urlsplit(text)
+            port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+        except ValueError:
+            port = None
+        if port is None or parts.scheme not in ("http", "https") or not parts.hostname or not self.allows(parts.hostname, port):
+            return f"Origin {text[:100]!r} is another site than this server ({self.address}); cross-origin requests are refused"
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            reason = self.refusal(scope)
+            if reason is not None:
+                self._refused += 1
+                if time.monotonic() - self._said >= REFUSALS_LOGGED_EVERY:  # a page hammering us must not flood the log
+                    log.warning("mcp.http_refused", reason=reason, refused=self._refused, window_s=REFUSALS_LOGGED_EVERY)
+                    self._said, self._refused = time.monotonic(), 0
+                body = (json.dumps({"error": "forbidden", "error_description": reason}) + "\n").encode()
+                await send({
+                    "type": "http.response.start",
+                    "status": 403,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                })
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -185,17 +408,33 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 @contextlib.asynccontextmanager
-async def http_server(front: McpFront, host: str, port: int, *, token: str | None = None) -> AsyncIterator[str]:
+async def http_server(
+    front: McpFront,
+    host: str,
+    port: int,
+    *,
+    token: str | None = None,
+    allowed_hosts: Iterable[str] = (),
+    header_timeout: float = HEADER_TIMEOUT,
+    write_timeout: float = WRITE_TIMEOUT,
+    max_connections: int = MAX_CONNECTIONS,
+) -> AsyncIterator[str]:
     """Serve `front` over streamable HTTP while the block runs; yields the endpoint URL."""
     sock = _bind(host, port)
-    app: ASGIApp = front.server.streamable_http_app(host=host)
+    bound_port = int(sock.getsockname()[1])
+    # The SDK's own Host/Origin check is off: it covers only three literal hosts, and HostOriginGuard covers every bind.
+    app: ASGIApp = front.server.streamable_http_app(
+        host=host, transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )
     if token:
         app = BearerTokenGuard(app, token)
-    config = uvicorn.Config(
-        app, log_config=None, access_log=False, lifespan="on", log_level="warning",
+    app = HostOriginGuard(app, host, bound_port, allowed_hosts)
+    config = bounded_config(
+        app, header_timeout=header_timeout, write_timeout=write_timeout, max_connections=max_connections, event="mcp.slow_clients_dropped",
+        log_config=None, access_log=False, lifespan="on", log_level="warning",
         timeout_graceful_shutdown=int(SHUTDOWN_GRACE) or 1,
     )
-    server = _Uvicorn(config)
+    server = BoundedServer(config)  # without uvicorn's signal handlers: the command decides when to stop
     task = asyncio.create_task(server.serve(sockets=[sock]), name="mcp-http")
     try:
         while not server.started:

@@ -20,7 +20,7 @@ from toolservice_base.errors import (
 from toolservice_base.rpc import RequestClient
 from toolservice_base.transport import Transport
 
-from .protocol import NameConflict, RegistryOperation, RegistryRequest, RegistryResponse, Rejection, ToolStatus
+from .protocol import NameConflict, PendingChange, RegistryOperation, RegistryRequest, RegistryResponse, Rejection, ToolStatus
 
 DEFAULT_TIMEOUT = 5.0
 PAGE_LIMIT = 5_000
@@ -32,6 +32,22 @@ class Listing:
     tools: list[ToolStatus]
     held: list[str]
     """Services whose deletions self-preservation is holding."""
+    pinning: bool = False
+    """The registry pins definitions (`--pin-definitions`)."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    changes: list[PendingChange]
+    pinning: bool
+    """False: the registry does not pin definitions, so nothing is ever held."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    change: PendingChange
+    applied: bool
+    """`approve`: the approved definition was in the store when the registry answered."""
 
 
 Rejections = list[Rejection]
@@ -65,8 +81,9 @@ class RegistryClient:
         workspace: str | None = None,
         limit: int | None = None,
         after: str | None = None,
+        digest: str | None = None,
     ) -> RegistryResponse:
-        request = RegistryRequest(operation=operation, name=name, workspace=workspace, limit=limit, after=after)
+        request = RegistryRequest(operation=operation, name=name, workspace=workspace, limit=limit, after=after, digest=digest)
         try:
             body = await self._rpc.request(request, timeout=self.timeout)
         except RequestTimeout:
@@ -94,7 +111,7 @@ class RegistryClient:
             response = await self._call("list", workspace=workspace, limit=self.page_limit, after=after)
             tools.extend(response.tools or [])
             if not response.more or not response.tools:
-                return Listing(tools=tools, held=response.held or [])
+                return Listing(tools=tools, held=response.held or [], pinning=bool(response.pinning))
             after = response.tools[-1].name
 
     async def get(self, name: str, workspace: str | None = None) -> ToolStatus | None:
@@ -117,6 +134,21 @@ class RegistryClient:
         """Confirm the deletions self-preservation holds; returns the services released."""
         return (await self._call("release")).released or []
 
+    async def pending(self) -> Pending:
+        """Held definition changes, of every workspace."""
+        response = await self._call("pending")
+        return Pending(changes=response.pending or [], pinning=bool(response.pinning))
+
+    async def approve(self, name: str, workspace: str | None = None, digest: str | None = None) -> Decision:
+        """Pin the definition offered for tool `name` (`digest`: only if it is that one); `RegistryQueryError` if nothing is pending."""
+        response = await self._call("approve", name=name, workspace=workspace, digest=digest)
+        return Decision(change=_decided(response), applied=bool(response.applied))
+
+    async def reject(self, name: str, workspace: str | None = None, digest: str | None = None) -> Decision:
+        """Keep tool `name`'s pin and refuse the offered definition from now on."""
+        response = await self._call("reject", name=name, workspace=workspace, digest=digest)
+        return Decision(change=_decided(response), applied=True)
+
     async def close(self) -> None:
         await self._rpc.close()
 
@@ -125,3 +157,9 @@ class RegistryClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _decided(response: RegistryResponse) -> PendingChange:
+    if response.decided is None:
+        raise RegistryQueryError("the registry sent a malformed response: no decided change", "bad-response")
+    return response.decided

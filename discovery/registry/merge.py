@@ -14,7 +14,10 @@ The rules:
   tool whose key holds such an item is refused and reported as a conflict; an
   item that already holds exactly the announced value is used as is, unowned.
 - **First holder keeps it.** A key owned by another service is refused to
-  the later one. Ownership is recorded in the store, so the same holder
+  the later one; so is a tool whose client-visible name (`client_name`:
+  what MCP and OpenAI-style clients call it, `acme.search` -> `acme_search`)
+  is the one another tool already has, so a client's call never reaches
+  another tool than the one it listed. Ownership is recorded in the store, so the same holder
   keeps it across registry restarts, whatever order services re-announce in.
   A holder that went keeps its tool names for one ttl more (`kept`): a
   restarting service gets them back rather than losing them to a rival.
@@ -31,14 +34,17 @@ import hashlib
 import time
 from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from toolservice_base.names import client_name
 from toolservice_base.schemas import (
     ToolDescriptor,
     ToolServiceDescriptor,
     canonical_json,
 )
+from toolservice_base.schemas.tools import definition_digest
 
 Key = tuple[str, str]
 """(type, key) of a config item inside one workspace."""
@@ -107,6 +113,20 @@ class Offer:
     tools: tuple[ToolDescriptor, ...]
     digest: str
     version: str = ""
+    signer: str | None = None
+    """Key id that signed the announce, under a trust policy; None otherwise."""
+
+    @cached_property
+    def digests(self) -> dict[str, str]:
+        """Tool name -> digest of its definition as this offer gives it (`definition_digest`)."""
+        return {tool.name: definition_digest(tool, self.service) for tool in self.tools}
+
+    @cached_property
+    def by_name(self) -> dict[str, ToolDescriptor]:
+        return {tool.name: tool for tool in self.tools}
+
+    def tool(self, name: str) -> ToolDescriptor | None:
+        return self.by_name.get(name)
 
     def items(self) -> dict[Key, str]:
         """The spec's items, values exactly the descriptors' wire JSON; service first."""
@@ -176,18 +196,34 @@ def plan_service(
     `kept` says until when, for the keys held by a service that went.
     """
     plan = Plan(service=service_id)
-    desired: dict[Key, str] = {}
-    if record is not None and offer is not None:
-        desired = offer.items()
-    elif record is not None:
-        desired = {key: value for key in owned if (value := view.get(key)) is not None and value_hash(value) == owned[key]}
+    _claim(plan, view, owners, _desired(view, owned, record, offer), owned, kept or {})
+    _release(plan, view, owned)
+    _write_record(plan, view, record)
+    return plan
 
-    def is_mine(key: Key) -> bool:
-        current = view.get(key)
-        return key in owned and current is not None and value_hash(current) == owned[key]
 
+def _desired(view: Mapping[Key, str | None], owned: Mapping[Key, str], record: OwnershipRecord | None, offer: Offer | None) -> dict[Key, str]:
+    """The items the service should have: its offer's; with no offer, those it owns still holding what it wrote."""
+    if record is None:
+        return {}
+    if offer is not None:
+        return offer.items()
+    return {key: value for key in owned if (value := view.get(key)) is not None and value_hash(value) == owned[key]}
+
+
+def _claim(
+    plan: Plan,
+    view: Mapping[Key, str | None],
+    owners: Mapping[Key, str],
+    desired: Mapping[Key, str],
+    owned: Mapping[Key, str],
+    kept: Mapping[Key, float],
+) -> None:
+    """Take each desired key the rules allow (writing it if it differs); refuse the others as conflicts."""
+    service_id = plan.service
     service_key = ("tool-service", service_id)
     service_refused = False
+    visible: dict[str, tuple[str, str | None]] | None = None  # built once, at the first new name
     for key, value in desired.items():
         current = view.get(key)
         holder = owners.get(key)
@@ -196,7 +232,15 @@ def plan_service(
         if service_refused and key[0] == "tool":
             plan.conflicts.append(Finding(key[1], STATIC, f"tool-service/{service_id} is a static item with another value; static wins"))
             continue
-        if is_mine(key) or (current is None and holder is None):
+        mine = key in owned and current is not None and value_hash(current) == owned[key]
+        if mine or (current is None and holder is None):
+            if key[0] == "tool" and not mine:
+                if visible is None:
+                    visible = _visible_names(view, owners, owned, service_id)
+                first = visible.get(client_name(key[1]))
+                if first is not None and first[0] != key[1]:
+                    plan.conflicts.append(_client_refusal(key[1], first[0], first[1], kept.get(("tool", first[0]))))
+                    continue
             if current != value:
                 plan.writes[key] = value
                 if key[0] == "tool":
@@ -209,8 +253,38 @@ def plan_service(
             # tool (each reported on its own; the service key itself names no tool).
             service_refused = key == service_key
             if not service_refused:
-                plan.conflicts.append(_refusal(key, holder, (kept or {}).get(key) if holder is not None else None))
+                plan.conflicts.append(_refusal(key, holder, kept.get(key) if holder is not None else None))
 
+
+def _visible_names(
+    view: Mapping[Key, str | None], owners: Mapping[Key, str], owned: Mapping[Key, str], service_id: str
+) -> dict[str, tuple[str, str | None]]:
+    """Client-visible name (`client_name`) -> (tool, holder) of each tool another service holds or keeps,
+    and of each static tool item this batch read (holder None)."""
+    found: dict[str, tuple[str, str | None]] = {}
+    for key, holder in owners.items():
+        if key[0] == "tool" and holder != service_id:
+            found.setdefault(client_name(key[1]), (key[1], holder))
+    for key, value in view.items():
+        if key[0] == "tool" and value is not None and key not in owners and not (key in owned and value_hash(value) == owned[key]):
+            found.setdefault(client_name(key[1]), (key[1], None))
+    return found
+
+
+def _client_refusal(name: str, other: str, holder: str | None, kept_until: float | None) -> Finding:
+    """`name` would be listed to clients under the name they already call `other` by: the first keeps it."""
+    shown = client_name(name)
+    said = f"tool/{name} would be listed to MCP and OpenAI clients as {shown!r}, the name they already call tool {other!r}"
+    if holder is None:
+        return Finding(name, STATIC, f"{said} by (a static item); static wins")
+    if kept_until is not None:
+        until = time.strftime("%H:%M:%S UTC", time.gmtime(kept_until))
+        return Finding(name, holder, f"{said} of service {holder!r} by, kept for it until {until}: it went less than its ttl ago, and may be restarting")
+    return Finding(name, holder, f"{said} of service {holder!r} by; the tool that had the name first keeps it")
+
+
+def _release(plan: Plan, view: Mapping[Key, str | None], owned: Mapping[Key, str]) -> None:
+    """Delete the keys it owned and no longer claims, where they still hold what it wrote."""
     for key in owned:
         if key in plan.owned:
             continue
@@ -221,16 +295,18 @@ def plan_service(
                 plan.removed.append(key[1])
         # else: absent already, or an operator changed it: it is theirs now
 
-    rec_key = record_key(service_id)
+
+def _write_record(plan: Plan, view: Mapping[Key, str | None], record: OwnershipRecord | None) -> None:
+    """The ownership record: deleted with the service, else rewritten when what it says changed."""
+    rec_key = record_key(plan.service)
     if record is None:
         if view.get(rec_key) is not None:
             plan.writes[rec_key] = None
-    else:
-        plan.record = record.model_copy(update={"owned": {key_text(k): h for k, h in sorted(plan.owned.items())}})
-        value = plan.record.to_value()
-        if view.get(rec_key) != value:
-            plan.writes[rec_key] = value
-    return plan
+        return
+    plan.record = record.model_copy(update={"owned": {key_text(k): h for k, h in sorted(plan.owned.items())}})
+    value = plan.record.to_value()
+    if view.get(rec_key) != value:
+        plan.writes[rec_key] = value
 
 
 def apply_plan(view: MutableMapping[Key, str | None], owners: MutableMapping[Key, str], plan: Plan, previously_owned: Iterable[Key]) -> None:

@@ -27,6 +27,7 @@ REJECTION_REASONS = (
     "unsigned",
     "untrusted",
     "store-refused",
+    "rejected-definition",
     "other",
 )
 """The `reason` label of `toolreg_registry_rejections_total`: a small fixed set, never free text."""
@@ -44,6 +45,7 @@ _REASON_MARKERS: tuple[tuple[str, str], ...] = (
     ("bad signature", "untrusted"),
     ("unsigned announcement", "unsigned"),
     ("config store refused", "store-refused"),
+    ("which an operator rejected", "rejected-definition"),
 )
 """Phrases with spaces only: names (`^[A-Za-z0-9_.-]+$`) quoted inside a reason can never match one."""
 

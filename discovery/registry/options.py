@@ -7,10 +7,14 @@ registry` set the trust and bad-input ones from their flags.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from toolservice_base.schemas import check_namespace
 
 from .validation import DEFAULT_MAX_SKEW, TrustCheck
+
+AutoApprove = Literal["same-key-higher-version"]
+AUTO_APPROVE: tuple[AutoApprove, ...] = ("same-key-higher-version",)
 
 
 @dataclass
@@ -19,8 +23,6 @@ class RegistryOptions:
 
     sweep_interval: float = 0.25
     """Seconds between lease sweeps (at most 1): how late past its ttl a dead instance goes."""
-    coalesce_window: float = 0.05
-    """Seconds a store write waits for more changes to ride along in the same version."""
     self_preservation_share: float = 0.5
     """Hold the deletions when more than this share of all leases expire in one sweep..."""
     self_preservation_min: int = 3
@@ -43,12 +45,15 @@ class RegistryOptions:
     trust: TrustCheck | None = None
     """A trust policy (`discovery.trust.TrustPolicy`): accept only announcements signed by a key
     allowed the service and tools they claim. None accepts every valid announcement."""
+    pin_definitions: bool = False
+    """Pin each announced tool's definition when first accepted; hold later changes for an operator (`pins`)."""
+    auto_approve: AutoApprove | None = None
+    """With `pin_definitions`: `same-key-higher-version` approves a held definition signed by the key that signed
+    the pinned one, under a higher service version. None: every change waits for an operator."""
 
     def __post_init__(self) -> None:
         if not 0 < self.sweep_interval <= 1:
             raise ValueError("sweep_interval must be in (0, 1] seconds")
-        if not 0 <= self.coalesce_window <= 1:
-            raise ValueError("coalesce_window must be in [0, 1] seconds")
         if not 0 < self.self_preservation_share <= 1:
             raise ValueError("self_preservation_share must be in (0, 1]")
         if self.self_preservation_min < 1 or self.max_rejections < 1:
@@ -57,6 +62,8 @@ class RegistryOptions:
             raise ValueError("max_clock_skew must be positive")
         if self.max_instances < 1 or not 1 <= self.max_instances_per_service <= self.max_instances:
             raise ValueError("max_instances_per_service must be at least 1 and at most max_instances")
+        if self.auto_approve is not None and self.auto_approve not in AUTO_APPROVE:
+            raise ValueError(f"auto_approve must be one of: {', '.join(AUTO_APPROVE)}")
         if self.allowed_namespaces is None:
             return
         self.allowed_namespaces = tuple(check_namespace(namespace) for namespace in self.allowed_namespaces)

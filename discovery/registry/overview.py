@@ -10,19 +10,21 @@ moved, so a page open all day costs the store nothing while nothing changes.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from toolservice_base.configclient import ConfigClient
 
 from .leases import LeaseTable, ServiceKey
-from .protocol import NameConflict, Rejection
-from .state import ServiceState, service_status
+from .protocol import NameConflict, PendingChange, Rejection
+from .state import ServiceState, static_status
 from .validation import RejectionLog
 
+STATIC_TYPES = ["tool", "tool-service"]
 MAX_DESCRIPTION = 500
 """Characters of a tool's description shown; the rest is cut (the store has the whole text)."""
 
@@ -48,8 +50,60 @@ class ToolView(BaseModel):
     workspace: str
     source: str
     status: str
+    """The same status `toolreg tools` shows: both come from `state` (`tool_statuses`, `static_status`)."""
     instances: int
     description: str
+    detail: str = ""
+    """Why the status is not plain `live`/`configured`, in one line: the page's WHY column, `toolreg tools`' WHY."""
+    digest: str | None = None
+    """sha256 of the tool's definition as the store holds it (`definition_digest`), as `toolreg tools` shows it."""
+
+
+class ReplicaView(BaseModel):
+    """One replica of the group this registry belongs to, as `toolreg replicas` shows it."""
+
+    id: str
+    group: str
+    role: str
+    """`active` or `standby`."""
+    pid: int
+    host: str
+    version: int
+    """The last version of the replicated state it has applied."""
+    since: float
+    """When it took its current role (wall clock, its own)."""
+
+
+class TrustView(BaseModel):
+    """Whether announcements must be signed: what `toolreg up` prints on its `trust` line."""
+
+    policy: str | None = None
+    """The trust policy's file ('(in memory)' for one built in code); None: no policy, every valid announcement is accepted."""
+    keys: int = 0
+    """Keys the policy trusts."""
+    auto_approve: str | None = None
+    """The policy's `auto-approve` rule for held definitions, if any."""
+
+
+def trust_view(trust: object | None) -> TrustView:
+    """The page's view of `RegistryOptions.trust` (a `TrustPolicy`, or any check with `keys` and `path`)."""
+    if trust is None:
+        return TrustView()
+    path = getattr(trust, "path", None)
+    return TrustView(
+        policy=str(path) if path else "(in memory)", keys=len(getattr(trust, "keys", None) or ()),
+        auto_approve=getattr(trust, "auto_approve", None),
+    )
+
+
+class RegistryIdentity(BaseModel):
+    """Which registry this is: what a newcomer with several terminals open needs to tell them apart."""
+
+    broker: str = ""
+    """The broker's URL ('' if not known)."""
+    topicspace: str = ""
+    host: str = ""
+    """The machine the registry runs on."""
 
 
 class RegistrySnapshot(BaseModel):
@@ -63,6 +117,27 @@ class RegistrySnapshot(BaseModel):
     """Newest first."""
     rejected_total: int
     conflicts: list[NameConflict]
+    pinning: bool = False
+    """The registry pins definitions (`--pin-definitions`): `digest` is what is pinned, `pending` what is held."""
+    pending: list[PendingChange] = []
+    """Held definition changes, each with its diff (as `toolreg pending`), by workspace and tool."""
+    replicas: list[ReplicaView] = []
+    """The registry's replica group, this one included (by id); empty when it does not run replicated."""
+    identity: RegistryIdentity = Field(default_factory=RegistryIdentity)
+    started: float | None = None
+    """Wall clock when this registry started (a replica's: when it was last promoted); None if not known."""
+    trust: TrustView | None = None
+    """Whether a trust policy is on; None: not known to whoever built the snapshot."""
+
+
+def _identity(config: ConfigClient) -> RegistryIdentity:
+    """Broker and topicspace from the connection the registry's config client uses (if it is one), and this host."""
+    connection = getattr(config, "_connection", None)
+    topics = getattr(connection, "topics", None)
+    url = getattr(connection, "url", "")
+    return RegistryIdentity(
+        broker=url if isinstance(url, str) else "", topicspace=str(getattr(topics, "topicspace", "") or ""), host=socket.gethostname(),
+    )
 
 
 def _description(value: Any) -> str:
@@ -70,21 +145,24 @@ def _description(value: Any) -> str:
     return text if len(text) <= MAX_DESCRIPTION else text[: MAX_DESCRIPTION - 1] + "…"
 
 
-def _static_view(name: str, value: str, workspace: str) -> ToolView:
+def _static_view(name: str, value: str, services: Mapping[str, str], workspace: str) -> ToolView:
+    """A tool item the registry does not own, with the status and reason `toolreg tools` gives it."""
     try:
         body = json.loads(value)
     except ValueError:
         body = None
     body = body if isinstance(body, dict) else {}
-    service = body.get("service")
+    status = static_status(name, value, services, workspace)
     return ToolView(
         name=name,
-        service=service if isinstance(service, str) else None,
+        service=status.service,
         workspace=workspace,
         source="static",
-        status="configured",
+        status=status.status,
         instances=0,
         description=_description(body.get("description")),
+        detail=status.detail,
+        digest=status.digest,
     )
 
 
@@ -101,6 +179,8 @@ class Overview:
         conflicts: Callable[[], list[NameConflict]],
         key_names: Callable[[], Mapping[str, str]],
         workspace_default: str,
+        pending: Callable[[], list[PendingChange]] | None = None,
+        trust: TrustView | None = None,
     ) -> None:
         self._services = services
         self._leases = leases
@@ -108,22 +188,30 @@ class Overview:
         self._rejections = rejections
         self._conflicts = conflicts
         self._key_names = key_names
+        self._pending = pending
+        """Held definition changes; None: the registry does not pin definitions."""
         self.workspace_default = workspace_default
+        self.trust = trust
+        """`trust_view(options.trust)`: whether the registry checks signatures, and against what; None: not told (the page says nothing)."""
+        self.started = time.time()
+        """The registry is built just before it starts; a promoted replica builds a fresh one."""
+        self.identity = _identity(config)
         self.config_version: int | None = None
         """The newest store version seen (pushes and our reads); None until the first."""
-        self._static: dict[str, tuple[int, dict[str, str]]] = {}
+        self._static: dict[str, tuple[int, dict[str, dict[str, str]]]] = {}
+        """Workspace -> (version, {"tool": items, "tool-service": items}) as last read."""
 
     def observe(self, version: int) -> None:
         """A config push: the store is at `version` now, so static tools may have changed."""
         if self.config_version is None or version > self.config_version:
             self.config_version = version
 
-    async def _static_tools(self, workspace: str) -> dict[str, str]:
+    async def _static_items(self, workspace: str) -> dict[str, dict[str, str]]:
+        """The workspace's `tool` and `tool-service` items, read at one version: a static tool's status needs its service's item."""
         cached = self._static.get(workspace)
         if cached is not None and self.config_version is not None and cached[0] >= self.config_version:
             return cached[1]
-        version = await self._config.version(workspace=workspace)  # first: a write after it is seen by the next push
-        items = await self._config.getvalues("tool", workspace=workspace)
+        version, items = await self._config.read_types(STATIC_TYPES, workspace=workspace)
         self.observe(version)
         self._static[workspace] = (version, items)
         return items
@@ -139,12 +227,14 @@ class Overview:
             announced = [lease for lease in leases if lease.announced and lease.digest in state.offers]
             newest = max(announced, key=lambda lease: lease.announced).digest if announced else None
             offer = state.offers.get(newest) if newest is not None else None  # what the merge uses, read without its pruning
+            if self._pending is not None:
+                offer = state.merged  # pinned: the newest offer may be held; show what was written
             described = {tool.name: tool.description for tool in offer.tools} if offer is not None else {}
-            status = service_status(leases)
-            for name in state.tool_names():
-                tools[(state.workspace, name)] = ToolView(
-                    name=name, service=state.service_id, workspace=state.workspace, source="announced", status=status,
-                    instances=len(leases), description=_description(described.get(name, "")),
+            for status in state.tool_statuses(leases, wall):
+                tools[(state.workspace, status.name)] = ToolView(
+                    name=status.name, service=status.service, workspace=state.workspace, source="announced", status=status.status,
+                    instances=status.instances, description=_description(described.get(status.name, "")), detail=status.detail,
+                    digest=status.digest,
                 )
             for lease in sorted(leases, key=lambda lease: lease.instance):
                 held_offer = state.offers.get(lease.digest) if lease.digest is not None else None
@@ -156,9 +246,10 @@ class Overview:
                 ))
         workspaces = {self.workspace_default} | {key[0] for key in self._services}
         for workspace in sorted(workspaces):
-            for name, value in (await self._static_tools(workspace)).items():
+            items = await self._static_items(workspace)
+            for name, value in items.get("tool", {}).items():
                 if (workspace, name) not in tools:
-                    tools[(workspace, name)] = _static_view(name, value, workspace)
+                    tools[(workspace, name)] = _static_view(name, value, items.get("tool-service", {}), workspace)
         return RegistrySnapshot(
             at=wall,
             config_version=self.config_version,
@@ -168,4 +259,9 @@ class Overview:
             rejections=list(reversed(self._rejections.items())),
             rejected_total=self._rejections.total,
             conflicts=self._conflicts(),
+            pinning=self._pending is not None,
+            pending=self._pending() if self._pending is not None else [],
+            identity=self.identity,
+            started=self.started,
+            trust=self.trust,
         )

@@ -1,4 +1,5 @@
-"""The registry's query API (DESIGN section 6): what `toolreg tools`, `conflicts` and `rejections` ask and get.
+"""The registry's query API (DESIGN section 6): what `toolreg tools`, `conflicts`, `rejections`, `release`,
+`pending`, `approve` and `reject` ask and get.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from toolservice_base.schemas import (
 
 # --- registry query API (spec section 6) -----------------------------------
 
-RegistryOperation = Literal["list", "get", "rejections", "conflicts", "release"]
+RegistryOperation = Literal["list", "get", "rejections", "conflicts", "release", "pending", "approve", "reject"]
+
+DIGEST_PATTERN = r"^[0-9a-f]{8,64}$"
+"""A definition digest as `toolreg approve --digest` takes it: the whole sha256 in hex, or its first 8 or more digits."""
 
 
 class RegistryRequest(BaseModel):
@@ -31,11 +35,14 @@ class RegistryRequest(BaseModel):
     """`list` only: page the answer (at most `limit` tools and about `PAGE_BYTES`); `more` says whether tools follow."""
     after: str | None = Field(default=None, pattern=NAME_PATTERN)
     """`list` only: tools named after this one (the last name of the previous page)."""
+    digest: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    """`approve`, `reject`: the offered definition's digest (or a prefix) the operator decided on; refused if another is offered."""
 
 
 class ToolStatus(BaseModel):
     name: str
-    service: str | None
+    service: str | None = None
+    """None when the item names no service (or cannot be read); left out on the wire, like every None."""
     source: Literal["announced", "static"]
     status: str
     instances: int = 0
@@ -44,6 +51,9 @@ class ToolStatus(BaseModel):
     version: str = ""
     detail: str = ""
     """Why the status is not plain `live`/`configured` (refused, held, grace, unavailable), in one line."""
+    digest: str | None = None
+    """sha256 of the tool's definition as the store holds it (`definition_digest`); None if unknown (its item does not parse,
+    or a service restored at start has not re-announced yet)."""
 
 
 class Rejection(BaseModel):
@@ -74,6 +84,28 @@ class NameConflict(BaseModel):
     reason: str = ""
 
 
+class PendingChange(BaseModel):
+    """A definition offered for a pinned tool and held until an operator decides (`toolreg approve`/`reject`)."""
+
+    tool: str
+    service: str
+    workspace: str
+    pinned: str
+    """Digest of the pinned definition: what agents see (or nothing, if no instance still offers it)."""
+    offered: str
+    """Digest of the held definition: what no agent sees until it is approved."""
+    diff: str
+    """Unified diff from the pinned definition to the offered one, both as indented JSON."""
+    signer: str | None = None
+    """Who signed the offer: the trust policy's name for the key (its key id if unnamed); None without a policy."""
+    version: str = ""
+    """The service version that offers it."""
+    pinned_version: str = ""
+    first_seen: float
+    last_seen: float
+    """Wall clock: when an instance offering it was first and last heard from."""
+
+
 class RegistryResponse(BaseModel):
     tools: list[ToolStatus] | None = None
     tool: ToolStatus | None = None
@@ -82,4 +114,11 @@ class RegistryResponse(BaseModel):
     held: list[str] | None = None
     released: list[str] | None = None
     more: bool | None = None
+    pending: list[PendingChange] | None = None
+    decided: PendingChange | None = None
+    """`approve`, `reject`: the change decided on."""
+    applied: bool | None = None
+    """`approve`: the approved definition reached the store before the answer (else it is on its way)."""
+    pinning: bool | None = None
+    """`list`, `pending`: whether this registry pins definitions (`--pin-definitions`)."""
     error: ErrorBody | None = None

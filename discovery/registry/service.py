@@ -4,9 +4,9 @@ It consumes `tool-descriptors` on a subscription of its own, judges every
 message (`validation`), keeps one lease per instance (`leases`), and merges
 live services into the store under the keys an operator would write by hand
 (`merge`), recording what it owns in `discovery/<service-id>`. One task (`writer`) does
-every store write, after a short coalescing window, so a burst of messages
-becomes one version; the message handler and the sweep only change memory
-and mark services dirty.
+every store write, batched on the leading edge (a lone change is written at
+once, a burst becomes a few versions); the message handler and the sweep only
+change memory and mark services dirty.
 
 Start-up: ownership records are read back, every recorded instance gets one
 ttl of grace, and a probe asks live services to re-announce. A service that
@@ -21,7 +21,8 @@ holder keeps sending refused messages is marked so (`leases`), and runs out
 without self-preservation holding it; the sender is told why (`probes`).
 
 Query API on `tool-registry`: `list`, `get`, `rejections`, `conflicts`,
-`release`.
+`release`, and for pinned definitions (`pins`, `--pin-definitions`)
+`pending`, `approve` and `reject`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from opentelemetry.trace import SpanContext
 from pydantic import ValidationError
 
 from toolservice_base import tracing
+from toolservice_base.announcer import bound_refusal
 from toolservice_base.configclient import ConfigClient, watch_config
 from toolservice_base.errors import (
     ConfigError,
@@ -68,11 +70,12 @@ from .metrics import RegistryMetrics
 from .options import RegistryOptions
 from .overview import Overview
 from .paging import page_of
+from .pins import PENDING_TYPE, PIN_TYPE, Pending, PinBook, PinError, rejected_reason
 from .probes import ProbeLimiter, Prober
-from .protocol import NameConflict, RegistryRequest, RegistryResponse, Rejection, ToolStatus
+from .protocol import NameConflict, PendingChange, RegistryRequest, RegistryResponse, Rejection, ToolStatus
 from .state import ServiceState, static_status
 from .store_writes import PROBE_WORKSPACE
-from .validation import FRESHNESS, SEQUENCE_MEMORY, AnnouncementValidator, Category, Rejected, RejectionLog, excerpt
+from .validation import FRESHNESS, SEQUENCE_MEMORY, TAKEOVER, AnnouncementValidator, Category, Rejected, RejectionLog, excerpt
 from .writer import StoreWriter
 
 __all__ = ["ProbeLimiter", "Registry", "RegistryOptions"]
@@ -107,6 +110,8 @@ class Registry:
         )
         self.rejection_log = RejectionLog(opts.max_rejections)
         self.departed = Departed()
+        self.pins = PinBook(opts.auto_approve) if opts.pin_definitions else None
+        """Pinned definitions and held changes (`pins`); None without `--pin-definitions`."""
         self._services: dict[ServiceKey, ServiceState] = {}
         self._order = itertools.count(1)
         self._announces = itertools.count(1)
@@ -116,18 +121,19 @@ class Registry:
             self._services,
             self.leases,
             workspace_default=workspace_default,
-            coalesce_window=opts.coalesce_window,
             max_retry_delay=opts.max_retry_delay,
             metrics=self.metrics,
             on_refused=lambda service, reason: self._reject(reason, b"", time.time(), service=service, category="store"),
             on_merged=lambda: self._report_state(self.leases.by_service()),
             departed=self.departed,
             on_conflicts=self._tell_conflicts,
+            pins=self.pins,
         )
         self._prober = Prober(connection, interval=opts.probe_interval, per_second=opts.max_probes_per_second)
         self.overview = Overview(
             services=self._services, leases=self.leases, config=self._config, rejections=self.rejection_log,
             conflicts=self.conflicts, key_names=self._key_names, workspace_default=workspace_default,
+            pending=self.pending if self.pins is not None else None,
         )
         """What the registry page shows (`await registry.overview.snapshot()`), read-only."""
         self._descriptors: Subscription | None = None
@@ -235,6 +241,8 @@ class Registry:
             log.warning("registry.record_unreadable", key=f"{DEPARTED_KEY[0]}/{DEPARTED_KEY[1]}", workspace=PROBE_WORKSPACE, reason=str(exc))
         for instance, withdrawn in self.departed.instances.items():
             self.validator.ended(instance, withdrawn.sequence, withdrawn.until)
+        if self.pins is not None:
+            await self._restore_pins()
         for workspace in sorted(self.writer.indexed):
             records = await self._config.getvalues(RECORD_TYPE, workspace=workspace)
             for service_id, value in sorted(records.items()):
@@ -250,8 +258,18 @@ class Registry:
                 self._services[key] = state
                 for instance, item in record.instances.items():
                     self.leases.restore(instance, key, ttl=item.ttl, now=now, digest=record.digest)
+                if self.pins is not None:  # what the store holds for a pinned tool is its pin, until the service re-announces
+                    state.digests = {name: pin.digest for name in state.tool_names() if (pin := self.pins.get(workspace, name)) is not None}
                 if not record.instances:
                     self._mark(key)
+
+    async def _restore_pins(self) -> None:
+        """Read back the pins of every workspace the registry writes to, and the pending changes."""
+        assert self.pins is not None
+        for workspace in sorted(self.writer.indexed):
+            self.pins.load_pins(workspace, await self._config.getvalues(PIN_TYPE, workspace=workspace))
+        self.pins.load_pending(await self._config.getvalues(PENDING_TYPE, workspace=PROBE_WORKSPACE))
+        log.info("registry.pins_restored", pins=len(self.pins), pending=len(self.pins.pending))
 
     # --- intake --------------------------------------------------------------
 
@@ -259,10 +277,13 @@ class Registry:
         data = message.data
         wall, now = time.time(), time.monotonic()
         try:
-            announcement = self.validator.check(data, wall, self._authorize if self.options.trust is not None else None)
+            announcement = self.validator.check(data, wall, self._authorize)
             if announcement.kind == "announce" and (refusal := self._over_capacity(announcement)) is not None:
                 service = announcement.service.id if announcement.service else None
                 raise Rejected(refusal, instance=announcement.instance, service=service, category="capacity", announcement=announcement)
+            if announcement.kind == "announce" and self.pins is not None and (refusal := self.pins.refusal(announcement)) is not None:
+                service = announcement.service.id if announcement.service else None
+                raise Rejected(refusal, instance=announcement.instance, service=service, category="definition", announcement=announcement)
         except Rejected as exc:
             await self._refused(exc, data, wall)
             return
@@ -286,6 +307,14 @@ class Registry:
         new = self._reject(exc.reason, data, wall, instance=exc.instance, service=exc.service, category=exc.category)
         if exc.instance is None:
             return
+        if exc.category in TAKEOVER:
+            # A replay, or an instance named for another workspace or service: the refused message may be
+            # its real holder's, locked out because another sender took its id over (nothing tells them
+            # apart without a signature). Tell the instance each time (notices are rate-limited per
+            # instance; only instances the registry remembers are ever refused so): its announcer starts
+            # again under a fresh id if the notice shows a takeover, and ignores it if not.
+            await self._prober.notify(exc.instance, exc.reason)
+            return
         lease = self.leases.get(exc.instance)
         holder = exc.category not in FRESHNESS and lease is not None and (
             lease.signer is None
@@ -302,28 +331,52 @@ class Registry:
             await self._prober.notify(exc.instance, exc.reason)
 
     def _authorize(self, announcement: Announcement) -> str | None:
-        """Ask the trust policy.
+        """May this message speak for its instance? None if so, else why not (or `Rejected`, category `identity`).
 
-        An announce must be allowed its service and tools, and, if its
-        instance holds a lease for another service, that service too: else a
-        key trusted for one service could move another's instances away and
-        so remove its tools. A heartbeat or withdraw is judged against the
-        service its instance announced; one from an unknown instance changes
-        nothing but still needs a trusted signature, so outsiders cannot
-        spend probes or sequence memory.
+        Runs before the validator records the message's sequence, so nothing
+        refused here touches the instance's replay state.
+
+        Without a trust policy no signature can be verified, so an instance
+        is bound to the workspace and service it holds a lease for: a message
+        naming it for another one is refused (`identity`), whatever its
+        sequence. Else one forged message could move a live instance away
+        and, with a huge sequence, lock its real holder out.
+
+        With a trust policy: an announce must be allowed its service, tools
+        and workspace, and, if its instance holds a lease for another service
+        or workspace, that one too: else a key trusted for one service could
+        move another's instances away and so remove its tools. A heartbeat or
+        withdraw is judged against the service and workspace its instance
+        announced; one from an unknown instance changes nothing but still
+        needs a trusted signature, so outsiders cannot spend probes or
+        sequence memory.
         """
         trust = self.options.trust
-        assert trust is not None
         lease = self.leases.get(announcement.instance)
+        if trust is None:
+            if lease is not None:
+                self._check_binding(announcement, lease)
+            return None
         if announcement.kind == "announce":
             assert announcement.service is not None and announcement.tools is not None
-            refusal = trust.check(announcement, announcement.service.id, [tool.name for tool in announcement.tools])
-            if refusal is None and lease is not None and lease.service[1] != announcement.service.id:
-                moved = trust.check(announcement, lease.service[1], [])
+            refusal = trust.check(announcement, announcement.service.id, [tool.name for tool in announcement.tools], announcement.workspace)
+            if refusal is None and lease is not None and lease.service != (announcement.workspace, announcement.service.id):
+                moved = trust.check(announcement, lease.service[1], [], lease.service[0])
                 if moved is not None:
-                    return f"instance {announcement.instance} serves {lease.service[1]!r}: {moved}"
+                    return f"instance {announcement.instance} serves {lease.service[1]!r} in workspace {lease.service[0]!r}: {moved}"
             return refusal
-        return trust.check(announcement, lease.service[1] if lease is not None else None, [])
+        if lease is None:
+            return trust.check(announcement, None, [])
+        return trust.check(announcement, lease.service[1], [], lease.service[0])
+
+    @staticmethod
+    def _check_binding(announcement: Announcement, lease: Lease) -> None:
+        """`Rejected` (`identity`) if an unverified message names `lease`'s instance for another workspace or service."""
+        workspace, service = lease.service
+        claimed = announcement.service.id if announcement.service is not None else service
+        if (announcement.workspace, claimed) != (workspace, service):
+            reason = bound_refusal(announcement.instance, service, workspace, claimed, announcement.workspace)
+            raise Rejected(reason, instance=announcement.instance, service=claimed, category="identity", announcement=announcement)
 
     def _over_capacity(self, announcement: Announcement) -> str | None:
         """Why a new instance cannot get a lease (the caps on per-instance state), or None.
@@ -370,7 +423,8 @@ class Registry:
         if state is None:
             state = self._services[key] = ServiceState(key, next(self._order))
         known = announcement.digest in state.offers
-        state.offers[announcement.digest] = Offer(announcement.service, tuple(announcement.tools), announcement.digest, announcement.version)
+        signer = signature_key_id(announcement) if self.options.trust is not None else None
+        state.offers[announcement.digest] = Offer(announcement.service, tuple(announcement.tools), announcement.digest, announcement.version, signer)
         if len(state.offers) > 2 * self.options.max_instances_per_service:
             self._forget_unused_offers(state, keep=announcement.digest)
         previous = self.leases.get(announcement.instance)
@@ -543,6 +597,82 @@ class Registry:
             log.warning("registry.released", services=[key[1] for key in services], leases=len(released), by="operator")
         return [key[1] for key in services]
 
+    def pending(self) -> list[PendingChange]:
+        """Held definition changes of every workspace, by workspace and tool; empty without `--pin-definitions`."""
+        if self.pins is None:
+            return []
+        names = self._key_names()
+        found = [self.pins.change(key, self._last_offered(key, pending), names) for key, pending in sorted(self.pins.pending.items())]
+        return [change for change in found if change is not None]
+
+    def _last_offered(self, key: tuple[str, str], pending: Pending) -> float | None:
+        """When an instance offering the held definition was last heard from (None: none holds a lease)."""
+        state = self._services.get((key[0], pending.service))
+        if state is None:
+            return None
+        seen = [
+            lease.last_seen for lease in self.leases.of_service(state.key)
+            if lease.last_seen is not None and (offer := state.offers.get(lease.digest or "")) is not None and offer.digests.get(key[1]) == pending.offered
+        ]
+        return max(seen, default=None)
+
+    async def approve(self, tool: str, workspace: str | None = None, digest: str | None = None, *, wait: float = 2.0) -> tuple[PendingChange, bool]:
+        """Pin the definition offered for `tool` and write it; returns the change and whether it was written within `wait` seconds.
+
+        Raises `PinError` (its `code` is the query API's error type) for an unknown
+        tool, a tool with nothing pending, or a `digest` that is not the offered one.
+        """
+        workspace = workspace or self.workspace_default
+        pins, pending, change = await self._decision(tool, workspace, digest)
+        pin = pins.approve(pending, time.time())
+        log.warning("definition.approved", tool=tool, workspace=workspace, service=pending.service, digest=pin.digest, previous=change.pinned, by="operator")
+        for state in self._services.values():
+            if state.workspace == workspace and any(tool in offer.digests for offer in state.offers.values()):
+                self._mark(state.key, force=True)
+        self.writer.wake()
+        try:
+            await self.writer.settle(timeout=wait)
+        except TimeoutError:
+            return change, False
+        return change, True
+
+    async def reject(self, tool: str, workspace: str | None = None, digest: str | None = None) -> PendingChange:
+        """Keep `tool`'s pin and refuse the offered definition from now on; its instances are told. Same errors as `approve`."""
+        workspace = workspace or self.workspace_default
+        pins, pending, change = await self._decision(tool, workspace, digest)
+        pins.reject(pending)
+        reason = rejected_reason(tool, pending.offered, change.pinned)
+        log.warning("definition.rejected", tool=tool, workspace=workspace, service=pending.service, digest=pending.offered, pinned=change.pinned, by="operator")
+        state = self._services.get((workspace, pending.service))
+        if state is not None:
+            for lease in self.leases.of_service(state.key):
+                offer = state.offers.get(lease.digest or "")
+                if offer is not None and offer.digests.get(tool) == pending.offered:
+                    await self._prober.notify(lease.instance, reason)
+        self.writer.wake()
+        try:
+            await self.writer.settle(timeout=2.0)
+        except TimeoutError:
+            pass
+        return change
+
+    async def _decision(self, tool: str, workspace: str, digest: str | None) -> tuple[PinBook, Pending, PendingChange]:
+        """The pending change an operator decides on, or `PinError` saying why there is none."""
+        if self.pins is None:
+            raise PinError("not-pinning", "this registry does not pin definitions (start it with --pin-definitions): nothing is ever pending")
+        pins = self.pins
+        if pins.get(workspace, tool) is None and (workspace, tool) not in pins.pending:
+            owned = any(state.workspace == workspace and ("tool", tool) in state.owned for state in self._services.values())
+            if not owned:
+                item = (await self._config.get([("tool", tool)], workspace=workspace)).get(("tool", tool))
+                if item is None:
+                    raise PinError("not-found", f"no tool {tool!r} in workspace {workspace!r}")
+                raise PinError("static", f"tool {tool!r} is static (written by hand, not announced): static tools are not pinned")
+        pending = pins.decide(workspace, tool, digest)
+        change = pins.change((workspace, tool), None, self._key_names())
+        assert change is not None
+        return pins, pending, change
+
     async def _handle(self, message: Envelope, reply: Any) -> None:
         data = message.data
         if len(data) > MAX_QUERY_BYTES:
@@ -561,16 +691,19 @@ class Registry:
             response = await self._answer(request, workspace)
         except (RequestTimeout, ConfigError) as exc:
             response = RegistryResponse(error=ErrorBody(type="store-unavailable", message=f"the config store did not answer: {exc}"))
+        except PinError as exc:
+            response = RegistryResponse(error=ErrorBody(type=exc.code, message=str(exc)))
         await reply(response)
 
     async def _answer(self, request: RegistryRequest, workspace: str) -> RegistryResponse:
         op = request.operation
+        pinning = True if self.pins is not None else None  # left out when off: the answer is as it always was
         if op == "list":
             tools = await self.list_tools(workspace)
             if request.limit is None and request.after is None:
-                return RegistryResponse(tools=tools, held=self.held_services())
+                return RegistryResponse(tools=tools, held=self.held_services(), pinning=pinning)
             page, more = page_of(tools, request.after, request.limit or MAX_PAGE_ITEMS)
-            return RegistryResponse(tools=page, held=self.held_services(), more=more)
+            return RegistryResponse(tools=page, held=self.held_services(), more=more, pinning=pinning)
         if op == "get":
             if not request.name:
                 return RegistryResponse(error=ErrorBody(type="bad-request", message="operation 'get' needs 'name'"))
@@ -582,5 +715,14 @@ class Registry:
             return RegistryResponse(rejections=self.rejections())
         if op == "conflicts":
             return RegistryResponse(conflicts=self.conflicts())
+        if op == "pending":
+            return RegistryResponse(pending=self.pending(), pinning=self.pins is not None)
+        if op in ("approve", "reject"):
+            if not request.name:
+                return RegistryResponse(error=ErrorBody(type="bad-request", message=f"operation {op!r} needs 'name'"))
+            if op == "reject":
+                return RegistryResponse(decided=await self.reject(request.name, workspace, request.digest))
+            change, applied = await self.approve(request.name, workspace, request.digest)
+            return RegistryResponse(decided=change, applied=applied)
         return RegistryResponse(released=self.release(), held=self.held_services())
 

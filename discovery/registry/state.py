@@ -10,6 +10,7 @@ dying moves nothing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from toolservice_base.schemas import (
     check_tool_against_service,
     validate_config_item,
 )
+from toolservice_base.schemas.tools import definition_digest
 
 from .leases import Lease, ServiceKey
 from .merge import InstanceRecord, Key, Offer, OwnershipRecord
@@ -68,9 +70,10 @@ def static_status(name: str, value: str, services: Mapping[str, str], workspace:
 
     try:
         tool = validate_config_item("tool", name, value)
-    except ValueError as exc:
-        return unavailable(None, f"agents skip it: {str(exc).splitlines()[0]}")
+    except ValueError as exc:  # not JSON, no `name`, ...: this one row says so, the others are unaffected
+        return unavailable(_named_service(value), f"agents skip it: {str(exc).splitlines()[0]}")
     assert isinstance(tool, ToolDescriptor)
+    service: ToolServiceDescriptor | None = None
     if tool.type == "tool-service":
         if not tool.service:
             return unavailable(None, "agents skip it: a tool of type 'tool-service' needs 'service'")
@@ -80,12 +83,25 @@ def static_status(name: str, value: str, services: Mapping[str, str], workspace:
                 tool.service, f"no tool-service/{tool.service} in the store: its service went away or was never configured; agents skip it"
             )
         try:
-            service = validate_config_item("tool-service", tool.service, text)
-            assert isinstance(service, ToolServiceDescriptor)
-            check_tool_against_service(tool, service)
+            parsed = validate_config_item("tool-service", tool.service, text)
+            assert isinstance(parsed, ToolServiceDescriptor)
+            check_tool_against_service(tool, parsed)
         except ValueError as exc:
             return unavailable(tool.service, f"agents skip it: {str(exc).splitlines()[0]}")
-    return ToolStatus(name=name, service=tool.service, source="static", status="configured", workspace=workspace)
+        service = parsed
+    return ToolStatus(
+        name=name, service=tool.service, source="static", status="configured", workspace=workspace, digest=definition_digest(tool, service)
+    )
+
+
+def _named_service(value: str) -> str | None:
+    """The `service` a malformed tool item names, if it names one: shown beside why agents skip it."""
+    try:
+        body = json.loads(value)
+    except ValueError:
+        return None
+    service = body.get("service") if isinstance(body, dict) else None
+    return service if isinstance(service, str) and service else None
 
 
 @dataclass
@@ -99,6 +115,10 @@ class ServiceState:
     owned: dict[Key, str] = field(default_factory=dict)
     since: dict[str, float] = field(default_factory=dict)
     conflicts: dict[str, NameConflict] = field(default_factory=dict)
+    merged: Offer | None = None
+    """The offer last written (pinned definitions only, under `--pin-definitions`); None before, or restored at start."""
+    digests: dict[str, str] = field(default_factory=dict)
+    """Tool name -> definition digest of what was last written for it (`definition_digest`)."""
 
     @property
     def workspace(self) -> str:
@@ -110,14 +130,19 @@ class ServiceState:
 
     def active_offer(self, leases: list[Lease]) -> Offer | None:
         """The offer of the most recent announce among live leases; forgets offers nobody holds."""
+        offers = self.live_offers(leases)
+        return offers[0] if offers else None
+
+    def live_offers(self, leases: list[Lease]) -> list[Offer]:
+        """The offers live leases hold, the most recently announced first; forgets offers nobody holds."""
         in_use = {lease.digest for lease in leases}
         for digest in [d for d in self.offers if d not in in_use]:
             del self.offers[digest]
-        announced = [lease for lease in leases if lease.announced and lease.digest in self.offers]
-        if not announced:
-            return None
-        newest = max(announced, key=lambda lease: lease.announced)
-        return self.offers[newest.digest]  # type: ignore[index]
+        newest_first: dict[str, Offer] = {}
+        for lease in sorted(leases, key=lambda lease: -lease.announced):
+            if lease.announced and lease.digest is not None and lease.digest in self.offers:
+                newest_first.setdefault(lease.digest, self.offers[lease.digest])
+        return list(newest_first.values())
 
     def desired_record(self, leases: list[Lease], offer: Offer | None) -> OwnershipRecord | None:
         """The record this service should have, before ownership is decided; None when it is gone."""
@@ -168,6 +193,7 @@ class ServiceState:
                 workspace=self.workspace,
                 version=version,
                 detail=detail,
+                digest=self.digests.get(name),
             )
             for name in self.tool_names()
         ]

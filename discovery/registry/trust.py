@@ -5,13 +5,30 @@ A policy file is JSON, edited with `toolreg trust add` or by hand:
     {"keys": [{"name": "jokes-team",
                "public-key": "<base64 of 32 bytes>",
                "services": ["joke-*"],
-               "tools": ["tell-*"]}]}
+               "tools": ["tell-*"],
+               "workspaces": ["default", "team-*"]}]}
 
 Patterns are shell-style (`fnmatch`, case-sensitive). With a policy, an
 announcement is accepted only if it is signed by a listed key whose patterns
-cover its service id and every tool name it claims. Without one, every valid
-announcement is accepted: the laptop default, which the registry says out
-loud at start.
+cover its service id, every tool name it claims, and the workspace it
+announces into. `workspaces` is optional: left out, the key may announce into
+every workspace (so a file written before it existed means what it meant).
+Without a policy, every valid announcement is accepted: the laptop default,
+which the registry says out loud at start.
+
+Two optional top-level keys govern pinned definitions (`registry.pins`):
+
+    {"pin-definitions": true,
+     "auto-approve": "same-key-higher-version",
+     "keys": [...]}
+
+- `"pin-definitions": true` does what `toolreg up --pin-definitions` does:
+  each tool's definition is pinned when first accepted, and a changed one is
+  held until `toolreg approve` (either one turns pinning on).
+- `"auto-approve": "same-key-higher-version"` approves a held definition
+  without an operator when it is signed by the same key that signed the
+  pinned one and its service `version` is higher (dotted numbers, `1.10` >
+  `1.9`; any other version is never higher). Only with pinning on.
 """
 
 from __future__ import annotations
@@ -35,10 +52,13 @@ from toolservice_base.signing import (
     verify,
 )
 
+from .options import AUTO_APPROVE, AutoApprove
+
 PATTERN = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]{1,128}$")
 
 
 TRUST_POLICY_ENV = "TOOLREG_TRUST_POLICY"
+EVERY_WORKSPACE: tuple[str, ...] = ("*",)
 
 
 class PolicyError(ToolDiscoveryError, ValueError):
@@ -52,13 +72,17 @@ class TrustedKey:
     services: tuple[str, ...]
     tools: tuple[str, ...]
     text: str = ""
+    workspaces: tuple[str, ...] = EVERY_WORKSPACE
+    """Workspaces it may announce into (patterns); `("*",)`, the default, is every one."""
 
     @property
     def id(self) -> str:
         return key_id(self.public_key)
 
-    def allows(self, service_id: str, tool_names: list[str]) -> str | None:
-        """None if allowed, else the reason it is not."""
+    def allows(self, service_id: str, tool_names: list[str], workspace: str | None = None) -> str | None:
+        """None if allowed, else the reason it is not. `workspace` None: the workspace is not judged."""
+        if workspace is not None and not any(fnmatchcase(workspace, p) for p in self.workspaces):
+            return f"key {self.name!r} may not announce into workspace {workspace!r}"
         if not any(fnmatchcase(service_id, p) for p in self.services):
             return f"key {self.name!r} may not announce service {service_id!r}"
         for tool in tool_names:
@@ -66,11 +90,27 @@ class TrustedKey:
                 return f"key {self.name!r} may not announce tool {tool!r}"
         return None
 
+    def scope(self) -> str:
+        """What it may do, in one line: `services joke-* with tools tell-* in every workspace`."""
+        where = "every workspace" if self.workspaces == EVERY_WORKSPACE else f"workspaces {', '.join(self.workspaces)}"
+        return f"services {', '.join(self.services)} with tools {', '.join(self.tools)} in {where}"
+
+    def to_entry(self) -> dict[str, object]:
+        """Its entry in the policy file; `workspaces` only when it is not every workspace."""
+        entry: dict[str, object] = {"name": self.name, "public-key": self.text, "services": list(self.services), "tools": list(self.tools)}
+        if self.workspaces != EVERY_WORKSPACE:
+            entry["workspaces"] = list(self.workspaces)
+        return entry
+
 
 @dataclass
 class TrustPolicy:
     keys: dict[str, TrustedKey] = field(default_factory=dict)
     path: Path | None = None
+    pin_definitions: bool = False
+    """`"pin-definitions": true`: pin each tool's definition when first accepted (as `--pin-definitions`)."""
+    auto_approve: AutoApprove | None = None
+    """`"auto-approve"`: which held definitions are approved without an operator (`same-key-higher-version`)."""
 
     @classmethod
     def load(cls, path: str | Path) -> "TrustPolicy":
@@ -85,6 +125,7 @@ class TrustPolicy:
         if not isinstance(entries, list):
             raise PolicyError(f"trust policy {path}: expected {{\"keys\": [...]}}")
         policy = cls(path=path)
+        _parse_pinning(policy, data, str(path))
         for number, entry in enumerate(entries, 1):
             policy.add(_parse_entry(entry, f"{path} entry {number}"))
         return policy
@@ -92,12 +133,13 @@ class TrustPolicy:
     def add(self, key: TrustedKey) -> None:
         self.keys[key.id] = key
 
-    def check(self, announcement: Announcement, service_id: str | None, tool_names: list[str]) -> str | None:
-        """None if the announcement may claim `service_id` and `tool_names`, else why not.
+    def check(self, announcement: Announcement, service_id: str | None, tool_names: list[str], workspace: str | None = None) -> str | None:
+        """None if the announcement may claim `service_id` and `tool_names` in `workspace`, else why not.
 
-        `service_id` None (a heartbeat or withdraw from an instance the registry
-        does not know) checks only that a trusted key signed it: an outsider
-        must not be able to spend the registry's probes or sequence memory.
+        `workspace` None: the one the announcement names. `service_id` None (a
+        heartbeat or withdraw from an instance the registry does not know)
+        checks only that a trusted key signed it: an outsider must not be able
+        to spend the registry's probes or sequence memory.
         """
         kid = signature_key_id(announcement)
         if kid is None:
@@ -109,7 +151,7 @@ class TrustPolicy:
             return f"bad signature for key {key.name!r}"
         if service_id is None:
             return None
-        return key.allows(service_id, tool_names)
+        return key.allows(service_id, tool_names, announcement.workspace if workspace is None else workspace)
 
     def signed_by(self, announcement: Announcement, key_id: str) -> bool:
         """True when `announcement` carries a valid signature by the trusted key `key_id`."""
@@ -117,11 +159,14 @@ class TrustPolicy:
         return key is not None and signature_key_id(announcement) == key_id and verify(announcement, key.public_key)
 
     def to_json(self) -> str:
-        entries = [
-            {"name": k.name, "public-key": k.text, "services": list(k.services), "tools": list(k.tools)}
-            for k in sorted(self.keys.values(), key=lambda k: k.name)
-        ]
-        return json.dumps({"keys": entries}, indent=2) + "\n"
+        entries = [k.to_entry() for k in sorted(self.keys.values(), key=lambda k: k.name)]
+        document: dict[str, object] = {}
+        if self.pin_definitions:
+            document["pin-definitions"] = True
+        if self.auto_approve is not None:
+            document["auto-approve"] = self.auto_approve
+        document["keys"] = entries
+        return json.dumps(document, indent=2) + "\n"
 
     def save(self, path: str | Path | None = None) -> Path:
         target = Path(path or self.path or "trust.json")
@@ -129,6 +174,17 @@ class TrustPolicy:
         tmp.write_text(self.to_json())
         os.replace(tmp, target)
         return target
+
+
+def _parse_pinning(policy: TrustPolicy, data: dict[str, object], where: str) -> None:
+    pin = data.get("pin-definitions", False)
+    if not isinstance(pin, bool):
+        raise PolicyError(f"trust policy {where}: 'pin-definitions' must be true or false")
+    policy.pin_definitions = pin
+    auto = data.get("auto-approve")
+    if auto is not None and auto not in AUTO_APPROVE:
+        raise PolicyError(f"trust policy {where}: 'auto-approve' must be one of: {', '.join(AUTO_APPROVE)}")
+    policy.auto_approve = auto
 
 
 def _parse_entry(entry: object, where: str) -> TrustedKey:
@@ -144,18 +200,32 @@ def _parse_entry(entry: object, where: str) -> TrustedKey:
         public = parse_public_key(text)
     except SigningError as exc:
         raise PolicyError(f"{where}: {exc}") from None
-    patterns: dict[str, tuple[str, ...]] = {}
-    for kind in ("services", "tools"):
+    patterns: dict[str, tuple[str, ...]] = {"workspaces": EVERY_WORKSPACE}
+    for kind in ("services", "tools", "workspaces"):
+        if kind == "workspaces" and kind not in entry:
+            continue
         value = entry.get(kind)
         if not isinstance(value, list) or not value or not all(isinstance(p, str) and PATTERN.match(p) for p in value):
-            raise PolicyError(f"{where}: '{kind}' must be a non-empty list of name patterns like \"joke-*\"")
+            example = "team-*" if kind == "workspaces" else "joke-*"
+            raise PolicyError(f"{where}: '{kind}' must be a non-empty list of name patterns like \"{example}\"")
         patterns[kind] = tuple(value)
-    return TrustedKey(name=name, public_key=public, services=patterns["services"], tools=patterns["tools"], text=text.strip())
+    return TrustedKey(
+        name=name, public_key=public, services=patterns["services"], tools=patterns["tools"], text=text.strip(),
+        workspaces=_every_if_any(patterns["workspaces"]),
+    )
 
 
-def trusted_key(name: str, public_key_text: str, services: list[str], tools: list[str]) -> TrustedKey:
-    """Build an entry from CLI input, with the same checks as a file entry."""
-    return _parse_entry({"name": name, "public-key": public_key_text, "services": services, "tools": tools}, f"key {name!r}")
+def _every_if_any(workspaces: tuple[str, ...]) -> tuple[str, ...]:
+    """`["*", "x"]` is every workspace: said (and saved) as `("*",)`."""
+    return EVERY_WORKSPACE if "*" in workspaces else tuple(dict.fromkeys(workspaces))
+
+
+def trusted_key(name: str, public_key_text: str, services: list[str], tools: list[str], workspaces: list[str] | None = None) -> TrustedKey:
+    """Build an entry from CLI input, with the same checks as a file entry; `workspaces` None: every workspace."""
+    entry: dict[str, object] = {"name": name, "public-key": public_key_text, "services": services, "tools": tools}
+    if workspaces is not None:
+        entry["workspaces"] = workspaces
+    return _parse_entry(entry, f"key {name!r}")
 
 
 def policy_from(path: str | Path | None) -> TrustPolicy | None:

@@ -31,6 +31,8 @@ from typing import Literal, Protocol
 
 from pydantic import ValidationError
 
+from toolservice_base.announcer import replay_refusal, withdrawn_refusal
+from toolservice_base.names import client_name
 from toolservice_base.schemas import MAX_MESSAGE_BYTES, Announcement, describe_validation_error, printable, queue_namespace
 from toolservice_base.topics import DEFAULT as DEFAULT_TOPICS
 
@@ -44,14 +46,16 @@ EXCERPT = 160
 
 
 Authorize = Callable[[Announcement], "str | None"]
-"""Returns None to accept an announcement, or the reason it is not trusted."""
+"""Returns None to accept an announcement, or the reason it is not trusted. It may instead raise
+`Rejected` itself, for a refusal of another category (`identity`)."""
 
 
 class TrustCheck(Protocol):
     """What the registry needs of a trust policy (`discovery.trust.TrustPolicy` is one)."""
 
-    def check(self, announcement: Announcement, service_id: str | None, tool_names: list[str]) -> str | None:
-        """None to accept; else the reason. `service_id` None: only the signature is judged."""
+    def check(self, announcement: Announcement, service_id: str | None, tool_names: list[str], workspace: str | None = None) -> str | None:
+        """None to accept; else the reason. `service_id` None: only the signature is judged;
+        `workspace` None: the workspace the announcement names."""
         ...
 
     def signed_by(self, announcement: Announcement, key_id: str) -> bool:
@@ -59,10 +63,15 @@ class TrustCheck(Protocol):
         ...
 
 
-Category = Literal["too-large", "malformed", "namespace", "stale", "replay", "untrusted", "capacity", "store"]
-FRESHNESS: frozenset[str] = frozenset({"stale", "replay"})
-"""Refusals that say nothing about whether the sender lives: a replay of an old message, or a clock
-(the sender's, or the registry's own) out of step. They never make a lease count as refused."""
+Category = Literal["too-large", "malformed", "namespace", "stale", "replay", "identity", "untrusted", "capacity", "store", "definition"]
+TAKEOVER: frozenset[str] = frozenset({"replay", "identity"})
+"""Refusals a real instance gets when another sender took its id over (its sequence memory pushed ahead,
+a forged withdraw, its id bound elsewhere): the registry tells the instance, whose announcer tells a takeover
+from someone else's replay (`toolservice_base.announcer.judge_refusal`) and starts again under a fresh id."""
+FRESHNESS: frozenset[str] = frozenset({"stale", *TAKEOVER})
+"""Refusals that say nothing about whether the lease's holder lives: a replay of an old message, a clock
+(the sender's, or the registry's own) out of step, or a message claiming a known instance for another
+workspace or service (its holder never does that: someone else sent it). They never make a lease count as refused."""
 
 
 class Rejected(ValueError):
@@ -107,6 +116,17 @@ def _guess_ids(data: bytes) -> tuple[str | None, str | None]:
     head = data[:MAX_MESSAGE_BYTES]
     instance, service = _INSTANCE.search(head), _SERVICE_ID.search(head)
     return (instance.group(1).decode() if instance else None), (service.group(1).decode() if service else None)
+
+
+def _client_clash(names: list[str]) -> str | None:
+    """Why one service's tools cannot all be listed to clients (two share a `client_name`), or None."""
+    seen: dict[str, str] = {}
+    for name in sorted(names):
+        shown = client_name(name)
+        if shown in seen:
+            return f"not a valid announcement: tools {seen[shown]!r} and {name!r} would both be listed to MCP and OpenAI clients as {shown!r}; rename one"
+        seen[shown] = name
+    return None
 
 
 class AnnouncementValidator:
@@ -155,8 +175,9 @@ class AnnouncementValidator:
     def check(self, data: bytes, now: float, authorize: Authorize | None = None) -> Announcement:
         """The parsed announcement, or `Rejected` saying why not. `now` is wall-clock seconds.
 
-        `authorize` (the trust policy, when one is configured) runs before the
-        instance's sequence is recorded, so a forged message cannot push a
+        `authorize` (the registry's: an instance keeps its workspace and
+        service, and the trust policy when one is configured) runs before the
+        instance's sequence is recorded, so a message it refuses cannot push a
         real instance's sequence forward and lock it out.
         """
         if len(data) > self.max_bytes:
@@ -180,6 +201,10 @@ class AnnouncementValidator:
                 if namespace not in self.allowed_namespaces:
                     allowed = ", ".join(sorted(self.allowed_namespaces))
                     raise refuse(f"queue {queue} is outside the allowed namespaces ({allowed})", "namespace")
+        if announcement.tools:
+            clash = _client_clash([tool.name for tool in announcement.tools])
+            if clash is not None:
+                raise refuse(clash, "malformed")
         ahead = announcement.sent_at - now
         if ahead > self.max_skew:
             raise refuse(
@@ -193,10 +218,10 @@ class AnnouncementValidator:
             raise refuse(f"stale: sent {-ahead:.1f}s ago, more than {limit} (a replay, or the sender's clock is behind)", "stale")
         until = self._ended.get(announcement.instance)
         if until is not None and now < until:
-            raise refuse(f"instance {announcement.instance} withdrew; nothing it sends is accepted again (a replay)", "replay")
+            raise refuse(withdrawn_refusal(announcement.instance), "replay")
         last = self._last_sequence.get(announcement.instance)
         if last is not None and announcement.sequence <= last:
-            raise refuse(f"sequence {announcement.sequence} is not after {last} (a replay or out of order)", "replay")
+            raise refuse(replay_refusal(announcement.sequence, last), "replay")
         if authorize is not None:
             refusal = authorize(announcement)
             if refusal:

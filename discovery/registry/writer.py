@@ -1,12 +1,20 @@
-"""The registry's store writer: one task, every write, coalesced and conditional.
+"""The registry's store writer: one task, every write, batched and conditional.
 
 Whatever changes a service (an announce, a withdraw, an expiry, a release)
-only marks it dirty here. One task waits a short window for more changes to
-ride along, then, per workspace: reads the keys involved, plans each dirty
-service with the pure rules of `merge`, and sends the result as one
-conditional write. So a burst of messages costs one store version, nothing is
-written when nothing changed, and an item an operator wrote since the read
-makes the write fail (`ConfigConflict`): the writer reads again and replans.
+only marks it dirty here. One task takes every dirty service and, per
+workspace: reads the keys involved, plans each with the pure rules of
+`merge`, and sends the result as one conditional write. Batching is on the
+leading edge, with no window: when nothing is being written, a change is
+written at once; what is marked while a write is in flight waits for it to
+end and then goes, all of it, into the next one. "At once" means as soon as
+the registry has handled the messages it had already received: the writer
+yields to the event loop until a few turns pass with no new change
+(`QUIET_TURNS`, microseconds when nothing else is arriving), so a burst being
+handled back to back is one batch, not one per few messages, up to
+`DRAIN_MAX` services. So a lone change waits for nothing, a burst of messages
+costs a few store versions, nothing is written when nothing changed, and an
+item an operator wrote since the read makes the write fail
+(`ConfigConflict`): the writer reads again and replans.
 On a store that ignores `expect` (TrustGraph's), writes go through
 `store_writes` as read-compare-write instead.
 
@@ -17,6 +25,12 @@ A service that goes keeps its tool names for one ttl (`departed`): they
 count as owned by it when others are planned. What `departed` gained in a
 round (withdrawn instances, kept names) is written after the round's merges,
 as one item in the reserved workspace.
+
+Under `--pin-definitions` (`pins`), each service's offer is first reduced to
+its pinned definitions (`pins.hold`), the pins of a workspace's tools are read
+with the keys a batch touches, a new tool's pin travels in the same
+transaction as the tool, and the pending changes are written after the
+round's merges, in the reserved workspace.
 """
 
 from __future__ import annotations
@@ -24,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -40,11 +54,13 @@ from toolservice_base.errors import (
 )
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import canonical_json
+from toolservice_base.tasks import cancel_and_wait
 
 from .departed import DEPARTED_KEY, Departed
 from .leases import LeaseTable, ServiceKey
 from .merge import Finding, Key, Offer, OwnershipRecord, Plan, apply_plan, combine, plan_service, record_key
 from .metrics import RegistryMetrics
+from .pins import PIN_TYPE, Pin, PinBook
 from .protocol import NameConflict
 from .state import ServiceState
 from .store_writes import PROBE_WORKSPACE, StoreWrites
@@ -55,6 +71,17 @@ INDEX_KEY: Key = ("discovery-index", "workspaces")
 """In the default workspace: every workspace holding ownership records, read at start."""
 
 CONFLICT_RETRIES = 5
+
+QUIET_TURNS = 3
+"""Event-loop turns in a row without a new change after which the writer takes its batch. Handling one
+message takes about two (its receive completes, then its handler runs), so a burst being handled back
+to back keeps the writer waiting, and a lone change costs it three turns: no timer, no window."""
+
+DRAIN_MAX = 500
+"""Changes marked, or services pending, at which the writer stops waiting for the rest of a burst: one
+write stays a request the store takes in one message, and a sender that floods the registry holds the
+writes back no longer than it takes to handle this many messages. What comes meanwhile goes into the
+next write."""
 
 Entry = tuple[ServiceState, Offer | None, OwnershipRecord | None]
 
@@ -79,13 +106,13 @@ class StoreWriter:
         leases: LeaseTable,
         *,
         workspace_default: str,
-        coalesce_window: float,
         max_retry_delay: float,
         metrics: RegistryMetrics,
         on_refused: Callable[[str, str], object],
         on_merged: Callable[[], None],
         departed: Departed | None = None,
         on_conflicts: Callable[[ServiceKey, list[NameConflict]], Awaitable[None]] | None = None,
+        pins: PinBook | None = None,
     ) -> None:
         self._config = config
         self.writes = StoreWrites(config)
@@ -93,16 +120,22 @@ class StoreWriter:
         self._services = services
         self._leases = leases
         self.workspace_default = workspace_default
-        self.coalesce_window = coalesce_window
         self.max_retry_delay = max_retry_delay
         self.metrics = metrics
         self._on_refused = on_refused
         self._on_merged = on_merged
         self.departed = departed or Departed()
         self._on_conflicts = on_conflicts
+        self.pins = pins
+        """Pinned definitions and pending changes; None: definitions are not pinned (`--pin-definitions` off)."""
         self.indexed: set[str] = {workspace_default}
         self.store_writes = 0
-        """Transactions sent to the store (tests use it to prove coalescing)."""
+        """Transactions sent to the store (tests use it to prove batching)."""
+        self.waits: deque[float] = deque(maxlen=100)
+        """Seconds from the first change of each recent batch being marked to the writer taking the batch,
+        oldest first: nothing but a write in flight, a retry's back-off or the rest of a burst (`_caught_up`) should be in them."""
+        self._noted: float | None = None
+        self._marks = 0
         self._dirty: set[ServiceKey] = set()
         self._forced: set[ServiceKey] = set()
         self._links: dict[ServiceKey, list[SpanContext]] = {}
@@ -122,6 +155,13 @@ class StoreWriter:
                 links.append(link)
         if force:
             self._forced.add(key)
+        if self._noted is None:
+            self._noted = time.monotonic()
+        self._marks += 1
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Something other than a service changed (a pin an operator decided on): write it."""
         self._wake.set()
 
     @property
@@ -132,30 +172,33 @@ class StoreWriter:
         self._task = asyncio.create_task(self._run(), name="registry-writer")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
 
     async def settle(self, timeout: float = 5.0) -> None:
         """Wait until every pending change has been written."""
         deadline = time.monotonic() + timeout
-        while self._dirty or self._busy or self._wake.is_set() or self.departed.dirty:
+        while self._dirty or self._busy or self._wake.is_set() or self.departed.dirty or (self.pins is not None and self.pins.dirty):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"registry still has {len(self._dirty)} service(s) to write after {timeout:g}s")
             await asyncio.sleep(0.01)
 
     async def _run(self) -> None:
+        """Leading-edge batching: take everything marked so far, write it, repeat; never wait on a timer.
+
+        While one batch is being written (`_busy`), `mark` only adds to the next; the next round
+        starts the moment this one ends, with all of it.
+        """
         delay = 0.1
         while True:
             await self._wake.wait()
-            await asyncio.sleep(self.coalesce_window)
+            await self._caught_up()
             self._wake.clear()
             batch, forced = self._dirty, self._forced
             self._dirty, self._forced = set(), set()
+            noted, self._noted = self._noted, None
+            if noted is not None:
+                self.waits.append(time.monotonic() - noted)
             links = [link for key in batch for link in self._links.pop(key, ())]
             self._busy = True
             try:
@@ -174,17 +217,33 @@ class StoreWriter:
                     log.exception("registry.merge_failed", retry_in=delay)
                 self._dirty |= {key for key in batch if key in self._services}
                 self._forced |= forced
+                if noted is not None:  # the retried changes have waited since they were first marked
+                    self._noted = noted if self._noted is None else min(noted, self._noted)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_retry_delay)
                 self._wake.set()
             finally:
                 self._busy = False
 
+    async def _caught_up(self) -> None:
+        """Return once the registry has handled what it had received: `QUIET_TURNS` loop turns without a new mark.
+
+        Or once `DRAIN_MAX` changes came meanwhile, or services are pending. A turn is a pass of
+        the event loop, not a span of time: with nothing else to run, this returns within microseconds.
+        """
+        quiet, start = 0, self._marks
+        while quiet < QUIET_TURNS and len(self._dirty) < DRAIN_MAX and self._marks - start < DRAIN_MAX:
+            seen = self._marks
+            await asyncio.sleep(0)
+            quiet = quiet + 1 if self._marks == seen else 0
+
     async def _merge(self, batch: set[ServiceKey], forced: set[ServiceKey]) -> None:
         by_workspace: dict[str, list[ServiceKey]] = defaultdict(list)
         for key in sorted(batch):
             if key in self._services:
                 by_workspace[key[0]].append(key)
+        for workspace in sorted(self.pins.dirty_workspaces()) if self.pins is not None else ():
+            by_workspace.setdefault(workspace, [])  # a decided pin is written even if no service of it changed
         for workspace, keys in by_workspace.items():
             await self._ensure_indexed(workspace)
             for attempt in range(CONFLICT_RETRIES):
@@ -199,6 +258,20 @@ class StoreWriter:
             else:
                 await self._merge_one_by_one(workspace, keys, forced)
         await self._save_departed()
+        await self._save_pending()
+
+    async def _save_pending(self) -> None:
+        """Write the pending definition changes that came or were decided: in the reserved workspace, never where agents read."""
+        if self.pins is None or not self.pins.dirty:
+            return
+        puts, deletes, keys = self.pins.pending_writes()
+        if deletes:
+            await self._config.delete(deletes, workspace=PROBE_WORKSPACE)
+            self.store_writes += 1
+        if puts:
+            await self._config.put(puts, workspace=PROBE_WORKSPACE)
+            self.store_writes += 1
+        self.pins.pending_written(keys)
 
     async def _save_departed(self) -> None:
         """Write what `departed` gained: withdrawn instances must be in the store before the registry may restart."""
@@ -222,29 +295,51 @@ class StoreWriter:
             except ConfigRefused as exc:
                 self._on_refused(key[1], f"the config store refused service {key[1]!r}: {exc}")
 
-    async def _merge_workspace(self, workspace: str, keys: list[ServiceKey], forced: set[ServiceKey]) -> None:
+    def _entries(self, workspace: str, keys: list[ServiceKey], forced: set[ServiceKey], *, note: bool = False) -> list[Entry]:
+        """What each service should have now; those whose record says nothing changed are left out unless forced."""
         grouped = self._leases.by_service()
+        owner: dict[str, str] = {}
+        if self.pins is not None:
+            owner = {key[1]: s.service_id for s in self._services.values() if s.workspace == workspace for key in s.owned if key[0] == "tool"}
+        wall = time.time()
         entries: list[Entry] = []
         for key in keys:
             state = self._services.get(key)
             if state is None:
                 continue
             leases = grouped.get(key, [])
-            offer = state.active_offer(leases) if leases else None
+            offer: Offer | None = None
+            if leases and self.pins is None:
+                offer = state.active_offer(leases)
+            elif leases and self.pins is not None:
+                def taken(name: str, service: str = state.service_id) -> bool:
+                    return owner.get(name, service) != service
+                offer = self.pins.effective(workspace, state.live_offers(leases), taken, wall, note).offer
             record = state.desired_record(leases, offer)
-            if key not in forced and state.record_is_current(record):
+            if key not in forced and not note and state.record_is_current(record):
                 continue  # unchanged digest, same instances: no write, no version bump
             entries.append((state, offer, record))
-        if not entries:
+        return entries
+
+    async def _merge_workspace(self, workspace: str, keys: list[ServiceKey], forced: set[ServiceKey]) -> None:
+        entries = self._entries(workspace, keys, forced)
+        pin_keys = self.pins.dirty_keys(workspace) if self.pins is not None else set()
+        if not entries and not pin_keys:
             return
-        wanted: set[Key] = set()
+        wanted: set[Key] = set(pin_keys)
         for state, offer, _ in entries:
             wanted.add(record_key(state.service_id))
             wanted |= set(state.owned)
             if offer is not None:
                 wanted |= set(offer.items())
+            if self.pins is not None:
+                wanted |= {(PIN_TYPE, name) for known in state.offers.values() for name in known.digests}
         found = await self._config.get(sorted(wanted), workspace=workspace)
         original: dict[Key, str | None] = {key: found.get(key) for key in wanted}
+        if self.pins is not None:  # the store's pins are the truth: decide again on them, and note what is held
+            self.pins.load_pins(workspace, {key[1]: value for key, value in original.items() if key[0] == PIN_TYPE})
+            # A key the first look did not read counts as absent: the conditional write fails if it is not, and is planned again.
+            entries = self._entries(workspace, [entry[0].key for entry in entries], forced, note=True)
         view = dict(original)
         wall = time.time()
         kept = {("tool", name): k for name, k in self.departed.kept(workspace, wall).items()}
@@ -261,16 +356,44 @@ class StoreWriter:
                     if key[0] == "tool":
                         owners[key], until[key] = state.service_id, wall + state.ttl()
             plans.append(plan)
-        puts, deletes, expect = combine(original, view, plans)
+        fresh, pin_values, pinned = self._pin_plan(workspace, entries, plans, view, wall)
+        puts, deletes, expect = combine(original, view, [*plans, pinned])
         version = None
         if puts or deletes:
             with tracing.registry_write(workspace, len(puts), len(deletes)):
                 version = await self.writes.apply(puts=puts, deletes=deletes, expect=expect, workspace=workspace)
             self.store_writes += 1
+        if self.pins is not None:
+            self.pins.written(workspace, pin_values, fresh)
         refused = self._commit(entries, plans, version, wall)
         if self._on_conflicts is not None:
             for key, conflicts in refused.items():
                 await self._on_conflicts(key, conflicts)
+
+    def _pin_plan(
+        self, workspace: str, entries: list[Entry], plans: list[Plan], view: dict[Key, str | None], wall: float
+    ) -> tuple[dict[str, Pin], dict[Key, str], Plan]:
+        """The pins this transaction writes: one for each tool a plan owns that has none yet, and those an operator changed.
+
+        Only tools the merge owns are pinned (a refused tool, or a static item
+        that already says the same, is not); the pins go into `view`, so the
+        tool and its pin are written together. Returns the new pins, every
+        pin value the store holds once the transaction is in, and the plan
+        of those it has to write.
+        """
+        pinned = Plan(service="(pins)")
+        fresh: dict[str, Pin] = {}
+        if self.pins is None:
+            return fresh, {}, pinned
+        for (state, offer, _), plan in zip(entries, plans):
+            if plan.record is not None and offer is not None:
+                owned = [key[1] for key in plan.owned if key[0] == "tool"]
+                fresh.update(self.pins.first_pins(workspace, state.service_id, offer, owned, wall))
+        values = self.pins.to_write(workspace, fresh)
+        for key, value in values.items():
+            if view.get(key) != value:
+                view[key] = pinned.writes[key] = value
+        return fresh, values, pinned
 
     def _commit(self, entries: list[Entry], plans: list[Plan], version: int | None, wall: float) -> dict[ServiceKey, list[NameConflict]]:
         """Take the written plans as the new truth; returns the conflicts that are new, by service."""
@@ -283,6 +406,11 @@ class StoreWriter:
                 self.departed.claimed(state.workspace, [key[1] for key in plan.owned if key[0] == "tool"], state.service_id)
             state.record = plan.record
             state.owned = dict(plan.owned)
+            if offer is not None:
+                state.merged = offer
+                state.digests = {key[1]: offer.digests[key[1]] for key in plan.owned if key[0] == "tool" and key[1] in offer.digests}
+            elif plan.record is None:
+                state.merged, state.digests = None, {}
             fields: dict[str, Any] = {"service": state.service_id, "workspace": state.workspace, "version": version}
             for name in plan.registered:
                 log.info("tool.registered", tool=name, service_version=offer.version if offer else "", **fields)

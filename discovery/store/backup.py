@@ -14,6 +14,9 @@ newest `keep`.
 Restoring puts a checked copy in place of `config.sqlite`, keeps the file it
 replaces beside it (never deleted), and moves the version past anything the
 replaced store had reached, so every reader sees a new version and reloads.
+A copy of another store (another store id than the data directory's file
+or marker) is refused unless forced: it would replace this store's content
+with another deployment's.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.logs import get_logger
 
 from .check import (
@@ -149,6 +153,10 @@ def version_of_backup(path: Path) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
+class ForeignBackup(ToolDiscoveryError):
+    """The copy to restore is of another store than the one this data directory holds; restore it only when forced."""
+
+
 @dataclass(frozen=True)
 class Restored:
     facts: StoreFacts
@@ -157,15 +165,24 @@ class Restored:
     """Where the file it replaced was kept, if there was one."""
 
 
-def restore(db_path: Path, source: Path) -> Restored:
+def restore(db_path: Path, source: Path, *, force: bool = False) -> Restored:
     """Put the checked copy `source` in place of the store at `db_path`. The caller holds the data directory's lock.
 
     The replaced file (and its WAL) is renamed, not deleted. The restored
     version is set past both the copy's and the last the replaced store was
     known to have (its marker, or the file itself if it can still be read), so
     readers never mistake the restored content for a version they have seen.
+    A copy with another store id than this directory's (`ForeignBackup`) is
+    restored only with `force`; it then keeps its own id.
     """
     facts = inspect_copy(source)
+    known = _known_store_ids(db_path)
+    if known and facts.store_id is not None and facts.store_id not in known and not force:
+        mine = ", ".join(sorted(i[:8] for i in known))
+        raise ForeignBackup(
+            f"{source} is a backup of another store (id {facts.store_id[:8]}) than the one in {db_path.parent} (id {mine}); "
+            "restoring it replaces this store's content with that one's: add --force if that is what you want"
+        )
     floor = _last_known_version(db_path)
     replaced = None
     if db_path.exists():
@@ -195,6 +212,22 @@ def restore(db_path: Path, source: Path) -> Restored:
     return Restored(facts=restored, replaced=replaced)
 
 
+def _known_store_ids(db_path: Path) -> set[str]:
+    """The store ids this data directory is known to hold: its marker's, and its file's if it can be read."""
+    known = {marker.store_id} if (marker := read_marker(db_path)) is not None and marker.store_id else set()
+    if db_path.exists():
+        db = _connect(db_path)
+        try:
+            store_id = read_facts(db).store_id
+        except sqlite3.Error:
+            store_id = None  # damaged: the marker is what we know
+        finally:
+            db.close()
+        if store_id:
+            known.add(store_id)
+    return known
+
+
 def _last_known_version(db_path: Path) -> int:
     known = [marker.version] if (marker := read_marker(db_path)) is not None else []
     if db_path.exists():
@@ -208,4 +241,4 @@ def _last_known_version(db_path: Path) -> int:
     return max(known, default=0)
 
 
-__all__ = ["Backup", "Restored", "backups_of", "default_backup_path", "inspect_copy", "marker_path", "prune", "restore", "take_backup"]
+__all__ = ["Backup", "ForeignBackup", "Restored", "backups_of", "default_backup_path", "inspect_copy", "marker_path", "prune", "restore", "take_backup"]

@@ -14,11 +14,15 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 CONFIG_OPERATIONS = ("get", "put", "delete", "list", "getvalues", "config", "getvalues-all-ws", "getkeys-all-ws", "invalid")
 """`invalid`: a request that could not be parsed, so has no operation."""
-CONFIG_ERRORS = ("bad-request", "bad-operation", "conflict", "invalid", "store-error")
+CONFIG_ERRORS = ("bad-request", "bad-operation", "invalid", "store-error")
+CONFLICT = "conflict"
+"""The answer to a write whose `expect` did not hold. Not an error: a conditional write that loses a race is
+optimistic concurrency doing its job (the registry even makes one at each start, to learn that the store
+honours `expect`), so it is counted in `toolreg_config_conflicts_total`, where no error alert looks."""
 
 
 class ConfigStoreMetrics:
-    """Requests by operation, errors by type, and the store's version."""
+    """Requests by operation, errors by type, refused conditional writes, and the store's version."""
 
     _default: ConfigStoreMetrics | None = None
     _default_lock = threading.Lock()
@@ -29,9 +33,16 @@ class ConfigStoreMetrics:
         self.requests = Counter("toolreg_config_requests", "Config store requests answered, by operation.", ["operation"], registry=registry)
         self.errors = Counter(
             "toolreg_config_request_errors",
-            "Config store requests answered with an error: bad-request, bad-operation (unknown operation), conflict (expect failed), "
-            "invalid (value refused), store-error (the SQLite file failed).",
+            "Config store requests answered with an error: bad-request, bad-operation (unknown operation), "
+            "invalid (value refused), store-error (the SQLite file failed). Refused conditional writes are not errors: "
+            "see toolreg_config_conflicts_total.",
             ["type"],
+            registry=registry,
+        )
+        self.conflicts = Counter(
+            "toolreg_config_conflicts",
+            "Conditional writes refused because their `expect` did not hold (a concurrent writer won; the registry's "
+            "start-up probe makes one). Normal under optimistic concurrency, not an error.",
             registry=registry,
         )
         self._requests = {op: self.requests.labels(op) for op in CONFIG_OPERATIONS}
@@ -46,9 +57,11 @@ class ConfigStoreMetrics:
             return cls._default
 
     def request(self, operation: str, error: str | None = None) -> None:
-        """One answered request; `error` is the `type` of the error it was answered with, if any."""
+        """One answered request; `error` is the `type` of the error it was answered with, if any (a `conflict` is no error)."""
         self._requests[operation if operation in self._requests else "invalid"].inc()
-        if error is not None:
+        if error == CONFLICT:
+            self.conflicts.inc()
+        elif error is not None:
             child = self._errors.get(error)
             (child if child is not None else self.errors.labels(error)).inc()
 

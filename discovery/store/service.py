@@ -25,7 +25,7 @@ import asyncio
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, Self
 
 from pydantic import ValidationError
 
@@ -41,6 +41,7 @@ from toolservice_base.schemas import (
     ErrorBody,
     describe_validation_error,
 )
+from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.topics import Topics
 from toolservice_base.transport import Envelope, Publisher, Transport
 
@@ -48,7 +49,7 @@ from . import backup as store_backup
 from .check import StoreDamaged, how_to_recover, is_corruption
 from .metrics import ConfigStoreMetrics
 from .operations import ConfigOperations, Outcome, StoreProtocol
-from .sqlite import STORE_FILE, ConfigStore
+from .sqlite import STORE_FILE, ConfigStore, Write
 
 log = get_logger("discovery.store")
 
@@ -66,6 +67,18 @@ def workspace_queues(topics: Topics, workspace: str) -> tuple[str, str]:
     return f"{topics.config_request}:{workspace}", f"{topics.config_response}:{workspace}"
 
 
+class Journal(Protocol):
+    """Where a write is made durable before it is acknowledged, when the store itself is not (the replicated log)."""
+
+    async def append(self, write: Write) -> None:
+        """Return once `write` is durable; raise if it may not be (the caller then stops serving)."""
+        ...
+
+    def lost(self, reason: str) -> None:
+        """The local state may hold a write the log does not: stop serving and rebuild from the log."""
+        ...
+
+
 class ConfigStoreService:
     """Serve a `ConfigStore` over Pulsar, in our protocol (default) or exactly as TrustGraph's store."""
 
@@ -80,10 +93,21 @@ class ConfigStoreService:
         backup_versions: int = store_backup.MAX_VERSIONS,
         backup_keep: int = store_backup.KEEP,
         mark_interval: float = 1.0,
+        journal: Journal | None = None,
+        close_store: bool = True,
     ) -> None:
-        """Backups: at start, then once the store changed and `backup_interval` seconds or `backup_versions` versions passed."""
+        """Backups: at start, then once the store changed and `backup_interval` seconds or `backup_versions` versions passed.
+
+        With a `journal` (the replicated store), every write is appended to it
+        before it is answered or pushed, and requests are served one at a time
+        around that append, so no reader ever sees a write that is not durable.
+        The store then has no file: no markers, no backups.
+        """
         self._connection = connection
         self.store = store
+        self.journal = journal
+        self._close_store = close_store
+        self._serial = asyncio.Lock()
         self.operations = ConfigOperations(store, protocol)
         self.metrics = metrics or ConfigStoreMetrics.default()
         self.backup_interval = backup_interval
@@ -125,7 +149,8 @@ class ConfigStoreService:
             await self._close_all()
             raise
         self.metrics.set_version(self.store.version)
-        self._maintenance = asyncio.create_task(self._maintain(), name="config-store-maintenance")
+        if self.store.durable:
+            self._maintenance = asyncio.create_task(self._maintain(), name="config-store-maintenance")
         log.info(
             "config.store_started", path=str(self.store.path), version=self.store.version, protocol=self.protocol,
             workspace_queues=sorted(self._workspace_servers),
@@ -147,27 +172,26 @@ class ConfigStoreService:
             return f"store {self.store.path} unreadable: {exc}"
         return None
 
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
     async def stop(self) -> None:
+        """Stop serving, close the queues and (unless told otherwise) the store. Safe twice, and after a failed start."""
         if self._stopped:
             return
         self._stopped = True
-        if self._maintenance is not None:
-            self._maintenance.cancel()
-            try:
-                await self._maintenance
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(self._maintenance)
         await self._close_all()
-        self.store.close()
+        if self._close_store:
+            self.store.close()
         log.info("config.store_stopped")
 
     async def _close_all(self) -> None:
-        if self._queue_task is not None:
-            self._queue_task.cancel()
-            try:
-                await self._queue_task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._queue_task)
         await self._server.stop()
         for workspace in list(self._workspace_servers):
             await self._close_workspace(workspace)
@@ -233,7 +257,10 @@ class ConfigStoreService:
             await reply(ConfigResponse(error=ErrorBody(type="bad-request", message=f"bad config request: {reason}")).to_trustgraph())
             return
         started = time.perf_counter()
-        outcome = self._execute(request, queue_workspace)
+        async with self._serial:
+            outcome = self._execute(request, queue_workspace)
+            if outcome.push is not None and self.journal is not None:
+                outcome = await self._make_durable(outcome, request.operation)
         response = outcome.response
         if response.error is not None and response.error.type not in ("conflict", "bad-operation"):
             log.info("config.write_refused" if request.operation in ("put", "delete") else "config.request_refused",
@@ -256,6 +283,28 @@ class ConfigStoreService:
             self._queue_changes.put_nowait((True, workspace))
         for workspace in outcome.closed:
             self._queue_changes.put_nowait((False, workspace))
+
+    async def _make_durable(self, outcome: Outcome, operation: str) -> Outcome:
+        """Append the write to the journal; answer it only once that returned. A failed append is an error answer.
+
+        The write is already in the local state, and an append that failed
+        may or may not have reached the log (a timeout), so this replica can
+        no longer vouch for its state: the journal stops it serving and
+        rebuilds it from the log. The caller retries and meets the active one.
+        """
+        assert self.journal is not None
+        write = self.store.last_write
+        if write is None:  # a write that moved the version always leaves one
+            return outcome
+        try:
+            await self.journal.append(write)
+        except Exception as exc:
+            reason = f"the write was not acknowledged by the replicated log ({exc}); retry, the active replica will answer"
+            log.warning("config.write_not_durable", operation=operation, version=write.version, error=str(exc))
+            self.journal.lost(reason)
+            self.damaged = reason
+            return Outcome(ConfigResponse(error=ErrorBody(type="store-error", message=reason)))
+        return outcome
 
     def _version(self) -> int | None:
         try:

@@ -5,8 +5,12 @@ reader that sees version N sees every write N covers. A write that changes
 nothing (same value, missing key) does not bump it: readers reload only on
 real change.
 
-Opening checks the file first (`store_check`): a corrupt file, or one missing
+Opening checks the file first (`check`): a corrupt file, or one missing
 data its marker says it had, raises `StoreDamaged` instead of being served.
+
+`ConfigStore.in_memory()` is the same store with no file: the replicated
+backend (`replicated`) keeps its state there, rebuilt from the log, and
+writes each `Write` to the log before it answers.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolservice_base.errors import ToolDiscoveryError
@@ -45,6 +50,8 @@ Expectations = list[tuple[str, str, str | None]]
 Pairs = list[tuple[str, str]]
 Names = list[str]
 Page = list[tuple[str, str | None]]
+Rows = list[tuple[str, str, str, str]]
+"""Items of every workspace, `(workspace, type, key, value)`: what a snapshot holds."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
@@ -68,8 +75,40 @@ class ExpectationFailed(StoreError):
     """A write's precondition (`expect`) did not hold; nothing was stored."""
 
 
+@dataclass(frozen=True)
+class Write:
+    """What one write changed, as a log replays it: the version it made and its effective puts and deletes.
+
+    Only what really changed is listed (a put of the value already there is
+    not), so replaying a `Write` on a store at `version - 1`, or any earlier
+    state of the same log, gives the same items.
+    """
+
+    version: int
+    workspace: str
+    puts: Items = field(default_factory=list)
+    deletes: Keys = field(default_factory=list)
+
+
 class ConfigStore:
-    """The durable store behind the config service. Not thread-safe: one owner."""
+    """The store behind the config service. Not thread-safe: one owner."""
+
+    durable = True
+    """Whether the store is its own durable copy (a file); False for `in_memory()`, whose durability is a log's."""
+
+    last_write: Write | None = None
+    """The effective changes of the latest write that moved the version (the replicated store logs them)."""
+
+    @classmethod
+    def in_memory(cls, name: str = "replicated") -> "ConfigStore":
+        """A store with no file, for state whose durable copy is elsewhere (the replicated log)."""
+        store = cls.__new__(cls)
+        store.path = Path(f"<{name}>")
+        store.durable = False
+        store._marked = None
+        store._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        store._db.executescript(SCHEMA)
+        return store
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -93,6 +132,9 @@ class ConfigStore:
 
     def close(self) -> None:
         """Close, leaving a marker of what the store held (a clean shutdown's record)."""
+        if not self.durable:
+            self._db.close()
+            return
         try:
             self.mark()
         except (sqlite3.Error, OSError):
@@ -105,6 +147,8 @@ class ConfigStore:
 
     def mark(self) -> bool:
         """Write the marker if the version moved since the last one; True if written. Cheap when nothing changed."""
+        if not self.durable:
+            return False
         if self._marked is not None and self._marked.version == self.version:
             return False
         facts = self.facts()
@@ -251,6 +295,8 @@ class ConfigStore:
         if validate:
             self._validate(workspace, puts)
         changed: set[str] = set()
+        written: Items = []
+        removed: Keys = []
         self._db.execute("BEGIN IMMEDIATE")
         try:
             for item_type, key, wanted in expect:
@@ -267,19 +313,74 @@ class ConfigStore:
                     (workspace, item_type, key, value),
                 )
                 changed.add(item_type)
+                written.append((item_type, key, value))
             for item_type, key in deletes:
                 cursor = self._db.execute(
                     "DELETE FROM items WHERE workspace=? AND type=? AND key=?", (workspace, item_type, key)
                 )
                 if cursor.rowcount:
                     changed.add(item_type)
-            version = self._bump() if changed or bump_always else self.version
+                    removed.append((item_type, key))
+            moved = bool(changed) or bump_always
+            version = self._bump() if moved else self.version
             self._db.execute("COMMIT")
+            if moved:
+                self.last_write = Write(version, workspace, written, removed)
         except BaseException:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
         return version, {t: [workspace] for t in sorted(changed)}
+
+    def replay(self, write: Write) -> bool:
+        """Apply a logged write as it was made, version included; False (nothing done) if the store is already past it.
+
+        This is how a replica follows the log: entries it already has, or that
+        a deposed writer sent late, are skipped, so the version never goes back.
+        """
+        if write.version <= self.version:
+            return False
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany(
+                "INSERT INTO items (workspace, type, key, value) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (workspace, type, key) DO UPDATE SET value=excluded.value",
+                [(write.workspace, t, k, v) for t, k, v in write.puts],
+            )
+            self._db.executemany(
+                "DELETE FROM items WHERE workspace=? AND type=? AND key=?", [(write.workspace, t, k) for t, k in write.deletes]
+            )
+            self._db.execute("UPDATE meta SET value=? WHERE name='version'", (write.version,))
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+        return True
+
+    def dump(self) -> tuple[int, Rows]:
+        """The version and every item `(workspace, type, key, value)`, read together: what a snapshot holds."""
+        self._db.execute("BEGIN")
+        try:
+            rows = self._db.execute("SELECT workspace, type, key, value FROM items ORDER BY workspace, type, key").fetchall()
+            return self.version, [(r[0], r[1], r[2], r[3]) for r in rows]
+        finally:
+            if self._db.in_transaction:
+                self._db.execute("COMMIT")
+
+    def load(self, version: int, items: Iterable[tuple[str, str, str, str]]) -> None:
+        """Replace everything with `items` at `version` (a snapshot being restored), in one transaction."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("DELETE FROM items")
+            self._db.executemany("INSERT INTO items (workspace, type, key, value) VALUES (?, ?, ?, ?)", items)
+            self._db.execute("UPDATE meta SET value=? WHERE name='version'", (version,))
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+        self.last_write = None
 
     def _value(self, workspace: str, item_type: str, key: str) -> str | None:
         row = self._db.execute(

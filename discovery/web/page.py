@@ -1,16 +1,31 @@
-"""The registry page: tools, instances, conflicts and rejections, live, on the registry's HTTP port.
+"""The registry page: tools, instances, conflicts, held definitions, rejections and replicas, live, on the registry's HTTP port.
 
-`GET /` is complete HTML rendered here, every value escaped (tool
-descriptions and rejection reasons come from the network), so it works with
-JavaScript off (it then refreshes itself every few seconds). With JavaScript,
-`/page.js` subscribes to `/events` (server-sent events) and redraws the
-tables from each snapshot, as text, within a quarter of a second of a change.
-No build step: the script and style are two files served as they are.
+Its header says which registry it is (broker, topicspace, host, how long it
+has run) and whether it checks signatures; a filter box (JavaScript) narrows
+every table to the rows holding a piece of text.
+
+`GET /` is complete HTML rendered here from `templates/page.html` (Jinja2
+through Starlette's `Jinja2Templates`, autoescape on: tool descriptions and
+rejection reasons come from the network), so it works with JavaScript off
+(it then refreshes itself every few seconds). With JavaScript, `/page.js`
+subscribes to `/events` (server-sent events) and redraws the tables from
+each snapshot, as text, within a quarter of a second of a change. No build
+step: the script and style are two files served as they are.
+
+Viewers cost the registry little and boundedly: each snapshot is encoded
+once, into one buffer every viewer is sent; a heartbeat is no change (the
+instances' last-heard times go out as a small `heartbeats` event, at most
+once a second); a viewer is sent only the newest state, never a queue of
+old ones; at most `MAX_VIEWERS` streams are open (the next gets 503); and a
+viewer that stops reading is cut off by the HTTP server once its buffer is
+full for `WRITE_TIMEOUT` seconds (`discovery.web.health`).
 
 Read-only: every route is a GET that reads. On a loopback address the page
-is open to this machine (the Host header must name the loopback address, so
-another site cannot read it through DNS rebinding). Bound anywhere else it
-requires the bearer token `TOOLREG_HTTP_TOKEN`, compared in constant time:
+is open to this machine (the Host header must be exactly `localhost` or a
+loopback IP literal, compared as a parsed name, never as a text prefix, so
+another site cannot read it through DNS rebinding: `127.0.0.1.evil.example`
+is refused). Bound anywhere else it requires the bearer token
+`TOOLREG_HTTP_TOKEN`, compared in constant time:
 `Authorization: Bearer <token>`, or open `/?token=<token>` once, which sets a
 cookie (HttpOnly, SameSite=Strict) and redirects to `/`. Without the variable
 the page is not served off loopback at all; health and metrics are unaffected.
@@ -20,21 +35,36 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import os
-from collections.abc import AsyncIterator
-from html import escape
+import time
+from collections.abc import AsyncIterator, Callable
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
+import jinja2
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
+from starlette.templating import Jinja2Templates
+from starlette.types import Receive, Scope, Send
 
-from discovery.registry.overview import Overview, RegistrySnapshot
-from toolservice_base.errors import ConfigError, TransportError
+from discovery.registry.overview import InstanceView, RegistrySnapshot
+from discovery.registry.protocol import PendingChange
+from toolservice_base.errors import ConfigError, RegistryUnavailable, TransportError
 from toolservice_base.logs import get_logger
 
-from .health import HealthServer
+from .health import HealthServer, is_loopback_host, split_host
+
+
+class SnapshotSource(Protocol):
+    """What the page reads: a registry's `Overview`, or whichever registry is active now (replicas)."""
+
+    async def snapshot(self) -> RegistrySnapshot: ...
+
+
+UNAVAILABLE = (ConfigError, TransportError, RegistryUnavailable)
+"""What keeps a snapshot from being built for now: the store not answering, or no registry here (a standby replica)."""
 
 log = get_logger("discovery.web")
 
@@ -45,7 +75,10 @@ TICK = 0.25
 KEEPALIVE = 15.0
 """Seconds between comments on an idle event stream, so proxies keep it open and a gone viewer is noticed."""
 NO_SCRIPT_REFRESH = 5
-LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+MAX_VIEWERS = 32
+"""Open `/events` streams per process, at most; the next viewer gets 503 until one leaves."""
+BEATS_INTERVAL = 1.0
+"""Seconds between `heartbeats` events at most: the page's bars move by themselves between them."""
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
@@ -56,47 +89,99 @@ SECURITY_HEADERS = {
 }
 
 
-class PageFeed:
-    """One snapshot loop per process while anyone watches; every viewer gets the same JSON.
+def instance_key(instance: InstanceView) -> str:
+    """How the page names an instance in `heartbeats` events (and the meter's `data-instance`)."""
+    return f"{instance.workspace}/{instance.service}/{instance.id}"
 
-    A snapshot is sent when something in it changed (the build time aside),
-    so an idle registry costs one memory walk per tick and no store reads.
+
+def pending_key(change: PendingChange) -> str:
+    """How the page names a held definition change in `heartbeats` events (and its row's `data-key`)."""
+    return f"{change.workspace}/{change.tool}"
+
+
+SHORT_DIGEST = 12
+"""Hex digits of a digest the tables show (the whole one is the cell's title), as `toolreg tools` and `toolreg pending` do."""
+
+
+def short(digest: str) -> str:
+    return digest[:SHORT_DIGEST]
+
+
+CHANGE_EXCLUDES: dict[str, Any] = {"at": True, "instances": {"__all__": {"last_seen"}}, "pending": {"__all__": {"last_seen"}}}
+"""What a change is not: the build time, and the last-heard times of instances and of the instances offering a held definition."""
+
+
+class PageFeed:
+    """One snapshot loop per process while anyone watches; every viewer is sent the same encoded bytes.
+
+    A snapshot is sent when something in it changed other than the build
+    time and the last-heard times (of instances, and of held definition
+    changes). Those alone (heartbeats) go out as a `heartbeats` event:
+    `{"at": ..., "last_seen": {instance key: time}}`, with `"pending":
+    {pending key: time}` while definition changes are held, at most every
+    `BEATS_INTERVAL`. So an idle registry costs one memory walk
+    per tick and no store reads, and a busy one does not resend its whole
+    tool list to every viewer on every heartbeat.
     """
 
-    def __init__(self, overview: Overview, *, tick: float = TICK) -> None:
+    def __init__(self, overview: SnapshotSource, *, tick: float = TICK, max_viewers: int = MAX_VIEWERS) -> None:
         self.overview = overview
         self.tick = tick
+        self.max_viewers = max_viewers
         self.latest: RegistrySnapshot | None = None
-        self.text = ""
         self.problem: str | None = None
-        self.version = 0
+        self.frame = b""
+        """The newest snapshot as one server-sent event, encoded once for every viewer."""
+        self.beats = b""
+        """The newest `heartbeats` event, likewise."""
+        self.problem_frame = b""
+        self.snapshots = 0
+        """How many snapshot frames were built: with `beats_sent`, what a test reads to see heartbeats are no change."""
+        self.beats_sent = 0
         self._compare = ""
+        self._last_seen: tuple[dict[str, float | None], dict[str, float]] = ({}, {})
+        self._beats_at = 0.0
+        self._versions = (0, 0, 0)
+        """(snapshot, beats, problem) frame versions: a viewer compares its own with these."""
         self._changed = asyncio.Event()
-        """Set (and replaced by a fresh one) whenever `version` moves."""
-        self._viewers = 0
+        """Set (and replaced by a fresh one) whenever a version moves."""
+        self.viewers = 0
         self._task: asyncio.Task[None] | None = None
 
     async def refresh(self) -> RegistrySnapshot:
-        """Build a snapshot now; notify viewers if it differs from the last."""
+        """Build a snapshot now; tell viewers if it differs from the last (beyond heartbeats)."""
         try:
             snapshot = await self.overview.snapshot()
-        except (ConfigError, TransportError) as exc:
-            problem = f"the config store did not answer ({exc}); static tools and the version may be out of date"
+        except UNAVAILABLE as exc:
+            problem = _problem(exc)
             if problem != self.problem:
                 self.problem = problem
-                await self._notify()
+                self.problem_frame = _event("problem", problem)
+                self._bump(problem=True)
             if self.latest is None:
                 raise
             return self.latest
-        compare = snapshot.model_dump_json(exclude={"at"})
+        compare = snapshot.model_dump_json(exclude=CHANGE_EXCLUDES)
+        last_seen = ({instance_key(i): i.last_seen for i in snapshot.instances}, {pending_key(p): p.last_seen for p in snapshot.pending})
         self.latest = snapshot
         if compare != self._compare or self.problem is not None:
-            self._compare, self.text, self.problem = compare, snapshot.model_dump_json(), None
-            await self._notify()
+            self._compare, self.problem, self._last_seen = compare, None, last_seen
+            self.frame = _event("snapshot", snapshot.model_dump_json())
+            self.snapshots += 1
+            self._bump(snapshot=True)
+        elif last_seen != self._last_seen and time.monotonic() - self._beats_at >= BEATS_INTERVAL:
+            self._last_seen, self._beats_at = last_seen, time.monotonic()
+            beats: dict[str, Any] = {"at": snapshot.at, "last_seen": last_seen[0]}
+            if last_seen[1]:
+                beats["pending"] = last_seen[1]
+            self.beats = _event("heartbeats", json.dumps(beats, separators=(",", ":")))
+            self.beats_sent += 1
+            self._bump(beats=True)
         return snapshot
 
-    async def _notify(self) -> None:
-        self.version += 1
+    def _bump(self, *, snapshot: bool = False, beats: bool = False, problem: bool = False) -> None:
+        shot, beat, prob = self._versions
+        self._versions = (shot + snapshot, beat + beats, prob + problem)
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
@@ -104,28 +189,50 @@ class PageFeed:
         while True:
             try:
                 await self.refresh()
-            except (ConfigError, TransportError):
+            except UNAVAILABLE:
                 pass  # said once as a problem event; the next tick tries again
             except Exception:
                 log.exception("page.snapshot_failed")
             await asyncio.sleep(self.tick)
 
-    async def events(self, closing: asyncio.Event) -> AsyncIterator[str]:
-        """Server-sent events for one viewer: every changed snapshot, problems, and keep-alive comments."""
-        self._viewers += 1
+    def join(self) -> bool:
+        """Take a viewer's place (and start the loop for the first); False when `max_viewers` are watching."""
+        if self.viewers >= self.max_viewers:
+            return False
+        self.viewers += 1
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="registry-page-feed")
-        seen = -1
+        return True
+
+    def leave(self) -> None:
+        """Give a place back; the loop stops with the last viewer."""
+        self.viewers = max(0, self.viewers - 1)
+        if self.viewers == 0 and self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def events(self, closing: asyncio.Event) -> AsyncIterator[bytes]:
+        """Server-sent events for one viewer who has joined: the newest state each time it changes, and keep-alives.
+
+        Never a backlog: a viewer still sending an old frame when several
+        changes happen is sent only the newest afterwards.
+        """
+        seen = (-1, -1, -1)
         closed = asyncio.ensure_future(closing.wait())
         try:
-            yield "retry: 1000\n\n"
+            yield b"retry: 1000\n\n"
             while not closing.is_set():
-                if self.version != seen:
-                    seen = self.version
-                    if self.text:
-                        yield f"event: snapshot\ndata: {self.text}\n\n"
-                    if self.problem:
-                        yield f"event: problem\ndata: {self.problem}\n\n"
+                now = self._versions
+                if now != seen:
+                    shot, beat, prob = now
+                    if shot != seen[0]:
+                        if self.frame:
+                            yield self.frame  # its last-heard times are current: older beats are moot
+                    elif beat != seen[1] and self.beats:
+                        yield self.beats
+                    if prob != seen[2] and self.problem:
+                        yield self.problem_frame
+                    seen = now
                     continue
                 changed = asyncio.ensure_future(self._changed.wait())
                 try:
@@ -133,16 +240,30 @@ class PageFeed:
                 finally:
                     changed.cancel()
                 if not done:
-                    yield ": keep-alive\n\n"
+                    yield b": keep-alive\n\n"
         finally:
             closed.cancel()
-            self._viewers -= 1
-            if self._viewers == 0 and self._task is not None:
-                self._task.cancel()
-                self._task = None
 
 
-# --- the HTML, rendered here ------------------------------------------------------
+def _event(name: str, data: str) -> bytes:
+    return f"event: {name}\ndata: {data}\n\n".encode()
+
+
+class _EventStream(StreamingResponse):
+    """The event stream of one viewer, whose place is given back however the response ends (even before it starts)."""
+
+    def __init__(self, content: AsyncIterator[bytes], leave: Callable[[], None], headers: dict[str, str]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=headers)
+        self._leave = leave
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._leave()
+
+
+# --- the HTML, rendered from templates/page.html -------------------------------------
 
 
 def _age(seconds: float) -> str:
@@ -153,89 +274,22 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _cell(value: Any, css: str = "") -> str:
-    text = "-" if value is None or value == "" else str(value)
-    cls = f' class="{escape(css)}"' if css else ""
-    return f"<td{cls}>{escape(text)}</td>"
-
-
-def _rows(rows: list[str], columns: int, empty: str) -> str:
-    return "".join(rows) or f'<tr><td class="empty" colspan="{columns}">{escape(empty)}</td></tr>'
-
-
-def _table(table_id: str, title: str, count: int, headers: list[str], body: str, note: str = "") -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    return (
-        f'<section><h2>{escape(title)} <span class="count" id="{table_id}-count">({count})</span>{note}</h2>'
-        f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>'
+TEMPLATES = Jinja2Templates(
+    env=jinja2.Environment(
+        loader=jinja2.PackageLoader("discovery.web", "templates"),
+        autoescape=True,  # every value, in text and in attributes; nothing in the template is marked safe
+        undefined=jinja2.StrictUndefined,  # a misspelt name fails the render, not shows as nothing
+        trim_blocks=False,
+        auto_reload=False,
     )
+)
+TEMPLATES.env.globals.update(age=_age, instance_key=instance_key, pending_key=pending_key, short=short, refresh=NO_SCRIPT_REFRESH)
+PAGE_TEMPLATE = "page.html"
 
 
 def render(snapshot: RegistrySnapshot, problem: str | None = None) -> str:
     """The whole page for `snapshot`: complete without JavaScript, every value escaped."""
-    s = snapshot
-    tools = [
-        "<tr>" + _cell(t.name, "mono") + _cell(t.service, "mono") + _cell(t.workspace) + _cell(t.source)
-        + _cell(t.status, f"status-{t.status}") + _cell(t.instances if t.source == "announced" else "-")
-        + _cell(t.description, "description") + "</tr>"
-        for t in s.tools
-    ]
-    instances = []
-    for i in s.instances:
-        if i.last_seen is None:
-            meter = f"<span>not heard from since the registry started (grace of {i.ttl:g} s)</span>"
-        else:
-            seen = max(0.0, s.at - i.last_seen)
-            meter = (
-                f'<meter min="0" max="{i.ttl:g}" low="{i.ttl / 3:g}" high="{i.ttl * 2 / 3:g}" optimum="0" '
-                f'value="{min(seen, i.ttl):.3f}" data-last-seen="{i.last_seen:.3f}"></meter><span>{escape(_age(seen))} ago of {i.ttl:g} s</span>'
-            )
-        instances.append(
-            "<tr>" + _cell(i.service, "mono") + _cell(i.id, "id") + _cell(i.version) + _cell(i.signer or "unsigned")
-            + _cell(i.state, f"state-{i.state}") + f"<td>{meter}</td></tr>"
-        )
-    conflicts = [
-        "<tr>" + _cell(c.tool, "mono") + _cell(c.service, "mono") + _cell(c.held_by, "mono") + _cell(c.workspace) + _cell(c.reason) + "</tr>"
-        for c in s.conflicts
-    ]
-    rejections = [
-        "<tr>" + _cell(f"{_age(max(0.0, s.at - r.at))} ago") + _cell(r.service, "mono") + _cell(r.instance, "id") + _cell(r.reason) + "</tr>"
-        for r in s.rejections
-    ]
-    held = ", ".join(s.held)
-    version = "unknown" if s.config_version is None else str(s.config_version)
-    total = f' <span class="count">of <span id="rejected-total">{s.rejected_total}</span> since start</span>'
-    return f"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>toolreg registry</title>
-<link rel="stylesheet" href="page.css">
-<noscript><meta http-equiv="refresh" content="{NO_SCRIPT_REFRESH}"></noscript>
-<script src="page.js" defer></script>
-</head>
-<body>
-<header>
-<h1>Tool registry</h1>
-<p id="status">config version <b id="config-version">{escape(version)}</b> · updated <span id="updated">just now</span> ·
-<span id="live">static page</span></p>
-</header>
-<p id="problem" class="problem"{"" if problem else " hidden"}>{escape(problem or "")}</p>
-<div id="held" class="banner" role="alert"{"" if s.held else " hidden"}><b>Self-preservation is holding expiries</b>:
-the leases of <span id="held-services">{escape(held)}</span> ran out together, so the registry suspects itself or the broker
-and keeps their tools. They come back when heartbeats resume; run <code>toolreg release</code> to remove them.</div>
-{_table("tools", "Tools", len(s.tools), ["Tool", "Service", "Workspace", "Source", "Status", "Instances", "Description"], _rows(tools, 7, "no tools"))}
-{_table("instances", "Instances", len(s.instances), ["Service", "Instance", "Version", "Signer", "State", "Heartbeat (age of ttl)"],
-        _rows(instances, 6, "no instances hold a lease"))}
-{_table("conflicts", "Conflicts", len(s.conflicts), ["Tool", "Refused for", "Held by", "Workspace", "Reason"], _rows(conflicts, 5, "no conflicts"))}
-{_table("rejections", "Rejections, newest first", len(s.rejections), ["When", "Service", "Instance", "Reason"],
-        _rows(rejections, 4, "no rejected announcements"), total)}
-<footer>Read-only. The same data: <code>toolreg tools</code>, <code>toolreg rejections</code>, <code>toolreg conflicts</code>;
-as JSON: <a href="snapshot.json">snapshot.json</a>.</footer>
-</body>
-</html>
-"""
+    return TEMPLATES.get_template(PAGE_TEMPLATE).render(s=snapshot, problem=problem)
 
 
 # --- routes and access ------------------------------------------------------------
@@ -251,9 +305,13 @@ class PageAccess:
     def refusal(self, request: Request) -> Response | None:
         """None if the request may read the page; else the response to send instead."""
         if self.loopback:
-            host = _hostname(request.headers.get("host", ""))
-            if host not in LOOPBACK_NAMES and not host.startswith("127."):
-                return JSONResponse({"error": f"the registry page answers only to a loopback Host, not {host!r}"}, status_code=403)
+            given = request.headers.get("host", "")
+            parsed = split_host(given)
+            if parsed is None or not is_loopback_host(parsed[0]):
+                return JSONResponse(
+                    {"error": f"the registry page answers only to Host localhost or a loopback address, not {given[:100]!r}"},
+                    status_code=403,
+                )
             return None
         if self.token is None:
             return JSONResponse(
@@ -269,32 +327,33 @@ class PageAccess:
         )
 
 
-def _hostname(host: str) -> str:
-    """`127.0.0.1:9464` -> `127.0.0.1`; `[::1]:9464` -> `::1`."""
-    if host.startswith("["):
-        return host[1:].split("]", 1)[0]
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-
-
 def _bearer(request: Request) -> str | None:
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
+def _problem(exc: Exception) -> str:
+    if isinstance(exc, RegistryUnavailable):
+        return str(exc)
+    return f"the config store did not answer ({exc}); static tools and the version may be out of date"
+
+
 def _unavailable(exc: Exception) -> Response:
-    """The first snapshot needs the store (static tools, version); without it there is nothing honest to show."""
+    """The first snapshot needs the store (static tools, version) and a registry; without them there is nothing honest to show."""
+    if isinstance(exc, RegistryUnavailable):
+        return JSONResponse({"error": str(exc)}, status_code=503)
     message = f"the config store did not answer ({exc}); the page shows once it does, is `toolreg up` running?"
     return JSONResponse({"error": message}, status_code=503)
 
 
 def _asset(name: str, media_type: str) -> Response:
-    body = (resources.files("discovery") / "static" / name).read_bytes()
+    body = (resources.files("discovery.web") / "static" / name).read_bytes()
     return Response(body, media_type=media_type, headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"})
 
 
-def page_routes(overview: Overview, access: PageAccess, closing: asyncio.Event) -> list[BaseRoute]:
-    """The page's routes, for `HealthServer.add_routes`."""
-    feed = PageFeed(overview)
+def page_routes(overview: SnapshotSource, access: PageAccess, closing: asyncio.Event, feed: PageFeed | None = None) -> list[BaseRoute]:
+    """The page's routes, for `HealthServer.add_routes`; `feed` to share one (a test watching it)."""
+    feed = feed if feed is not None else PageFeed(overview)
 
     async def index(request: Request) -> Response:
         offered = request.query_params.get("token")
@@ -307,7 +366,7 @@ def page_routes(overview: Overview, access: PageAccess, closing: asyncio.Event) 
         found = await snapshot_for(request)
         if isinstance(found, Response):
             return found
-        return HTMLResponse(render(found, feed.problem), headers=SECURITY_HEADERS)
+        return TEMPLATES.TemplateResponse(request, PAGE_TEMPLATE, {"s": found, "problem": feed.problem}, headers=SECURITY_HEADERS)
 
     async def snapshot_json(request: Request) -> Response:
         found = await snapshot_for(request)
@@ -322,15 +381,20 @@ def page_routes(overview: Overview, access: PageAccess, closing: asyncio.Event) 
             return refused
         try:
             return await feed.refresh()
-        except (ConfigError, TransportError) as exc:
+        except UNAVAILABLE as exc:
             return _unavailable(exc)
 
     async def events(request: Request) -> Response:
         refused = access.refusal(request)
         if refused is not None:
             return refused
+        if not feed.join():
+            return JSONResponse(
+                {"error": f"the registry page has {feed.max_viewers} viewers already, the most it serves; close one or try again"},
+                status_code=503, headers={"Retry-After": "10"},
+            )
         headers = {**SECURITY_HEADERS, "X-Accel-Buffering": "no"}
-        return StreamingResponse(feed.events(closing), media_type="text/event-stream", headers=headers)
+        return _EventStream(feed.events(closing), feed.leave, headers)
 
     async def script(request: Request) -> Response:
         return _asset("page.js", "text/javascript")
@@ -347,7 +411,7 @@ def page_routes(overview: Overview, access: PageAccess, closing: asyncio.Event) 
     ]
 
 
-def serve_registry_page(health: HealthServer, overview: Overview) -> str:
+def serve_registry_page(health: HealthServer, overview: SnapshotSource) -> str:
     """Add the page to `health`'s routes (or not, off loopback without a token); returns one line saying where it is."""
     access = PageAccess(health.loopback, os.environ.get(TOKEN_ENV, "").strip() or None)
     if not access.loopback and access.token is None:

@@ -122,6 +122,13 @@ async def test_a_service_nobody_serves_times_out_with_a_clear_error(connection: 
     await client.close()
 
 
+async def test_a_client_calls_inside_async_with_and_is_closed_after(connection: Transport, running: dict[str, DynamicToolService]) -> None:
+    async with ToolServiceClient(connection, running["calculator"].service_descriptor) as client:
+        assert not client.closed
+        assert await client.call("", {}, {"expression": "6 * 7"}, timeout=5) == "42"
+    assert client.closed
+
+
 async def test_close_when_idle_waits_for_the_call_in_flight_then_refuses_new_ones(
     connection: Transport, running: dict[str, DynamicToolService]
 ) -> None:

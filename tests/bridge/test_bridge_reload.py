@@ -22,7 +22,8 @@ from toolservice_base import (
 
 pytestmark = pytest.mark.contract
 
-
+OLD_DEBOUNCE = 0.03
+"""The fixed wait every reload used to start with."""
 
 
 def tool_item(service: DynamicToolService, **changes: Any) -> tuple[str, str, str]:
@@ -44,7 +45,7 @@ async def test_100_reloads_while_calls_run_lose_no_call(
     alias = {**echo.service_descriptor.to_wire(), "id": "echo-alias"}
     alias_tool = {**echo.tool_descriptors[0].to_wire(), "name": "echo-alias", "service": "echo-alias"}
     await config_client.put(static_items(echo, calc))
-    async with ToolSet(connection=connection, settings=settings, debounce=0.002, poll_interval=60) as tools:
+    async with ToolSet(connection=connection, settings=settings, poll_interval=60) as tools:
         echo_impl, echo_client = tools.get("echo"), client_of(tools, "echo")
         reloads: list[int] = []
         tools.on_change(lambda added, removed, changed, version: reloads.append(version))
@@ -95,7 +96,7 @@ async def test_clients_are_kept_while_a_service_keeps_its_queues_and_replaced_wh
 ) -> None:
     joke, calc, echo = running["joke-service"], running["calculator"], running["echo"]
     await config_client.put(static_items(joke, calc, echo))
-    async with ToolSet(connection=connection, settings=settings, debounce=0.01, poll_interval=60) as tools:
+    async with ToolSet(connection=connection, settings=settings, poll_interval=60) as tools:
         before = {name: tools.get(name) for name in tools.names()}
         clients = {name: client_of(tools, name) for name in tools.names()}
 
@@ -140,7 +141,7 @@ async def test_a_call_in_flight_on_a_removed_tool_completes(
     countdown = running["countdown"]
     await config_client.put(static_items(countdown, running["echo"]))
     await config_client.put([tool_item(countdown, delay=0.05)])
-    async with ToolSet(connection=connection, settings=settings, debounce=0.01, poll_interval=60) as tools:
+    async with ToolSet(connection=connection, settings=settings, poll_interval=60) as tools:
         old_client = client_of(tools, "countdown")
         call = asyncio.create_task(tools.invoke("countdown", {"start": 10}))
         await eventually(lambda: old_client.in_flight == 1)
@@ -174,21 +175,47 @@ async def test_a_lost_push_is_recovered_by_the_periodic_version_check(
     await connection.unsubscribe(watcher)
 
 
-async def test_a_burst_of_pushes_is_one_reload(
+async def test_a_lone_push_is_reloaded_without_waiting(
     connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     calc = running["calculator"]
     await config_client.put(static_items(calc))
-    async with ToolSet(connection=connection, settings=settings, debounce=0.6, poll_interval=60) as tools:
+    async with ToolSet(connection=connection, settings=settings, poll_interval=60) as tools:
+        reload = tools._reload
+        before = len(reload.waits)
+        version = await config_client.put([tool_item(calc, description="once")])
+        await tools.wait_for(lambda t: t.version == version, timeout=3)
+        waits = list(reload.waits)[before:]
+        # The reloader's own delay, push noted -> reload started: the old debounce alone was 30 ms.
+        assert len(waits) == 1 and waits[0] < OLD_DEBOUNCE / 2, [f"{w * 1000:.1f} ms" for w in waits]
+
+
+async def test_pushes_during_a_reload_make_one_follow_up_reload(
+    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
+) -> None:
+    calc = running["calculator"]
+    await config_client.put(static_items(calc))
+    async with ToolSet(connection=connection, settings=settings, poll_interval=60) as tools:
+        reload = tools._reload
+        gate = asyncio.Event()
         reloads: list[int] = []
-        tools.on_change(lambda added, removed, changed, version: reloads.append(version))
-        versions = []
-        for n in range(10):  # ten writes spread over ~200 ms: without the debounce, several reloads
-            versions.append(await config_client.put([tool_item(calc, description=f"revision {n}")]))
-            await asyncio.sleep(0.02)
+
+        async def held(added: list[str], removed: list[str], changed: list[str], version: int) -> None:
+            reloads.append(version)
+            if len(reloads) == 1:
+                await gate.wait()  # the first reload stays in flight until the test lets it go
+
+        tools.on_change(held)
+        runs = reload.runs
+        first = await config_client.put([tool_item(calc, description="revision 0")])
+        await eventually(lambda: reloads, timeout=3)  # reloaded at once: nothing was in flight
+        versions = [await config_client.put([tool_item(calc, description=f"revision {n}")]) for n in range(1, 10)]
+        await eventually(lambda: reload.last_push == versions[-1], timeout=3)  # every push has come, mid-reload
+        assert reloads == [first] and reload.runs == runs + 1
+        gate.set()
         await tools.wait_for(lambda t: t.version == versions[-1], timeout=3)
-        await eventually(lambda: reloads)
-        assert reloads == [versions[-1]]
+        await asyncio.sleep(0.1)  # room for a reload too many to show
+        assert reloads == [first, versions[-1]] and reload.runs == runs + 2, (reloads, reload.runs - runs)
 
 
 async def test_a_reload_that_fails_keeps_the_set_and_retries(

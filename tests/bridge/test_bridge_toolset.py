@@ -33,7 +33,7 @@ pytestmark = pytest.mark.contract
 
 
 def toolset(connection: Transport, settings: Settings, **options: Any) -> ToolSet:
-    return ToolSet(connection=connection, settings=settings, **{"poll_interval": 60.0, "debounce": 0.01, **options})
+    return ToolSet(connection=connection, settings=settings, **{"poll_interval": 60.0, **options})
 
 
 async def test_put_config_then_invoke_joke_and_calculator(
@@ -95,7 +95,9 @@ async def test_describe_openai_and_mcp_shapes(
         }
         described = tools.describe()
         assert [d["name"] for d in described] == ["countdown", "tell-joke"]
+        digest = described[1].pop("digest")
         assert described[1] == {"name": "tell-joke", "description": "Tell a joke on a given topic", "parameters": joke_schema}
+        assert isinstance(digest, str) and len(digest) == 64  # the definition's digest, as pinned definitions compare it
         assert described[0]["parameters"]["properties"]["start"]["type"] == "integer"
         openai = tools.as_openai_tools()
         assert openai[1] == {"type": "function", "function": {"name": "tell-joke", "description": "Tell a joke on a given topic", "parameters": joke_schema}}

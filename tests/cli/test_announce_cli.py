@@ -67,7 +67,7 @@ async def guarded(connection: Transport, config_store: ConfigStoreService, tmp_p
     pem.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
     policy = TrustPolicy()
     policy.add(trusted_key("lookup-team", public_key_text(key.public_key()), ["lookup"], ["lookup"]))
-    registry = Registry(connection, options=RegistryOptions(sweep_interval=0.1, coalesce_window=0.02, trust=policy))
+    registry = Registry(connection, options=RegistryOptions(sweep_interval=0.1, trust=policy))
     await registry.start()
     yield registry, pem
     await registry.stop()

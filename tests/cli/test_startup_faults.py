@@ -18,6 +18,7 @@ import pytest
 from support import toolreg_env
 from support.faults import STEPS
 
+import agent_bridge.reload as reload_module
 import agent_bridge.toolset as toolset_module
 from agent_bridge import BridgeUnavailable, ToolSet
 from discovery.broker import EmbeddedBroker
@@ -106,7 +107,7 @@ async def test_toolset_start_failures_undo_every_step(
     async def no_watch(*args: Any, **kwargs: Any) -> Any:
         raise TransportError("injected: subscribe refused")
 
-    monkeypatch.setattr(toolset_module, "watch_config", no_watch)
+    monkeypatch.setattr(reload_module, "watch_config", no_watch)
     message = await _fails_cleanly(ToolSet(settings=settings, store_timeout=1), BridgeUnavailable, baseline)
     assert "injected: subscribe refused" in message and "toolreg up" in message
     monkeypatch.undo()

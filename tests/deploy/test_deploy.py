@@ -2,14 +2,18 @@
 ever run by a container; every claim it makes about the product is checked instead.
 
 - every compose and k8s file parses, and the k8s objects are complete (probes, resources, namespace);
+- the registry runs as a replica group on Pulsar (TOOLREG_STORE=pulsar): 3 pods under a
+  PodDisruptionBudget in k8s, 2 replicas in compose, no volume that two replicas would share;
 - every `toolreg ...` they run parses with the real `build_parser()` (and `serve` targets import);
 - every environment variable they give a toolreg container is one the package reads;
 - ports agree: metrics port, probes, annotations, healthchecks, Pulsar's 6650/8080;
-- the Pulsar init step creates every namespace the code's topics live in (and runs, twice, against a
-  stand-in `pulsar-admin` that records what it is asked);
+- the Pulsar init step creates every namespace the code's topics live in, keeps the persistent ones
+  (the replicated store's) without limit, and runs, twice, against a stand-in `pulsar-admin` that
+  records what it is asked;
 - the token variant authenticates every product container and turns token auth on in the broker;
 - the Containerfile installs from exactly what it copies (an sdist built from those files alone);
-- the bridge/smoke scripts of compose and k8s pass against real toolreg processes on a real broker.
+- the bridge/smoke scripts of compose and k8s pass against real toolreg processes on a real broker;
+- docs/operators.md names every setting, metric, topic and flag of the long-running commands.
 """
 
 from __future__ import annotations
@@ -254,13 +258,63 @@ def test_deployments_have_probes_resources_and_a_hardened_pod() -> None:
             requests = container["resources"]["requests"]
             assert requests["cpu"] and requests["memory"]
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
-    registry = k8s_find("Deployment", "toolreg-registry")["spec"]
-    assert registry["replicas"] == 1 and registry["strategy"]["type"] == "Recreate", "one registry per store, never two at once"
     for name in ("toolreg-joke", "toolreg-calculator"):
         assert k8s_find("Deployment", name)["spec"]["replicas"] == 2
     for service in ("joke", "calculator"):
         assert compose()["services"][service]["deploy"]["replicas"] == 2
 
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a label selector (matchLabels only; the manifests use nothing else) selects these labels."""
+    assert set(selector) == {"matchLabels"}, f"unexpected selector {selector}"
+    return selector["matchLabels"].items() <= labels.items()
+
+
+def data_dir() -> str:
+    env = dict(pair.split("=", 1) for instruction, args in containerfile() if instruction == "ENV" for pair in args.split() if "=" in pair)
+    return env["TOOLREG_DATA_DIR"]
+
+
+def test_the_registry_runs_as_a_replica_group_on_pulsar() -> None:
+    """`toolreg up` with TOOLREG_STORE=pulsar, several at once: state on the broker, nothing on a volume two would share."""
+    deployment = k8s_find("Deployment", "toolreg-registry")
+    spec = deployment["spec"]
+    assert spec["replicas"] >= 3, "one active replica and two standbys, so one can be disrupted while another takes over"
+    assert spec["strategy"]["type"] == "RollingUpdate" and spec["strategy"]["rollingUpdate"]["maxUnavailable"] in (0, 1)
+    pod = spec["template"]["spec"]
+    labels = spec["template"]["metadata"]["labels"]
+    (container,) = pod["containers"]
+    assert container["args"] == ["up"]
+    env = k8s_env(container)
+    assert env["TOOLREG_STORE"] == "pulsar" and env.get("TOOLREG_BROKER", "apache-pulsar") == "apache-pulsar"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # state is on Pulsar: no claim anywhere, and the data directory (the process's lock file) on an emptyDir
+    assert not [d for d in k8s_docs() if d["kind"] == "PersistentVolumeClaim"]
+    assert not [v for _, p in pod_specs() for v in p.get("volumes", []) if "persistentVolumeClaim" in v]
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == data_dir())
+    assert next(v for v in pod["volumes"] if v["name"] == mount["name"]) == {"name": mount["name"], "emptyDir": {}}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True, "so the data directory must be a volume"
+
+    budgets = [d for d in k8s_docs() if d["kind"] == "PodDisruptionBudget"]
+    covering = [b for b in budgets if selects(b["spec"]["selector"], labels)]
+    assert len(covering) == 1, "one PodDisruptionBudget selects the registry's pods"
+    budget = covering[0]
+    assert budget["apiVersion"] == "policy/v1" and budget["spec"]["maxUnavailable"] == 1 and "minAvailable" not in budget["spec"]
+    for doc in k8s_docs():  # and nothing else's
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] != "toolreg-registry":
+            assert not selects(budget["spec"]["selector"], doc["spec"]["template"]["metadata"]["labels"]), doc["metadata"]["name"]
+    service = k8s_find("Service", "toolreg-registry")["spec"]
+    assert service["selector"].items() <= labels.items()
+
+    for variant in ("base", "auth"):
+        registry = compose(variant)["services"]["registry"]
+        assert registry["command"] == ["up"] and registry["environment"]["TOOLREG_STORE"] == "pulsar", variant
+        assert registry["deploy"]["replicas"] >= 2, variant
+        mounts = [str(v).split(":")[1] for v in registry.get("volumes", [])]
+        assert data_dir() not in mounts, f"compose ({variant}): replicas sharing {data_dir()} would share one lock file"
+        assert all(str(v).endswith(":ro") for v in registry.get("volumes", [])), f"compose ({variant}): only read-only mounts"
+    assert "toolreg-data" not in (compose().get("volumes") or {}), "no store volume is left behind"
 
 def test_the_broker_is_apache_pulsar_4_standalone_with_its_own_health_check() -> None:
     pulsar = compose()["services"]["pulsar"]
@@ -354,7 +408,19 @@ def test_ports_agree_with_the_code() -> None:
             assert f"http://127.0.0.1:{port}/readyz" in " ".join(service["healthcheck"]["test"]), name
         else:
             assert "healthcheck" not in service, f"{name} has no health server to check"
-    assert spec["services"]["registry"]["ports"] == [f"127.0.0.1:{port}:{port}"], "published on the host's loopback only"
+    registry = spec["services"]["registry"]
+    assert registry["deploy"]["replicas"] > 1
+    # published on the host's loopback only, and on a port of the host's choosing: two replicas cannot share one
+    assert registry["ports"] == [{"target": DEFAULT_METRICS_PORT, "host_ip": "127.0.0.1", "protocol": "tcp"}]
+    for name, service in spec["services"].items():
+        if service.get("deploy", {}).get("replicas", 1) > 1:
+            for published in service.get("ports", []):
+                if isinstance(published, dict):
+                    fixed = str(published.get("published") or "")
+                else:  # [IP:][HOST_PORT:]CONTAINER_PORT
+                    parts = str(published).split(":")
+                    fixed = parts[-2] if len(parts) > 1 else ""
+                assert not fixed, f"{name}: its replicas would collide on host port {fixed}"
     admin = urlsplit(spec["services"]["pulsar-init"]["environment"]["PULSAR_ADMIN_URL"])
     assert (admin.hostname, admin.port) == ("pulsar", PULSAR_ADMIN_PORT)
 
@@ -390,10 +456,26 @@ def init_script_layout() -> tuple[str, set[str]]:
     return tenant.group(1), {f"{tenant.group(1)}/{n}" for n in names.group(1).split()}
 
 
+def persistent_namespaces_the_code_uses() -> set[str]:
+    """tenant/namespace of every persistent topic of the default topicspace: the replicated store's state."""
+    default = topics.DEFAULT
+    uris = [getattr(default, name) for name in dir(topics.Topics) if isinstance(getattr(topics.Topics, name), property)]
+    return {"/".join(uri.split("://", 1)[1].split("/")[:2]) for uri in uris if isinstance(uri, str) and uri.startswith("persistent://")}
+
+
+def unlimited_namespaces() -> set[str]:
+    text = (DEPLOY / "pulsar-init.sh").read_text()
+    found = re.search(r'^UNLIMITED="([^"]*)"$', text, re.M)
+    assert found
+    return {f"{init_script_layout()[0]}/{n}" for n in found.group(1).split()}
+
+
 def test_the_init_step_creates_every_namespace_the_code_uses() -> None:
     _, created = init_script_layout()
-    assert created == namespaces_the_code_uses() == {"tg/request", "tg/response", "tg/notify", "tg/discovery"}
+    assert created == namespaces_the_code_uses() == {"tg/request", "tg/response", "tg/notify", "tg/discovery", "tg/state"}
     assert created == {f"tg/{namespace}" for namespace in topics.NAMESPACES}
+    # the replicated store's log and snapshots must outlive every reader: their namespace keeps everything
+    assert unlimited_namespaces() == persistent_namespaces_the_code_uses() == {"tg/state"}
     embedded = k8s_find("ConfigMap", "toolreg-pulsar-init")["data"]["pulsar-init.sh"]
     assert embedded == (DEPLOY / "pulsar-init.sh").read_text(), "deploy/k8s/pulsar-init.yaml must embed deploy/pulsar-init.sh verbatim"
     init = compose()["services"]["pulsar-init"]
@@ -409,6 +491,7 @@ case "$1 $2" in
   "tenants create") echo "$3" >> "$STATE/tenants" ;;
   "namespaces list") cat "$STATE/namespaces" 2>/dev/null; true ;;
   "namespaces create") echo "$3" >> "$STATE/namespaces" ;;
+  "namespaces set-retention") grep -qx "$3" "$STATE/namespaces" ;;
   "namespaces grant-permission") true ;;
   *) echo "unexpected: $*" >&2; exit 2 ;;
 esac
@@ -444,7 +527,11 @@ def test_the_init_script_is_idempotent_and_passes_auth(tmp_path: Path, shell: st
     assert not [call for call in second if " create " in call], "a second run creates nothing"
     assert all(f"--auth-params file://{token} " in call for call in second)
     grants = [call for call in second if "grant-permission" in call]
-    assert len(grants) == 4 and all(call.endswith("--role toolreg --actions produce,consume") for call in grants)
+    assert {call.split()[-5] for call in grants} == init_script_layout()[1]
+    assert all(call.endswith("--role toolreg --actions produce,consume") for call in grants)
+    for calls in (first, second):  # set on every run: a namespace made before (or by hand) gets it too
+        retention = [call.split(" namespaces set-retention ", 1)[1] for call in calls if " namespaces set-retention " in call]
+        assert retention == [f"{namespace} --size -1 --time -1" for namespace in sorted(unlimited_namespaces())]
     token.write_text("")
     assert not any("--auth-params" in call for call in run(PULSAR_ADMIN_TOKEN_FILE=str(token))), "an empty token file means no auth"
 
@@ -620,6 +707,16 @@ def test_operator_docs_cover_every_setting_metric_and_topic() -> None:
     for name, value in vars(topics).items():
         if name.isupper() and isinstance(value, str):
             assert f"`{value}`" in docs, f"topic {value} is not documented"
+    for name in dir(topics.Topics):
+        uri = getattr(topics.DEFAULT, name) if isinstance(getattr(topics.Topics, name), property) else None
+        if isinstance(uri, str) and "://" in uri:
+            assert f"`{uri}`" in docs, f"topic {uri} ({name}) is not in the topics table"
+    # every option of the long-running commands an operator starts, and of `toolreg replicas`
+    subcommands = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    for command in ("up", "registry", "replicas"):
+        flags = {o for a in subcommands[command]._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+        missing = [f for f in sorted(flags) if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", docs)]
+        assert not missing, f"docs/operators.md does not mention `toolreg {command}`'s {missing}"
     readme = (ROOT / "README.md").read_text()
     assert "(docs/operators.md)" in readme and "(deploy/README.md)" in readme
     deploy_readme = (DEPLOY / "README.md").read_text()

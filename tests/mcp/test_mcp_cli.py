@@ -104,7 +104,9 @@ def test_a_broker_that_does_not_answer(mute_listener: int, tmp_path: Path) -> No
 
 def test_a_broker_without_a_config_store(broker: EmbeddedBroker, tmp_path: Path) -> None:
     done, took = start_mcp(env=toolreg_env(broker.url, tmp_path))
-    assert_one_line_failure(done, "config store did not answer", "toolreg up")
+    # The flag the user passes, not the bridge's Python keyword (the same words as `toolreg call`'s).
+    assert_one_line_failure(done, "config store did not answer", "toolreg up", "no --static-dir given", "pass --static-dir <dir")
+    assert "static_dir" not in done.stderr
     assert took < 25
 
 
@@ -123,3 +125,22 @@ async def test_a_taken_http_port(broker: EmbeddedBroker, config_store: object, t
         # In a thread: the config store it reads first answers from this test's event loop.
         done, _ = await asyncio.to_thread(start_mcp, "--http", f"127.0.0.1:{port}", env=toolreg_env(broker.url, tmp_path))
     assert_one_line_failure(done, f"cannot listen on 127.0.0.1:{port}")
+    assert "mcp.serving" not in done.stderr  # it binds first, then says it serves
+    assert "mcp.client" not in done.stderr and done.stderr.count("toolreg: ") == 1
+
+
+async def test_it_says_it_serves_over_http_once_the_port_is_bound(broker: EmbeddedBroker, config_store: object, tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "discovery.cli", "mcp", "--http", "127.0.0.1:0", env=toolreg_env(broker.url, tmp_path), cwd=ROOT,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
+        assert line.startswith("mcp ") and "/mcp" in line, line
+        endpoint = line.split()[1]
+    finally:
+        process.terminate()
+        _, err = await asyncio.wait_for(process.communicate(), 30)
+    serving = [line for line in err.decode().splitlines() if '"mcp.serving"' in line]
+    assert len(serving) == 1 and endpoint in serving[0] and '"transport": "http"' in serving[0], err.decode()[-2000:]

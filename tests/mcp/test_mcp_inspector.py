@@ -139,3 +139,35 @@ async def test_the_readme_client_configurations_work_as_written(broker: Embedded
     finally:
         process.send_signal(signal.SIGTERM)
         await asyncio.wait_for(process.wait(), 15)
+
+
+async def test_the_readme_inspector_commands_name_the_tested_version_and_work_as_written(
+    broker: EmbeddedBroker, announced: None, tmp_path: Path
+) -> None:
+    section = readme_section()
+    commands = re.findall(r"^npx (\S+) --cli (.*)$", section, re.M)
+    assert [package for package, _ in commands] == [INSPECTOR, INSPECTOR]  # the version these tests pin, not a bare npx
+    (stdio, http) = (command.split() for _, command in commands)
+
+    # stdio: only the install path and the broker's address differ from what the README says.
+    assert stdio[:3] == ["-e", "PULSAR_URL=pulsar://127.0.0.1:6650", ".venv/bin/toolreg"]
+    stdio[1:3] = [f"PULSAR_URL={broker.url}", "-e", f"TOOLREG_DATA_DIR={tmp_path / 'stdio'}", str(Path(sys.executable).parent / "toolreg")]
+    listed, _ = await inspector(*stdio)
+    assert sorted(tool["name"] for tool in listed["tools"]) == ["calculate", "tell-joke"]
+
+    # HTTP with the README's token, passed as a header: on a free port instead of 8765.
+    token = re.search(r"TOOLREG_MCP_TOKEN=(\S+) toolreg mcp --http", section).group(1)  # type: ignore[union-attr]
+    assert http[0] == "http://127.0.0.1:8765/mcp" and f'--header "Authorization: Bearer {token}"' in commands[1][1], commands[1]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "discovery.cli", "mcp", "--http", "127.0.0.1:0",
+        env=toolreg_env(broker.url, tmp_path / "http", TOOLREG_MCP_TOKEN=token), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    try:
+        endpoint = (await asyncio.wait_for(process.stdout.readline(), 30)).decode().split()[1]
+        listed, _ = await inspector(endpoint, "--header", f"Authorization: Bearer {token}", "--method", "tools/list")
+        assert sorted(tool["name"] for tool in listed["tools"]) == ["calculate", "tell-joke"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(process.wait(), 15)

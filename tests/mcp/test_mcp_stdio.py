@@ -96,7 +96,7 @@ async def test_a_streaming_tool_sends_each_chunk_as_progress_then_the_whole_text
 
 
 @pytest.mark.parametrize("era", ERAS)
-async def test_unknown_tools_bad_arguments_and_timeouts_are_one_line_protocol_errors(
+async def test_unknown_tools_and_timeouts_are_one_line_protocol_errors_and_bad_arguments_an_is_error_result(
     era: Era, broker: EmbeddedBroker, mcp_dir: Path, announced: list[DynamicToolService], config_client: ConfigClient
 ) -> None:
     # A hand-wired tool whose service is not running: its call can only time out.
@@ -111,15 +111,16 @@ async def test_unknown_tools_bad_arguments_and_timeouts_are_one_line_protocol_er
         assert unknown.value.error.code == types.INVALID_PARAMS
         assert "unknown tool 'no-such-tool'" in unknown.value.error.message
 
-        with pytest.raises(MCPError) as missing:
-            await session.call_tool("calculate", {})
-        assert missing.value.error.code == types.INVALID_PARAMS
-        assert "tool 'calculate': argument 'expression' is missing (required, string)" in missing.value.error.message
-
-        with pytest.raises(MCPError) as wrong_type:
-            await session.call_tool("countdown", {"start": "three"})
-        assert wrong_type.value.error.code == types.INVALID_PARAMS
-        assert "argument 'start': 'three' is not of type 'integer'" in wrong_type.value.error.message
+        # Input validation errors go back to the model as a tool result it can correct its call from (SEP-1303).
+        missing = await session.call_tool("calculate", {})
+        assert missing.is_error is True
+        assert text_of(missing) == "bad arguments: tool 'calculate': argument 'expression' is missing (required, string)"
+        wrong_type = await session.call_tool("countdown", {"start": "three"})
+        assert wrong_type.is_error is True and text_of(wrong_type).endswith("argument 'start': 'three' is not of type 'integer'")
+        null = await session.call_tool("countdown", {"start": None})  # JSON's spelling, not Python's `None`
+        assert null.is_error is True and text_of(null).endswith("argument 'start': null is not of type 'integer'")
+        for result in (missing, wrong_type, null):
+            assert "\n" not in text_of(result)
 
         started = time.monotonic()
         with pytest.raises(MCPError) as timeout:
@@ -127,7 +128,7 @@ async def test_unknown_tools_bad_arguments_and_timeouts_are_one_line_protocol_er
         assert timeout.value.error.code == types.REQUEST_TIMEOUT
         assert "timed out" in timeout.value.error.message and time.monotonic() - started < 5
 
-        for error in (unknown, missing, wrong_type, timeout):
+        for error in (unknown, timeout):
             assert "\n" not in error.value.error.message
         assert text_of(await session.call_tool("calculate", {"expression": "6*7"})) == "42"  # still serving
 
@@ -287,6 +288,10 @@ async def test_malformed_json_rpc_gets_an_error_and_the_server_keeps_serving(
         process.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         bad_params = await exchange(b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":17}}')
         assert bad_params["id"] == 3 and bad_params["error"]["code"] == types.INVALID_PARAMS
+        # Arguments the tool's schema refuses are a tool result on the oldest version too, as the SDK's own MCPServer answers.
+        bad_arguments = await exchange(b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"countdown","arguments":{"start":null}}}')
+        assert bad_arguments["id"] == 5 and bad_arguments["result"]["isError"] is True
+        assert bad_arguments["result"]["content"][0]["text"].endswith("argument 'start': null is not of type 'integer'")
         listed = await exchange(b'{"jsonrpc":"2.0","id":4,"method":"tools/list"}')
         assert [t["name"] for t in listed["result"]["tools"]] == sorted(EXAMPLES)
 

@@ -251,7 +251,7 @@ async def test_the_toolset_drops_every_bad_push_and_still_follows_real_changes(
         await config_client.put([("tool-service", "echo", echo.service_descriptor.to_json()), ("tool", "echo", echo.tool_descriptors[0].to_json())])
         valid = [{"version": 5, "changes": {"tool": ["default"], "tool-service": ["default"]}}, {"version": 1, "changes": {}}]
         bad = garbage(valid, refused_by_model(ConfigPush)) + [b'{"version": 1, "changes": {"x": ["' + b"y" * MAX_PUSH_BYTES + b'"]}}']
-        async with ToolSet(connection=connection, settings=settings, poll_interval=60.0, debounce=0.01) as tools:
+        async with ToolSet(connection=connection, settings=settings, poll_interval=60.0) as tools:
             before = (tools.version, tools.names())
             publisher = await connection.publisher(connection.topics.config_notify)
             with captured_logs() as logs:

@@ -244,14 +244,16 @@ async def test_an_unchanged_digest_writes_nothing(
         assert ((await config_client.config())[0], registry.store_writes) == (version, writes)
 
 
-async def test_a_burst_of_announcements_is_one_store_version(
+async def test_a_burst_of_announcements_is_a_few_store_versions(
     connection: Transport, config_client: ConfigClient, registry: Registry
 ) -> None:
     publisher = await connection.publisher(connection.topics.tool_descriptors)
     await asyncio.gather(*(publisher.send(announcement(f"burst-{n}", (f"tool-{n}",), ttl=30).to_json()) for n in range(20)))
     await eventually(lambda: _count_tools(config_client, 20), timeout=2.0)
     await registry.settle()
-    assert (await config_client.config())[0] == 1 and registry.store_writes == 1
+    # Leading-edge batching: the first message is written at once, what came meanwhile rides in the next write.
+    version = (await config_client.config())[0]
+    assert 1 <= version <= 3 and registry.store_writes == version, (version, registry.store_writes)
 
 
 async def _count_tools(client: ConfigClient, count: int) -> bool:

@@ -153,7 +153,6 @@ def test_probes_are_spaced_per_instance_and_capped_overall() -> None:
         {"sweep_interval": 0},
         {"self_preservation_share": 0},
         {"self_preservation_min": 0},
-        {"coalesce_window": -1},
     ],
 )
 def test_options_outside_their_range_are_refused(bad: dict[str, float]) -> None:

@@ -32,7 +32,7 @@ async def guarded(connection: Transport, config_store: ConfigStoreService) -> As
     policy = TrustPolicy()
     policy.add(trusted_key("jokes", public_key_text(TEAM.public_key()), ["joke-*"], ["tell-*"]))
     policy.add(trusted_key("calc", public_key_text(CALC.public_key()), ["calc-*"], ["calc*"]))
-    registry = Registry(connection, options=RegistryOptions(sweep_interval=0.1, coalesce_window=0.02, trust=policy))
+    registry = Registry(connection, options=RegistryOptions(sweep_interval=0.1, trust=policy))
     await registry.start()
     yield registry
     await registry.stop()
@@ -124,7 +124,7 @@ async def _empty(client: ConfigClient) -> bool:
 async def test_fresh_instance_ids_stop_at_the_caps_and_each_refusal_is_recorded(
     connection: Transport, config_client: ConfigClient, config_store: ConfigStoreService
 ) -> None:
-    options = RegistryOptions(sweep_interval=0.1, coalesce_window=0.02, max_instances=5, max_instances_per_service=3)
+    options = RegistryOptions(sweep_interval=0.1, max_instances=5, max_instances_per_service=3)
     registry = Registry(connection, options=options)
     await registry.start()
     try:
@@ -153,7 +153,7 @@ async def test_fresh_instance_ids_stop_at_the_caps_and_each_refusal_is_recorded(
 async def test_one_instance_cycling_digests_keeps_a_bounded_set_of_offers(
     connection: Transport, config_client: ConfigClient, config_store: ConfigStoreService
 ) -> None:
-    options = RegistryOptions(sweep_interval=0.1, coalesce_window=0.5, max_instances=10, max_instances_per_service=2)
+    options = RegistryOptions(sweep_interval=0.1, max_instances=10, max_instances_per_service=2)
     registry = Registry(connection, options=options)
     await registry.start()
     try:

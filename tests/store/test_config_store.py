@@ -13,6 +13,7 @@ from toolservice_base import (
     ConfigConflict,
     ConfigError,
     ConfigPush,
+    Settings,
     Transport,
     watch_config,
 )
@@ -132,3 +133,15 @@ async def test_garbage_requests_get_an_error_and_the_store_keeps_serving(connect
         assert body["error"]["type"] in {"bad-request", "bad-operation", "invalid"}
     await raw.close()
     assert await config_client.put([("prompt", "ok", "1")]) == 1
+
+
+async def test_the_store_service_starts_and_stops_with_async_with(connection: Transport, settings: Settings) -> None:
+    async with ConfigStoreService.in_data_dir(connection, settings.data_dir) as service:
+        assert service.readiness() is None
+        client = ConfigClient(connection, timeout=5)
+        await client.start()
+        try:
+            assert await client.put([("note", "a", "1")]) == 1
+        finally:
+            await client.close()
+    assert service.readiness() == "stopped"

@@ -37,7 +37,7 @@ def _after(original: Callable[..., Any], error: Exception) -> Callable[..., Any]
 
 
 def inject(step: str) -> None:
-    import discovery.cli.main as cli
+    import discovery.cli.up as cli
     import discovery.registry.service as registry
     from discovery.broker.embedded import EmbeddedBroker
     from discovery.store.service import ConfigStoreService

@@ -14,7 +14,7 @@ from toolservice_base.schemas import (
     descriptor_digest,
 )
 
-FAST = RegistryOptions(sweep_interval=0.1, coalesce_window=0.05)
+FAST = RegistryOptions(sweep_interval=0.1)
 
 TOPICSPACE = ["tg"]
 """The topicspace of the running test (the `settings` fixture sets it): announcements name queues in it."""

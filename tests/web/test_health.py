@@ -195,7 +195,8 @@ async def test_config_store_counters_and_version_move(config_store: ConfigStoreS
         assert delta("toolreg_config_requests_total", operation="put") == 2  # the write and the refused one
         assert delta("toolreg_config_requests_total", operation="get") == 1
         assert delta("toolreg_config_requests_total", operation="invalid") == 1
-        assert delta("toolreg_config_request_errors_total", type="conflict") == 1
+        assert delta("toolreg_config_conflicts_total") == 1  # a refused conditional write: counted, but not as an error
+        assert sample(after, "toolreg_config_request_errors_total", type="conflict") is None
         assert delta("toolreg_config_request_errors_total", type="bad-operation") == 1
         for operation in CONFIG_OPERATIONS:
             assert sample(after, "toolreg_config_requests_total", operation=operation) is not None

@@ -52,19 +52,20 @@ async def page(registry: Registry) -> AsyncIterator[HealthServer]:
 
 
 def test_the_server_rendered_page_escapes_everything_that_came_from_the_network() -> None:
+    now = time.time()  # one clock reading: the bar's value is exactly 3 s, not 2.999 under load
     snapshot = RegistrySnapshot(
-        at=time.time(),
+        at=now,
         config_version=7,
         held=["held-svc"],
         tools=[ToolView(name="t", service="svc", workspace="default", source="announced", status="live", instances=1, description=HOSTILE)],
-        instances=[InstanceView(id="svc-1", service="svc", workspace="default", version="<b>1</b>", signer="", state="live", ttl=15, last_seen=time.time() - 3)],
+        instances=[InstanceView(id="svc-1", service="svc", workspace="default", version="<b>1</b>", signer="", state="live", ttl=15, last_seen=now - 3)],
         rejections=[Rejection(at=time.time(), reason=f"not a valid announcement: {HOSTILE}")],
         rejected_total=1,
         conflicts=[NameConflict(at=time.time(), tool="t2", service="svc", held_by="static", reason=HOSTILE)],
     )
     html = render(snapshot)
     assert "<script>document" not in html and "<img src=x" not in html and "<b>1</b>" not in html
-    assert html.count("&lt;script&gt;document.title=&quot;owned&quot;&lt;/script&gt;") == 3  # description, rejection, conflict
+    assert html.count("&lt;script&gt;document.title=&#34;owned&#34;&lt;/script&gt;") == 3  # description, rejection, conflict
     assert '<b id="config-version">7</b>' in html
     assert '<div id="held" class="banner" role="alert">' in html and "held-svc" in html, "the banner shows when something is held"
     assert 'value="3.' in html and 'max="15"' in html, "the heartbeat bar is drawn server-side too"
@@ -113,6 +114,25 @@ async def test_on_loopback_only_a_loopback_host_may_read_it(page: HealthServer) 
     status, _, body = await acall(f"{page.url}/", headers={"Host": f"attacker.example:{page.port}"})
     assert status == 403 and "loopback" in json.loads(body)["error"]
     assert (await acall(f"{page.url}/healthz", headers={"Host": "attacker.example"}))[0] == 200, "probes are unaffected"
+
+
+async def test_a_host_that_merely_starts_like_a_loopback_name_is_refused(page: HealthServer) -> None:
+    """DNS rebinding with a crafted name: `127.0.0.1.attacker.example` resolves wherever its owner says; it is not loopback."""
+    port = page.port
+    for host in (f"127.0.0.1.attacker.example:{port}", f"127.attacker.example:{port}", "127.0.0.1.nip.io", f"localhost.attacker.example:{port}",
+                 f"localhostattacker.example:{port}", f"[::1].attacker.example:{port}", f"127.0.0.1:{port}@attacker.example", "127.1", ""):
+        status, _, body = await acall(f"{page.url}/snapshot.json", headers={"Host": host})
+        assert status == 403 and "loopback" in json.loads(body)["error"] and "tools" not in body, (host, status, body[:200])
+        assert (await acall(f"{page.url}/events", headers={"Host": host}))[0] == 403, host
+    for host in (f"127.0.0.1:{port}", f"127.0.0.2:{port}", f"[::1]:{port}", f"LOCALHOST:{port}", "localhost", f"[0:0:0:0:0:0:0:1]:{port}"):
+        assert (await acall(f"{page.url}/snapshot.json", headers={"Host": host}))[0] == 200, host
+
+
+def test_whether_a_bind_address_is_loopback_is_decided_exactly() -> None:
+    for host in ("127.0.0.1", "127.0.0.2", "127.255.0.9", "::1", "localhost"):
+        assert HealthServer(host=host).loopback, host
+    for host in ("127.attacker.example", "127.0.0.1.attacker.example", "localhost.attacker.example", "0.0.0.0", "::", "10.0.0.1", "128.0.0.1"):
+        assert not HealthServer(host=host).loopback, host
 
 
 async def test_the_event_stream_sends_a_change_within_a_second(page: HealthServer, connection: Transport, settings: Settings) -> None:

@@ -16,6 +16,7 @@ missing; without it this test fails and says so.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import time
@@ -29,7 +30,11 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from support import eventually, toolreg_background, toolreg_env
 
 from discovery.broker import EmbeddedBroker
+from discovery.registry.overview import RegistryIdentity, RegistrySnapshot, ReplicaView, ToolView, TrustView
+from discovery.registry.protocol import PendingChange, Rejection
 from discovery.registry.trust import TrustPolicy, trusted_key
+from discovery.web.health import HealthServer
+from discovery.web.page import PageAccess, PageFeed, page_routes
 from toolservice_base.signing import generate_key_pair
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,6 +144,9 @@ async def test_the_registry_page_follows_services_live_in_a_browser(browser: Bro
     await expect(instance_row.locator("td").nth(3)).to_have_text("jokes-team")  # the signer, by its name in the policy
     await expect(instance_row.locator("td").nth(2)).to_have_text("1.0")
     assert await instance_row.locator("meter").get_attribute("max") == "1.5"
+    # Heartbeats are no change to the tables: they come as small `heartbeats` events, and the bar follows them.
+    heard = await instance_row.locator("meter").get_attribute("data-last-seen")
+    await expect(instance_row.locator("meter")).not_to_have_attribute("data-last-seen", heard or "", timeout=3000)
 
     # An unsigned announcement is refused, and shows under rejections.
     rogue = tmp_path / "rogue"
@@ -185,3 +193,121 @@ async def test_the_registry_page_follows_services_live_in_a_browser(browser: Bro
         await expect(plain.locator("#rejections tbody")).to_contain_text("unsigned announcement")
     finally:
         await static.close()
+
+
+# --- pinned definitions, replicas, the header and the filter, through page.js -----------------------------
+
+
+class Stub:
+    """A `SnapshotSource` whose next snapshot the test sets: the page's feed picks it up within a tick."""
+
+    def __init__(self, snapshot: RegistrySnapshot) -> None:
+        self.value = snapshot
+
+    async def snapshot(self) -> RegistrySnapshot:
+        return self.value
+
+
+PINNED, OFFERED = "a" * 64, "b" * 64
+DIFF = f'--- pinned {PINNED[:12]}\n+++ offered {OFFERED[:12]}\n-  "description": "Tell a joke",\n+  "description": "{HOSTILE}",'
+
+
+def pinned_registry(base: float, at: float, last_seen: float, tools: int = 3) -> RegistrySnapshot:
+    """A registry at `at` whose events happened around `base`: only `at`, `last_seen` and `tools` vary between calls."""
+    names = ["tell-joke", "find-notes", "calculate", "echo", "countdown"][:tools]
+    return RegistrySnapshot(
+        at=at, config_version=9, held=[], instances=[], conflicts=[], rejected_total=1,
+        rejections=[Rejection(at=base - 3, reason="unsigned announcement", service="rogue", instance="rogue-1", count=4, first=base - 300)],
+        tools=[ToolView(name=name, service=f"{name}-svc", workspace="default", source="announced", status="live", instances=1,
+                        description=f"The {name} tool", digest=(PINNED if name == "tell-joke" else name.encode().hex().ljust(64, "0")))
+               for name in names],
+        pinning=True,
+        pending=[PendingChange(tool="tell-joke", service="tell-joke-svc", workspace="default", pinned=PINNED, offered=OFFERED, diff=DIFF,
+                               signer="jokes-team", version="2.0", pinned_version="1.0", first_seen=base - 120, last_seen=last_seen)],
+        replicas=[ReplicaView(id="replica-a", group="registry", role="active", pid=101, host="box-1", version=9, since=base - 60),
+                  ReplicaView(id="replica-b", group="registry", role="standby", pid=202, host="box-2", version=9, since=base - 30)],
+        identity=RegistryIdentity(broker="pulsar://broker.example:6650", topicspace="tg-prod", host="box-1"),
+        started=base - 3600, trust=TrustView(policy="/etc/toolreg/trust.json", keys=2),
+    )
+
+
+async def test_pending_changes_replicas_and_the_filter_in_a_browser(browser: Browser, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("discovery.web.page.BEATS_INTERVAL", 0.0)
+    now = time.time()
+    stub = Stub(pinned_registry(now, now, now - 1))
+    feed = PageFeed(stub)
+    async with HealthServer(port=0) as health:
+        health.add_routes(page_routes(stub, PageAccess(True, None), health.closing, feed=feed))
+        page: Page = await browser.new_page(viewport={"width": 1280, "height": 900})
+        await page.goto(f"{health.url}/")
+        await expect(page.locator("#live")).to_have_text("live", timeout=5000)
+        frames = feed.snapshots
+
+        # The header: which registry, its trust policy, how long it has run; links to health and metrics.
+        await expect(page.locator("#broker")).to_have_text("pulsar://broker.example:6650")
+        await expect(page.locator("#topicspace")).to_have_text("tg-prod")
+        await expect(page.locator("#uptime")).to_have_text(re.compile(r"^1\.0 h$"))
+        await expect(page.locator("#trust")).to_contain_text("trust policy /etc/toolreg/trust.json: 2 keys")
+        assert await page.locator('a[href="metrics"]').count() >= 1 and await page.locator('a[href="readyz"]').count() >= 1
+
+        # Digests: 12 digits, the whole one in the title.
+        digest = page.locator("#tools tbody tr", has_text="tell-joke").locator("td.digest")
+        await expect(digest).to_have_text(PINNED[:12])
+        assert await digest.get_attribute("title") == PINNED
+
+        # The held change, its diff as text (a hostile description makes no element and runs nothing).
+        row = page.locator("#pending tbody tr", has_text="tell-joke")
+        await expect(row).to_have_count(1)
+        await expect(row.locator("td").nth(3)).to_have_text(PINNED[:12])
+        await expect(row.locator("td").nth(4)).to_have_text(OFFERED[:12])
+        await expect(row.locator("td").nth(5)).to_have_text("1.0 → 2.0")
+        await expect(row.locator("td").nth(7)).to_have_text(re.compile(r"^2 min ago$"))
+        diff = row.locator("pre.diff")
+        assert await diff.text_content() == DIFF
+        assert await diff.locator("*").count() == 0 and await page.evaluate("window.owned === undefined")
+        assert await page.title() == "toolreg registry"
+        await row.locator("summary").click()
+        await expect(diff).to_be_visible()
+        await expect(page.locator("#footer-pending")).to_be_visible()
+        await expect(page.locator("#rejections tbody tr").first.locator("td").nth(1)).to_have_text("4")
+
+        # Replicas.
+        await expect(page.locator("#replicas-section")).to_be_visible()
+        await expect(page.locator("#replicas tbody tr", has_text="replica-a").locator("td.role-active")).to_have_text("active")
+
+        # The instance offering the held change heartbeats: its last-seen moves, no snapshot is sent, the diff stays open.
+        last = row.locator("td[data-pending]")
+        await expect(last).to_have_text(re.compile(r"^[12]\.\d s ago$"))
+        stub.value = pinned_registry(now, time.time(), time.time())
+        await expect(last).to_have_text(re.compile(r"^0\.\d s ago$"), timeout=3000)
+        assert feed.snapshots == frames, "a heartbeat of a pending instance sent a snapshot"
+
+        # A real change redraws the tables, and the diff being read stays open.
+        stub.value = pinned_registry(now, time.time(), time.time(), tools=5)
+        await expect(page.locator("#tools tbody tr")).to_have_count(5, timeout=3000)
+        await expect(page.locator("#pending pre.diff")).to_be_visible()
+
+        # The filter: every table's rows that hold the text, the others hidden, counts say so.
+        box = page.locator("#filter")
+        await expect(box).to_be_visible()
+        await box.fill("CALCUL")
+        await expect(page.locator("#tools tbody tr:visible")).to_have_count(1)
+        await expect(page.locator("#tools tbody tr:visible")).to_contain_text("calculate")
+        await expect(page.locator("#tools-count")).to_have_text("(1 of 5)")
+        await expect(page.locator("#pending tbody tr:visible")).to_have_count(0)
+        await expect(page.locator("#replicas tbody tr:visible")).to_have_count(0)
+        await box.fill("box-2")
+        await expect(page.locator("#replicas tbody tr:visible")).to_have_count(1)
+        await expect(page.locator("#replicas-count")).to_have_text("(1 of 2)")
+        stub.value = pinned_registry(now, time.time(), time.time(), tools=4)  # the filter holds across a redraw
+        await expect(page.locator("#tools-count")).to_have_text("(0 of 4)", timeout=3000)
+        await box.fill("")
+        await expect(page.locator("#tools tbody tr:visible")).to_have_count(4)
+        await expect(page.locator("#tools-count")).to_have_text("(4)")
+
+        # Pinning off (a failover to a replica without it): the table and its mentions go.
+        stub.value = pinned_registry(now, time.time(), time.time(), tools=4).model_copy(update={"pinning": False, "pending": [], "replicas": []})
+        await expect(page.locator("#pending-section")).to_be_hidden(timeout=3000)
+        await expect(page.locator("#footer-pending")).to_be_hidden()
+        await expect(page.locator("#replicas-section")).to_be_hidden()
+        await page.close()

@@ -27,7 +27,7 @@ import json
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel
 
@@ -236,6 +236,13 @@ class RequestClient:
             async for body in responses:
                 return body
         raise RequestTimeout("no response")  # pragma: no cover - stream always yields or raises
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def close(self) -> None:
         if self._cancelling:

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from functools import partial
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel
 
@@ -367,3 +367,10 @@ class RequestServer:
     async def stop(self, timeout: float = 30.0) -> None:
         await self.stop_receiving()
         await self.drain(timeout)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 from pydantic import (
@@ -115,3 +116,33 @@ def check_tool_against_service(tool: ToolDescriptor, service: ToolServiceDescrip
     if missing:
         raise ValueError(f"tool {tool.name!r}: required config param {', '.join(missing)} of service {service.id!r} is missing")
 
+
+def tool_definition(tool: ToolDescriptor, service: ToolServiceDescriptor | None) -> dict[str, Any]:
+    """What an agent is told about a tool and where its calls go: the part a pinned definition covers.
+
+    The tool's description, arguments and config values, and its service's
+    queues and config params (`service` None: a tool of another type, or one
+    whose service is not known). Not its name (a pin is per name) nor its
+    service's id (the queues say where calls go).
+    """
+    return {
+        "description": tool.description,
+        "arguments": [argument.to_wire() for argument in tool.arguments],
+        "config": tool.config_values,
+        "service": None if service is None else service_definition(service),
+    }
+
+
+def service_definition(service: ToolServiceDescriptor) -> dict[str, Any]:
+    """The part of a tool's definition its service gives: where calls go and which config it takes."""
+    return {
+        "request-queue": service.request_queue,
+        "response-queue": service.response_queue,
+        "config-params": [param.to_wire() for param in service.config_params],
+    }
+
+
+def definition_digest(tool: ToolDescriptor, service: ToolServiceDescriptor | None) -> str:
+    """sha256 (hex) of the canonical JSON of `tool_definition`: the registry pins it, `ToolSet.describe()` and
+    `toolreg tools` show it, the MCP front puts it in each tool's `_meta`. Equal digests, equal definitions."""
+    return hashlib.sha256(canonical_json(tool_definition(tool, service)).encode()).hexdigest()

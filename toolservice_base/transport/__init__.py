@@ -4,7 +4,8 @@
 Pulsar or pulsar-lite through `transport.pulsar` (the only module that imports
 `pulsar`), or an in-process `MemoryBroker` for a `memory://` URL. Code above
 this package uses only `Transport`, `Publisher`, `Subscription` and
-`Envelope`, and catches only the product's own errors.
+`Envelope` (and, for replicated state, `ExclusivePublisher` and `Reader`),
+and catches only the product's own errors.
 """
 
 from __future__ import annotations
@@ -13,15 +14,20 @@ from ..settings import Settings
 from .base import (
     APACHE_PULSAR,
     BROKER_KINDS,
+    EXCLUSIVE_MODES,
     LARGE_MESSAGE,
     MEMORY,
     MESSAGE_LIMIT,
     PULSAR_LITE,
     Capabilities,
     Envelope,
+    ExclusiveMode,
+    ExclusivePublisher,
     Handler,
     Payload,
     Publisher,
+    Reader,
+    ReaderStart,
     Subscription,
     Transport,
     broker_unreachable,
@@ -51,7 +57,10 @@ __all__ = [
     "APACHE_PULSAR",
     "BROKER_KINDS",
     "Capabilities",
+    "EXCLUSIVE_MODES",
     "Envelope",
+    "ExclusiveMode",
+    "ExclusivePublisher",
     "Handler",
     "LARGE_MESSAGE",
     "MESSAGE_LIMIT",
@@ -61,6 +70,8 @@ __all__ = [
     "PULSAR_LITE",
     "Payload",
     "Publisher",
+    "Reader",
+    "ReaderStart",
     "Subscription",
     "Transport",
     "broker_unreachable",

@@ -1,9 +1,14 @@
-"""What the product sees of a broker: three small Protocols and one message type.
+"""What the product sees of a broker: a few small Protocols and one message type.
 
 Everything above `toolservice_base.transport` is written against these, so
 it runs unchanged on Apache Pulsar, on pulsar-lite and on the in-memory
 transport the tests and `ServiceHarness` use. A handler receives an
 `Envelope`, never a broker's message object.
+
+Replicated state (a log on a persistent topic, one writer elected by the
+broker) needs two more: an `ExclusivePublisher` (Pulsar's producer access
+modes) and a `Reader` (read a topic from a position, know when the end is
+reached). `Capabilities.replicated_state` says whether the broker has them.
 """
 
 from __future__ import annotations
@@ -13,11 +18,11 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, runtime_checkable
 
 from pydantic import BaseModel
 
-from ..errors import TransportClosed
+from ..errors import BrokerUnsupported, TransportClosed
 from ..topics import Topics
 
 LARGE_MESSAGE = 64 * 1024
@@ -32,11 +37,44 @@ Payload = BaseModel | dict[str, Any] | bytes | str
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """One received message: its bytes, its properties and the topic it came on."""
+    """One received message: its bytes, its properties and the topic it came on.
+
+    `message_id` is where the message sits in its topic (the broker's id, serialized),
+    set by a `Reader` so one can read on from there later; empty for subscriptions,
+    which have no use for it (and so do not pay for it on every message).
+    """
 
     data: bytes
     properties: dict[str, str] = field(default_factory=dict)
     topic: str = ""
+    message_id: bytes = b""
+
+
+ExclusiveMode: TypeAlias = Literal["exclusive", "wait", "fence"]
+"""How an `ExclusivePublisher` takes its topic (Pulsar's producer access modes):
+
+- `exclusive` (Exclusive): now or never; `ProducerBusy` if someone holds the topic;
+- `wait` (WaitForExclusive): queue at the broker until the holder goes. The broker elects:
+  the first in line gets the topic when the holder closes or dies. One attempt lasts at
+  most the client's operation timeout (then `ProducerBusy`), so callers retry;
+- `fence` (ExclusiveWithFencing): take the topic at once, even from a live holder, whose
+  next send then fails with `Fenced`. Use it only once the holder is known to be gone.
+  (On Apache Pulsar the topic is then held by an `Exclusive` producer: a fenced
+  ExclusiveWithFencing producer's own reconnect would fence the new holder, measured.)
+
+Measured on Apache Pulsar 4.0.8: a `wait` producer that is fenced does not fail: it
+queues again, its sends time out, and once the fencer closes it gets the topic back and
+writes what it had queued. So write data only through `exclusive` or `fence` publishers
+(fenced, they fail every send for good), and use a `wait` one as a lock.
+"""
+
+EXCLUSIVE_MODES: tuple[ExclusiveMode, ...] = ("exclusive", "wait", "fence")
+
+ReaderStart: TypeAlias = Literal["earliest", "latest"] | bytes
+"""Where a `Reader` starts: `earliest` (the first message kept), `latest` (the last message
+of the topic, included, so it can be read: the newest snapshot manifest, say), or a
+serialized message id (`Envelope.message_id`): the message after it, or that message
+itself with `inclusive=True`."""
 
 
 Handler = Callable[[Envelope], Awaitable[None]]
@@ -100,6 +138,53 @@ class Publisher(Protocol):
 
 
 @runtime_checkable
+class ExclusivePublisher(Protocol):
+    """A producer that holds its topic alone (see `ExclusiveMode`); unbatched, so each send stands alone."""
+
+    topic: str
+    mode: ExclusiveMode
+
+    async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> bytes:
+        """Send one message and return its id (serialized) once the broker has it (persisted, on a persistent topic).
+
+        Raises `Fenced` once a newer exclusive producer took the topic over: for good.
+        """
+
+    @property
+    def connected(self) -> bool:
+        """Whether it holds the topic now (a fenced, or re-queued `wait`, producer does not)."""
+
+    @property
+    def fenced(self) -> bool:
+        """Whether a send has failed with `Fenced`: it will never write again."""
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Reader(Protocol):
+    """Reads one topic in order from a position; no subscription, nothing acknowledged, nothing kept for it."""
+
+    topic: str
+
+    async def read_next(self, timeout: float) -> Envelope | None:
+        """The next message (with its `message_id`), or None if none came within `timeout` seconds.
+
+        Safe to cancel, and a timeout loses nothing: a message that arrives after the
+        caller gave up is handed to the next call.
+        """
+
+    async def has_message_available(self) -> bool:
+        """Whether the topic holds a message this reader has not returned yet.
+
+        Read until this is False to reach the end of the topic as it is now: after
+        taking a topic with an exclusive producer, that end is final until we write.
+        """
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
 class Subscription(Protocol):
     topic: str
 
@@ -118,6 +203,21 @@ class Transport(Protocol):
     def capabilities(self) -> "Capabilities": ...
 
     async def publisher(self, topic: str) -> Publisher: ...
+
+    async def exclusive_publisher(self, topic: str, mode: ExclusiveMode) -> ExclusivePublisher:
+        """A producer that holds `topic` alone, taken the way `mode` says (see `ExclusiveMode`).
+
+        Raises `ProducerBusy` if the topic is held (`exclusive`, or a `wait` attempt that
+        timed out), and `BrokerUnsupported` on a broker without access modes (pulsar-lite).
+        Cancelling the call leaves nothing behind: a producer the broker grants afterwards
+        is closed at once.
+        """
+
+    async def reader(self, topic: str, start: ReaderStart, *, inclusive: bool = False) -> Reader:
+        """A `Reader` of `topic` from `start`; `inclusive` also returns the message a message-id start names.
+
+        `latest` needs `Capabilities.replicated_state` (pulsar-lite cannot read its last message).
+        """
 
     async def unreachable(self, timeout: float = 1.0) -> str | None:
         """None if the broker accepts a connection now; else one line saying it cannot be reached.
@@ -146,17 +246,24 @@ class Transport(Protocol):
 
     async def unsubscribe(self, subscription: Subscription) -> None: ...
 
-    async def close_publisher(self, publisher: Publisher) -> None: ...
+    async def close_publisher(self, publisher: Publisher | ExclusivePublisher) -> None: ...
+
+    async def close_reader(self, reader: Reader) -> None: ...
 
     async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
 
 
 @dataclass(frozen=True)
 class Capabilities:
-    """Broker workarounds, each on only for a broker that needs it.
+    """Broker workarounds, each on only for a broker that needs it, and what a broker can do.
 
-    Each field names one thing the product does to get correct behaviour
-    from a particular broker; the docstring says the failure it prevents.
+    Each workaround field names one thing the product does to get correct behaviour
+    from a particular broker; the docstring says the failure it prevents. The
+    `FEATURES` say what the broker supports at all.
     `for_broker` decides them per broker kind, from measurements recorded in
     the operators guide.
     """
@@ -183,6 +290,17 @@ class Capabilities:
     """Seconds to wait after closing the client before the event loop may end: exiting while the
     client's I/O threads wind down aborts the process now and then."""
 
+    replicated_state: bool = False
+    """Not a workaround but a feature: the broker has what a log with one elected writer needs
+    (producer access modes Exclusive, WaitForExclusive and ExclusiveWithFencing; a reader that can
+    start at the last message). Apache Pulsar has them. pulsar-lite 0.2.0 does not (measured: it
+    ignores access modes, so two "exclusive" producers both write and fencing fences nothing, and a
+    reader at the latest message, inclusive, reads nothing): there, `exclusive_publisher` and a
+    `latest` reader refuse with one line saying Apache Pulsar is needed."""
+
+    FEATURES: ClassVar[tuple[str, ...]] = ("replicated_state",)
+    """Fields that say what a broker can do rather than what we do for it: `enabled` leaves them out."""
+
     @classmethod
     def for_broker(cls, kind: str) -> "Capabilities":
         if kind == PULSAR_LITE:
@@ -196,12 +314,20 @@ class Capabilities:
         if kind == APACHE_PULSAR:
             return APACHE_PULSAR_CAPABILITIES
         if kind == MEMORY:
-            return cls()
+            return cls(replicated_state=True)
         raise ValueError(f"unknown broker kind {kind!r}; expected one of {', '.join(BROKER_KINDS)}")
 
     def enabled(self) -> dict[str, bool | float]:
-        """The capabilities that are on, for logs and the operators guide."""
-        return {name: value for name, value in vars(self).items() if value}
+        """The workarounds that are on, for logs and the operators guide (features such as `replicated_state` are not workarounds)."""
+        return {name: value for name, value in vars(self).items() if value and name not in self.FEATURES}
+
+    def require_replicated_state(self, what: str, url: str) -> None:
+        """Refuse `what` in one line on a broker that cannot keep replicated state."""
+        if not self.replicated_state:
+            raise BrokerUnsupported(
+                f"{what} needs Apache Pulsar: the broker at {url} (pulsar-lite) has no exclusive producers and cannot read a "
+                "topic's last message; use the sqlite store, or point PULSAR_URL at Apache Pulsar (TOOLREG_BROKER=apache-pulsar)"
+            )
 
 
 APACHE_PULSAR = "apache-pulsar"
@@ -214,6 +340,7 @@ APACHE_PULSAR_CAPABILITIES = Capabilities(
     resend_on_silence=True,
     separate_bulk_connection=True,
     close_grace=0.05,
+    replicated_state=True,
 )
 """Apache Pulsar 4.0: everything but `shift_consumer_ids` (measured in bench/QUIRKS.md; docs/operators.md,
 "What the product does per broker")."""
@@ -223,7 +350,7 @@ class OpenedResources:
     """What every transport does alike: remember what it opened, close it in a safe order, refuse use after close.
 
     Subscriptions close before publishers (a handler may still answer while
-    its subscription winds down), and both before the broker client.
+    its subscription winds down), readers with them, and all before the broker client.
     """
 
     url: str
@@ -231,6 +358,7 @@ class OpenedResources:
     def __init__(self) -> None:
         self._publishers: list[Any] = []
         self._subscriptions: list[Any] = []
+        self._readers: list[Any] = []
         self._closed = False
 
     def _check_open(self) -> None:
@@ -247,15 +375,23 @@ class OpenedResources:
             self._publishers.remove(publisher)
         await publisher.close()
 
+    async def close_reader(self, reader: Any) -> None:
+        if reader in self._readers:
+            self._readers.remove(reader)
+        await reader.close()
+
     async def _close_opened(self) -> bool:
-        """Close every subscription, then every publisher; False if the transport was already closed."""
+        """Close every subscription and reader, then every publisher; False if the transport was already closed."""
         if self._closed:
             return False
         self._closed = True
         subscriptions, self._subscriptions = self._subscriptions, []
+        readers, self._readers = self._readers, []
         publishers, self._publishers = self._publishers, []
         for sub in subscriptions:
             await sub.close()
+        for reader in readers:
+            await reader.close()
         for publisher in publishers:
             await publisher.close()
         return True

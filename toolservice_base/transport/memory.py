@@ -15,6 +15,20 @@ no broker. What it keeps of Pulsar's semantics, and nothing more:
   subscription on a persistent topic (Pulsar redelivers what was never
   acknowledged), and is lost on a non-persistent one, as on Pulsar.
 
+Replicated state needs two more things, kept as Apache Pulsar does them:
+
+- a persistent topic keeps every message (as a namespace with unlimited
+  retention does) for `Reader`s, which start at the earliest message, at the
+  last one (inclusive), or after (or at) a message id; a reader of a
+  non-persistent topic sees only what is sent after it opened;
+- exclusive publishers: `exclusive` fails at once on a held topic, `wait`
+  queues until the holder (and every shared publisher) closes, first come
+  first served, `fence` takes the topic at once, fails the queued waiters
+  and fences the holder, whose every later send raises `Fenced`. One
+  difference, on purpose: on Apache Pulsar a fenced `wait` publisher queues
+  again (its sends time out) rather than failing; here it fails like the
+  others. Nothing in the product writes through a `wait` publisher.
+
 `drop` makes it lose that share of deliveries at random, to test what the
 product does when a non-persistent message is lost.
 
@@ -27,19 +41,43 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import time
 import weakref
 from collections import deque
 
-from ..errors import MessageTooLarge, TransportClosed
+from ..errors import Fenced, MessageTooLarge, ProducerBusy, TransportClosed, TransportError
 from ..logs import get_logger
 from ..topics import Topics
-from .base import MESSAGE_LIMIT, Capabilities, Envelope, Handler, OpenedResources, Payload, encode, unique_name
+from .base import (
+    MEMORY,
+    MESSAGE_LIMIT,
+    Capabilities,
+    Envelope,
+    ExclusiveMode,
+    Handler,
+    OpenedResources,
+    Payload,
+    ReaderStart,
+    encode,
+    unique_name,
+)
 
 log = get_logger("toolservice_base.transport")
 
 SCHEME = "memory://"
 _brokers: weakref.WeakValueDictionary[str, "MemoryBroker"] = weakref.WeakValueDictionary()
 _names = itertools.count(1)
+_ID_PREFIX = b"memory:"
+
+
+def _message_id(index: int) -> bytes:
+    return _ID_PREFIX + str(index).encode()
+
+
+def _index_of(message_id: bytes) -> int:
+    if not message_id.startswith(_ID_PREFIX) or not message_id[len(_ID_PREFIX) :].isdigit():
+        raise TransportError(f"{message_id[:16]!r} is not a message id of this broker; start at earliest", retriable=False)
+    return int(message_id[len(_ID_PREFIX) :])
 
 
 class _Consumer:
@@ -119,6 +157,62 @@ class _Topic:
         self.name = name
         self.persistent = name.startswith("persistent://")
         self.subs: dict[str, _Sub] = {}
+        self.log: list[Envelope] = []
+        """Every message, for readers (persistent topics only; as with unlimited retention)."""
+        self.sent = 0
+        self.readers: set[MemoryReader] = set()
+        self.shared: set[MemoryPublisher] = set()
+        self.holder: MemoryExclusivePublisher | None = None
+        self.waiting: deque[tuple[MemoryExclusivePublisher, asyncio.Future[None]]] = deque()
+
+    def append(self, data: bytes, properties: dict[str, str]) -> bytes:
+        """Keep the message for readers and wake them; its id."""
+        index = self.sent
+        self.sent += 1
+        message_id = _message_id(index)
+        envelope = Envelope(data, dict(properties), self.name, message_id)
+        if self.persistent:
+            self.log.append(envelope)
+        for reader in self.readers:
+            reader.offer(envelope)
+        return message_id
+
+    def acquire(self, publisher: "MemoryExclusivePublisher") -> asyncio.Future[None] | None:
+        """Take the topic the publisher's way: None once it holds it, or the future a `wait` publisher awaits."""
+        busy = self.holder is not None or bool(self.shared)
+        if publisher.mode == "fence":
+            for _, queued in self.waiting:
+                if not queued.done():
+                    queued.set_exception(ProducerBusy(f"{self.name} was taken over by a fencing producer; wait again"))
+            self.waiting.clear()
+            if self.holder is not None:
+                self.holder.fence()
+            self.holder = publisher
+            return None
+        if busy or self.waiting:
+            if publisher.mode == "exclusive":
+                raise ProducerBusy(f"{self.name} is held by another exclusive producer; try again later, or wait for it")
+            granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self.waiting.append((publisher, granted))
+            return granted
+        self.holder = publisher
+        return None
+
+    def release(self, publisher: "MemoryExclusivePublisher | MemoryPublisher") -> None:
+        """A publisher closed: if the topic is free now, the first waiter still waiting gets it."""
+        if publisher is self.holder:
+            self.holder = None
+        self.shared.discard(publisher)
+        while self.holder is None and not self.shared and self.waiting:
+            waiter, granted = self.waiting.popleft()
+            if not granted.done():
+                self.holder = waiter
+                granted.set_result(None)
+
+    def withdraw(self, publisher: "MemoryExclusivePublisher") -> None:
+        """A `wait` whose caller gave up: out of the queue, or, if already granted, released."""
+        self.waiting = deque((w, f) for w, f in self.waiting if w is not publisher)
+        self.release(publisher)
 
 
 class MemoryBroker:
@@ -154,14 +248,19 @@ class MemoryBroker:
             topic = self._topics[name] = _Topic(name)
         return topic
 
-    def publish(self, topic: str, data: bytes, properties: dict[str, str]) -> None:
+    def publish(self, topic: str, data: bytes, properties: dict[str, str]) -> bytes:
+        """Deliver to every subscription and reader; the message's id."""
         self.sent += 1
         target = self._topics.get(topic)
         if target is None:
-            return
+            if not topic.startswith("persistent://"):
+                return _message_id(0)  # nobody could read it: a non-persistent topic keeps nothing
+            target = self._topic(topic)
+        message_id = target.append(data, properties)
         envelope = Envelope(data, dict(properties), topic)
         for sub in list(target.subs.values()):
             sub.offer(envelope, self.drop)
+        return message_id
 
     def attach(self, topic: str, name: str, shared: bool, handler: Handler) -> _Consumer:
         target = self._topic(topic)
@@ -181,10 +280,14 @@ class MemoryPublisher:
         self._broker = broker
         self.topic = topic
         self._closed = False
+        self._topic = broker._topic(topic)
+        self._topic.shared.add(self)
 
     async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> None:
         if self._closed:
             raise TransportClosed(f"the producer on {self.topic} is closed")
+        if self._topic.holder is not None:
+            raise ProducerBusy(f"{self.topic} is held by an exclusive producer; only it may send there")
         data = encode(payload)
         if len(data) > MESSAGE_LIMIT:
             raise MessageTooLarge(f"the in-memory broker refused a {len(data)}-byte message on {self.topic} as too large; send less at once")
@@ -195,7 +298,115 @@ class MemoryPublisher:
         return not self._closed
 
     async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._topic.release(self)
+
+
+class MemoryExclusivePublisher:
+    """Holds its topic alone, the way its `mode` took it (see the module docstring)."""
+
+    def __init__(self, broker: MemoryBroker, topic: str, mode: ExclusiveMode) -> None:
+        self._broker = broker
+        self.topic = topic
+        self.mode = mode
+        self._topic = broker._topic(topic)
+        self._closed = False
+        self._fenced = False
+
+    def fence(self) -> None:
+        self._fenced = True
+
+    async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> bytes:
+        await asyncio.sleep(0)  # a round trip to a broker lets others run: a loop of sends must not starve the event loop
+        if self._closed:
+            raise TransportClosed(f"the producer on {self.topic} is closed")
+        if self._fenced:
+            raise Fenced(
+                f"another replica took {self.topic} over (this producer was fenced); it never writes there again: step down to standby"
+            )
+        data = encode(payload)
+        if len(data) > MESSAGE_LIMIT:
+            raise MessageTooLarge(f"the in-memory broker refused a {len(data)}-byte message on {self.topic} as too large; send less at once")
+        return self._broker.publish(self.topic, data, properties or {})
+
+    @property
+    def connected(self) -> bool:
+        return not self._closed and not self._fenced
+
+    @property
+    def fenced(self) -> bool:
+        return self._fenced
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._topic.release(self)
+
+
+class MemoryReader:
+    """Reads a topic's kept messages from a position (persistent), or what arrives after it opened (non-persistent)."""
+
+    def __init__(self, topic: _Topic, start: ReaderStart, inclusive: bool) -> None:
+        self._topic = topic
+        self.topic = topic.name
+        self._queue: deque[Envelope] = deque()
+        self._next = 0
+        self._wake = asyncio.Event()
+        self._closed = False
+        if topic.persistent:
+            if start == "earliest":
+                self._next = 0
+            elif start == "latest":
+                self._next = max(len(topic.log) - 1, 0)
+            elif isinstance(start, bytes):
+                self._next = _index_of(start) + (0 if inclusive else 1)
+            else:
+                raise ValueError(f"a reader starts at 'earliest', 'latest' or a message id, not {start!r}")
+        topic.readers.add(self)
+
+    def offer(self, envelope: Envelope) -> None:
+        if not self._topic.persistent:
+            self._queue.append(envelope)
+        self._wake.set()
+
+    def _take(self) -> Envelope | None:
+        if not self._topic.persistent:
+            return self._queue.popleft() if self._queue else None
+        if self._next < len(self._topic.log):
+            self._next += 1
+            return self._topic.log[self._next - 1]
+        return None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransportClosed(f"the reader of {self.topic} is closed")
+
+    async def read_next(self, timeout: float) -> Envelope | None:
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_open()
+            envelope = self._take()
+            if envelope is not None:
+                return envelope
+            self._wake.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                async with asyncio.timeout(remaining):  # not wait_for: on 3.11 it can swallow a cancellation
+                    await self._wake.wait()
+            except TimeoutError:
+                return None
+
+    async def has_message_available(self) -> bool:
+        self._check_open()
+        return bool(self._queue) if not self._topic.persistent else self._next < len(self._topic.log)
+
+    async def close(self) -> None:
         self._closed = True
+        self._topic.readers.discard(self)
+        self._wake.set()
 
 
 class MemorySubscription:
@@ -218,13 +429,35 @@ class MemoryTransport(OpenedResources):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities()
+        return Capabilities.for_broker(MEMORY)
 
     async def publisher(self, topic: str) -> MemoryPublisher:
         self._check_open()
         publisher = MemoryPublisher(self._broker, topic)
         self._publishers.append(publisher)
         return publisher
+
+    async def exclusive_publisher(self, topic: str, mode: ExclusiveMode) -> MemoryExclusivePublisher:
+        self._check_open()
+        if mode not in ("exclusive", "wait", "fence"):
+            raise ValueError(f"unknown exclusive mode {mode!r}; expected exclusive, wait or fence")
+        publisher = MemoryExclusivePublisher(self._broker, topic, mode)
+        target = self._broker._topic(topic)
+        granted = target.acquire(publisher)
+        if granted is not None:
+            try:
+                await granted
+            except BaseException:
+                target.withdraw(publisher)
+                raise
+        self._publishers.append(publisher)
+        return publisher
+
+    async def reader(self, topic: str, start: ReaderStart, *, inclusive: bool = False) -> MemoryReader:
+        self._check_open()
+        reader = MemoryReader(self._broker._topic(topic), start, inclusive)
+        self._readers.append(reader)
+        return reader
 
     async def subscribe(
         self,

@@ -1,8 +1,10 @@
 // The registry page, live: server-sent events from /events replace the tables the server rendered.
-// Every value goes into the page as text (textContent), never as HTML: tool descriptions are untrusted.
+// Every value goes into the page as text (textContent), never as HTML: tool descriptions and diffs are untrusted.
 "use strict";
 (() => {
   const $ = (id) => document.getElementById(id);
+  const TABLES = ["tools", "instances", "conflicts", "pending", "rejections", "replicas"];
+  const SHORT = 12; // hex digits of a digest shown; the whole one is the cell's title
   let offset = 0; // registry clock minus ours, seconds
   let current = null;
 
@@ -12,12 +14,28 @@
     if (seconds < 3600) return `${Math.round(seconds / 60)} min`;
     return `${(seconds / 3600).toFixed(1)} h`;
   };
+  const instanceKey = (i) => `${i.workspace}/${i.service}/${i.id}`;
+  const pendingKey = (p) => `${p.workspace}/${p.tool}`;
 
   function cell(row, text, className) {
     const td = document.createElement("td");
     td.textContent = text == null || text === "" ? "-" : String(text);
     if (className) td.className = className;
     row.appendChild(td);
+    return td;
+  }
+
+  function digestCell(row, digest) {
+    const td = cell(row, digest ? String(digest).slice(0, SHORT) : "", "mono digest");
+    if (digest) td.title = String(digest);
+    return td;
+  }
+
+  // A cell that says how long ago `at` was, kept current by tick().
+  function agoCell(row, at) {
+    const td = cell(row, "");
+    td.dataset.at = at;
+    td.textContent = `${age(Math.max(0, now() - at))} ago`;
     return td;
   }
 
@@ -33,10 +51,31 @@
       cell(tr, empty, "empty").colSpan = columns;
       rows.push(tr);
     }
-    body.replaceChildren(...rows);
-    const count = $(`${id}-count`);
-    if (count) count.textContent = `(${items.length})`;
+    body.replaceChildren(...rows); // counts: applyFilter, after every table is drawn
   }
+
+  // --- the filter: rows of every table that hold the text (any case), the rest hidden ---
+
+  function applyFilter() {
+    const query = $("filter").value.trim().toLowerCase();
+    for (const id of TABLES) {
+      const table = $(id);
+      if (!table) continue;
+      let shown = 0;
+      let total = 0;
+      for (const tr of table.tBodies[0].rows) {
+        if (tr.querySelector("td.empty")) continue; // "no tools" and the like: always shown
+        total += 1;
+        const match = !query || tr.textContent.toLowerCase().includes(query);
+        tr.hidden = !match;
+        if (match) shown += 1;
+      }
+      const count = $(`${id}-count`);
+      if (count) count.textContent = query ? `(${shown} of ${total})` : `(${total})`;
+    }
+  }
+
+  // --- heartbeats and ages ---
 
   function heartbeat(td, instance) {
     if (instance.last_seen === null) {
@@ -52,6 +91,7 @@
     meter.high = (instance.ttl * 2) / 3;
     meter.optimum = 0;
     meter.dataset.lastSeen = instance.last_seen;
+    meter.dataset.instance = instanceKey(instance);
     const label = document.createElement("span");
     td.replaceChildren(meter, label);
     tickOne(meter, label, instance.ttl);
@@ -67,22 +107,58 @@
     for (const meter of document.querySelectorAll("#instances meter")) {
       tickOne(meter, meter.nextElementSibling, Number(meter.max));
     }
-    if (current) $("updated").textContent = `${age(Math.max(0, now() - current.at))} ago`;
+    for (const td of document.querySelectorAll("td[data-at]")) {
+      td.textContent = `${age(Math.max(0, now() - Number(td.dataset.at)))} ago`;
+    }
+    if (current) {
+      $("updated").textContent = `${age(Math.max(0, now() - current.at))} ago`;
+      if (current.started != null) $("uptime").textContent = age(Math.max(0, now() - current.started));
+    }
+  }
+
+  // --- the header: which registry, whether it checks signatures ---
+
+  function header(s) {
+    const who = s.identity || {};
+    $("broker").textContent = who.broker || "unknown";
+    $("topicspace").textContent = who.topicspace || "unknown";
+    $("host").textContent = who.host || "unknown";
+    $("uptime-part").hidden = s.started == null;
+    $("trust-line").hidden = s.trust == null && !s.pinning;
+    const trust = $("trust");
+    trust.hidden = s.trust == null;
+    if (s.trust != null && s.trust.policy != null) {
+      const path = document.createElement("code");
+      path.textContent = s.trust.policy;
+      const keys = s.trust.keys;
+      const auto = s.trust.auto_approve ? ` (auto-approve: ${s.trust.auto_approve})` : "";
+      trust.replaceChildren("trust policy ", path, `: ${keys} key${keys === 1 ? "" : "s"}; only their signed announcements are accepted${auto}`);
+      trust.className = "";
+    } else if (s.trust != null) {
+      trust.textContent = "no trust policy: every valid announcement is accepted, signed or not";
+      trust.className = "warn";
+    }
+    $("pinning-note").hidden = !s.pinning;
+    $("footer-pending").hidden = !s.pinning;
+    $("footer-replicas").hidden = !(s.replicas && s.replicas.length);
   }
 
   function render(s) {
     current = s;
     $("config-version").textContent = s.config_version == null ? "unknown" : String(s.config_version);
+    header(s);
     const banner = $("held");
     banner.hidden = !s.held.length;
     $("held-services").textContent = s.held.join(", ");
-    fill("tools", s.tools, 7, "no tools", (tr, t) => {
+    fill("tools", s.tools, 9, "no tools", (tr, t) => {
       cell(tr, t.name, "mono");
       cell(tr, t.service, "mono");
       cell(tr, t.workspace);
       cell(tr, t.source);
       cell(tr, t.status, `status-${t.status}`);
+      cell(tr, t.detail || "", "why");
       cell(tr, t.source === "announced" ? t.instances : "-");
+      digestCell(tr, t.digest);
       cell(tr, t.description, "description");
     });
     fill("instances", s.instances, 6, "no instances hold a lease", (tr, i) => {
@@ -100,13 +176,53 @@
       cell(tr, c.workspace);
       cell(tr, c.reason);
     });
-    fill("rejections", s.rejections, 4, "no rejected announcements", (tr, r) => {
-      cell(tr, `${age(Math.max(0, s.at - r.at))} ago`);
+    // A diff someone is reading stays open when the table is redrawn.
+    const open = new Set([...document.querySelectorAll("#pending tr[data-key] details[open]")].map((d) => d.closest("tr").dataset.key));
+    const pending = s.pending || [];
+    $("pending-section").hidden = !s.pinning;
+    fill("pending", pending, 10, "no definition changes are held", (tr, p) => {
+      const key = pendingKey(p);
+      tr.dataset.key = key;
+      cell(tr, p.tool, "mono");
+      cell(tr, p.service, "mono");
+      cell(tr, p.workspace);
+      digestCell(tr, p.pinned);
+      digestCell(tr, p.offered);
+      cell(tr, p.pinned_version && p.pinned_version !== p.version ? `${p.pinned_version} → ${p.version}` : p.version);
+      cell(tr, p.signer || "unsigned");
+      agoCell(tr, p.first_seen);
+      agoCell(tr, p.last_seen).dataset.pending = key;
+      const details = document.createElement("details");
+      const summary = document.createElement("summary");
+      summary.textContent = "diff";
+      const pre = document.createElement("pre");
+      pre.className = "diff";
+      pre.textContent = p.diff;
+      details.replaceChildren(summary, pre);
+      details.open = open.has(key);
+      cell(tr, "", "diff").replaceChildren(details);
+    });
+    fill("rejections", s.rejections, 6, "no rejected announcements", (tr, r) => {
+      agoCell(tr, r.at);
+      cell(tr, r.count);
+      agoCell(tr, r.first == null ? r.at : r.first);
       cell(tr, r.service, "mono");
       cell(tr, r.instance, "id");
       cell(tr, r.reason);
     });
     $("rejected-total").textContent = String(s.rejected_total);
+    const replicas = s.replicas || [];
+    $("replicas-section").hidden = !replicas.length;
+    fill("replicas", replicas, 7, "not replicated", (tr, r) => {
+      cell(tr, r.id, "id");
+      cell(tr, r.group);
+      cell(tr, r.role, `role-${r.role}`);
+      cell(tr, r.pid);
+      cell(tr, r.host, "mono");
+      cell(tr, r.version);
+      agoCell(tr, r.since);
+    });
+    applyFilter();
     tick();
   }
 
@@ -121,6 +237,33 @@
       live.textContent = "live";
       live.className = "on";
     });
+    // A heartbeat is no change to the tables: only last-heard times move (at most once a second),
+    // of instances and of the instances offering a held definition.
+    events.addEventListener("heartbeats", (event) => {
+      const beats = JSON.parse(event.data);
+      const held = beats.pending || {};
+      offset = beats.at - Date.now() / 1000;
+      if (current) {
+        current.at = beats.at;
+        for (const instance of current.instances) {
+          const key = instanceKey(instance);
+          if (key in beats.last_seen) instance.last_seen = beats.last_seen[key];
+        }
+        for (const change of current.pending || []) {
+          const key = pendingKey(change);
+          if (key in held) change.last_seen = held[key];
+        }
+      }
+      for (const meter of document.querySelectorAll("#instances meter")) {
+        const seen = beats.last_seen[meter.dataset.instance];
+        if (seen != null) meter.dataset.lastSeen = seen;
+      }
+      for (const td of document.querySelectorAll("#pending td[data-pending]")) {
+        const seen = held[td.dataset.pending];
+        if (seen != null) td.dataset.at = seen;
+      }
+      tick();
+    });
     events.addEventListener("problem", (event) => {
       const problem = $("problem");
       problem.textContent = event.data;
@@ -132,6 +275,10 @@
     };
   }
 
+  const filter = $("filter");
+  filter.hidden = false; // useless without this script, so the server renders it hidden
+  filter.addEventListener("input", applyFilter);
+  applyFilter();
   connect();
   setInterval(tick, 250);
 })();

@@ -1,0 +1,326 @@
+"""The `ToolSet`'s reload machinery: watch the store's pushes, refetch, rebuild what changed, swap.
+
+The whole set lives in one immutable `State`; a reload builds the next one
+aside (`build`) and swaps it in with one assignment, so a call never sees half
+a set. Pushes on the notify topic trigger reloads, batched on the leading
+edge: when no reload is in flight, a push is acted on at once; the pushes
+that arrive while one is in flight are all taken by one follow-up reload,
+which reads the store as it is by then. So a lone change waits for nothing
+and a burst costs a few reloads, with no timer anywhere. A periodic read of
+the store's version catches a push that was lost.
+
+`ToolSet` (in `toolset`) is the public face; it owns one `Reloader`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from toolservice_base.configclient import ConfigClient, watch_config
+from toolservice_base.errors import BrokerUnreachable, ConfigError, TransportError
+from toolservice_base.logs import get_logger
+from toolservice_base.schemas import ConfigPush
+from toolservice_base.tasks import cancel_and_wait
+from toolservice_base.transport import Subscription, Transport
+
+from .build import TYPES, Built, Entry, Items, build, one_line
+from .client import ToolServiceClient
+from .impls import ToolFactory, registered_factories
+from .llm_names import openai_names
+from .snapshot import write_snapshot
+
+if TYPE_CHECKING:
+    from .toolset import ToolSet
+
+log = get_logger("agent_bridge.toolset")
+
+STORE_ERRORS: tuple[type[Exception], ...] = (TransportError, ConfigError)
+
+ChangeCallback = Callable[[list[str], list[str], list[str], int], Awaitable[None] | None]
+
+
+@dataclass(frozen=True)
+class State:
+    version: int = 0
+    source: str = "none"  # store | snapshot | static
+    entries: Mapping[str, Entry] = field(default_factory=dict)
+    problems: Mapping[str, str] = field(default_factory=dict)
+    clients: Mapping[str, ToolServiceClient] = field(default_factory=dict)
+    service_problems: Mapping[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def openai_names(self) -> dict[str, str]:
+        """Tool name -> the name OpenAI accepts (see `llm_names`), worked out once per set."""
+        return openai_names(self.entries)
+
+    @cached_property
+    def by_openai_name(self) -> dict[str, str]:
+        """The other way, for the names that differ."""
+        return {safe: name for name, safe in self.openai_names.items() if safe != name}
+
+
+@dataclass(frozen=True)
+class Change:
+    added: list[str]
+    removed: list[str]
+    changed: list[str]
+    version: int
+
+
+class Reloader:
+    """Keeps the `State` of one `ToolSet` in step with the config store.
+
+    Reads its tuning (timeouts, poll interval, snapshot path, user) from the
+    `ToolSet` it serves, at the moment it needs it.
+    """
+
+    def __init__(self, owner: ToolSet, factories: Mapping[str, ToolFactory]) -> None:
+        self._owner = owner
+        self._factories = dict(factories)
+        self.state = State()
+        self.callbacks: list[ChangeCallback] = []
+        self.swapped = asyncio.Condition()
+        """Notified after every swap (`ToolSet.wait_for` waits on it)."""
+        self.runs = 0
+        """Reloads the loop started, a push's or a lost push's (a version check that found nothing new is not one)."""
+        self.waits: deque[float] = deque(maxlen=100)
+        """Seconds from the first push of each recent reload being noted to the loop starting that reload, oldest
+        first: nothing but a reload in flight (or a failing store's retry interval) should be in them."""
+        self.last_push = 0
+        """The version named by the latest push that concerned this workspace (0: none yet)."""
+        self._connection: Transport | None = None
+        self._config: ConfigClient | None = None
+        self._watch: Subscription | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._first_read_task: asyncio.Task[tuple[int, Items]] | None = None
+        self._dirty = asyncio.Event()
+        self._noted: float | None = None
+        self._lock = asyncio.Lock()
+        self._retiring: dict[asyncio.Task[None], ToolServiceClient] = {}
+
+    # --- lifecycle ---------------------------------------------------------
+
+    async def load(self, connection: Transport, fallback: Callable[[BaseException], Awaitable[None]]) -> None:
+        """The first load: from the store, or `fallback(error)` if it does not answer within `store_timeout`."""
+        owner = self._owner
+        self._connection = connection
+        self._config = ConfigClient(connection, workspace=owner.workspace, timeout=owner.store_timeout)
+        # Not cancelled at the deadline: with the broker down, the subscribes inside take the
+        # client's operation timeout; a late answer is applied by the loop instead. Held in
+        # `_first_read_task` until its outcome is read, so that a failed start still reads it
+        # (in `stop`) even when it ends while the fallback is being loaded.
+        first = self._first_read_task = asyncio.create_task(self._first_read(), name=f"toolset-first-read:{owner.workspace}")
+        done, _ = await asyncio.wait({first}, timeout=owner.store_timeout)
+        error = first.exception() if done else None
+        if done:
+            self._first_read_task = None
+        if done and error is None:
+            version, items = first.result()
+            await self.apply(version, items, "store")
+        elif error is not None and not isinstance(error, STORE_ERRORS):
+            raise error
+        else:
+            down = await connection.unreachable()
+            if down is not None:
+                error = BrokerUnreachable(down)
+            await fallback(error or TimeoutError(f"no answer from the config store within {owner.store_timeout:g}s"))
+
+    async def _first_read(self) -> tuple[int, Items]:
+        # Subscribe before the first read: a change between the two is then never missed.
+        await self._ensure_watch()
+        return await self._fetch()
+
+    def start(self) -> None:
+        """Follow the store from now on (after `load`)."""
+        self._task = asyncio.create_task(self._run(), name=f"toolset-reload:{self._owner.workspace}")
+
+    async def stop(self) -> None:
+        """Stop following, unsubscribe, and close every client once its in-flight calls end (up to `close_timeout`)."""
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
+        first, self._first_read_task = self._first_read_task, None
+        await cancel_and_wait(first)  # its outcome no longer matters: we are closing
+        if self._watch is not None and self._connection is not None:
+            await self._connection.unsubscribe(self._watch)
+            self._watch = None
+        if self._config is not None:
+            await self._config.close()
+            self._config = None
+        state = self.state
+        clients = [*state.clients.values(), *self._retiring.values()]
+        waiting = [asyncio.create_task(c.close_when_idle()) for c in state.clients.values()] + list(self._retiring)
+        if waiting:
+            _, late = await asyncio.wait(waiting, timeout=self._owner.close_timeout)
+            for cut in late:
+                cut.cancel()
+            if late:
+                log.warning("toolset.close_forced", calls_cut=len(late))
+        for client in clients:
+            await client.close()
+
+    # --- reloading -----------------------------------------------------------
+
+    async def refresh(self) -> bool:
+        """Read the store now and apply what changed; True if the set changed."""
+        if self._watch is None:
+            try:
+                await self._ensure_watch()
+            except TransportError as exc:
+                log.warning("toolset.watch_failed", error=one_line(exc))
+        async with self._lock:
+            version, items = await self._fetch()
+            change = await self._apply_locked(version, items, "store")
+        if change is not None:
+            await self._notify(change)
+        return change is not None
+
+    async def _ensure_watch(self) -> None:
+        if self._watch is None:
+            assert self._connection is not None
+            self._watch = await watch_config(self._connection, self._on_push)
+
+    async def _on_push(self, push: ConfigPush) -> None:
+        if any(self._owner.workspace in push.changes.get(t, ()) for t in TYPES):
+            self.last_push = push.version
+            if self._noted is None:
+                self._noted = time.monotonic()
+            self._dirty.set()
+
+    async def _fetch(self) -> tuple[int, Items]:
+        assert self._config is not None
+        # Only the two types, page by page at one version: unrelated items, however large, are never read.
+        version, items = await self._config.read_types(TYPES, timeout=self._owner.store_timeout)
+        return version, {t: items.get(t, {}) for t in TYPES}
+
+    async def _run(self) -> None:
+        """Reload at once on a push, and every `poll_interval` in case a push was lost.
+
+        Leading-edge batching: a push that comes while a reload is in flight sets `_dirty` again,
+        so the loop goes straight into one more reload when this one ends, taking every push that
+        came meanwhile; there is no wait on a timer before a reload.
+        """
+        owner = self._owner
+        retry_interval = min(1.0, owner.poll_interval)
+        failing = False
+        if self._first_read_task is not None:  # the store answered after start fell back
+            try:
+                version, items = await self._first_read_task
+                await self.apply(version, items, "store")
+            except STORE_ERRORS:
+                failing = True
+            finally:
+                self._first_read_task = None
+        while True:
+            wait = retry_interval if failing or self.state.source != "store" else owner.poll_interval
+            pushed = self._dirty.is_set()
+            if not pushed:
+                try:
+                    await asyncio.wait_for(self._dirty.wait(), wait)
+                    pushed = True
+                except TimeoutError:
+                    pass
+            self._dirty.clear()
+            noted, self._noted = self._noted, None
+            try:
+                if not pushed and not failing and self.state.source == "store":
+                    assert self._config is not None  # a periodic check: a cheap version read first
+                    if await self._config.version(timeout=owner.store_timeout) == self.state.version:
+                        continue
+                self.runs += 1
+                if noted is not None:
+                    self.waits.append(time.monotonic() - noted)
+                await self.refresh()
+                failing = False
+            except STORE_ERRORS as exc:
+                if not failing:
+                    log.warning("toolset.reload_failed", error=one_line(exc), keeping=self.state.version, retry_in=retry_interval)
+                failing = True
+            except Exception:
+                log.exception("toolset.reload_crashed", keeping=self.state.version)
+                failing = True
+
+    # --- the swap --------------------------------------------------------------
+
+    async def apply(self, version: int, items: Items, source: str) -> None:
+        """Make `items` (read at `version` from `source`: store, snapshot or static) the set, and tell the callbacks."""
+        async with self._lock:
+            change = await self._apply_locked(version, items, source)
+        if change is not None:
+            await self._notify(change)
+
+    async def _apply_locked(self, version: int, items: Items, source: str) -> Change | None:
+        """Build the next state beside the current one and swap it in; None if nothing changed."""
+        owner = self._owner
+        old = self.state
+        if source == "store" and old.source == "store" and version == old.version and not old.problems:
+            return None
+        started = time.perf_counter()
+        assert self._connection is not None
+        built: Built = await build(
+            items,
+            old.entries,
+            old.clients,
+            {**registered_factories(), **self._factories},
+            connection=self._connection,
+            workspace=owner.workspace,
+            user=owner.user,
+            timeout=owner.call_timeout,
+            warm_up=owner.store_timeout,
+            idle_timeout=owner.idle_timeout,
+            max_answer_bytes=owner.max_answer_bytes,
+        )
+        new = State(version, source, built.entries, built.problems, built.clients, built.service_problems)
+        self.state = new  # the one swap
+        for service_id, client in old.clients.items():
+            if built.clients.get(service_id) is not client:
+                self._retire(client)
+        for service_id, reason in built.service_problems.items():
+            if old.service_problems.get(service_id) != reason:
+                log.warning("tool_service.skipped", service=service_id, reason=reason, workspace=owner.workspace)
+        for name, reason in built.problems.items():
+            if old.problems.get(name) != reason:
+                log.warning("tool.skipped", tool=name, reason=reason, workspace=owner.workspace)
+        async with self.swapped:
+            self.swapped.notify_all()
+
+        added = sorted(set(new.entries) - set(old.entries))
+        removed = sorted(set(old.entries) - set(new.entries))
+        changed = sorted(n for n in set(new.entries) & set(old.entries) if new.entries[n] is not old.entries[n])
+        if source == "store" and (version != old.version or old.source != "store"):
+            await self._save_snapshot(version, items)
+        ms = round((time.perf_counter() - started) * 1000, 2)
+        if old.source == "none":
+            log.info("toolset.loaded", workspace=owner.workspace, source=source, version=version, tools=len(new.entries), skipped=len(new.problems), ms=ms)
+            return None
+        if added or removed or changed or source != old.source:
+            log.info("toolset.reloaded", workspace=owner.workspace, source=source, version=version, added=added, removed=removed, changed=changed, ms=ms)
+        return Change(added, removed, changed, version) if added or removed or changed else None
+
+    def _retire(self, client: ToolServiceClient) -> None:
+        """Close a client no tool uses any more, once its in-flight calls are done."""
+        task = asyncio.create_task(client.close_when_idle(), name=f"retire:{client.service.id}")
+        self._retiring[task] = client
+        task.add_done_callback(lambda done: self._retiring.pop(done, None))
+
+    async def _save_snapshot(self, version: int, items: Items) -> None:
+        path = self._owner.snapshot_path
+        try:
+            await asyncio.to_thread(write_snapshot, path, self._owner.workspace, version, items)
+        except OSError as exc:
+            log.warning("snapshot.write_failed", path=str(path), error=str(exc))
+
+    async def _notify(self, change: Change) -> None:
+        for callback in list(self.callbacks):
+            try:
+                result = callback(change.added, change.removed, change.changed, change.version)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("toolset.callback_failed", callback=getattr(callback, "__name__", repr(callback)))

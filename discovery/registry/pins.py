@@ -1,0 +1,524 @@
+"""Pinned tool definitions: a tool that changes what it says after it was accepted waits for an operator.
+
+With `--pin-definitions` (or `"pin-definitions": true` in the trust policy)
+the registry pins each announced tool's *definition* the first time it writes
+the tool: the sha256 of the canonical JSON of its description, arguments and
+config values and its service's queues and config params
+(`toolservice_base.schemas.tools.definition_digest`, the same function the
+agent bridge and the MCP front show). A later offer of another definition for
+that name is *held*:
+
+- The store keeps the pinned one. `hold` builds the offer the merge writes:
+  each tool comes from the newest live offer whose definition of it is the
+  pinned one; when no instance offers the pinned definition any more, the
+  tool is left out (its item is deleted) until an operator decides. So
+  nothing of a held definition reaches `tool/<name>`, and from there no
+  `ToolSet`, MCP front or `toolreg tools`.
+- One `tool-service/<id>` item serves every tool of a service, so it takes
+  the queues and params of the newest offer whose service part some pin of
+  the service names, or, if no live offer has them, those the pin says: a
+  changed queue (which changes every tool's definition) is held with the
+  tools, and a tool is never written under queues other than its offer's.
+- The offered definition is kept as a *pending change* (`toolreg pending`;
+  one per tool, the newest offered) until `toolreg approve` pins it (the
+  merge then writes it at once) or `toolreg reject` keeps the pin and adds
+  its digest to the pin's rejected list: announcements offering a rejected
+  digest are refused at intake, with a row in `toolreg rejections`, and
+  their sender is told. A pending change whose service's live instances all
+  offer the pinned definition again is dropped; one whose instances went is
+  kept (its `last_seen` says when).
+- Optionally (`"auto-approve": "same-key-higher-version"` in the trust
+  policy) an offer signed by the key that signed the pinned definition,
+  under a higher service `version`, is approved without an operator.
+
+Static tools (items an operator wrote) are not pinned: the operator's write
+is the approval. A pin is made only for a tool the merge actually owns.
+
+Where they live, one record per tool:
+
+- **Pins**: `discovery-pin/<tool>` in the tool's own workspace, beside the
+  `discovery/<service-id>` ownership records. A pin is written in the same
+  conditional transaction as the `tool/<name>` item it covers, so no tool is
+  ever in the store without its pin (a crash in between cannot let the next
+  definition in as a "first" one), and a pin is never written for a tool
+  that did not make it in. Agents ignore the type (tool sets read `tool` and
+  `tool-service` only; a push naming only `discovery-pin` reloads nothing).
+  Pins are never deleted with their tools: a service that goes and comes
+  back with another definition is held too.
+- **Pending changes**: `pending-definition/<workspace>/<tool>` in the
+  reserved workspace `_toolreg`. They carry the offered definition, which
+  must not enter a workspace an agent reads (reserved workspaces are stored,
+  never pushed, never part of a workspace's `config`). Written when a new
+  definition is first held and when it is decided; `last_seen` is kept in
+  memory between (the live leases say it).
+
+Both are in the store, so they survive a restart and follow the active
+replica (a promoted registry reads them back with its ownership records).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from toolservice_base.logs import get_logger
+from toolservice_base.schemas import Announcement, ToolDescriptor, ToolServiceDescriptor, canonical_json, descriptor_digest
+from toolservice_base.schemas.tools import definition_digest, service_definition, tool_definition
+
+from .merge import Key, Offer
+from .options import AutoApprove
+from .protocol import PendingChange
+
+log = get_logger("discovery.registry")
+
+PIN_TYPE = "discovery-pin"
+"""`discovery-pin/<tool>`, in the tool's workspace."""
+PENDING_TYPE = "pending-definition"
+"""`pending-definition/<workspace>/<tool>`, in the reserved workspace `_toolreg`."""
+MAX_REJECTED = 32
+"""Rejected digests kept per tool, newest last: a sender cycling definitions cannot grow a pin without bound."""
+
+PinnedBy = Literal["first-acceptance", "operator", "auto-approve"]
+ToolKey = tuple[str, str]
+"""(workspace, tool name)."""
+
+_VERSION = re.compile(r"^v?(\d+(?:\.\d+)*)$")
+
+
+class PinError(ValueError):
+    """An operator's decision that cannot be taken; `code` is the query API's error type."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Pin(BaseModel):
+    """The value of `discovery-pin/<tool>`: the definition agents may see for this tool name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tool: str
+    workspace: str
+    service: str
+    """The service whose offer was pinned (another service offering the name is held like any change)."""
+    digest: str
+    definition: dict[str, Any]
+    version: str = ""
+    signer: str | None = None
+    """Key id that signed the pinned offer (under a trust policy): auto-approval needs the same key."""
+    at: float
+    by: PinnedBy = "first-acceptance"
+    rejected: tuple[str, ...] = ()
+    """Digests an operator rejected for this tool: announcements offering one are refused."""
+
+    def to_value(self) -> str:
+        return canonical_json(self.model_dump(mode="json"))
+
+
+class Pending(BaseModel):
+    """The value of `_toolreg` `pending-definition/<workspace>/<tool>`: a held definition, waiting for an operator."""
+
+    tool: str
+    workspace: str
+    service: str
+    pinned: str
+    offered: str
+    definition: dict[str, Any]
+    version: str = ""
+    signer: str | None = None
+    first_seen: float
+    last_seen: float = Field(default=0.0)
+
+    def to_value(self) -> str:
+        return canonical_json(self.model_dump(mode="json"))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One tool as one offer gives it."""
+
+    offer: Offer
+    tool: ToolDescriptor
+
+    @property
+    def digest(self) -> str:
+        return self.offer.digests[self.tool.name]
+
+
+@dataclass
+class Hold:
+    """What `hold` decided for one service."""
+
+    offer: Offer | None
+    """The offer to merge: pinned definitions only (the newest offer itself when nothing is held)."""
+    admitted: dict[str, Candidate] = field(default_factory=dict)
+    """Tool name -> where its merged definition comes from."""
+    held: dict[str, Candidate] = field(default_factory=dict)
+    """Tool name -> the newest definition a live offer makes that differs from the pin (rejected ones included)."""
+
+
+def hold(offers: Sequence[Offer], pins: Mapping[str, Pin], taken: Callable[[str], bool] = lambda name: False) -> Hold:
+    """The offer to merge for one service, given its live offers (newest first) and the workspace's pins.
+
+    The tool set is the newest offer's (a tool it dropped goes, as without
+    pins); each tool's definition is the newest one that matches its pin (or
+    any, for a tool with no pin yet), among the offers with the service
+    descriptor chosen by `_pinned_service`. `taken(name)`: another service
+    owns the name, so the merge refuses it as a conflict anyway and nothing
+    is held.
+    """
+    if not offers:
+        return Hold(None)
+    newest = offers[0]
+
+    def admissible(offer: Offer, name: str) -> bool:
+        pin = pins.get(name)
+        return pin is None or taken(name) or pin.digest == offer.digests[name]
+
+    service, base = _pinned_service(offers, [pin for tool in newest.tools if (pin := pins.get(tool.name)) is not None and not taken(tool.name)])
+    result = Hold(None)
+    for tool in newest.tools:
+        name = tool.name
+        source = next((offer for offer in offers if offer.service == service and offer.tool(name) is not None and admissible(offer, name)), None)
+        if source is not None:
+            found = source.tool(name)
+            assert found is not None
+            result.admitted[name] = Candidate(source, found)
+        offered = next((offer for offer in offers if offer.tool(name) is not None and not admissible(offer, name)), None)
+        if offered is not None:
+            found = offered.tool(name)
+            assert found is not None
+            result.held[name] = Candidate(offered, found)
+    if service == newest.service and len(result.admitted) == len(newest.tools) and all(c.offer is newest for c in result.admitted.values()):
+        result.offer = newest
+    else:
+        tools = tuple(candidate.tool for candidate in result.admitted.values())
+        base = base or newest
+        result.offer = Offer(service, tools, descriptor_digest(service, list(tools)), base.version, base.signer)
+    return result
+
+
+def _pinned_service(offers: Sequence[Offer], pins: Sequence[Pin]) -> tuple[ToolServiceDescriptor, Offer | None]:
+    """The one `tool-service/<id>` item of a service serves all its tools, so it must be a pinned one.
+
+    The newest live offer whose queues and params some pin of the service
+    names (the newest offer itself when no tool of it is pinned yet). If no
+    live offer has them (the service changed its queues, say), the pinned
+    ones are rebuilt from a pin: the item keeps pointing where the approved
+    definition said, and the changed tools are held (absent) until decided.
+    Returns the descriptor and the offer it comes from (None: from a pin).
+    """
+    newest = offers[0]
+    if not pins:
+        return newest.service, newest
+    parts = {canonical_json(pin.definition.get("service")) for pin in pins}
+    for offer in offers:
+        if canonical_json(service_definition(offer.service)) in parts:
+            return offer.service, offer
+    part = pins[0].definition.get("service") or {}
+    try:
+        return ToolServiceDescriptor.model_validate({**part, "id": newest.service.id}), None
+    except ValidationError:  # a pin from another kind of tool: nothing pinned to keep
+        return newest.service, newest
+
+
+def version_key(version: str) -> tuple[int, ...] | None:
+    """`1.10.2` -> (1, 10, 2); None for anything but dotted numbers (such a version is never "higher")."""
+    match = _VERSION.match(version.strip())
+    return tuple(int(part) for part in match.group(1).split(".")) if match else None
+
+
+def higher(offered: str, pinned: str) -> bool:
+    new, old = version_key(offered), version_key(pinned)
+    return new is not None and old is not None and new > old
+
+
+def pretty(definition: Mapping[str, Any]) -> list[str]:
+    return json.dumps(definition, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+
+
+def definition_diff(pinned: Pin, offered: Pending) -> str:
+    """A unified diff from the pinned definition to the offered one, as indented JSON."""
+    lines = difflib.unified_diff(
+        pretty(pinned.definition), pretty(offered.definition),
+        fromfile=f"pinned {pinned.digest[:12]}", tofile=f"offered {offered.offered[:12]}", lineterm="", n=2,
+    )
+    return "\n".join(lines)
+
+
+def rejected_reason(tool: str, offered: str, pinned: str) -> str:
+    """What `toolreg rejections` says, and the sender is told, of an offer of a rejected definition."""
+    return (
+        f"definition rejected: tool {tool!r} offers definition {offered[:12]}, which an operator rejected "
+        f"(`toolreg reject`); the pinned definition is {pinned[:12]}"
+    )
+
+
+def pending_key(workspace: str, tool: str) -> str:
+    return f"{workspace}/{tool}"
+
+
+def matches(offered: str, given: str | None) -> bool:
+    """`--digest` names the offered definition: the whole digest or a prefix of it (8 digits or more)."""
+    return given is None or (len(given) >= 8 and offered.startswith(given.lower()))
+
+
+class PinBook:
+    """The pins and pending changes the registry knows, and what of them is still to be written.
+
+    Only the registry's writer task writes them; the query handlers change
+    memory and mark what is dirty, like everything else in the registry.
+    """
+
+    def __init__(self, auto_approve: AutoApprove | None = None) -> None:
+        self.auto_approve = auto_approve
+        self._pins: dict[str, dict[str, Pin]] = {}
+        """Workspace -> tool -> pin."""
+        self.pending: dict[ToolKey, Pending] = {}
+        self._dirty_pins: set[ToolKey] = set()
+        self._dirty_pending: set[ToolKey] = set()
+        self._rejected: set[ToolKey] = set()
+        """Tools with at least one rejected digest: only their announces need checking at intake."""
+
+    # --- reading ----------------------------------------------------------------
+
+    def of(self, workspace: str) -> Mapping[str, Pin]:
+        return self._pins.get(workspace, {})
+
+    def get(self, workspace: str, tool: str) -> Pin | None:
+        return self._pins.get(workspace, {}).get(tool)
+
+    def __len__(self) -> int:
+        return sum(len(pins) for pins in self._pins.values())
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._dirty_pins or self._dirty_pending)
+
+    def dirty_workspaces(self) -> set[str]:
+        return {workspace for workspace, _ in self._dirty_pins}
+
+    def dirty_keys(self, workspace: str) -> set[Key]:
+        return {(PIN_TYPE, tool) for ws, tool in self._dirty_pins if ws == workspace}
+
+    def refusal(self, announcement: Announcement) -> str | None:
+        """Why an announce must be refused: it offers a definition an operator rejected for one of its tools; else None."""
+        workspace = announcement.workspace
+        if not self._rejected or announcement.service is None or announcement.tools is None:
+            return None
+        for tool in announcement.tools:
+            if (workspace, tool.name) not in self._rejected:
+                continue
+            pin = self.get(workspace, tool.name)
+            digest = definition_digest(tool, announcement.service)
+            if pin is not None and digest in pin.rejected:
+                return rejected_reason(tool.name, digest, pin.digest)
+        return None
+
+    def change(self, key: ToolKey, live_seen: float | None, key_names: Mapping[str, str]) -> PendingChange | None:
+        """The pending change of a tool as the query API shows it."""
+        pending = self.pending.get(key)
+        pin = self.get(*key)
+        if pending is None or pin is None:
+            return None
+        signer = key_names.get(pending.signer, pending.signer) if pending.signer else None
+        return PendingChange(
+            tool=pending.tool, service=pending.service, workspace=pending.workspace, pinned=pin.digest, offered=pending.offered,
+            diff=definition_diff(pin, pending), signer=signer, version=pending.version, pinned_version=pin.version,
+            first_seen=pending.first_seen, last_seen=max(pending.last_seen, live_seen or 0.0),
+        )
+
+    # --- what the store said ----------------------------------------------------------
+
+    def load_pins(self, workspace: str, values: Mapping[str, str | None]) -> None:
+        """Pins read from the store (at start, or with a merge): the store wins, except over a pin not yet written."""
+        for tool, value in values.items():
+            if (workspace, tool) in self._dirty_pins:
+                continue
+            pins = self._pins.setdefault(workspace, {})
+            if value is None:
+                pins.pop(tool, None)
+                self._rejected.discard((workspace, tool))
+                continue
+            try:
+                pin = Pin.model_validate_json(value)
+            except ValidationError as exc:
+                log.warning("registry.record_unreadable", key=f"{PIN_TYPE}/{tool}", workspace=workspace, reason=str(exc).splitlines()[0])
+                continue
+            pins[tool] = pin
+            if pin.rejected:
+                self._rejected.add((workspace, tool))
+
+    def load_pending(self, values: Mapping[str, str]) -> None:
+        for key, value in values.items():
+            try:
+                pending = Pending.model_validate_json(value)
+            except ValidationError as exc:
+                log.warning("registry.record_unreadable", key=f"{PENDING_TYPE}/{key}", reason=str(exc).splitlines()[0])
+                continue
+            pin = self.get(pending.workspace, pending.tool)
+            if pin is not None and (pending.offered == pin.digest or pending.offered in pin.rejected):
+                self._dirty_pending.add((pending.workspace, pending.tool))  # decided before a crash: delete it
+                continue
+            self.pending[(pending.workspace, pending.tool)] = pending
+
+    # --- merging ----------------------------------------------------------------
+
+    def effective(self, workspace: str, offers: Sequence[Offer], taken: Callable[[str], bool], wall: float, note: bool) -> Hold:
+        """`hold` over this workspace's pins; with `note`, also record what is held (and auto-approve what may be)."""
+        result = hold(offers, self.of(workspace), taken)
+        if not note:
+            return result
+        if self.auto_approve is not None:
+            approved = [candidate for name, candidate in result.held.items() if self._auto_approvable(workspace, name, candidate)]
+            for candidate in approved:
+                old = self.get(workspace, candidate.tool.name)
+                self._set_pin(workspace, candidate, wall, by="auto-approve")
+                log.warning("definition.auto_approved", tool=candidate.tool.name, service=candidate.offer.service.id, workspace=workspace,
+                            digest=candidate.digest, pinned=old.digest if old else None, version=candidate.offer.version,
+                            pinned_version=old.version if old else None, rule=self.auto_approve)
+            if approved:
+                result = hold(offers, self.of(workspace), taken)
+        for name, candidate in result.held.items():
+            pin = self.get(workspace, name)
+            if pin is not None and candidate.digest not in pin.rejected:
+                self._note_pending(workspace, pin, candidate, wall)
+        for name in {tool.name for offer in offers for tool in offer.tools} - set(result.held):
+            pending = self.pending.get((workspace, name))
+            if pending is not None and pending.service == offers[0].service.id:
+                self._drop_pending((workspace, name))  # every live instance offers the pinned definition again
+        return result
+
+    def _auto_approvable(self, workspace: str, name: str, candidate: Candidate) -> bool:
+        pin = self.get(workspace, name)
+        return (
+            self.auto_approve == "same-key-higher-version" and pin is not None and candidate.digest not in pin.rejected
+            and pin.signer is not None and candidate.offer.signer == pin.signer and higher(candidate.offer.version, pin.version)
+        )
+
+    def _note_pending(self, workspace: str, pin: Pin, candidate: Candidate, wall: float) -> None:
+        key = (workspace, candidate.tool.name)
+        known = self.pending.get(key)
+        if known is not None and known.offered == candidate.digest and known.pinned == pin.digest:
+            return
+        self.pending[key] = Pending(
+            tool=candidate.tool.name, workspace=workspace, service=candidate.offer.service.id, pinned=pin.digest, offered=candidate.digest,
+            definition=tool_definition(candidate.tool, candidate.offer.service), version=candidate.offer.version,
+            signer=candidate.offer.signer, first_seen=wall, last_seen=wall,
+        )
+        self._dirty_pending.add(key)
+        log.warning("definition.held", tool=candidate.tool.name, service=candidate.offer.service.id, workspace=workspace,
+                    pinned=pin.digest, offered=candidate.digest, version=candidate.offer.version,
+                    note="agents keep the pinned definition; `toolreg pending` shows the diff, `toolreg approve` or `toolreg reject` decides")
+
+    def first_pins(self, workspace: str, service: str, offer: Offer, names: Iterable[str], wall: float) -> dict[str, Pin]:
+        """Pins for tools the merge is about to own that have none yet (not kept until the write succeeds)."""
+        pins: dict[str, Pin] = {}
+        for name in names:
+            tool = offer.tool(name)
+            if tool is None or self.get(workspace, name) is not None:
+                continue
+            pins[name] = Pin(
+                tool=name, workspace=workspace, service=service, digest=offer.digests[name], definition=tool_definition(tool, offer.service),
+                version=offer.version, signer=offer.signer, at=round(wall, 3),
+            )
+        return pins
+
+    def to_write(self, workspace: str, fresh: Mapping[str, Pin]) -> dict[Key, str]:
+        """Values of the pins this workspace's next transaction writes: new ones, and those changed by a decision."""
+        values = {(PIN_TYPE, name): pin.to_value() for name, pin in fresh.items()}
+        for ws, name in self._dirty_pins:
+            pin = self.get(ws, name)
+            if ws == workspace and pin is not None:
+                values[(PIN_TYPE, name)] = pin.to_value()
+        return values
+
+    def written(self, workspace: str, values: Mapping[Key, str], fresh: Mapping[str, Pin]) -> None:
+        """The transaction holding `values` is in the store: keep the new pins, and forget what is no longer dirty."""
+        pins = self._pins.setdefault(workspace, {})
+        for name, pin in fresh.items():
+            pins.setdefault(name, pin)
+            log.info("definition.pinned", tool=name, service=pin.service, workspace=workspace, digest=pin.digest, version=pin.version)
+        for (_, name), value in values.items():
+            current = pins.get(name)
+            if current is not None and current.to_value() == value:
+                self._dirty_pins.discard((workspace, name))
+
+    def pending_writes(self) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]], set[ToolKey]]:
+        """(puts, deletes) for `_toolreg`, and the keys they cover (`pending_written` once they are in)."""
+        keys = set(self._dirty_pending)
+        puts = [(PENDING_TYPE, pending_key(*key), self.pending[key].to_value()) for key in sorted(keys) if key in self.pending]
+        deletes = [(PENDING_TYPE, pending_key(*key)) for key in sorted(keys) if key not in self.pending]
+        return puts, deletes, keys
+
+    def pending_written(self, keys: set[ToolKey]) -> None:
+        self._dirty_pending -= keys
+
+    # --- decisions ----------------------------------------------------------------
+
+    def decide(self, workspace: str, tool: str, digest: str | None) -> Pending:
+        """The pending change an operator's `approve`/`reject` is about; PinError if there is none, or `digest` is not it."""
+        pending = self.pending.get((workspace, tool))
+        pin = self.get(workspace, tool)
+        if pending is None or pin is None:
+            where = f"pinned at {pin.digest[:12]}; no other definition is offered" if pin is not None else "no definition of it is pinned yet"
+            raise PinError("nothing-pending", f"nothing pending for tool {tool!r} in workspace {workspace!r}: {where}")
+        if not matches(pending.offered, digest):
+            raise PinError(
+                "digest-mismatch",
+                f"--digest {digest} is not the definition offered for {tool!r} (offered: {pending.offered[:12]}); see `toolreg pending`",
+            )
+        return pending
+
+    def approve(self, pending: Pending, wall: float) -> Pin:
+        """Pin the offered definition (written with the next merge, with the tool)."""
+        key = (pending.workspace, pending.tool)
+        old = self.get(*key)
+        rejected = tuple(d for d in (old.rejected if old else ()) if d != pending.offered)
+        pin = Pin(
+            tool=pending.tool, workspace=pending.workspace, service=pending.service, digest=pending.offered, definition=pending.definition,
+            version=pending.version, signer=pending.signer, at=round(wall, 3), by="operator", rejected=rejected,
+        )
+        self._put_pin(pin)
+        self._drop_pending(key)
+        return pin
+
+    def reject(self, pending: Pending) -> Pin:
+        """Keep the pin; its digest is refused from now on."""
+        key = (pending.workspace, pending.tool)
+        old = self.get(*key)
+        assert old is not None
+        rejected = tuple(d for d in old.rejected if d != pending.offered)[-(MAX_REJECTED - 1):] + (pending.offered,)
+        pin = old.model_copy(update={"rejected": rejected})
+        self._put_pin(pin)
+        self._drop_pending(key)
+        return pin
+
+    def _set_pin(self, workspace: str, candidate: Candidate, wall: float, by: PinnedBy) -> None:
+        old = self.get(workspace, candidate.tool.name)
+        self._put_pin(Pin(
+            tool=candidate.tool.name, workspace=workspace, service=candidate.offer.service.id, digest=candidate.digest,
+            definition=tool_definition(candidate.tool, candidate.offer.service), version=candidate.offer.version,
+            signer=candidate.offer.signer, at=round(wall, 3), by=by, rejected=old.rejected if old else (),
+        ))
+        self._drop_pending((workspace, candidate.tool.name))
+
+    def _put_pin(self, pin: Pin) -> None:
+        key = (pin.workspace, pin.tool)
+        self._pins.setdefault(pin.workspace, {})[pin.tool] = pin
+        self._dirty_pins.add(key)
+        if pin.rejected:
+            self._rejected.add(key)
+        else:
+            self._rejected.discard(key)
+
+    def _drop_pending(self, key: ToolKey) -> None:
+        if self.pending.pop(key, None) is not None:
+            self._dirty_pending.add(key)

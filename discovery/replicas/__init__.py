@@ -1,0 +1,42 @@
+"""Replicated state on the broker itself: one active replica elected by Apache Pulsar, standbys tailing a log.
+
+Three layers, none of which knows what the state is (the config store and the
+registry plug in on top):
+
+- `membership`: each replica's status once a second (`toolreg replicas`);
+- `election`: the lock, an exclusive producer the broker hands to one replica
+  at a time (`wait`), taken over from a silent holder (`fence`), with terms
+  that only grow and writers that a deposed active can no longer use;
+- `log`: an append-only log of JSON entries with versions that never go back
+  at any reader, and snapshots for a bounded start.
+
+Wiring, in this order (each step undone if a later one fails)::
+
+    async with AsyncExitStack() as stack:
+        members = await stack.enter_async_context(Membership(transport, rid, "config-store", version=lambda: log.version))
+        election = Election(transport, transport.topics.state_lock, rid, membership=members)
+        log = await stack.enter_async_context(ReplicatedLog(transport, state, election=election))
+        await stack.enter_async_context(election)
+
+Needs Apache Pulsar (`Capabilities.replicated_state`): pulsar-lite has no
+producer access modes; each layer refuses it in one line.
+"""
+
+from .election import ElectedWriter, Election, RoleChange
+from .log import FORMAT, LogEntry, Manifest, ReplicatedLog, StateMachine
+from .membership import Membership, ReplicaStatus, Role, settings_digest
+
+__all__ = [
+    "FORMAT",
+    "ElectedWriter",
+    "Election",
+    "LogEntry",
+    "Manifest",
+    "Membership",
+    "ReplicaStatus",
+    "ReplicatedLog",
+    "Role",
+    "RoleChange",
+    "StateMachine",
+    "settings_digest",
+]

@@ -1,0 +1,508 @@
+"""A replicated append-only log of JSON entries on a persistent topic, with snapshots for a bounded start.
+
+Every replica keeps the same state by applying the same entries in the same
+order; the broker keeps the order. The state is opaque here: a
+`StateMachine` (the config store's tables, later) applies an entry, lists
+its whole content for a snapshot, and takes one back.
+
+- **Entries** (`Topics.state_log`) are JSON: `format` (an int: a reader that
+  meets a newer one stops, in one line, rather than apply it wrongly),
+  `version` (strictly increasing, may skip), `term` (of the writer, for
+  diagnosis) and `payload`. A reader applies an entry only if its version is
+  above the state's, so duplicates and anything stale are ignored and the
+  version never goes back.
+- **Writing**: only the active replica of an `Election`, through its
+  `fence`-mode writer, one entry at a time; `append` returns once the entry
+  is persisted, and applies it locally. On promotion the new active first
+  opens its writer (fencing the deposed one's), then reads to the end (until
+  `has_message_available` is false), then writes: so it has seen every entry
+  the deposed one persisted, and nothing can follow them but its own.
+- **Snapshots** (`Topics.state_snapshot`): every `snapshot_every` entries or
+  `snapshot_bytes` bytes, the active writes the whole state as chunks of
+  about `chunk_bytes` (well under the 5 MiB message limit), then a manifest
+  naming the snapshot's version, the log position it covers and its first
+  chunk. A starting replica reads the last manifest (a reader at the latest
+  message, inclusive; if the last message is a chunk of a snapshot cut
+  short, the chunk names the manifest before it), the chunks, and then the
+  log from the manifest's position: start-up reads the recent entries only.
+  A damaged snapshot (a chunk missing, a digest mismatch) is skipped for a
+  full replay, which the unlimited retention of the `state` namespace allows.
+- **Tailing**: a standby applies entries as they come (`poll` seconds at most
+  between looks), so it is ready to take over at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, Self
+
+from toolservice_base.errors import NewerFormat, NotActive, ReplicationError, TransportClosed, TransportError
+from toolservice_base.logs import get_logger
+from toolservice_base.transport import MESSAGE_LIMIT, Envelope, Reader, ReaderStart, Transport, unique_name
+
+from .election import ElectedWriter, Election
+
+log = get_logger("discovery.replicas.log")
+
+FORMAT = 1
+"""The entry format this version writes and the newest it reads."""
+SNAPSHOT_FORMAT = 1
+"""The snapshot (manifest and chunk) format this version writes and the newest it reads."""
+CHUNK_BYTES = 1024 * 1024
+"""A snapshot chunk's target size: a fifth of the broker's message limit, so no message comes near it."""
+ITEM_LIMIT = MESSAGE_LIMIT - 64 * 1024
+"""The largest single item a snapshot can carry (it goes alone in its chunk)."""
+READ_TIMEOUT = 10.0
+"""How long a read may take once the broker said a message is there (a slow broker, not an empty topic)."""
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One applied (or appended) entry."""
+
+    version: int
+    payload: Any
+    term: int = 0
+    format: int = FORMAT
+    message_id: bytes = b""
+    """Where it sits in the log topic."""
+
+
+class StateMachine(Protocol):
+    """The replicated state, as the log sees it. Called from the event loop, one call at a time."""
+
+    def apply(self, entry: LogEntry) -> None:
+        """Apply one entry (its version is above every one applied before)."""
+
+    def snapshot(self) -> Iterable[Any]:
+        """The whole state as JSON values, as of the last entry applied; iterated without a pause (so nothing changes meanwhile)."""
+
+    def restore(self, version: int, items: Iterable[Any]) -> None:
+        """Replace the whole state with a snapshot's items, as of `version`."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The last message of a complete snapshot: what it covers and where its chunks are."""
+
+    snapshot: str
+    version: int
+    term: int
+    position: bytes
+    """The log message id of the entry at `version` (empty: the log's start)."""
+    first_chunk: bytes
+    chunks: int
+    items: int
+    size: int
+    sha256: str
+    written_at: float
+    format: int = SNAPSHOT_FORMAT
+    message_id: bytes = b""
+    """Where the manifest itself sits in the snapshot topic."""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "format": self.format, "snapshot": self.snapshot, "version": self.version, "term": self.term,
+            "position": _b64(self.position), "first_chunk": _b64(self.first_chunk), "chunks": self.chunks,
+            "items": self.items, "bytes": self.size, "sha256": self.sha256, "written_at": self.written_at,
+        }
+
+    @classmethod
+    def from_wire(cls, envelope: Envelope) -> "Manifest":
+        raw = json.loads(envelope.data)
+        if int(raw["format"]) > SNAPSHOT_FORMAT:
+            raise NewerFormat(
+                f"the snapshot on {envelope.topic} was written by a newer version (format {raw['format']}, this one reads up to "
+                f"{SNAPSHOT_FORMAT}); upgrade tool-discovery on this replica"
+            )
+        return cls(
+            snapshot=str(raw["snapshot"]), version=int(raw["version"]), term=int(raw.get("term", 0)),
+            position=_unb64(raw["position"]), first_chunk=_unb64(raw["first_chunk"]), chunks=int(raw["chunks"]),
+            items=int(raw["items"]), size=int(raw["bytes"]), sha256=str(raw["sha256"]), written_at=float(raw["written_at"]),
+            format=int(raw["format"]), message_id=envelope.message_id,
+        )
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode()) if text else b""
+
+
+class ReplicatedLog:
+    """The log, the state it keeps up to date, and (with an `Election`) the writing side.
+
+    `async with ReplicatedLog(...)` restores the last snapshot, reads the log
+    to its end and keeps tailing it; enter it before its election, whose
+    promotions and demotions it follows (writable only while active, and
+    caught up). Without an election it is a read-only follower.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        state: StateMachine,
+        *,
+        election: Election | None = None,
+        log_topic: str | None = None,
+        snapshot_topic: str | None = None,
+        snapshot_every: int = 10_000,
+        snapshot_bytes: int = 64 * 1024 * 1024,
+        chunk_bytes: int = CHUNK_BYTES,
+        use_snapshots: bool = True,
+        poll: float = 0.1,
+    ) -> None:
+        if not 0 < chunk_bytes <= ITEM_LIMIT:
+            raise ValueError(f"chunk_bytes must be in (0, {ITEM_LIMIT}], got {chunk_bytes}")
+        self._transport = transport
+        self._state = state
+        self._election = election
+        self.log_topic = log_topic or transport.topics.state_log
+        self.snapshot_topic = snapshot_topic or transport.topics.state_snapshot
+        self.snapshot_every = snapshot_every
+        self.snapshot_bytes = snapshot_bytes
+        self._chunk_bytes = chunk_bytes
+        self._use_snapshots = use_snapshots
+        self._poll = poll
+        self.version = 0
+        """The version of the last entry applied (or of the snapshot restored)."""
+        self.position = b""
+        """The log message id of that entry: where a reader goes on from."""
+        self.term = 0
+        self.manifest: Manifest | None = None
+        """The last complete snapshot known (restored, or written by this replica)."""
+        self.stats = {"applied": 0, "ignored": 0, "appended": 0, "snapshots": 0, "restored_items": 0}
+        """Counters: entries applied (read or appended); ignored (at or below the state's version: duplicates,
+        stale ones, and on the active its own, read back); appended here; snapshots written here; items restored."""
+        self._entries_total = 0
+        self._bytes_total = 0
+        self._snapshot_mark = (0, 0)
+        self._reader: Reader | None = None
+        self._reading = asyncio.Lock()
+        self._appending = asyncio.Lock()
+        self._snapshotting = asyncio.Lock()
+        self._writer: ElectedWriter | None = None
+        self._snapshot_writer: ElectedWriter | None = None
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self._failure: ReplicationError | None = None
+        self._stack = AsyncExitStack()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._transport.capabilities.require_replicated_state(f"the replicated log on {self.log_topic}", self._transport.url)
+        async with AsyncExitStack() as stack:
+            started = time.monotonic()
+            if self._use_snapshots:
+                await self._restore()
+            restored = time.monotonic()
+            self._reader = await self._transport.reader(self.log_topic, self.position or "earliest")
+            stack.push_async_callback(self._transport.close_reader, self._reader)
+            await self.catch_up()
+            log.info(
+                "log.started", topic=self.log_topic, version=self.version, restored_items=self.stats["restored_items"],
+                replayed=self.stats["applied"], restore_s=round(restored - started, 3), replay_s=round(time.monotonic() - restored, 3),
+            )
+            tail = asyncio.create_task(self._tail(), name=f"log-tail:{self.log_topic}")
+            stack.push_async_callback(_cancel, tail)
+            stack.push_async_callback(self._stop_writing)
+            if self._election is not None:
+                self._election.add_listener(self._promoted, self._demoted)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+
+    @property
+    def writable(self) -> bool:
+        """Whether `append` may be called now: active, caught up, not failed."""
+        return self._writer is not None and self._failure is None
+
+    async def wait_writable(self, timeout: float | None = None) -> None:
+        """Return once `append` may be called (this replica active and caught up); TimeoutError otherwise."""
+        async with asyncio.timeout(timeout):
+            while not self.writable:
+                self._check_failed()
+                await asyncio.sleep(0.01)
+
+    @property
+    def failure(self) -> ReplicationError | None:
+        """What stopped this replica from applying the log (a newer format, a damaged entry); None while it runs."""
+        return self._failure
+
+    # --- reading --------------------------------------------------------------------------
+
+    async def catch_up(self) -> int:
+        """Apply every entry the log holds now; the version reached. After taking the writer's place, that is all there is."""
+        self._check_failed()
+        assert self._reader is not None
+        async with self._reading:
+            while await self._reader.has_message_available():
+                envelope = await self._reader.read_next(READ_TIMEOUT)
+                if envelope is not None:
+                    self._receive(envelope)
+        return self.version
+
+    async def _tail(self) -> None:
+        assert self._reader is not None
+        while self._failure is None:
+            try:
+                async with self._reading:
+                    envelope = await self._reader.read_next(self._poll)
+                    if envelope is not None:
+                        self._receive(envelope)
+            except ReplicationError:
+                return  # recorded and logged by `_receive`
+            except TransportClosed:
+                return
+            except TransportError as exc:
+                log.warning("log.read_failed", topic=self.log_topic, error=str(exc))
+                await asyncio.sleep(1.0)
+
+    def _receive(self, envelope: Envelope) -> None:
+        try:
+            entry = self._parse(envelope)
+            self._apply(entry)
+        except ReplicationError as exc:
+            self._failure = exc
+            log.error("log.stopped", topic=self.log_topic, version=self.version, error=str(exc))
+            raise
+
+    def _parse(self, envelope: Envelope) -> LogEntry:
+        try:
+            raw = json.loads(envelope.data)
+            entry_format = int(raw["format"])
+            version = int(raw["version"])
+            payload = raw["payload"]
+            term = int(raw.get("term", 0))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ReplicationError(
+                f"the message after version {self.version} on {self.log_topic} is not a log entry ({exc}); only replicas may "
+                "write there: restore the topic from a backup"
+            ) from None
+        if entry_format > FORMAT:
+            raise NewerFormat(
+                f"entry version {version} on {self.log_topic} was written by a newer version (format {entry_format}, this one "
+                f"reads up to {FORMAT}); upgrade tool-discovery on this replica"
+            )
+        return LogEntry(version, payload, term, entry_format, envelope.message_id)
+
+    def _apply(self, entry: LogEntry) -> bool:
+        """Apply `entry` if it is newer than the state; whether it was."""
+        if entry.version <= self.version:
+            self.stats["ignored"] += 1
+            return False
+        try:
+            self._state.apply(entry)
+        except Exception as exc:
+            raise ReplicationError(f"applying version {entry.version} from {self.log_topic} failed: {exc}") from exc
+        self.version, self.position, self.term = entry.version, entry.message_id, max(self.term, entry.term)
+        self.stats["applied"] += 1
+        return True
+
+    def _check_failed(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    # --- writing --------------------------------------------------------------------------
+
+    async def _promoted(self) -> None:
+        assert self._election is not None
+        writer = await self._election.writer(self.log_topic)  # the deposed writer's producer is fenced from here on
+        snapshot_writer = await self._election.writer(self.snapshot_topic)
+        version = await self.catch_up()  # everything it persisted, before anything of ours
+        self._writer, self._snapshot_writer = writer, snapshot_writer
+        log.info("log.writable", topic=self.log_topic, version=version, term=self._election.term)
+
+    async def _demoted(self, reason: str) -> None:
+        await self._stop_writing()
+
+    async def _stop_writing(self) -> None:
+        self._writer = self._snapshot_writer = None
+        task, self._snapshot_task = self._snapshot_task, None
+        if task is not None:
+            await _cancel(task)
+
+    async def append(self, payload: Any, *, version: int | None = None) -> LogEntry:
+        """Append one entry (version: the next one, unless given) and apply it; returns once it is persisted.
+
+        Raises `NotActive` on a standby, `Fenced` if this replica has just
+        been deposed (it steps down), `ValueError` for a version not above
+        the state's.
+        """
+        self._check_failed()
+        async with self._appending:
+            writer = self._writer
+            if writer is None:
+                raise NotActive(f"this replica is not the active one of {self.log_topic} (or is still catching up); write through the active one")
+            next_version = self.version + 1 if version is None else version
+            if next_version <= self.version:
+                raise ValueError(f"version {next_version} is not above the log's {self.version}")
+            term = self._election.term if self._election else 0
+            data = json.dumps({"format": FORMAT, "version": next_version, "term": term, "payload": payload}, separators=(",", ":")).encode()
+            message_id = await writer.send(data, {"version": str(next_version)})
+            # The payload as a standby will see it (JSON round trip), so every replica applies the very same value.
+            entry = LogEntry(next_version, json.loads(data)["payload"], term, FORMAT, message_id)
+            self._apply(entry)  # unless the tail already read it back
+            self.stats["appended"] += 1
+            self._entries_total += 1
+            self._bytes_total += len(data)
+            self._maybe_snapshot()
+            return entry
+
+    # --- snapshots ------------------------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        entries, size = self._entries_total - self._snapshot_mark[0], self._bytes_total - self._snapshot_mark[1]
+        if (entries >= self.snapshot_every or size >= self.snapshot_bytes) and self._snapshot_task is None:
+            self._snapshot_task = asyncio.create_task(self._snapshot_in_background(), name=f"snapshot:{self.snapshot_topic}")
+
+    async def _snapshot_in_background(self) -> None:
+        try:
+            await self.write_snapshot()
+        except (TransportError, ReplicationError) as exc:
+            log.warning("log.snapshot_failed", topic=self.snapshot_topic, error=str(exc))
+        finally:
+            self._snapshot_task = None
+
+    async def write_snapshot(self) -> Manifest:
+        """Write the whole state as a snapshot (active only); its manifest."""
+        self._check_failed()
+        async with self._snapshotting:
+            writer = self._snapshot_writer
+            if writer is None:
+                raise NotActive(f"only the active replica writes snapshots on {self.snapshot_topic}")
+            started = time.monotonic()
+            # Captured in one go, with no await in between: exactly the state at `version`.
+            version, position, term, mark = self.version, self.position, self.term, (self._entries_total, self._bytes_total)
+            chunks, items = self._pack()
+            snapshot_id = unique_name("snapshot")
+            previous = _b64(self.manifest.message_id) if self.manifest else ""
+            digest = hashlib.sha256()
+            first_chunk = b""
+            for seq, chunk in enumerate(chunks):
+                digest.update(chunk)
+                properties = {"kind": "chunk", "snapshot": snapshot_id, "seq": str(seq), "previous": previous}
+                message_id = await writer.send(chunk, properties)
+                first_chunk = first_chunk or message_id
+            manifest = Manifest(
+                snapshot=snapshot_id, version=version, term=term, position=position, first_chunk=first_chunk,
+                chunks=len(chunks), items=items, size=sum(len(chunk) for chunk in chunks), sha256=digest.hexdigest(),
+                written_at=time.time(),
+            )
+            message_id = await writer.send(manifest.to_wire(), {"kind": "manifest", "snapshot": snapshot_id})
+            self.manifest = replace(manifest, message_id=message_id)
+            self._snapshot_mark = mark
+            self.stats["snapshots"] += 1
+            log.info(
+                "log.snapshot_written", topic=self.snapshot_topic, version=version, items=items, chunks=len(chunks),
+                bytes=manifest.size, seconds=round(time.monotonic() - started, 3),
+            )
+            return self.manifest
+
+    def _pack(self) -> tuple[list[bytes], int]:
+        """The state's items as JSON arrays of about `chunk_bytes` each (an item alone if larger); and how many items."""
+        chunks: list[bytes] = []
+        current: list[bytes] = []
+        size = count = 0
+        for item in self._state.snapshot():
+            encoded = json.dumps(item, separators=(",", ":")).encode()
+            if len(encoded) > ITEM_LIMIT:
+                raise ReplicationError(
+                    f"one item of the state is {len(encoded)} bytes, over the {ITEM_LIMIT}-byte limit of a snapshot chunk; "
+                    "store less in one item"
+                )
+            if current and size + len(encoded) + 1 > self._chunk_bytes:
+                chunks.append(b"[" + b",".join(current) + b"]")
+                current, size = [], 0
+            current.append(encoded)
+            size += len(encoded) + 1
+            count += 1
+        if current:
+            chunks.append(b"[" + b",".join(current) + b"]")
+        return chunks, count
+
+    async def _restore(self) -> None:
+        """Start from the last complete snapshot, if there is one and it is whole."""
+        manifest = await self._last_manifest()
+        if manifest is None:
+            return
+        chunks = await self._read_chunks(manifest)
+        if chunks is None:
+            return
+        self._state.restore(manifest.version, _items(chunks))
+        self.version, self.position, self.term, self.manifest = manifest.version, manifest.position, manifest.term, manifest
+        self.stats["restored_items"] = manifest.items
+
+    async def _last_manifest(self) -> Manifest | None:
+        last = await self._read_one(self.snapshot_topic, "latest")
+        if last is not None and last.properties.get("kind") == "chunk":
+            # A snapshot cut short (its writer died or was deposed): its chunks name the complete one before.
+            previous = _unb64(last.properties.get("previous", ""))
+            last = await self._read_one(self.snapshot_topic, previous) if previous else None
+        if last is None:
+            return None
+        try:
+            return Manifest.from_wire(last)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("log.snapshot_skipped", topic=self.snapshot_topic, reason=f"unreadable manifest ({exc})")
+            return None
+
+    async def _read_one(self, topic: str, start: ReaderStart) -> Envelope | None:
+        """The message at `start` (a message id, inclusive, or the latest); None if the topic has none."""
+        reader = await self._transport.reader(topic, start, inclusive=True)
+        try:
+            if not await reader.has_message_available():
+                return None
+            return await reader.read_next(READ_TIMEOUT)
+        finally:
+            await self._transport.close_reader(reader)
+
+    async def _read_chunks(self, manifest: Manifest) -> list[bytes] | None:
+        """The snapshot's chunks, checked against its manifest; None (logged) if any is missing or wrong."""
+        if manifest.chunks == 0:
+            return []
+        reader = await self._transport.reader(self.snapshot_topic, manifest.first_chunk, inclusive=True)
+        chunks: list[bytes] = []
+        digest = hashlib.sha256()
+        try:
+            for seq in range(manifest.chunks):
+                chunk = await reader.read_next(READ_TIMEOUT)
+                if chunk is None or chunk.properties.get("snapshot") != manifest.snapshot or chunk.properties.get("seq") != str(seq):
+                    log.warning("log.snapshot_skipped", topic=self.snapshot_topic, snapshot=manifest.snapshot, reason=f"chunk {seq} missing")
+                    return None
+                digest.update(chunk.data)
+                chunks.append(chunk.data)
+        finally:
+            await self._transport.close_reader(reader)
+        if digest.hexdigest() != manifest.sha256:
+            log.warning("log.snapshot_skipped", topic=self.snapshot_topic, snapshot=manifest.snapshot, reason="digest mismatch")
+            return None
+        return chunks
+
+
+def _items(chunks: list[bytes]) -> Iterator[Any]:
+    """The items of a snapshot, one chunk decoded at a time."""
+    for chunk in chunks:
+        yield from json.loads(chunk)
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass

@@ -1,0 +1,296 @@
+"""The config store replicated on Apache Pulsar: one active replica writes, standbys follow (`toolreg up --store pulsar`).
+
+The store's items and version live in persistent topics of `<topicspace>/state`
+(`discovery.replicas`): every write is one entry of a log, snapshots keep
+start-up bounded, and the broker elects the one replica that writes through
+an exclusive producer. Each replica keeps the items in an in-memory SQLite
+store (`ConfigStore.in_memory`), so reads, paging and validation are the
+embedded store's own code.
+
+- **Standby**: restores the last snapshot, tails the log, serves nothing. It
+  holds the same items and version as the active one, a poll behind.
+- **Active**: once the election hands it the lock it opens the log's writer
+  (fencing a deposed one), reads the log to its end, and only then serves the
+  config queues. A write is applied locally, appended to the log and
+  answered once the broker has persisted it (`Journal`); requests are served
+  one at a time around that append, so nothing un-persisted is ever read.
+- **Deposed** (fenced, or an append that may not have reached the log): it
+  stops serving, drops its state and starts again as a standby from the log,
+  so whatever it had that the log lacks is gone with it.
+
+`on_active` / `on_standby` let the caller run what belongs to the active one
+(the registry) beside the store, without this package knowing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import AsyncExitStack
+from typing import Any, Self
+
+from discovery.replicas import Election, LogEntry, Membership, ReplicaStatus, ReplicatedLog
+from toolservice_base.errors import ToolDiscoveryError
+from toolservice_base.logs import get_logger
+from toolservice_base.tasks import cancel_and_wait
+from toolservice_base.transport import Transport
+
+from .operations import StoreProtocol
+from .service import ConfigStoreService
+from .sqlite import ConfigStore, Write
+
+log = get_logger("discovery.store")
+
+GROUP = "config-store"
+"""The replica group of the config store (`toolreg replicas` shows it)."""
+DEFAULT_TAKEOVER_AFTER = 10.0
+"""Seconds the active replica may be silent to the group before a standby fences it (a frozen process)."""
+
+Hook = Callable[[], Awaitable[None]]
+
+
+def new_replica_id() -> str:
+    """Unique per process start, readable in `toolreg replicas`: host, pid and a random tail."""
+    return f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def entry_payload(write: Write) -> dict[str, Any]:
+    """A `Write` as a log entry's payload (JSON)."""
+    return {"workspace": write.workspace, "puts": [list(item) for item in write.puts], "deletes": [list(key) for key in write.deletes]}
+
+
+def write_of(entry: LogEntry) -> Write:
+    """A log entry back as the `Write` it was made from; ValueError if it is not one."""
+    payload = entry.payload
+    try:
+        puts = [(str(t), str(k), str(v)) for t, k, v in payload["puts"]]
+        deletes = [(str(t), str(k)) for t, k in payload["deletes"]]
+        return Write(entry.version, str(payload["workspace"]), puts, deletes)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not a config store write: {exc}") from None
+
+
+class StoreState:
+    """The log's state machine: the config store's items, in an in-memory SQLite store."""
+
+    def __init__(self, store: ConfigStore) -> None:
+        self.store = store
+
+    def apply(self, entry: LogEntry) -> None:
+        self.store.replay(write_of(entry))
+
+    def snapshot(self) -> Iterator[list[str]]:
+        _, rows = self.store.dump()
+        return (list(row) for row in rows)
+
+    def restore(self, version: int, items: Iterable[Any]) -> None:
+        self.store.load(version, [(str(w), str(t), str(k), str(v)) for w, t, k, v in items])
+
+
+class LogJournal:
+    """The store service's `Journal`: a write is durable once the replicated log has persisted it."""
+
+    def __init__(self, replicated: ReplicatedLog, election: Election) -> None:
+        self._log = replicated
+        self._election = election
+
+    async def append(self, write: Write) -> None:
+        await self._log.append(entry_payload(write), version=write.version)
+
+    def lost(self, reason: str) -> None:
+        self._election.deposed(reason)
+
+
+class ReplicatedStore:
+    """One replica of the config store group on `connection`'s topicspace. `async with` it; it runs until closed."""
+
+    def __init__(
+        self,
+        connection: Transport,
+        *,
+        protocol: StoreProtocol = "toolreg",
+        replica_id: str | None = None,
+        takeover_after: float = DEFAULT_TAKEOVER_AFTER,
+        settings: Mapping[str, Any] | None = None,
+        on_active: Hook | None = None,
+        on_standby: Hook | None = None,
+        snapshot_every: int = 10_000,
+    ) -> None:
+        """`settings`: what every replica of the group must share (the trust policy's digest, say), compared across the group."""
+        self._connection = connection
+        self.protocol = protocol
+        self.replica_id = replica_id or new_replica_id()
+        self.takeover_after = takeover_after
+        self._settings = dict(settings or {})
+        self._on_active = on_active
+        self._on_standby = on_standby
+        self._snapshot_every = snapshot_every
+        self.store: ConfigStore | None = None
+        self.service: ConfigStoreService | None = None
+        self._log: ReplicatedLog | None = None
+        self._election: Election | None = None
+        self._members: Membership | None = None
+        self._generation_over = asyncio.Event()
+        self._started = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # --- what others see ------------------------------------------------------------------
+
+    @property
+    def role(self) -> str:
+        return self._election.role if self._election is not None else "starting"
+
+    @property
+    def version(self) -> int:
+        return self._log.version if self._log is not None else 0
+
+    def replicas(self) -> list[ReplicaStatus]:
+        """The group as this replica hears it (itself included)."""
+        return self._members.replicas() if self._members is not None else []
+
+    def readiness(self) -> str | None:
+        """None when this replica does its part: a standby that follows the log, or an active one whose store answers."""
+        if self._failure is not None:
+            return f"replica stopped: {self._failure}"
+        if self._log is None or not self._started.is_set():
+            return "restoring the replicated store from the log"
+        if self._log.failure is not None:
+            return str(self._log.failure)
+        if self.role == "active":
+            return "promoted, not serving yet" if self.service is None else self.service.readiness()
+        return None
+
+    def describe(self) -> str:
+        """One line for `toolreg up`: where the store lives, this replica's id and role."""
+        return f"replicated on {self._connection.topics.state_log} (replica {self.replica_id}, {self.role}, version {self.version})"
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._task = asyncio.create_task(self._run(), name=f"replicated-store:{self.replica_id}")
+        started = asyncio.ensure_future(self._started.wait())
+        try:
+            await asyncio.wait({started, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            started.cancel()
+        if not self._started.is_set():
+            await self.close()
+            raise self._failure or ToolDiscoveryError("the replicated store stopped while starting")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            await cancel_and_wait(task)
+
+    async def wait_failed(self) -> None:
+        """Return (raising its error) once this replica stopped for good; for `toolreg up` to watch."""
+        assert self._task is not None
+        await asyncio.shield(self._task)
+        if self._failure is not None:
+            raise self._failure
+
+    # --- generations: one per stint as a standby (and, maybe, active) ----------------------
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                self._generation_over.clear()
+                await self._generation()
+        except ToolDiscoveryError as exc:
+            self._failure = exc
+            log.error("config.replica_failed", replica=self.replica_id, error=str(exc))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: reported, never a silently dead replica
+            self._failure = exc
+            log.exception("config.replica_crashed", replica=self.replica_id)
+
+    async def _generation(self) -> None:
+        """Restore, follow, maybe serve; return once deposed, so the next generation starts from the log alone."""
+        connection = self._connection
+        async with AsyncExitStack() as stack:
+            store = ConfigStore.in_memory(f"replicated {connection.topics.state_log}")
+            stack.callback(store.close)
+            replicated_log: ReplicatedLog | None = None
+            members = Membership(
+                connection, self.replica_id, GROUP, settings=self._settings,
+                version=lambda: replicated_log.version if replicated_log is not None else 0,
+            )
+            await stack.enter_async_context(members)
+            election = Election(connection, connection.topics.state_lock, self.replica_id, membership=members, takeover_after=self.takeover_after)
+            replicated_log = ReplicatedLog(connection, StoreState(store), election=election, snapshot_every=self._snapshot_every)
+            await stack.enter_async_context(replicated_log)
+            election.add_listener(self._promoted, self._demoted)
+            self.store, self._log, self._election, self._members = store, replicated_log, election, members
+            stack.callback(self._forget)
+            await stack.enter_async_context(election)
+            self._started.set()
+            log.info("config.replica_started", replica=self.replica_id, role=election.role, version=replicated_log.version)
+            self._check_settings()
+            stopped = asyncio.ensure_future(self._until_stopped(election))
+            over = asyncio.ensure_future(self._generation_over.wait())
+            try:
+                await asyncio.wait({stopped, over}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
+                over.cancel()
+            if election.failure is not None:
+                raise election.failure
+        log.info("config.replica_restarting", replica=self.replica_id, note="deposed: state dropped, following the log again")
+
+    @staticmethod
+    async def _until_stopped(election: Election) -> None:
+        """Return once the election stopped for good (its failure is then in `election.failure`)."""
+        if election.failure is not None:
+            return
+        try:
+            async for _ in election.changes():
+                pass
+        except Exception:
+            pass  # the failure, read from `election.failure` by the caller
+
+    def _forget(self) -> None:
+        self.store = self.service = None
+        self._log = self._election = self._members = None
+
+    def _check_settings(self) -> None:
+        """Replicas of one group must share their settings (the trust policy); say so loudly if one does not."""
+        assert self._members is not None
+        own = self._members.status.settings
+        for other in self._members.replicas():
+            if other.settings and own and other.settings != own:
+                log.error(
+                    "config.replica_settings_differ", replica=self.replica_id, other=other.id,
+                    note="replicas of one group must run with the same trust policy and options; restart them alike",
+                )
+
+    async def _promoted(self) -> None:
+        """Serve the store (the log has caught up and holds the writer), then what the caller runs beside it."""
+        assert self.store is not None and self._log is not None and self._election is not None
+        self._check_settings()
+        service = ConfigStoreService(
+            self._connection, self.store, protocol=self.protocol, journal=LogJournal(self._log, self._election), close_store=False,
+        )
+        await service.start()
+        self.service = service
+        log.info("config.replica_active", replica=self.replica_id, version=self._log.version, term=self._election.term)
+        if self._on_active is not None:
+            await self._on_active()
+
+    async def _demoted(self, reason: str) -> None:
+        try:
+            if self._on_standby is not None:
+                await self._on_standby()
+        finally:
+            service, self.service = self.service, None
+            if service is not None:
+                await service.stop()
+            self._generation_over.set()

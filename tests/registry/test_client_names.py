@@ -1,0 +1,149 @@
+"""A name MCP and OpenAI-style clients see stays with the tool that had it first (issue 22, item 2).
+
+`acme.search` is listed to those clients as `acme_search`. A later service
+announcing a tool literally named `acme_search` (or the other way round) would
+take that name, and a client that listed before would send its next call,
+with its arguments, to the newcomer. Such a collision is a conflict like any
+other: refused, listed in `toolreg conflicts`, told to the refused service.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from support import eventually
+from support.registry import announcement
+
+from agent_bridge import llm_names
+from discovery.registry.client import RegistryClient
+from discovery.registry.merge import InstanceRecord, Key, Offer, OwnershipRecord, apply_plan, plan_service
+from discovery.registry.service import Registry
+from discovery.registry.validation import AnnouncementValidator, Rejected
+from toolservice_base import ConfigClient, Transport, names
+from toolservice_base.schemas import Probe, ToolDescriptor, ToolServiceDescriptor, descriptor_digest
+
+
+def offer(service_id: str, *tools: str) -> Offer:
+    service = ToolServiceDescriptor.model_validate(
+        {"id": service_id, "request-queue": f"non-persistent://tg/request/{service_id}", "response-queue": f"non-persistent://tg/response/{service_id}"}
+    )
+    parsed = tuple(ToolDescriptor(name=name, description="does things", service=service_id) for name in tools)
+    return Offer(service, parsed, descriptor_digest(service, list(parsed)), "1.0")
+
+
+def base_record(service_id: str, *instances: str, digest: str | None = None) -> OwnershipRecord:
+    return OwnershipRecord(service=service_id, workspace="default", digest=digest, instances={i: InstanceRecord(ttl=2.0, since=1.0) for i in instances})
+
+# --- the rules, without a broker ---------------------------------------------------------------
+
+
+def plan(view: dict[Key, str | None], owners: dict[Key, str], service_id: str, *tools: str, kept: dict[Key, float] | None = None):  # noqa: ANN201
+    the_offer = offer(service_id, *tools)
+    return plan_service(view, owners, service_id=service_id, owned={}, record=base_record(service_id, "i1", digest=the_offer.digest),
+                        offer=the_offer, kept=kept)
+
+
+@pytest.mark.parametrize(("first", "later"), [("acme.search", "acme_search"), ("acme_search", "acme.search"), ("a_b.c", "a.b_c")])
+def test_a_tool_whose_client_name_another_tool_has_is_refused_to_the_later_service(first: str, later: str) -> None:
+    view: dict[Key, str | None] = {}
+    owners: dict[Key, str] = {}
+    held = plan(view, owners, "acme", first)
+    apply_plan(view, owners, held, [])
+    assert held.conflicts == [] and ("tool", first) in held.owned
+    refused = plan(view, owners, "other", later, "other-tool")
+    assert ("tool", later) not in refused.writes and ("tool", later) not in refused.owned
+    assert ("tool", "other-tool") in refused.owned  # the rest of its offer goes in
+    [conflict] = refused.conflicts
+    shown = names.client_name(later)
+    assert (conflict.tool, conflict.held_by) == (later, "acme")
+    assert f"as {shown!r}" in conflict.reason and repr(first) in conflict.reason and "first" in conflict.reason
+
+
+def test_a_name_kept_for_a_service_that_went_keeps_its_client_name_too() -> None:
+    until = time.time() + 60
+    refused = plan({}, {("tool", "acme.search"): "acme"}, "other", "acme_search", kept={("tool", "acme.search"): until})
+    assert [(c.tool, c.held_by) for c in refused.conflicts] == [("acme_search", "acme")]
+    assert "kept for it until" in refused.conflicts[0].reason
+
+
+def test_a_static_tool_read_with_the_batch_keeps_its_client_name() -> None:
+    static = ToolDescriptor(name="acme.search", description="by hand", service="acme").to_json()
+    refused = plan({("tool", "acme.search"): static}, {}, "other", "acme_search")
+    assert [(c.tool, c.held_by) for c in refused.conflicts] == [("acme_search", "static")]
+
+
+def test_names_that_only_look_alike_to_people_do_not_collide() -> None:
+    view: dict[Key, str | None] = {}
+    owners: dict[Key, str] = {}
+    apply_plan(view, owners, plan(view, owners, "acme", "acme.search"), [])
+    assert plan(view, owners, "other", "acme-search", "acme.search.v2", "Acme_search").conflicts == []
+
+
+def test_a_long_name_keeps_its_hashed_client_name_from_a_tool_named_like_it() -> None:
+    long = "x" * 100
+    shown = names.client_name(long)
+    assert len(shown) == 64 and names.OPENAI_NAME.match(shown)
+    owners: dict[Key, str] = {}
+    view: dict[Key, str | None] = {}
+    apply_plan(view, owners, plan(view, owners, "acme", long), [])
+    assert [c.tool for c in plan(view, owners, "other", shown).conflicts] == [shown]
+    # And the bridge's mapping stays one-to-one even for a set the registry did not police.
+    mapping = names.openai_names([long, shown])
+    assert mapping[shown] == shown and mapping[long] != shown and names.OPENAI_NAME.match(mapping[long])
+
+
+def test_one_service_announcing_two_tools_with_one_client_name_is_refused_whole() -> None:
+    data = announcement("acme", ("acme.search", "acme_search")).to_json().encode()
+    with pytest.raises(Rejected, match="would both be listed to MCP and OpenAI clients as 'acme_search'") as caught:
+        AnnouncementValidator().check(data, time.time())
+    assert caught.value.category == "malformed" and caught.value.reason.startswith("not a valid announcement")
+
+
+def test_the_bridge_and_the_registry_use_one_mapping() -> None:
+    assert llm_names.openai_names is names.openai_names and llm_names.OPENAI_NAME is names.OPENAI_NAME
+    assert llm_names.client_name is names.client_name
+
+
+# --- on a real broker --------------------------------------------------------------------------
+
+async def _notices(connection: Transport) -> list[Probe]:
+    found: list[Probe] = []
+
+    async def keep(message: Any) -> None:
+        probe = Probe.model_validate_json(message.data)
+        if probe.refused is not None:
+            found.append(probe)
+
+    await connection.subscribe(connection.topics.tool_probe, keep)
+    return found
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize(("first", "later"), [("acme.search", "acme_search"), ("acme_search", "acme.search")])
+async def test_a_later_tool_cannot_take_the_name_clients_already_call(
+    connection: Transport, config_client: ConfigClient, registry: Registry, first: str, later: str
+) -> None:
+    notices = await _notices(connection)
+    publisher = await connection.publisher(connection.topics.tool_descriptors)
+    await publisher.send(announcement("acme", (first,), instance="acme-1", ttl=30).to_json())
+    await eventually(lambda: config_client.list("tool"), timeout=3.0)
+    listed_before = names.openai_names(await config_client.list("tool"))
+    await publisher.send(announcement("rival", (later, "rival-tool"), instance="rival-1", ttl=30).to_json())
+    await eventually(lambda: registry.conflicts(), timeout=3.0)
+    await registry.settle()
+    # The store, and so every agent and MCP client, still has the first tool under the name it was listed by.
+    in_store = await config_client.list("tool")
+    assert sorted(in_store) == sorted([first, "rival-tool"])
+    assert names.openai_names(in_store)[first] == listed_before[first] == "acme_search"
+    assert json.loads((await config_client.get([("tool", first)]))[("tool", first)])["service"] == "acme"
+    # A conflict like any other: listed by the query API `toolreg conflicts` reads ...
+    async with RegistryClient(connection, timeout=5) as client:
+        conflicts = await client.conflicts()
+    assert [(c.tool, c.service, c.held_by, c.workspace) for c in conflicts] == [(later, "rival", "acme", "default")]
+    assert "'acme_search'" in conflicts[0].reason
+    # ... and told to the refused service.
+    await eventually(lambda: any(n.instance == "rival-1" and later in (n.refused or "") for n in notices), timeout=3.0)
+    assert not any(n.instance == "acme-1" for n in notices)

@@ -1,0 +1,194 @@
+"""The config store replicated on the broker: one active replica serves, standbys follow the log and take over.
+
+In process, each replica with a client of its own, on Apache Pulsar (a fresh
+tenant per test) and on the in-memory transport, which must behave the same.
+What a client sees is the promise: an acknowledged write survives a failover,
+a batch is seen whole, and the version never goes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+from apache_pulsar import ApachePulsar
+from support import eventually
+
+from discovery.store.replicated import ReplicatedStore
+from toolservice_base import ConfigClient, MemoryBroker, Settings, open_transport
+from toolservice_base.errors import BrokerUnsupported, ConfigError, RequestTimeout
+from toolservice_base.transport import Transport
+
+pytestmark = pytest.mark.timeout(240)
+
+KINDS = [pytest.param("apache-pulsar", marks=pytest.mark.apache_pulsar), "memory"]
+
+
+@pytest.fixture(params=KINDS)
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
+    """conftest's `settings`, on the brokers that can keep replicated state only."""
+    if request.param == "memory":
+        memory: MemoryBroker = request.getfixturevalue("memory_broker")
+        yield Settings(data_dir=tmp_path / "data", pulsar_url=memory.url)
+        return
+    apache: ApachePulsar = request.getfixturevalue("apache_pulsar")
+    space: str = request.getfixturevalue("tenant")
+    yield Settings(data_dir=tmp_path / "data", pulsar_url=apache.url, broker="apache-pulsar", topicspace=space, auth_token=apache.token)
+
+
+class Group:
+    """Replicas of one store, each on a connection of its own, as separate processes would be."""
+
+    def __init__(self, settings: Settings, stack: AsyncExitStack) -> None:
+        self.settings = settings
+        self.stack = stack
+        self.replicas: list[ReplicatedStore] = []
+        self.exits: dict[int, AsyncExitStack] = {}
+
+    async def connection(self) -> Transport:
+        connection = await open_transport(self.settings)
+        self.stack.push_async_callback(connection.close)
+        return connection
+
+    async def start(self, name: str, takeover_after: float = 2.0) -> ReplicatedStore:
+        own = AsyncExitStack()
+        self.stack.push_async_callback(own.aclose)
+        connection = await open_transport(self.settings)
+        own.push_async_callback(connection.close)
+        replica = await own.enter_async_context(ReplicatedStore(connection, replica_id=name, takeover_after=takeover_after))
+        self.replicas.append(replica)
+        self.exits[id(replica)] = own
+        return replica
+
+    async def stop(self, replica: ReplicatedStore) -> None:
+        await self.exits.pop(id(replica)).aclose()
+        self.replicas.remove(replica)
+
+    def active(self) -> ReplicatedStore:
+        actives = [r for r in self.replicas if r.role == "active" and r.service is not None]
+        assert len(actives) == 1, [(r.replica_id, r.role) for r in self.replicas]
+        return actives[0]
+
+
+@pytest.fixture
+async def group(settings: Settings) -> AsyncIterator[Group]:
+    async with AsyncExitStack() as stack:
+        yield Group(settings, stack)
+
+
+async def put_until_acknowledged(client: ConfigClient, key: str, value: str, timeout: float = 30.0) -> int:
+    """What an operator's retrying client does across a failover: the write is acknowledged once, with its version."""
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                return await client.put([("note", key, value)])
+            except (RequestTimeout, ConfigError):
+                await asyncio.sleep(0.1)
+
+
+async def test_one_replica_serves_the_other_follows_with_the_same_items_and_version(group: Group) -> None:
+    first = await group.start("first")
+    await eventually(lambda: first.role == "active" and first.service is not None, timeout=15)
+    second = await group.start("second")
+    assert second.role == "standby" and second.service is None
+    client = ConfigClient(await group.connection(), timeout=5)
+    await client.start()
+    try:
+        version = await client.put([("note", "a", "1"), ("note", "b", "2"), ("note", "c", "3")])
+        await eventually(lambda: second.version == version, timeout=10)
+        assert second.store is not None and first.store is not None
+        assert second.store.dump() == first.store.dump()
+        assert [status.role for status in sorted(first.replicas(), key=lambda s: s.id)] == ["active", "standby"]
+    finally:
+        await client.close()
+
+
+async def test_a_batch_reaches_a_standby_whole_or_not_at_all(group: Group) -> None:
+    active = await group.start("active")
+    await eventually(lambda: active.service is not None, timeout=15)
+    standby = await group.start("standby")
+    client = ConfigClient(await group.connection(), timeout=5)
+    await client.start()
+    seen: list[tuple[int, int]] = []
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        while not stop.is_set():
+            if standby.store is not None:
+                version, rows = standby.store.dump()
+                seen.append((version, len(rows)))
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        for round_ in range(20):
+            await client.put([("note", f"r{round_}-{i}", "x") for i in range(10)])
+        await eventually(lambda: standby.version == active.version, timeout=10)
+    finally:
+        stop.set()
+        await watcher
+        await client.close()
+    assert seen and all(items % 10 == 0 for _, items in seen), sorted({items for _, items in seen if items % 10})
+    assert [v for v, _ in seen] == sorted(v for v, _ in seen), "the version went back at a standby"
+
+
+async def test_the_standby_takes_over_when_the_active_goes_and_no_acknowledged_write_is_lost(group: Group) -> None:
+    first = await group.start("first")
+    await eventually(lambda: first.service is not None, timeout=15)
+    second = await group.start("second")
+    client = ConfigClient(await group.connection(), timeout=2)
+    await client.start()
+    acknowledged: dict[str, int] = {}
+    try:
+        for i in range(30):
+            acknowledged[f"before-{i}"] = await put_until_acknowledged(client, f"before-{i}", str(i))
+        await group.stop(first)  # the active goes; the broker hands the lock to the standby
+        for i in range(30):
+            acknowledged[f"after-{i}"] = await put_until_acknowledged(client, f"after-{i}", str(i))
+        assert group.active() is second
+        found = await client.get([("note", key) for key in acknowledged])
+        assert sorted(key for _, key in found) == sorted(acknowledged)
+        versions = list(acknowledged.values())
+        assert versions == sorted(versions) and len(set(versions)) == len(versions), "a version went back or was reused"
+    finally:
+        await client.close()
+
+
+async def test_a_replica_that_comes_back_is_a_standby_and_catches_up(group: Group) -> None:
+    first = await group.start("first")
+    await eventually(lambda: first.service is not None, timeout=15)
+    second = await group.start("second")
+    client = ConfigClient(await group.connection(), timeout=2)
+    await client.start()
+    try:
+        await put_until_acknowledged(client, "one", "1")
+        await group.stop(first)
+        await eventually(lambda: second.service is not None, timeout=15)
+        version = await put_until_acknowledged(client, "two", "2")
+        back = await group.start("first-again")
+        await eventually(lambda: back.version == version, timeout=10)
+        assert back.role == "standby" and group.active() is second
+        assert back.store is not None and back.store.get("default", [("note", "one"), ("note", "two")]) == [("note", "one", "1"), ("note", "two", "2")]
+    finally:
+        await client.close()
+
+
+async def test_on_pulsar_lite_the_replicated_store_says_it_needs_apache_pulsar(tmp_path: Path) -> None:
+    from discovery.broker import EmbeddedBroker
+
+    broker = EmbeddedBroker(tmp_path / "lite")
+    url = broker.start()
+    try:
+        connection = await open_transport(Settings(data_dir=tmp_path / "data", pulsar_url=url, broker="pulsar-lite"))
+        try:
+            with pytest.raises(BrokerUnsupported, match="needs Apache Pulsar") as caught:
+                async with ReplicatedStore(connection):
+                    pass
+            assert "\n" not in str(caught.value)
+        finally:
+            await connection.close()
+    finally:
+        broker.stop()
