@@ -146,6 +146,11 @@ NO_COLOR_ENV = "NO_COLOR"
 TRUST_POLICY_ENV = "TOOLREG_TRUST_POLICY"
 
 
+def env(name: str) -> str | None:
+    """One variable of the environment, stripped; None if unset or blank. Every other read of the environment goes through here."""
+    return os.environ.get(name, "").strip() or None
+
+
 def log_level() -> str | None:
     """`TOOLREG_LOG_LEVEL`: `debug`, `info`, `warning` or `error`, as given; None when unset or empty (info)."""
     return os.environ.get(LOG_LEVEL_ENV) or None

@@ -16,12 +16,12 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
-import os
 from collections.abc import Awaitable
 from pathlib import Path
 
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import check_name
+from toolservice_base.settings import env
 from toolservice_base.transport import broker_unreachable
 
 from .common import CommandError, settings_of, wait_for_signal
@@ -78,7 +78,7 @@ def read_token(args: argparse.Namespace) -> str | None:
         if not token:
             raise CommandError(f"--token-file {args.token_file} is empty; put the token in it")
         return token
-    return os.environ.get(TOKEN_ENV, "").strip() or None
+    return env(TOKEN_ENV)
 
 
 def _is_loopback(host: str) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -24,6 +23,7 @@ from discovery.registry.protocol import PendingChange
 from discovery.registry.trust import TRUST_POLICY_ENV, PolicyError, policy_from
 from discovery.registry.validation import DEFAULT_MAX_SKEW
 from toolservice_base.errors import RegistryUnavailable
+from toolservice_base.settings import env
 
 from .common import CommandError, Deadline, connect, lazy, opened, settings_of, waiting_for
 
@@ -66,18 +66,18 @@ def registry_options(args: argparse.Namespace) -> RegistryOptions:
         raise CommandError(str(exc)) from None
     namespaces = getattr(args, "allow_namespace", None)
     if not namespaces:
-        from_env = os.environ.get(ALLOWED_NAMESPACES_ENV, "")
+        from_env = env(ALLOWED_NAMESPACES_ENV) or ""
         namespaces = [item.strip() for item in from_env.split(",") if item.strip()] or list(
             settings_of(args).topics.queue_namespaces
         )
     skew = getattr(args, "max_clock_skew", None)
     if skew is None:
-        text = os.environ.get(MAX_CLOCK_SKEW_ENV)
+        text = env(MAX_CLOCK_SKEW_ENV)
         try:
             skew = float(text) if text else DEFAULT_MAX_SKEW
         except ValueError:
             raise CommandError(f"{MAX_CLOCK_SKEW_ENV}={text!r} is not a number of seconds") from None
-    pin = bool(getattr(args, "pin_definitions", None)) or os.environ.get(PIN_DEFINITIONS_ENV, "").lower() in ("1", "true", "yes")
+    pin = bool(getattr(args, "pin_definitions", None)) or (env(PIN_DEFINITIONS_ENV) or "").lower() in ("1", "true", "yes")
     try:
         return RegistryOptions(
             trust=trust, allowed_namespaces=tuple(namespaces), max_clock_skew=skew,
@@ -297,17 +297,7 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
         help=f"the longest to wait for the broker and the registry's answer together (default {DEFAULT_TIMEOUT:g})",
     )
 
-    registry = subparsers.add_parser(
-        "registry", parents=[common_parent], help="run the registry alone (broker and config store already running)",
-        description="Run the registry until SIGTERM or Ctrl-C: merge announced tool services into the config store "
-        "and remove them when their leases run out. `toolreg up` runs one for you; use this to run it separately.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  PULSAR_URL=pulsar://broker:6650 toolreg registry --trust-policy trust.json --metrics-port 9464\n",
-    )
-    add_registry_options(registry)
-    registry.add_argument("--metrics-port", type=int, default=None,
-                          help="serve /healthz, /readyz and /metrics on this port (env TOOLREG_METRICS_PORT; default off)")
-    registry.set_defaults(handler=lazy("up", "cmd_registry"))
+    _add_registry_command(subparsers, common_parent)
 
     tools = subparsers.add_parser(
         "tools", parents=[query], help="list tools: announced and static, with status and instances",
@@ -351,6 +341,21 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
     )
     release.set_defaults(handler=cmd_release)
     _add_pin_commands(subparsers, query)
+
+
+def _add_registry_command(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
+    """`toolreg registry`: the registry run on its own (beside TrustGraph's config service, say)."""
+    registry = subparsers.add_parser(
+        "registry", parents=[common_parent], help="run the registry alone (broker and config store already running)",
+        description="Run the registry until SIGTERM or Ctrl-C: merge announced tool services into the config store "
+        "and remove them when their leases run out. `toolreg up` runs one for you; use this to run it separately.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  PULSAR_URL=pulsar://broker:6650 toolreg registry --trust-policy trust.json --metrics-port 9464\n",
+    )
+    add_registry_options(registry)
+    registry.add_argument("--metrics-port", type=int, default=None,
+                          help="serve /healthz, /readyz and /metrics on this port (env TOOLREG_METRICS_PORT; default off)")
+    registry.set_defaults(handler=lazy("up", "cmd_registry"))
 
 
 def _add_pin_commands(subparsers: Any, query: argparse.ArgumentParser) -> None:

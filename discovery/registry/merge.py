@@ -223,7 +223,6 @@ def _claim(
     service_id = plan.service
     service_key = ("tool-service", service_id)
     service_refused = False
-    visible: dict[str, tuple[str, str | None]] | None = None  # built once, at the first new name
     for key, value in desired.items():
         current = view.get(key)
         holder = owners.get(key)
@@ -235,10 +234,8 @@ def _claim(
         mine = key in owned and current is not None and value_hash(current) == owned[key]
         if mine or (current is None and holder is None):
             if key[0] == "tool" and not mine:
-                if visible is None:
-                    visible = _visible_names(view, owners, owned, service_id)
-                first = visible.get(client_name(key[1]))
-                if first is not None and first[0] != key[1]:
+                first = _client_names(view, owners).first(key[1], service_id, owned)
+                if first is not None:
                     plan.conflicts.append(_client_refusal(key[1], first[0], first[1], kept.get(("tool", first[0]))))
                     continue
             if current != value:
@@ -256,19 +253,58 @@ def _claim(
                 plan.conflicts.append(_refusal(key, holder, kept.get(key) if holder is not None else None))
 
 
-def _visible_names(
-    view: Mapping[Key, str | None], owners: Mapping[Key, str], owned: Mapping[Key, str], service_id: str
-) -> dict[str, tuple[str, str | None]]:
-    """Client-visible name (`client_name`) -> (tool, holder) of each tool another service holds or keeps,
-    and of each static tool item this batch read (holder None)."""
-    found: dict[str, tuple[str, str | None]] = {}
-    for key, holder in owners.items():
-        if key[0] == "tool" and holder != service_id:
-            found.setdefault(client_name(key[1]), (key[1], holder))
-    for key, value in view.items():
-        if key[0] == "tool" and value is not None and key not in owners and not (key in owned and value_hash(value) == owned[key]):
-            found.setdefault(client_name(key[1]), (key[1], None))
-    return found
+class ClientNames:
+    """Client-visible name (`client_name`) -> the tools of a batch's working state that have it.
+
+    Indexes every tool key in `owners` (held or kept by a service) and every
+    tool item in `view` (static ones among them). It only grows: `apply_plan`
+    adds what a plan claims, and `first` checks each name it finds against
+    the state as it is now, so a name released since is no longer in the way.
+    Built once per batch (`_client_names`), so planning many services costs
+    one pass over the workspace's tools, not one per service.
+    """
+
+    def __init__(self, view: Mapping[Key, str | None], owners: Mapping[Key, str]) -> None:
+        self.view, self.owners = view, owners
+        self.names: dict[str, set[str]] = {}
+        for key in owners:
+            if key[0] == "tool":
+                self.add(key[1])
+        for key, value in view.items():
+            if key[0] == "tool" and value is not None:
+                self.add(key[1])
+        self.size = len(owners)
+        """`len(owners)` when last in step: a caller that changed `owners` other than by `apply_plan` gets a new index."""
+
+    def add(self, name: str) -> None:
+        self.names.setdefault(client_name(name), set()).add(name)
+
+    def first(self, name: str, service_id: str, owned: Mapping[Key, str]) -> tuple[str, str | None] | None:
+        """The other tool clients already know by `name`'s client name, and its holder (None: a static item); or None."""
+        for other in sorted(self.names.get(client_name(name), ())):
+            if other == name:
+                continue
+            key = ("tool", other)
+            holder = self.owners.get(key)
+            if holder is not None:
+                if holder != service_id:
+                    return other, holder
+                continue
+            value = self.view.get(key)
+            if value is not None and not (key in owned and value_hash(value) == owned[key]):
+                return other, None
+        return None
+
+
+_INDEX: list[ClientNames] = []
+"""The index of the batch being planned: the writer plans a workspace's services one after another over one
+`view` and one `owners`, and `apply_plan` keeps the index in step with what each plan claims."""
+
+
+def _client_names(view: Mapping[Key, str | None], owners: Mapping[Key, str]) -> ClientNames:
+    if not _INDEX or _INDEX[0].view is not view or _INDEX[0].owners is not owners or _INDEX[0].size != len(owners):
+        _INDEX[:] = [ClientNames(view, owners)]
+    return _INDEX[0]
 
 
 def _client_refusal(name: str, other: str, holder: str | None, kept_until: float | None) -> Finding:
@@ -311,6 +347,7 @@ def _write_record(plan: Plan, view: Mapping[Key, str | None], record: OwnershipR
 
 def apply_plan(view: MutableMapping[Key, str | None], owners: MutableMapping[Key, str], plan: Plan, previously_owned: Iterable[Key]) -> None:
     """Fold a plan into the batch's working view, so later plans see its claims."""
+    before = len(owners)
     for key, value in plan.writes.items():
         view[key] = value
     for key in previously_owned:
@@ -318,6 +355,11 @@ def apply_plan(view: MutableMapping[Key, str | None], owners: MutableMapping[Key
             del owners[key]
     for key in plan.owned:
         owners[key] = plan.service
+    if _INDEX and _INDEX[0].owners is owners and _INDEX[0].view is view and _INDEX[0].size == before:
+        for key in plan.owned:
+            if key[0] == "tool":
+                _INDEX[0].add(key[1])
+        _INDEX[0].size = len(owners)
 
 
 def combine(original: Mapping[Key, str | None], view: Mapping[Key, str | None], plans: Iterable[Plan]) -> tuple[

@@ -19,6 +19,11 @@ window for a replayed message and hands no name over early.
 A refused message still says something: its sender is alive. A lease whose
 holder keeps sending refused messages is marked so (`leases`), and runs out
 without self-preservation holding it; the sender is told why (`probes`).
+Without a trust policy an instance is bound to the workspace and service of
+its lease: an unverified message naming it elsewhere is refused before it
+can touch the instance's sequence memory. A replay refusal is told to the
+instance too: if another sender took its identity over, its announcer starts
+again under a fresh id (`toolservice_base.announcer`).
 
 Query API on `tool-registry`: `list`, `get`, `rejections`, `conflicts`,
 `release`, and for pinned definitions (`pins`, `--pin-definitions`)
@@ -296,7 +301,8 @@ class Registry:
             self._on_withdraw(announcement, wall, tracing.remote_context(message.properties))
 
     async def _refused(self, exc: Rejected, data: bytes, wall: float) -> None:
-        """Record a refusal, tell its sender (once per entry of the log), and mark the lease it names as refused.
+        """Record a refusal, tell its sender (once per entry of the log; a replay or identity refusal each
+        time, rate-limited, for the instance may be locked out), and mark the lease it names as refused.
 
         A lease counts as refused only if the message can be its holder's:
         not a freshness refusal (a replay, or a clock out of step, says

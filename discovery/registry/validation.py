@@ -3,10 +3,14 @@
 Anyone who can publish on the topic can send anything, so every message is
 judged here first (spec section 8): size, shape (the pydantic
 `Announcement`, which already checks names, lengths, the digest and each
-tool against its service), queues in an allowed set of namespaces, and
-freshness (`sent-at` inside the skew window, no `sequence` that is not after
-the last one seen from the instance). A refusal is a `Rejected` carrying a
-one-line reason; the registry logs it and keeps it in a bounded list.
+tool against its service; and no two of its tools listed to MCP and OpenAI
+clients under one name, `toolservice_base.names`), queues in an allowed set
+of namespaces, and freshness (`sent-at` inside the skew window, no
+`sequence` that is not after the last one seen from the instance). Then the
+registry's `authorize` (an instance keeps the workspace and service of its
+lease; the trust policy), before the sequence is recorded. A refusal is a
+`Rejected` carrying a one-line reason; the registry logs it and keeps it in
+a bounded list.
 
 The skew window is what stops a replay once the sequence memory has
 forgotten the instance (eviction): a message is refused when its `sent-at`

@@ -43,6 +43,7 @@ from typing import Any, Self
 
 from toolservice_base.errors import Fenced, NotActive, ProducerBusy, ReplicationError, TransportClosed, TransportError
 from toolservice_base.logs import get_logger
+from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import ExclusiveMode, ExclusivePublisher, Payload, Reader, Transport
 
 from .membership import Membership, Role, wait_event
@@ -277,12 +278,7 @@ class Election:
 
     async def _stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
         for queue in self._watchers:
             queue.put_nowait(None)
 

@@ -45,6 +45,7 @@ from typing import Any, Protocol, Self
 
 from toolservice_base.errors import NewerFormat, NotActive, ReplicationError, TransportClosed, TransportError
 from toolservice_base.logs import get_logger
+from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import MESSAGE_LIMIT, Envelope, Reader, ReaderStart, Transport, unique_name
 
 from .election import ElectedWriter, Election
@@ -213,7 +214,7 @@ class ReplicatedLog:
                 replayed=self.stats["applied"], restore_s=round(restored - started, 3), replay_s=round(time.monotonic() - restored, 3),
             )
             tail = asyncio.create_task(self._tail(), name=f"log-tail:{self.log_topic}")
-            stack.push_async_callback(_cancel, tail)
+            stack.push_async_callback(cancel_and_wait, tail)
             stack.push_async_callback(self._stop_writing)
             if self._election is not None:
                 self._election.add_listener(self._promoted, self._demoted)
@@ -334,7 +335,7 @@ class ReplicatedLog:
         self._writer = self._snapshot_writer = None
         task, self._snapshot_task = self._snapshot_task, None
         if task is not None:
-            await _cancel(task)
+            await cancel_and_wait(task)
 
     async def append(self, payload: Any, *, version: int | None = None) -> LogEntry:
         """Append one entry (version: the next one, unless given) and apply it; returns once it is persisted.
@@ -499,10 +500,3 @@ def _items(chunks: list[bytes]) -> Iterator[Any]:
     for chunk in chunks:
         yield from json.loads(chunk)
 
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass

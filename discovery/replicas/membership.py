@@ -31,6 +31,7 @@ from typing import Any, Literal, Self
 
 from toolservice_base.errors import TransportError
 from toolservice_base.logs import get_logger
+from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Envelope, Publisher, Transport
 
 log = get_logger("discovery.replicas.membership")
@@ -142,7 +143,7 @@ class Membership:
             stack.push_async_callback(self._transport.close_publisher, self._publisher)
             await self._publish()  # a first status at once: refuses now, in one line, if the topic cannot be written
             task = asyncio.create_task(self._heartbeats(), name=f"membership:{self.group}:{self.replica_id}")
-            stack.push_async_callback(_cancel, task)
+            stack.push_async_callback(cancel_and_wait, task)
             self._stack = stack.pop_all()
         log.debug("membership.started", group=self.group, replica=self.replica_id, topic=self.topic)
         return self
@@ -234,10 +235,3 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
         return False
     return True
 
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass

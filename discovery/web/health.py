@@ -43,7 +43,6 @@ import contextlib
 import ipaddress
 import json
 import logging
-import os
 import resource
 import select
 import socket
@@ -65,12 +64,15 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.logs import get_logger
+from toolservice_base.settings import env
 
 log = get_logger("discovery.web")
 
 DEFAULT_METRICS_PORT = 9464
 """The conventional port: what deploy/ sets and the help suggests. Nothing listens unless asked."""
 DEFAULT_METRICS_HOST = "127.0.0.1"
+METRICS_HOST_ENV = "TOOLREG_METRICS_HOST"
+METRICS_PORT_ENV = "TOOLREG_METRICS_PORT"
 LOOP_TIMEOUT = 2.0
 """Seconds without a loop heartbeat after which `/healthz` answers 503."""
 SHUTDOWN_GRACE = 2.0
@@ -100,9 +102,9 @@ class HealthError(ToolDiscoveryError):
 
 def metrics_address(port: int | None = None) -> tuple[str, int] | None:
     """Where to serve, or None for off. An explicit port wins over `TOOLREG_METRICS_PORT`; 0 picks a free one."""
-    host = os.environ.get("TOOLREG_METRICS_HOST", "").strip() or DEFAULT_METRICS_HOST
+    host = env(METRICS_HOST_ENV) or DEFAULT_METRICS_HOST
     if port is None:
-        raw = os.environ.get("TOOLREG_METRICS_PORT", "").strip()
+        raw = env(METRICS_PORT_ENV) or ""
         if not raw:
             return None
         try:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
@@ -53,6 +52,7 @@ from discovery.registry.overview import InstanceView, RegistrySnapshot
 from discovery.registry.protocol import PendingChange
 from toolservice_base.errors import ConfigError, RegistryUnavailable, TransportError
 from toolservice_base.logs import get_logger
+from toolservice_base.settings import env
 
 from .health import HealthServer, is_loopback_host, split_host
 
@@ -413,7 +413,7 @@ def page_routes(overview: SnapshotSource, access: PageAccess, closing: asyncio.E
 
 def serve_registry_page(health: HealthServer, overview: SnapshotSource) -> str:
     """Add the page to `health`'s routes (or not, off loopback without a token); returns one line saying where it is."""
-    access = PageAccess(health.loopback, os.environ.get(TOKEN_ENV, "").strip() or None)
+    access = PageAccess(health.loopback, env(TOKEN_ENV))
     if not access.loopback and access.token is None:
         log.info("page.off", reason=f"bound to {health.host} and {TOKEN_ENV} is not set", fix=f"set {TOKEN_ENV}, or bind to 127.0.0.1")
         health.add_routes(page_routes(overview, access, health.closing))  # answers 403 saying what to set

@@ -19,7 +19,7 @@ from support.registry import announcement
 
 from agent_bridge import llm_names
 from discovery.registry.client import RegistryClient
-from discovery.registry.merge import InstanceRecord, Key, Offer, OwnershipRecord, apply_plan, plan_service
+from discovery.registry.merge import InstanceRecord, Key, Offer, OwnershipRecord, Plan, apply_plan, plan_service
 from discovery.registry.service import Registry
 from discovery.registry.validation import AnnouncementValidator, Rejected
 from toolservice_base import ConfigClient, Transport, names
@@ -40,7 +40,7 @@ def base_record(service_id: str, *instances: str, digest: str | None = None) -> 
 # --- the rules, without a broker ---------------------------------------------------------------
 
 
-def plan(view: dict[Key, str | None], owners: dict[Key, str], service_id: str, *tools: str, kept: dict[Key, float] | None = None):  # noqa: ANN201
+def plan(view: dict[Key, str | None], owners: dict[Key, str], service_id: str, *tools: str, kept: dict[Key, float] | None = None) -> Plan:
     the_offer = offer(service_id, *tools)
     return plan_service(view, owners, service_id=service_id, owned={}, record=base_record(service_id, "i1", digest=the_offer.digest),
                         offer=the_offer, kept=kept)
@@ -73,6 +73,20 @@ def test_a_static_tool_read_with_the_batch_keeps_its_client_name() -> None:
     static = ToolDescriptor(name="acme.search", description="by hand", service="acme").to_json()
     refused = plan({("tool", "acme.search"): static}, {}, "other", "acme_search")
     assert [(c.tool, c.held_by) for c in refused.conflicts] == [("acme_search", "static")]
+
+
+def test_a_client_name_released_earlier_in_a_batch_is_free_for_a_later_service() -> None:
+    view: dict[Key, str | None] = {}
+    owners: dict[Key, str] = {}
+    first = plan(view, owners, "acme", "acme.search")
+    apply_plan(view, owners, first, [])
+    renamed = offer("acme", "acme.find")  # acme's next version drops acme.search
+    moved = plan_service(view, owners, service_id="acme", owned=first.owned, record=base_record("acme", "i1", digest=renamed.digest), offer=renamed)
+    apply_plan(view, owners, moved, first.owned)
+    assert moved.removed == ["acme.search"]
+    assert plan(view, owners, "rival", "acme_search").conflicts == []
+    owners[("tool", "acme.search")] = "acme"  # kept for it after all, set by hand as the writer does for a service that went
+    assert [c.held_by for c in plan(view, owners, "rival", "acme_search").conflicts] == ["acme"]
 
 
 def test_names_that_only_look_alike_to_people_do_not_collide() -> None:
