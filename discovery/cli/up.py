@@ -20,7 +20,6 @@ from typing import Any
 
 from discovery.broker import BrokerSupervisor, EmbeddedBroker
 from discovery.registry import Registry, RegistryOptions
-from discovery.registry.leases import SweepResult
 from discovery.registry.overview import RegistrySnapshot, ReplicaView
 from discovery.replicas import Election, Membership, ReplicaStatus
 from discovery.store import STORE_FILE, ConfigStore, ConfigStoreService
@@ -29,7 +28,6 @@ from discovery.web import HealthServer
 from toolservice_base import Settings, Transport, open_transport
 from toolservice_base.errors import RegistryUnavailable
 from toolservice_base.logs import get_logger
-from toolservice_base.tasks import cancel_and_wait
 
 from . import registry as cli_registry
 from .common import CommandError, UpLock, settings_of, wait_for_signal
@@ -38,11 +36,6 @@ from .serving import show_registry_page, start_health
 STORES = ("sqlite", "pulsar")
 REGISTRY_GROUP = "registry"
 """The replica group of `toolreg registry` processes (`toolreg replicas` shows it)."""
-STALL = 1.0
-"""A gap this long between two turns of the registry's loop watch: the process did not run (SIGSTOP, a paused VM)."""
-STALL_PAUSE = 5.0
-"""Seconds the lease sweeps stay off after such a gap: longer than a replica takes to learn it was replaced meanwhile
-(a newer term heard within a second, its lock seen lost within two), and than the heartbeats queued meanwhile take to be read."""
 
 log = get_logger("discovery.cli")
 
@@ -63,31 +56,15 @@ class ActiveRegistry:
         self.registry: Registry | None = None
         self.replicas = replicas
         """The group this registry runs in (`ReplicatedStore.replicas`, `Membership.replicas`), for the page; None: not replicated."""
-        self._watch: asyncio.Task[None] | None = None
-        self._last_turn = time.monotonic()
-        self._paused_until = 0.0
 
     async def start(self) -> None:
         registry = Registry(self._connection, options=self._options)
-        sweep = registry.leases.sweep
-
-        def sweep_unless_stalled(now: float) -> SweepResult:
-            return SweepResult() if self._stalled(now) else sweep(now)
-
-        registry.leases.sweep = sweep_unless_stalled  # type: ignore[method-assign]
-        self._last_turn = time.monotonic()
-        self._watch = asyncio.create_task(self._watch_turns(), name="registry-loop-watch")
-        try:
-            await registry.start()
-        except BaseException:
-            await cancel_and_wait(self._watch)
-            raise
+        await registry.start()
         self.registry = registry
 
     async def stop(self) -> None:
         """Stop, writing what the registry still has pending (briefly): for a registry that ends its own term."""
         registry, self.registry = self.registry, None
-        await cancel_and_wait(self._watch)
         if registry is not None:
             await registry.stop()
 
@@ -96,37 +73,13 @@ class ActiveRegistry:
 
         Another replica may be active already (this one was frozen and
         replaced), serving the same config queues: what this registry still
-        had pending comes from a view that stopped when the process did (its
-        leases ran out unheard), and written there it would withdraw live
-        tools. The active registry has its own view; nothing is lost.
+        had pending comes from a view that stopped when the process did, and
+        written there it would withdraw live tools. The active registry has
+        its own view; nothing is lost.
         """
         registry, self.registry = self.registry, None
-        await cancel_and_wait(self._watch)
         if registry is not None:
-            await registry.writer.stop()  # first: no pending write reaches a store from here on
-            await registry.stop()
-
-    def _stalled(self, now: float) -> bool:
-        """Whether lease sweeps are off: the process has just come back from not running, or did within `STALL_PAUSE`."""
-        if now - self._last_turn > STALL:  # the watch has not had a turn since the process came back
-            self._pause(now, now - self._last_turn)
-        return now < self._paused_until
-
-    def _pause(self, now: float, gap: float) -> None:
-        if now >= self._paused_until:
-            log.warning(
-                "registry.sweeps_paused", stalled_s=round(gap, 1), paused_s=STALL_PAUSE,
-                note="this process did not run for a while: no lease expires on silence it could not hear",
-            )
-        self._paused_until = max(self._paused_until, now + STALL_PAUSE)
-
-    async def _watch_turns(self) -> None:
-        while True:
-            await asyncio.sleep(0.1)
-            now = time.monotonic()
-            if now - self._last_turn > STALL:
-                self._pause(now, now - self._last_turn)
-            self._last_turn = now
+            await registry.stop(flush=False)
 
     def readiness(self) -> str | None:
         return None if self.registry is None else self.registry.readiness()

@@ -36,7 +36,7 @@ import itertools
 import time
 from collections import defaultdict
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, Self
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from opentelemetry.trace import SpanContext
@@ -73,7 +73,7 @@ from .leases import Lease, LeaseTable, ServiceKey
 from .merge import RECORD_TYPE, Offer, OwnershipRecord
 from .metrics import RegistryMetrics
 from .options import RegistryOptions
-from .overview import Overview
+from .overview import Overview, trust_view
 from .paging import page_of
 from .pins import PENDING_TYPE, PIN_TYPE, Pending, PinBook, PinError, rejected_reason
 from .probes import ProbeLimiter, Prober
@@ -86,6 +86,13 @@ from .writer import StoreWriter
 __all__ = ["ProbeLimiter", "Registry", "RegistryOptions"]
 
 log = get_logger("discovery.registry")
+
+STALL = 3.0
+"""A gap this long between two lease sweeps (or four of their intervals, if longer): the process did not run. Well above
+what a busy loop takes between two sweeps, so a loaded machine never turns expiry off."""
+STALL_PAUSE = 5.0
+"""Seconds no lease expires after such a gap: longer than heartbeats take to come in again (one every ttl/3), and than a
+deposed replica takes to learn it was replaced meanwhile (a newer term heard within a second, its lock seen lost within two)."""
 
 DESCRIPTOR_PERMITS = 10_000
 """Receiver queue on `tool-descriptors`. The topic is non-persistent: the broker drops what a consumer has
@@ -138,7 +145,7 @@ class Registry:
         self.overview = Overview(
             services=self._services, leases=self.leases, config=self._config, rejections=self.rejection_log,
             conflicts=self.conflicts, key_names=self._key_names, workspace_default=workspace_default,
-            pending=self.pending if self.pins is not None else None,
+            pending=self.pending if self.pins is not None else None, trust=trust_view(opts.trust),
         )
         """What the registry page shows (`await registry.overview.snapshot()`), read-only."""
         self._descriptors: Subscription | None = None
@@ -154,6 +161,8 @@ class Registry:
         self._scheduler: AsyncIOScheduler | None = None
         self._running = False
         self._resources = AsyncExitStack()
+        self._last_sweep = time.monotonic()
+        self._sweeps_paused_until = 0.0
 
     # --- life cycle ----------------------------------------------------------
 
@@ -197,13 +206,25 @@ class Registry:
         else:
             log.info("registry.trusted", keys=len(getattr(self.options.trust, "keys", ())), path=str(getattr(self.options.trust, "path", "")))
 
-    async def stop(self) -> None:
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def stop(self, *, flush: bool = True) -> None:
         """Stop taking messages, finish pending writes (briefly), close. The store keeps what was merged.
 
+        `flush=False` writes nothing more: for a replica that was deposed, whose
+        pending writes come from a view that stopped while another registry
+        was active (its leases ran out unheard while it was frozen).
         Safe at any point: before `start()`, after a failed one, twice.
         """
         was_running, self._running = self._running, False
         self._stop_sweeps()
+        if not flush:
+            await self.writer.stop()  # first: no pending write reaches the store from here on
         await self._stop_intake()
         await self._resources.aclose()
         if was_running:
@@ -512,9 +533,27 @@ class Registry:
                 if state.workspace == workspace and state.conflicts:
                     self._mark(state.key, force=True)
 
+    def _stalled(self, now: float) -> bool:
+        """Whether this process has just come back from not running (SIGSTOP, a paused VM): then no lease expires for a while.
+
+        A registry that did not run heard no heartbeat meanwhile; the silence
+        is its own, not the services'. Sweeps stay off for `STALL_PAUSE`, long
+        enough for the heartbeats to come in again (and, for a replica, to
+        learn that another one took over meanwhile).
+        """
+        gap, self._last_sweep = now - self._last_sweep, now
+        if gap > max(STALL, 4 * self.options.sweep_interval):
+            log.warning("registry.sweeps_paused", stalled_s=round(gap, 1), paused_s=STALL_PAUSE,
+                        note="this process did not run for a while: no lease expires on silence it could not hear")
+            self._sweeps_paused_until = now + STALL_PAUSE
+        return now < self._sweeps_paused_until
+
     async def _sweep(self) -> None:
         self._recheck_conflicts(self.departed.prune(time.time()))  # a kept name is free now
-        result = self.leases.sweep(time.monotonic())
+        now = time.monotonic()
+        if self._stalled(now):
+            return
+        result = self.leases.sweep(now)
         gone: dict[ServiceKey, list[Lease]] = defaultdict(list)
         for lease in result.expired:
             gone[lease.service].append(lease)

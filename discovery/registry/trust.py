@@ -44,6 +44,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.schemas import NAME_PATTERN, Announcement
+from toolservice_base.settings import trust_policy_file
 from toolservice_base.signing import (
     SigningError,
     key_id,
@@ -230,5 +231,5 @@ def trusted_key(name: str, public_key_text: str, services: list[str], tools: lis
 
 def policy_from(path: str | Path | None) -> TrustPolicy | None:
     """The policy at `path`, else at `TOOLREG_TRUST_POLICY`, else None (accept every valid announcement)."""
-    chosen = path or os.environ.get(TRUST_POLICY_ENV)
+    chosen = path or trust_policy_file()
     return TrustPolicy.load(chosen) if chosen else None

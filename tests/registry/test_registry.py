@@ -522,3 +522,9 @@ async def test_an_operator_write_landing_between_the_registrys_read_and_write_is
         assert got[("tool", "tell-joke")] == operator and ("tool-service", "joke-service") in got
         assert raced == [True]
 
+
+
+async def test_the_registry_starts_and_stops_with_async_with(connection: Transport, config_store: ConfigStoreService) -> None:
+    async with Registry(connection, options=FAST) as registry:
+        assert registry.readiness() is None
+    assert registry.readiness() == "not running"
