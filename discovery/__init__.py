@@ -10,8 +10,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from discovery.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from discovery.registry.client import RegistryClient
@@ -38,12 +39,7 @@ _EXPORTS = {
     "TrustPolicy": "discovery.registry.trust",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = ["ConfigStore", "ConfigStoreService", "ExpectationFailed", "PolicyError", "Registry", "RegistryClient", "RegistryError", "RegistryOptions", "RegistryQueryError", "RegistryUnavailable", "StoreError", "TrustPolicy"]

@@ -7,8 +7,9 @@ embedded backend, with `check` (integrity) and `backup` beside it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from discovery.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from discovery.store.check import StoreDamaged
@@ -25,12 +26,7 @@ _EXPORTS = {
     "StoreError": "discovery.store.sqlite",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = ["ConfigStore", "ConfigStoreService", "ExpectationFailed", "STORE_FILE", "StoreDamaged", "StoreError"]

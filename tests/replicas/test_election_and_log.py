@@ -26,10 +26,11 @@ from typing import Any
 import pytest
 from apache_pulsar import ApachePulsar
 from support import eventually
+from support.replicas import REPLICATED_KINDS, replicated_settings
 
 from discovery.broker import EmbeddedBroker
 from discovery.replicas import Election, LogEntry, Membership, ReplicatedLog, RoleChange
-from toolservice_base import MemoryBroker, Settings, open_transport
+from toolservice_base import Settings, open_transport
 from toolservice_base.errors import (
     AuthenticationFailed,
     BrokerUnsupported,
@@ -42,26 +43,16 @@ from toolservice_base.transport import Transport
 
 pytestmark = pytest.mark.timeout(240)
 
-KINDS = [pytest.param("apache-pulsar", marks=pytest.mark.apache_pulsar), "memory"]
 HELPER = Path(__file__).with_name("election_proc.py")
 ROOT = Path(__file__).resolve().parents[2]
 INTERVAL = 0.2
 """Membership heartbeats in these tests: five a second."""
 
 
-@pytest.fixture(params=KINDS)
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
-    """conftest's `settings`, on the brokers that have `Capabilities.replicated_state` only."""
-    if request.param == "memory":
-        memory: MemoryBroker = request.getfixturevalue("memory_broker")
-        yield Settings(data_dir=tmp_path / "data", pulsar_url=memory.url)
-        return
-    apache: ApachePulsar = request.getfixturevalue("apache_pulsar")
-    space: str = request.getfixturevalue("tenant")
-    yield Settings(
-        data_dir=tmp_path / "data", pulsar_url=apache.url, broker="apache-pulsar", topicspace=space, auth_token=apache.token,
-        operation_timeout=3,
-    )
+@pytest.fixture(params=REPLICATED_KINDS)
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    """conftest's `settings`, on the brokers that can keep replicated state only."""
+    return replicated_settings(request, tmp_path)
 
 
 @pytest.fixture

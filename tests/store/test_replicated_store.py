@@ -9,34 +9,27 @@ a batch is seen whole, and the version never goes back.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
-from apache_pulsar import ApachePulsar
 from support import eventually
+from support.replicas import REPLICATED_KINDS, replicated_settings
 
 from discovery.store.replicated import ReplicatedStore
-from toolservice_base import ConfigClient, MemoryBroker, Settings, open_transport
+from toolservice_base import ConfigClient, Settings, open_transport
 from toolservice_base.errors import BrokerUnsupported, ConfigError, RequestTimeout
 from toolservice_base.transport import Transport
 
 pytestmark = pytest.mark.timeout(240)
 
-KINDS = [pytest.param("apache-pulsar", marks=pytest.mark.apache_pulsar), "memory"]
 
 
-@pytest.fixture(params=KINDS)
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
+@pytest.fixture(params=REPLICATED_KINDS)
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     """conftest's `settings`, on the brokers that can keep replicated state only."""
-    if request.param == "memory":
-        memory: MemoryBroker = request.getfixturevalue("memory_broker")
-        yield Settings(data_dir=tmp_path / "data", pulsar_url=memory.url)
-        return
-    apache: ApachePulsar = request.getfixturevalue("apache_pulsar")
-    space: str = request.getfixturevalue("tenant")
-    yield Settings(data_dir=tmp_path / "data", pulsar_url=apache.url, broker="apache-pulsar", topicspace=space, auth_token=apache.token)
+    return replicated_settings(request, tmp_path)
 
 
 class Group:

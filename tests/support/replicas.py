@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from apache_pulsar import ApachePulsar
 
 from agent_bridge import ToolSet
-from toolservice_base import ConfigClient, Settings, open_transport
+from toolservice_base import ConfigClient, MemoryBroker, Settings, open_transport
 from toolservice_base.errors import ConfigError, RequestTimeout
 from toolservice_base.examples.echo import EchoService
 
@@ -223,3 +224,20 @@ async def check(work: Load, client: ConfigClient) -> None:
     assert work.versions == sorted(work.versions), "the agent saw the config version go back"
     assert work.failed_calls == [], work.failed_calls[:5]
     assert work.tool_missing == 0, "the tool left the agent's set during the failover (a false expiry)"
+
+
+REPLICATED_KINDS = [pytest.param("apache-pulsar", marks=pytest.mark.apache_pulsar), "memory"]
+"""The brokers that can keep replicated state (`Capabilities.replicated_state`): in-process tests run on both."""
+
+
+def replicated_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    """conftest's `settings`, for `REPLICATED_KINDS`: a fresh tenant on the run's Apache Pulsar, or an in-memory broker."""
+    if request.param == "memory":
+        memory: MemoryBroker = request.getfixturevalue("memory_broker")
+        return Settings(data_dir=tmp_path / "data", pulsar_url=memory.url)
+    apache: ApachePulsar = request.getfixturevalue("apache_pulsar")
+    space: str = request.getfixturevalue("tenant")
+    return Settings(
+        data_dir=tmp_path / "data", pulsar_url=apache.url, broker="apache-pulsar", topicspace=space, auth_token=apache.token,
+        operation_timeout=3,
+    )

@@ -12,36 +12,27 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from apache_pulsar import ApachePulsar
 from support import eventually
+from support.replicas import REPLICATED_KINDS, replicated_settings
 
 from discovery.broker import EmbeddedBroker
-from toolservice_base import MemoryBroker, Settings, open_transport
+from toolservice_base import Settings, open_transport
 from toolservice_base.errors import BrokerUnsupported, Fenced, ProducerBusy, TransportError
 from toolservice_base.transport import EXCLUSIVE_MODES, Reader, Transport
 
 pytestmark = pytest.mark.timeout(180)
 
-KINDS = [pytest.param("apache-pulsar", marks=pytest.mark.apache_pulsar), "memory"]
 
 
-@pytest.fixture(params=KINDS)
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
-    """conftest's `settings`, on the brokers that have `Capabilities.replicated_state` only."""
-    if request.param == "memory":
-        memory: MemoryBroker = request.getfixturevalue("memory_broker")
-        yield Settings(data_dir=tmp_path / "data", pulsar_url=memory.url)
-        return
-    apache: ApachePulsar = request.getfixturevalue("apache_pulsar")
-    space: str = request.getfixturevalue("tenant")
-    yield Settings(
-        data_dir=tmp_path / "data", pulsar_url=apache.url, broker="apache-pulsar", topicspace=space, auth_token=apache.token,
-        operation_timeout=3,
-    )
+@pytest.fixture(params=REPLICATED_KINDS)
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    """conftest's `settings`, on the brokers that can keep replicated state only."""
+    return replicated_settings(request, tmp_path)
 
 
 @pytest.fixture
