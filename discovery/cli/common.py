@@ -169,3 +169,15 @@ def lazy(module: str, name: str) -> Handler:
 
     handler.__qualname__ = f"lazy({module}.{name})"
     return handler
+
+
+STORES = ("sqlite", "pulsar")
+"""The config store's backends (`--store`, TOOLREG_STORE)."""
+
+
+def store_choice(args: argparse.Namespace) -> str:
+    """`--store`, else TOOLREG_STORE, else sqlite; one line for anything else. `up` and `store export|import` share it."""
+    chosen = getattr(args, "store", None) or settings_of(args).store or "sqlite"
+    if chosen not in STORES:
+        raise CommandError(f"TOOLREG_STORE={chosen!r} is not a store; use one of: {', '.join(STORES)}")
+    return str(chosen)

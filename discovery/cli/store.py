@@ -23,7 +23,7 @@ from discovery.store import backup as store_backup
 from discovery.store.check import StoreDamaged, check_open_store, marker_path
 from discovery.store.sqlite import STORE_FILE
 
-from .common import CommandError, UpLock, settings_of
+from .common import UpLock, settings_of, store_choice
 
 if TYPE_CHECKING:
     from toolservice_base.transport import Transport
@@ -81,17 +81,10 @@ async def cmd_store_restore(args: argparse.Namespace) -> int:
     return 0
 
 
-def _backend(args: argparse.Namespace) -> str:
-    chosen = args.store or settings_of(args).store or "sqlite"
-    if chosen not in ("sqlite", "pulsar"):
-        raise CommandError(f"TOOLREG_STORE={chosen!r} is not a store; use sqlite or pulsar")
-    return str(chosen)
-
-
 async def cmd_store_export(args: argparse.Namespace) -> int:
     from discovery.store import transfer
 
-    backend = _backend(args)
+    backend = store_choice(args)
     if backend == "sqlite":
         version, rows = await asyncio.to_thread(transfer.sqlite_dump, store_path(args))
     else:
@@ -104,7 +97,7 @@ async def cmd_store_export(args: argparse.Namespace) -> int:
 async def cmd_store_import(args: argparse.Namespace) -> int:
     from discovery.store import transfer
 
-    backend = _backend(args)
+    backend = store_choice(args)
     version, rows = await asyncio.to_thread(transfer.read_export, Path(args.path))
     if backend == "sqlite":
         target = store_path(args)

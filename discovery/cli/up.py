@@ -30,10 +30,9 @@ from toolservice_base.errors import RegistryUnavailable
 from toolservice_base.logs import get_logger
 
 from . import registry as cli_registry
-from .common import CommandError, UpLock, settings_of, wait_for_signal
+from .common import CommandError, UpLock, settings_of, store_choice, wait_for_signal
 from .serving import show_registry_page, start_health
 
-STORES = ("sqlite", "pulsar")
 REGISTRY_GROUP = "registry"
 """The replica group of `toolreg registry` processes (`toolreg replicas` shows it)."""
 
@@ -108,11 +107,9 @@ def shared_options(options: RegistryOptions) -> dict[str, object]:
     }
 
 
-def store_backend(args: argparse.Namespace, settings: Settings) -> str:
-    """`--store`, else TOOLREG_STORE, else sqlite; one line for anything else."""
-    chosen = args.store or settings.store or "sqlite"
-    if chosen not in STORES:
-        raise CommandError(f"TOOLREG_STORE={chosen!r} is not a store; use one of: {', '.join(STORES)}")
+def store_backend(args: argparse.Namespace) -> str:
+    """`--store`, else TOOLREG_STORE, else sqlite (`common.store_choice`); for `up`, also a usable `--takeover-after`."""
+    chosen = store_choice(args)
     if chosen == "pulsar" and not args.takeover_after > 0:
         raise CommandError(f"--takeover-after must be a positive number of seconds, got {args.takeover_after:g}")
     return chosen
@@ -127,7 +124,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
     """
     settings = settings_of(args)
     options = cli_registry.registry_options(args)
-    backend = store_backend(args, settings)
+    backend = store_backend(args)
     started = time.perf_counter()
     up = False
     async with AsyncExitStack() as stack:
@@ -269,9 +266,4 @@ async def _elect_registry(stack: AsyncExitStack, connection: Transport, registry
     election.add_listener(registry.start, demoted)
     await stack.enter_async_context(election)
     print(f"replica       {replica_id} ({election.role}; `toolreg replicas` lists the group)", flush=True)
-
-    async def until_failed() -> None:
-        async for _ in election.changes():
-            pass
-
-    return asyncio.ensure_future(until_failed())
+    return asyncio.ensure_future(election.wait_stopped())

@@ -216,6 +216,18 @@ class Election:
                     raise self._failure
                 await wait_event(self._active, self._check_interval)
 
+    async def wait_stopped(self) -> None:
+        """Return once the election has stopped for good; raise its failure if it failed (for a process to watch).
+
+        Checked before subscribing, with no await in between, so a failure
+        that came first is not missed.
+        """
+        if self._failure is None and self._task is not None:
+            async for _ in self.changes():  # ends when the election stops, raising its failure
+                pass
+        if self._failure is not None:
+            raise self._failure
+
     async def changes(self) -> AsyncIterator[RoleChange]:
         """Every role change from now on; ends when the election stops (raising its failure, if any)."""
         queue: asyncio.Queue[RoleChange | None] = asyncio.Queue()

@@ -235,27 +235,17 @@ class ReplicatedStore:
             self._started.set()
             log.info("config.replica_started", replica=self.replica_id, role=election.role, version=replicated_log.version)
             self._check_settings()
-            stopped = asyncio.ensure_future(self._until_stopped(election))
+            stopped = asyncio.ensure_future(election.wait_stopped())
             over = asyncio.ensure_future(self._generation_over.wait())
             try:
                 await asyncio.wait({stopped, over}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 stopped.cancel()
                 over.cancel()
+                await asyncio.wait({stopped, over})  # so the failure `stopped` may hold is read, not left unretrieved
             if election.failure is not None:
                 raise election.failure
         log.info("config.replica_restarting", replica=self.replica_id, note="deposed: state dropped, following the log again")
-
-    @staticmethod
-    async def _until_stopped(election: Election) -> None:
-        """Return once the election stopped for good (its failure is then in `election.failure`)."""
-        if election.failure is not None:
-            return
-        try:
-            async for _ in election.changes():
-                pass
-        except Exception:
-            pass  # the failure, read from `election.failure` by the caller
 
     def _forget(self) -> None:
         self.store = self.service = None
