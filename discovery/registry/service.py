@@ -163,6 +163,7 @@ class Registry:
         self._resources = AsyncExitStack()
         self._last_sweep = time.monotonic()
         self._sweeps_paused_until = 0.0
+        self._disconnected = False
 
     # --- life cycle ----------------------------------------------------------
 
@@ -548,10 +549,32 @@ class Registry:
             self._sweeps_paused_until = now + STALL_PAUSE
         return now < self._sweeps_paused_until
 
+    async def _deaf(self, now: float) -> bool:
+        """Whether the registry cannot reach the broker now, or did so less than `STALL_PAUSE` ago: then no lease expires.
+
+        During a broker outage no heartbeat can arrive, and the registry's
+        deletions could not be written anyway: expiring then would only
+        remove every tool when the broker comes back and add it again a
+        heartbeat later, a flap every agent sees. Once back, every service
+        is asked to announce at once, so the leases renew within the pause.
+        """
+        if not self._prober.connected:
+            if not self._disconnected:
+                self._disconnected = True
+                log.warning("registry.sweeps_paused", reason="not connected to the broker",
+                            note="no lease expires while no heartbeat can be heard")
+            self._sweeps_paused_until = now + STALL_PAUSE
+            return True
+        if self._disconnected:
+            self._disconnected = False
+            log.info("registry.reconnected", paused_s=STALL_PAUSE, note="every service is asked to announce again")
+            await self._prober.probe(None, "the registry reconnected to the broker")
+        return now < self._sweeps_paused_until
+
     async def _sweep(self) -> None:
         self._recheck_conflicts(self.departed.prune(time.time()))  # a kept name is free now
         now = time.monotonic()
-        if self._stalled(now):
+        if self._stalled(now) or await self._deaf(now):
             return
         result = self.leases.sweep(now)
         gone: dict[ServiceKey, list[Lease]] = defaultdict(list)
