@@ -1,7 +1,8 @@
 """4. Registry throughput: the highest heartbeat rate taken in with no false expiry and no drop.
 
 2,000 simulated instances (400 services x 5) with ttl 3 s heartbeat from a
-process of their own at rising rates; the registry runs alone (`toolreg
+process of their own, the asked rate doubled from 2,000 until a step fails
+and then bisected to within 5 %; the registry runs alone (`toolreg
 registry`). A step passes when every heartbeat sent was taken in (the
 registry's own counter) and no lease expired. On a non-persistent topic the
 broker drops what a consumer has no permits for, so a registry whose receive
@@ -24,6 +25,10 @@ from .simproc import SimProcess
 NAME = "throughput"
 TARGET = 10_000
 SCRATCH = "non-persistent://tg/bench/raw-consume"
+START_RATE = 2_000
+RESOLUTION = 0.05
+"""Bisection ends when the highest clean and the lowest failed rate are this close (relative to the clean one)."""
+MAX_STEPS = 10
 
 
 async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
@@ -34,7 +39,7 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         services, per = (100, 5) if quick else (400, 5)
         sim = await SimProcess.start(stack.url, stack.data_dir, services=services, instances=per, tools=5, ttl=3)
         await populate(stack, sim, services * per)
-        steps = await _steps(stack, sim, quick, progress)
+        steps = await _steps(stack, sim, quick, progress, services * per)
         reference = await _raw_rate(stack, work, 1.5 if quick else 3.0)
         progress.done(f"{len(steps)} steps; raw consume {reference['consumed_per_s']:,.0f}/s")
     finally:
@@ -43,8 +48,8 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         stack.stop()
     passed = [s for s in steps if s["clean"]]
     best = max((s["taken_in_per_s"] for s in passed), default=0.0)
-    first_fail = next((s for s in steps if not s["clean"]), None)
-    notes = []
+    first_fail = min((s for s in steps if not s["clean"]), key=lambda s: s["rate"], default=None)
+    notes = [f"{step['rate']:,} hb/s asked: {step['note']}" for step in steps if step.get("note")]
     if first_fail is not None:
         notes.append(
             f"at {first_fail['rate']:,} hb/s asked: {first_fail['dropped']:,} dropped, {first_fail['expiries']:,} expired, "
@@ -64,34 +69,60 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     }
 
 
-async def _steps(stack: Stack, sim: SimProcess, quick: bool, progress: Progress) -> list[dict[str, Any]]:
-    assert stack.metrics_port is not None
-    rates = (2_000, 5_000) if quick else (2_000, 5_000, 10_000, 12_500, 15_000, 20_000)
+async def _steps(stack: Stack, sim: SimProcess, quick: bool, progress: Progress, expected: int) -> list[dict[str, Any]]:
+    """Double the asked rate until a step is not clean, then bisect between the last clean rate and it.
+
+    Bisection stops when the bracket is within `RESOLUTION` of its lower end
+    (or after `MAX_STEPS`), so the figure is the highest clean rate to within
+    that much, not a power of two. A step the sender could not drive to 90 %
+    of the asked rate ends the search: past that, the sender is measured,
+    not the registry. After a step that was not clean the simulated
+    instances are announced again, so the next step starts from whole leases.
+    """
     seconds = 1.5 if quick else 4.0
     meter = CpuMeter(stack.registry_pid)
-    steps = []
-    before = await settle(stack.metrics_port)
-    for rate in rates:
-        progress.update(f"{rate:,} hb/s for {seconds:g} s", force=True)
-        meter.read()
-        sent = await sim.step(rate, seconds)
-        cpu = meter.read()
-        after = await settle(stack.metrics_port, quiet=0.3)
-        taken = after.heartbeats - before.heartbeats
-        rejected = after.rejections - before.rejections
-        expiries = after.expiries - before.expiries
-        dropped = int(sent["sent"] - sent["failed"] - taken - rejected)
-        step = {
-            "rate": rate, "sent": sent["sent"], "send_failed": sent["failed"], "sent_per_s": round(sent["sent"] / sent["seconds"], 1),
-            "taken_in": int(taken), "taken_in_per_s": round(taken / sent["seconds"], 1), "rejected": int(rejected),
-            "dropped": dropped, "expiries": int(expiries), "held": int(after.held), **cpu,
-        }
-        step["clean"] = dropped <= 0 and expiries == 0 and rejected == 0 and after.held == 0 and sent["failed"] == 0
+    steps: list[dict[str, Any]] = []
+    clean_at, failed_at = 0, None
+    rate = START_RATE
+    while len(steps) < (4 if quick else MAX_STEPS):
+        progress.update(f"{rate:,} hb/s for {seconds:g} s (clean up to {clean_at:,}, failed at {failed_at or '-'})", force=True)
+        step = await _step(stack, sim, meter, rate, seconds)
         steps.append(step)
-        before = after
-        if not step["clean"]:
+        if step["clean"]:
+            clean_at = rate
+            if step["sent_per_s"] < 0.9 * rate:
+                step["note"] = "sender-limited: the simulator could not send faster"
+                break
+        else:
+            failed_at = rate
+            await populate(stack, sim, expected)
+        if failed_at is None:
+            rate *= 2
+        elif failed_at - clean_at <= max(RESOLUTION * clean_at, 250):
             break
+        else:
+            rate = (clean_at + failed_at) // 2 // 250 * 250
     return steps
+
+
+async def _step(stack: Stack, sim: SimProcess, meter: CpuMeter, rate: int, seconds: float) -> dict[str, Any]:
+    assert stack.metrics_port is not None
+    before = await settle(stack.metrics_port)
+    meter.read()
+    sent = await sim.step(rate, seconds)
+    cpu = meter.read()
+    after = await settle(stack.metrics_port, quiet=0.3)
+    taken = after.heartbeats - before.heartbeats
+    rejected = after.rejections - before.rejections
+    expiries = after.expiries - before.expiries
+    dropped = int(sent["sent"] - sent["failed"] - taken - rejected)
+    step = {
+        "rate": rate, "sent": sent["sent"], "send_failed": sent["failed"], "sent_per_s": round(sent["sent"] / sent["seconds"], 1),
+        "taken_in": int(taken), "taken_in_per_s": round(taken / sent["seconds"], 1), "rejected": int(rejected),
+        "dropped": dropped, "expiries": int(expiries), "held": int(after.held), **cpu,
+    }
+    step["clean"] = dropped <= 0 and expiries == 0 and rejected == 0 and after.held == 0 and sent["failed"] == 0
+    return step
 
 
 async def _raw_rate(stack: Stack, work: Workdirs, seconds: float) -> dict[str, Any]:

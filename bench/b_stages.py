@@ -1,0 +1,205 @@
+"""10. Where announce -> invokable spends its time: one timestamp per stage of the path, per start.
+
+    python -m bench --only stages                 # pulsar-lite
+    BENCH_BROKER=apache-pulsar python -m bench --only stages
+
+The store, the registry, the service and the agent's `ToolSet` run in this
+process, each on a Pulsar client of its own (as separate processes would
+have), so every stage can be stamped where it happens, with one clock and no
+product code changed: the bench wraps the methods that mark a stage. Each
+cycle starts an echo service, waits for the first `ToolSet.invoke` to
+answer, then stops it and waits until the tool is gone, as benchmark 1 does.
+
+Stages, in the order a start goes through them:
+
+    start() called -> announce sent -> announce received by the registry ->
+    merged (the store write sent) -> write received by the store -> committed
+    (SQLite) -> push sent -> push received by the ToolSet -> read answered ->
+    tools swapped -> first call answered
+
+The figure for each stage is the time from the stage before it. The one
+shared event loop makes this a slightly optimistic picture of separate
+processes (no process hop on the loop side); the end-to-end total is shown
+beside benchmark 1's, which runs the store and registry in `toolreg up`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
+from typing import Any
+
+from agent_bridge import ToolSet
+from agent_bridge.reload import Reloader
+from discovery.broker import EmbeddedBroker
+from discovery.registry.service import Registry, RegistryOptions
+from discovery.registry.store_writes import StoreWrites
+from discovery.store.service import ConfigStoreService
+from toolservice_base import Settings, open_transport
+from toolservice_base.announcer import Announcer
+
+from .common import Progress, Workdirs, summary_ms
+from .serve import echo_class
+
+NAME = "stages"
+STAGES = (
+    "announce sent",
+    "received by the registry",
+    "merged (store write sent)",
+    "write received by the store",
+    "committed in the store",
+    "push sent",
+    "push received by the ToolSet",
+    "read answered",
+    "tools swapped",
+    "first call answered",
+)
+
+
+class Marks:
+    """The first time each stage is reached in the current cycle (perf_counter seconds)."""
+
+    def __init__(self) -> None:
+        self.t0: float | None = None
+        self.at: dict[str, float] = {}
+
+    def begin(self) -> None:
+        self.t0, self.at = time.perf_counter(), {}
+
+    def mark(self, stage: str) -> None:
+        """Stamp `stage` the first time it is reached after the stage before it (an earlier read or heartbeat is not it)."""
+        index = STAGES.index(stage)
+        if self.t0 is not None and stage not in self.at and (index == 0 or STAGES[index - 1] in self.at):
+            self.at[stage] = time.perf_counter()
+
+    def deltas(self) -> dict[str, float] | None:
+        """Each stage's time from the one before; None if a stage was not seen (a cycle that took another path)."""
+        if self.t0 is None or any(stage not in self.at for stage in STAGES):
+            return None
+        out, previous = {}, self.t0
+        for stage in STAGES:
+            out[stage] = self.at[stage] - previous
+            previous = self.at[stage]
+        return out
+
+
+@contextmanager
+def stamped(marks: Marks) -> Iterator[None]:
+    """Wrap the methods that mark a stage, and put them back afterwards."""
+    patches: list[tuple[type, str, Callable[..., Any]]] = []
+
+    def wrap(owner: type, name: str, before: str | None = None, after: str | None = None,
+             when: Callable[..., bool] = lambda *a, **k: True) -> None:
+        original = getattr(owner, name)
+        patches.append((owner, name, original))
+        if inspect.iscoroutinefunction(original):
+            @functools.wraps(original)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                if before and when(*args, **kwargs):
+                    marks.mark(before)
+                result = await original(*args, **kwargs)
+                if after and when(*args, **kwargs):
+                    marks.mark(after)
+                return result
+            setattr(owner, name, async_wrapper)
+        else:
+            @functools.wraps(original)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                if before:
+                    marks.mark(before)
+                result = original(*args, **kwargs)
+                if after:
+                    marks.mark(after)
+                return result
+            setattr(owner, name, wrapper)
+
+    # Stamped on entry where the next stage can start before the call returns (a send whose message is already on its way).
+    wrap(Announcer, "_send", before="announce sent", when=lambda self, kind: kind == "announce")
+    wrap(Registry, "_on_message", before="received by the registry")
+    wrap(StoreWrites, "apply", before="merged (store write sent)")
+    wrap(ConfigStoreService, "_handle", before="write received by the store")
+    wrap(ConfigStoreService, "_execute", after="committed in the store")
+    wrap(ConfigStoreService, "_push", before="push sent")
+    wrap(Reloader, "_on_push", before="push received by the ToolSet")
+    wrap(Reloader, "_fetch", after="read answered")
+    wrap(Reloader, "_apply_locked", after="tools swapped")
+    try:
+        yield
+    finally:
+        for owner, name, original in reversed(patches):
+            setattr(owner, name, original)
+
+
+async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
+    starts = 20 if quick else 200
+    progress = Progress(NAME)
+    workdir = work.make(NAME)
+    marks = Marks()
+    async with AsyncExitStack() as stack:
+        url = os.environ.get("PULSAR_URL")
+        broker_kind = os.environ.get("TOOLREG_BROKER") or "apache-pulsar"
+        if not url:
+            broker = EmbeddedBroker(workdir / "broker")
+            url = broker.start()
+            stack.callback(broker.stop)
+            broker_kind = "pulsar-lite"
+        settings = Settings(data_dir=workdir / "data", pulsar_url=url, broker=broker_kind)
+        stack.enter_context(stamped(marks))
+        connections = []
+        for _ in range(4):  # store, registry, service, agent: a client each, as four processes would have
+            connection = await open_transport(settings)
+            stack.push_async_callback(connection.close)
+            connections.append(connection)
+        store_conn, registry_conn, service_conn, agent_conn = connections
+        await stack.enter_async_context(ConfigStoreService.in_data_dir(store_conn, settings.data_dir))
+        registry = Registry(registry_conn, options=RegistryOptions(sweep_interval=0.25))
+        await stack.enter_async_context(registry)
+        tools = await stack.enter_async_context(ToolSet(settings=settings, connection=agent_conn, poll_interval=2.0))
+        cycles, totals = await _cycles(settings, service_conn, tools, marks, starts, progress)
+    per_stage = {stage: summary_ms([c[stage] for c in cycles]) for stage in STAGES}
+    total = summary_ms(totals)
+    progress.done(f"{len(cycles)} of {starts} starts went through every stage: total p50 {total['p50_ms']:.1f} ms")
+    rows = [
+        {"figure": f"stage: {stage}, p50", "ours": per_stage[stage]["p50_ms"], "unit": "ms"} for stage in STAGES
+    ]
+    rows.append({"figure": "all stages, start() -> first call answered, p50", "ours": total["p50_ms"], "unit": "ms"})
+    rows.append({"figure": "all stages, start() -> first call answered, p99", "ours": total["p99_ms"], "unit": "ms"})
+    return {
+        "name": NAME,
+        "title": "Announce -> invokable, stage by stage",
+        "rows": rows,
+        "reference_is": "none: each stage is timed from the stage before it; the total sits beside benchmark 1 (propagation), "
+                        "whose store and registry run in `toolreg up`",
+        "data": {"starts": starts, "complete_cycles": len(cycles), "per_stage": per_stage, "total": total},
+    }
+
+
+async def _cycles(
+    settings: Settings, connection: Any, tools: ToolSet, marks: Marks, starts: int, progress: Progress
+) -> tuple[list[dict[str, float]], list[float]]:
+    service_class = echo_class("bench-echo")
+    cycles: list[dict[str, float]] = []
+    totals: list[float] = []
+    for number in range(starts):
+        service = service_class(settings=settings, connection=connection, ttl=15)
+        marks.begin()
+        await service.start()
+        while True:
+            if "bench-echo" in tools and await tools.invoke("bench-echo", {"text": "hello"}) == "hello":
+                break
+            await tools.wait_for(lambda ts: "bench-echo" in ts, timeout=10)
+        marks.mark("first call answered")
+        assert marks.t0 is not None
+        totals.append(time.perf_counter() - marks.t0)
+        found = marks.deltas()
+        if found is not None:
+            cycles.append(found)
+        marks.t0 = None  # the stop below is not part of any cycle
+        await service.stop()
+        await tools.wait_for(lambda ts: "bench-echo" not in ts, timeout=10)
+        progress.update(f"start {number + 1}/{starts}")
+    return cycles, totals
