@@ -21,12 +21,18 @@ The figure for each stage is the time from the stage before it. The one
 shared event loop makes this a slightly optimistic picture of separate
 processes (no process hop on the loop side); the end-to-end total is shown
 beside benchmark 1's, which runs the store and registry in `toolreg up`.
+
+Then the same cycles again with 10, 100, 1,000 and 10,000 static tools
+already listed (in the store and in the `ToolSet`): how the path, its
+slowest stage and stop() -> gone grow with the number of tools.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -39,13 +45,16 @@ from discovery.broker import EmbeddedBroker
 from discovery.registry.service import Registry, RegistryOptions
 from discovery.registry.store_writes import StoreWrites
 from discovery.store.service import ConfigStoreService
-from toolservice_base import Settings, open_transport
+from toolservice_base import ConfigClient, Settings, open_transport
 from toolservice_base.announcer import Announcer
 
 from .common import Progress, Workdirs, summary_ms
 from .serve import echo_class
 
 NAME = "stages"
+SIZES = (10, 100, 1_000, 10_000)
+SIZES_QUICK = (10, 1_000)
+STATIC_SERVICE = {"id": "bulk", "request-queue": "non-persistent://tg/request/bulk", "response-queue": "non-persistent://tg/response/bulk"}
 STAGES = (
     "announce sent",
     "received by the registry",
@@ -159,7 +168,8 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         registry = Registry(registry_conn, options=RegistryOptions(sweep_interval=0.25))
         await stack.enter_async_context(registry)
         tools = await stack.enter_async_context(ToolSet(settings=settings, connection=agent_conn, poll_interval=2.0))
-        cycles, totals = await _cycles(settings, service_conn, tools, marks, starts, progress)
+        cycles, totals, _ = await _cycles(settings, service_conn, tools, marks, starts, progress)
+        growth = await _growth(settings, store_conn, service_conn, tools, marks, SIZES_QUICK if quick else SIZES, 10 if quick else 40, progress)
     per_stage = {stage: summary_ms([c[stage] for c in cycles]) for stage in STAGES}
     total = summary_ms(totals)
     progress.done(f"{len(cycles)} of {starts} starts went through every stage: total p50 {total['p50_ms']:.1f} ms")
@@ -168,23 +178,77 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     ]
     rows.append({"figure": "all stages, start() -> first call answered, p50", "ours": total["p50_ms"], "unit": "ms"})
     rows.append({"figure": "all stages, start() -> first call answered, p99", "ours": total["p99_ms"], "unit": "ms"})
+    for size, figures in growth.items():
+        rows.append({"figure": f"with {size:,} tools already listed: start() -> first call answered, p50",
+                     "ours": figures["invokable"]["p50_ms"], "unit": "ms"})
+        rows.append({"figure": f"with {size:,} tools already listed: slowest stage at p50",
+                     "ours": f"{figures['slowest']} {figures['per_stage'][figures['slowest']]['p50_ms']:.1f} ms"})
+        rows.append({"figure": f"with {size:,} tools already listed: stop() -> gone from the ToolSet, p50",
+                     "ours": figures["gone"]["p50_ms"], "unit": "ms"})
     return {
         "name": NAME,
         "title": "Announce -> invokable, stage by stage",
         "rows": rows,
         "reference_is": "none: each stage is timed from the stage before it; the total sits beside benchmark 1 (propagation), "
                         "whose store and registry run in `toolreg up`",
-        "data": {"starts": starts, "complete_cycles": len(cycles), "per_stage": per_stage, "total": total},
+        "data": {"starts": starts, "complete_cycles": len(cycles), "per_stage": per_stage, "total": total, "growth": growth},
     }
 
 
+async def _growth(
+    settings: Settings, store_conn: Any, service_conn: Any, tools: ToolSet, marks: Marks, sizes: tuple[int, ...],
+    starts: int, progress: Progress,
+) -> dict[int, dict[str, Any]]:
+    """The same cycles with 10 ... 10,000 static tools already in the store and the ToolSet: how each stage grows."""
+    found: dict[int, dict[str, Any]] = {}
+    config = await ConfigClient(store_conn).start()
+    try:
+        listed = 0
+        for size in sizes:
+            listed = await _list_static(config, listed, size)
+            await tools.wait_for(_at_least(size), timeout=120)
+            cycles, totals, gone = await _cycles(settings, service_conn, tools, marks, starts, progress, f"{size:,} listed: ", pause=0.25)
+            per_stage = {stage: summary_ms([c[stage] for c in cycles]) for stage in STAGES}
+            slowest = max(STAGES, key=lambda stage: per_stage[stage]["p50_ms"])
+            found[size] = {"invokable": summary_ms(totals), "gone": summary_ms(gone), "per_stage": per_stage, "slowest": slowest,
+                           "complete_cycles": len(cycles)}
+    finally:
+        await config.close()
+    return found
+
+
+def _at_least(size: int) -> Callable[[ToolSet], bool]:
+    return lambda listed: len(listed) >= size
+
+
+async def _list_static(config: ConfigClient, listed: int, size: int) -> int:
+    """Write static tools until `size` are listed (250 bytes each, one service), in puts of 2,000."""
+    if listed == 0:
+        await config.put([("tool-service", "bulk", json.dumps(STATIC_SERVICE))])
+    for start in range(listed, size, 2_000):
+        await config.put([("tool", f"t-{n:05d}", _static_tool(n)) for n in range(start, min(size, start + 2_000))])
+    return size
+
+
+def _static_tool(n: int) -> str:
+    return json.dumps({
+        "type": "tool-service", "name": f"t-{n:05d}", "service": "bulk",
+        "description": f"Look something up in collection number {n} of the archive, the way an agent would ask for it",
+        "arguments": [{"name": "query", "type": "string", "description": "What to look up"}],
+    })
+
+
 async def _cycles(
-    settings: Settings, connection: Any, tools: ToolSet, marks: Marks, starts: int, progress: Progress
-) -> tuple[list[dict[str, float]], list[float]]:
+    settings: Settings, connection: Any, tools: ToolSet, marks: Marks, starts: int, progress: Progress, label: str = "",
+    pause: float = 0.05,
+) -> tuple[list[dict[str, float]], list[float], list[float]]:
+    """Start, first call, stop, gone; `pause` between cycles lets the last one's writes and reloads end (one shared loop)."""
     service_class = echo_class("bench-echo")
     cycles: list[dict[str, float]] = []
     totals: list[float] = []
+    gone: list[float] = []
     for number in range(starts):
+        await asyncio.sleep(pause)
         service = service_class(settings=settings, connection=connection, ttl=15)
         marks.begin()
         await service.start()
@@ -199,7 +263,9 @@ async def _cycles(
         if found is not None:
             cycles.append(found)
         marks.t0 = None  # the stop below is not part of any cycle
+        stopping = time.perf_counter()
         await service.stop()
-        await tools.wait_for(lambda ts: "bench-echo" not in ts, timeout=10)
-        progress.update(f"start {number + 1}/{starts}")
-    return cycles, totals
+        await tools.wait_for(lambda ts: "bench-echo" not in ts, timeout=30)
+        gone.append(time.perf_counter() - stopping)
+        progress.update(f"{label}start {number + 1}/{starts}")
+    return cycles, totals, gone
