@@ -4,7 +4,9 @@ The schema is `arguments_schema(tool)`, the very one `as_openai_tools()`,
 `as_mcp_tools()` and `describe()` hand to the model, and the check is the
 `jsonschema` library's, so what the model is told and what the ToolSet
 accepts cannot drift apart. A refusal is one line naming the argument, so an
-agent can hand it back to the model to correct its call.
+agent can hand it back to the model to correct its call; the values it quotes
+are spelled as the JSON the model wrote (`null`, `true`, `false`), not as the
+library's Python reprs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from toolservice_base.errors import BadArguments
-from toolservice_base.schemas import ToolDescriptor
+from toolservice_base.schemas import ToolDescriptor, json_literals
 
 from .impls import arguments_schema
 
@@ -56,7 +58,8 @@ class ArgumentCheck:
         if error is None:  # pragma: no cover - is_valid said there was one
             return self._bad("", "arguments do not match the tool's schema")
         argument = str(error.absolute_path[0]) if error.absolute_path else ""
-        detail = error.message if len(error.message) <= MAX_DETAIL else error.message[: MAX_DETAIL - 3] + "..."
+        message = json_literals(error.message)
+        detail = message if len(message) <= MAX_DETAIL else message[: MAX_DETAIL - 3] + "..."
         return self._bad(argument, f"argument {argument!r}: {detail}" if argument else detail)
 
     def _bad(self, argument: str, message: str) -> BadArguments:

@@ -16,7 +16,6 @@ renders `RESULTS.md` from every broker's latest results there, side by side.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import os
 import sys
@@ -30,7 +29,7 @@ from toolservice_base import configure_logging
 from toolservice_base.topics import DEFAULT_TOPICSPACE
 
 from . import report
-from .common import PROFILE_ENV, Workdirs
+from .common import PROFILE_ENV, Workdirs, run
 
 Benchmark = Callable[[Workdirs, bool], Awaitable[dict[str, Any]]]
 
@@ -101,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     apache = _start_apache_pulsar() if kind == "apache-pulsar" else None
     try:
         started = time.monotonic()
-        results = asyncio.run(run_all(names, args.quick))
+        results = run(run_all(names, args.quick))
         wall = time.monotonic() - started
     finally:
         if apache is not None:

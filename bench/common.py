@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -115,6 +115,7 @@ def product_env(url: str, data_dir: Path, broker: str = "pulsar-lite", **extra: 
     """The environment a product process gets: our broker (and its kind) and data dir, quiet JSON logs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_URL", "TOOLREG_"))}
     env.update(PULSAR_URL=url, TOOLREG_BROKER=broker, TOOLREG_DATA_DIR=str(data_dir), TOOLREG_LOG_FORMAT="json", TOOLREG_LOG_LEVEL="warning",
+               TOOLREG_EVENT_LOOP="uvloop" if os.environ.get(LOOP_ENV) == "uvloop" else "asyncio",
                PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.update(extra)
     return env
@@ -334,3 +335,17 @@ async def gather_limited(limit: int, jobs: list[Callable[[], Awaitable[T]]]) -> 
             return await job()
 
     return await asyncio.gather(*(one(job) for job in jobs))
+
+
+LOOP_ENV = "BENCH_LOOP"
+"""`uvloop`: run the bench and the processes it starts on uvloop's event loop instead of asyncio's (uvloop installed)."""
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run`, on uvloop when `BENCH_LOOP=uvloop` (inherited by every process the bench starts)."""
+    if os.environ.get(LOOP_ENV) == "uvloop":
+        import uvloop
+
+        return uvloop.run(main)
+    return asyncio.run(main)
+

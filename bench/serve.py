@@ -9,10 +9,11 @@ same way (`DynamicToolService.run()`: SIGTERM withdraws, then stops).
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 
 from toolservice_base import DynamicToolService, configure_logging
+
+from .common import run
 
 
 def echo_class(service_id: str, tool: str | None = None) -> type[DynamicToolService]:
@@ -46,4 +47,4 @@ if __name__ == "__main__":
     parser.add_argument("--no-announce", action="store_true")
     args = parser.parse_args()
     configure_logging("info", json=True)
-    asyncio.run(main(args.id, args.ttl, not args.no_announce))
+    run(main(args.id, args.ttl, not args.no_announce))

@@ -21,7 +21,10 @@ Standard library only, so it runs before the project is installed.
 from __future__ import annotations
 
 import argparse
+import base64
 import fcntl
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -75,6 +78,9 @@ functionsWorkerEnabled=false
 forceDeleteTenantAllowed=true
 forceDeleteNamespaceAllowed=true
 """
+AUTH_REFRESH_CHECK = 1
+"""Seconds between the broker's checks of each connection's token (Apache Pulsar's default: 60): a token that expires
+while a client runs is found within a second or two, so tests of expiry need no minute-long waits."""
 AUTH_OVERRIDES = """
 authenticationEnabled=true
 authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken
@@ -83,6 +89,7 @@ authorizationEnabled=true
 superUserRoles={superuser}
 brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken
 brokerClientAuthenticationParameters=file://{superuser_token}
+authenticationRefreshCheckSeconds={refresh_check}
 """
 
 
@@ -387,7 +394,8 @@ class ApachePulsar:
         overrides = OVERRIDES.format(broker_port=self.broker_port, web_port=self.web_port, loopback=_loopback_interface())
         if self.auth:
             overrides += AUTH_OVERRIDES.format(
-                secret_key=self._secret_key(home), superuser=SUPERUSER, superuser_token=self._superuser_token_file(home)
+                secret_key=self._secret_key(home), superuser=SUPERUSER, superuser_token=self._superuser_token_file(home),
+                refresh_check=AUTH_REFRESH_CHECK,
             )
         conf = self.data_dir / "standalone.conf"
         # The shipped file does not end with a newline: without one the first override joins its last line.
@@ -407,10 +415,23 @@ class ApachePulsar:
         self.token = path.read_text().strip()
         return path
 
-    def mint_token(self, role: str, *, secret_key: Path | None = None) -> str:
-        """A token for `role`, signed with this broker's secret key (or another key, to make a wrong token)."""
-        key = secret_key or self.data_dir / "auth" / "secret.key"
-        return self._tool(self.home, "tokens", "create", "--secret-key", f"file://{key}", "--subject", role).strip()
+    def mint_token(self, role: str, *, secret_key: Path | None = None, expires_in: float | None = None) -> str:
+        """A token for `role`, signed with this broker's secret key (or another key, to make a wrong token).
+
+        What `bin/pulsar tokens create --subject ROLE [--expiry-time ...]` makes (an HS256 JWT over the raw key
+        bytes, claims `sub` and `exp`), made here without starting a JVM. `expires_in`: seconds from now.
+        """
+        key = (secret_key or self.data_dir / "auth" / "secret.key").read_bytes()
+        claims: dict[str, Any] = {"sub": role}
+        if expires_in is not None:
+            claims["exp"] = int(time.time() + expires_in)
+
+        def part(value: dict[str, Any] | bytes) -> str:
+            raw = value if isinstance(value, bytes) else json.dumps(value, separators=(",", ":")).encode()
+            return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+        signed = f"{part({'alg': 'HS256'})}.{part(claims)}"
+        return f"{signed}.{part(hmac.new(key, signed.encode(), hashlib.sha256).digest())}"
 
     def _tool(self, home: Path, *args: str) -> str:
         env = {
@@ -553,6 +574,21 @@ class ApachePulsar:
     def delete_tenant(self, name: str) -> None:
         """Delete a tenant with its namespaces and topics (the broker allows forced deletes)."""
         self.admin("DELETE", f"tenants/{name}?force=true")
+
+    def grant(self, namespace: str, role: str, actions: Iterable[str] = ("produce", "consume")) -> None:
+        """Let `role` do `actions` on `namespace` (`tenant/ns`); granting again replaces what it had."""
+        self.admin("POST", f"namespaces/{namespace}/permissions/{role}", list(actions))
+
+    def revoke(self, namespace: str, role: str) -> None:
+        """Take every permission `role` has on `namespace` away."""
+        self.admin("DELETE", f"namespaces/{namespace}/permissions/{role}")
+
+    def permissions(self, namespace: str) -> dict[str, list[str]]:
+        return dict(self.admin("GET", f"namespaces/{namespace}/permissions"))
+
+    def delete_namespace(self, namespace: str) -> None:
+        """Delete `namespace` with its topics, even while clients use them (the broker allows forced deletes)."""
+        self.admin("DELETE", f"namespaces/{namespace}?force=true")
 
 
 # --- command line --------------------------------------------------------------------------------

@@ -36,10 +36,45 @@ class BrokerUnreachable(TransportError):
 
 
 class AuthenticationFailed(TransportError):
-    """The broker refused our credentials (missing, wrong or expired token)."""
+    """The broker refused us: our credentials (a missing, wrong or expired token), or what our role may do.
+
+    Not retriable: the same call fails the same way until someone acts (a new
+    token, a grant). A running consumer or producer keeps reconnecting on its
+    own meanwhile, so the grant or the new token heals it.
+    """
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retriable=False)
+
+
+class TokenExpired(AuthenticationFailed):
+    """Our token's `exp` has passed and the broker refuses it now; `expired_at` is when (seconds since the epoch)."""
+
+    def __init__(self, message: str, *, expired_at: float) -> None:
+        super().__init__(message)
+        self.expired_at = expired_at
+
+
+class NotAuthorized(AuthenticationFailed):
+    """The broker took our token, but its role may not use `namespace`: a permission never granted, or revoked.
+
+    Apache Pulsar tells a role that is not a superuser the same about a
+    namespace that does not exist, so the message names both fixes. `role` is
+    the one the token names (None if it names none).
+    """
+
+    def __init__(self, message: str, *, namespace: str, role: str | None) -> None:
+        super().__init__(message)
+        self.namespace = namespace
+        self.role = role
+
+
+class NamespaceMissing(TransportError):
+    """A namespace the product uses does not exist (never created, or deleted); `namespace` names it. Not retriable."""
+
+    def __init__(self, message: str, *, namespace: str) -> None:
+        super().__init__(message, retriable=False)
+        self.namespace = namespace
 
 
 class MessageTooLarge(TransportError):
@@ -231,9 +266,11 @@ __all__ = [
     "ConfigRefused",
     "Fenced",
     "MessageTooLarge",
+    "NamespaceMissing",
     "NewerFormat",
     "NoBrokerError",
     "NotActive",
+    "NotAuthorized",
     "ProducerBusy",
     "RegistryError",
     "RegistryQueryError",
@@ -241,6 +278,7 @@ __all__ = [
     "ReplicationError",
     "RequestTimeout",
     "ServiceDefinitionError",
+    "TokenExpired",
     "ToolDiscoveryError",
     "ToolError",
     "TransportClosed",

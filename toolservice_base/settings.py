@@ -19,11 +19,12 @@ is described in docs/operators.md (tests/deploy/test_deploy.py checks).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import NoBrokerError
+from .errors import NoBrokerError, ToolDiscoveryError
 from .topics import DEFAULT_TOPICSPACE, Topics, check_topicspace
 
 DEFAULT_DATA_DIR = ".toolreg"
@@ -164,6 +165,24 @@ def log_format() -> str:
 def no_color() -> bool:
     """`NO_COLOR` set to anything but the empty string (no-color.org): console logs without colours, even on a terminal."""
     return bool(os.environ.get(NO_COLOR_ENV))
+
+
+EVENT_LOOP_ENV = "TOOLREG_EVENT_LOOP"
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
+def event_loop() -> str:
+    """`TOOLREG_EVENT_LOOP`: `uvloop` or `asyncio`; unset, uvloop where it is installed (`tool-discovery[uvloop]`), else asyncio.
+
+    Raises `ToolDiscoveryError` for another value, or for `uvloop` when it is not installed.
+    """
+    chosen = (env(EVENT_LOOP_ENV) or "").lower()
+    if chosen and chosen not in EVENT_LOOPS:
+        raise ToolDiscoveryError(f"{EVENT_LOOP_ENV}={chosen!r}: use uvloop or asyncio")
+    installed = importlib.util.find_spec("uvloop") is not None
+    if chosen == "uvloop" and not installed:
+        raise ToolDiscoveryError(f"{EVENT_LOOP_ENV}=uvloop, but uvloop is not installed: pip install 'tool-discovery[uvloop]'")
+    return chosen or ("uvloop" if installed else "asyncio")
 
 
 def trust_policy_file() -> str | None:

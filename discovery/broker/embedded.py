@@ -17,6 +17,10 @@ back on another port would leave all of them retrying the old one.
 
 It listens on 127.0.0.1 only and has no authentication: it is a laptop and
 test broker. Production points `PULSAR_URL` at Apache Pulsar instead.
+
+A data directory the broker cannot write (a read-only mount, a full disk,
+where its own log is lost too) is said as such, not as a broker that
+"exited with no output": see `_unwritable`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from discovery.writable import of_os_error, probe
 from toolservice_base.errors import BrokerError
 from toolservice_base.logs import get_logger
 from toolservice_base.settings import BROKER_URL_FILE
@@ -247,8 +252,11 @@ class EmbeddedBroker:
             else:
                 log.info("broker.reused", url=existing, data_dir=str(self.data_dir))
             return existing
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.config_file.write_text(CONFIG)
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self.config_file.write_text(CONFIG)
+        except OSError as exc:
+            raise self._unwritable(exc) from None
         if port and not port_is_free(port):
             raise BrokerError(f"port {port} on 127.0.0.1 is in use; choose another --port or leave it out")
         if not port:
@@ -283,7 +291,10 @@ class EmbeddedBroker:
         if accepts_connections(self.port):
             raise BrokerError(f"port {self.port} on 127.0.0.1 was taken by another process while the broker was down")
         if not self.config_file.exists():
-            self.config_file.write_text(CONFIG)
+            try:
+                self.config_file.write_text(CONFIG)
+            except OSError as exc:
+                raise self._unwritable(exc) from None
         if self._reservation is None:
             self._reserve(self.port)
         return self._launch(self.port, timeout)
@@ -300,8 +311,18 @@ class EmbeddedBroker:
             self._reservation.close()
             self._reservation = None
 
+    def _unwritable(self, exc: OSError | None = None) -> BrokerError:
+        """Why the broker's data directory cannot be written, as the one line to stop with; a plain one if the cause is not that."""
+        problem = (of_os_error(exc, self.data_dir) if exc is not None else None) or probe(self.data_dir)
+        if problem is not None:
+            return BrokerError(problem.says("the embedded broker's data"))
+        return BrokerError(f"cannot write the embedded broker's data at {self.data_dir}: {exc}")
+
     def _launch(self, port: int, timeout: float) -> str:
-        logfile = open(self.log_file, "ab")
+        try:
+            logfile = open(self.log_file, "ab")
+        except OSError as exc:
+            raise self._unwritable(exc) from None
         try:
             self.process = subprocess.Popen(
                 [
@@ -329,6 +350,9 @@ class EmbeddedBroker:
                     if other:
                         return other
                     raise BrokerError(f"another broker holds {self.data_dir}; stop it or use another --data-dir")
+                problem = probe(self.data_dir)  # a full disk takes the broker's log with it: ask the file system
+                if problem is not None:
+                    raise BrokerError(problem.says("the embedded broker's data"))
                 raise BrokerError(f"pulsar-lite exited at start: {tail.strip().splitlines()[-1] if tail.strip() else 'no output'} (see {self.log_file})")
             if time.monotonic() > deadline:
                 terminate(self.process)
@@ -336,9 +360,14 @@ class EmbeddedBroker:
                 raise BrokerError(f"pulsar-lite did not accept connections on 127.0.0.1:{port} within {timeout:g}s (see {self.log_file})")
             time.sleep(0.01)
         self.url, self.port = f"pulsar://127.0.0.1:{port}", port
-        self.pid_file.write_text(str(self.process.pid))
-        self.url_file.write_text(self.url + "\n")
-        self.port_file.write_text(f"{port}\n")
+        try:
+            self.pid_file.write_text(str(self.process.pid))
+            self.url_file.write_text(self.url + "\n")
+            self.port_file.write_text(f"{port}\n")
+        except OSError as exc:  # a broker no other process can find is no use: stop it
+            terminate(self.process)
+            self.process = self.pid = None
+            raise self._unwritable(exc) from None
         log.info("broker.started", url=self.url, pid=self.process.pid, data_dir=str(self.data_dir))
         return self.url
 

@@ -8,6 +8,7 @@
     toolreg mcp [--http HOST:PORT]  serve a workspace's live tools to MCP clients
     toolreg tools|rejections|conflicts|release|registry
     toolreg store check|backup|restore
+    toolreg completion bash|zsh|fish  a shell completion script (source it)
 
 Every command takes `--data-dir` (or TOOLREG_DATA_DIR, default ./.toolreg),
 where `toolreg up` leaves the embedded broker's URL for the others to find.
@@ -23,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from toolservice_base import ToolDiscoveryError, configure_logging
+from toolservice_base.logs import get_logger
+from toolservice_base.settings import event_loop
 
 from . import announce as cli_announce
 from . import mcp as cli_mcp
@@ -31,7 +34,10 @@ from . import replicas as cli_replicas
 from . import store as cli_store
 from . import trust as cli_trust
 from .common import Handler, fail, lazy
+from .completion import SHELLS
 from .otel import configure_tracing
+
+log = get_logger("discovery.cli")
 
 DISTRIBUTION = "tool-discovery"
 DEFAULT_METRICS_PORT = 9464  # discovery.web's default, named here so the help does not load the web stack
@@ -89,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_store.add_commands(sub, common)
     cli_mcp.add_commands(sub, common)
     cli_replicas.add_commands(sub, common)
+    _add_completion(sub)
     return parser
 
 
@@ -222,6 +229,37 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     demo.set_defaults(handler=lazy("demo", "cmd_demo"))
 
 
+def _add_completion(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """`toolreg completion SHELL`: needs no broker and no data directory, so none of the common options."""
+    completion = sub.add_parser(
+        "completion", help="print a shell completion script for bash, zsh or fish (source it: see --help)",
+        description="Print a completion script for SHELL on stdout: Tab then completes toolreg's commands, subcommands, "
+                    "flags, their choices and file names. It is generated from this toolreg's own command line, so "
+                    "regenerate it after an upgrade. Completing runs nothing and needs no broker.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="load it:\n"
+               "  bash  eval \"$(toolreg completion bash)\"                    # in ~/.bashrc\n"
+               "        toolreg completion bash > ~/.local/share/bash-completion/completions/toolreg   # or once, with bash-completion\n"
+               "  zsh   eval \"$(toolreg completion zsh)\"                     # in ~/.zshrc, after compinit\n"
+               "        toolreg completion zsh > \"${fpath[1]}/_toolreg\"       # or once, into a directory of $fpath\n"
+               "  fish  toolreg completion fish > ~/.config/fish/completions/toolreg.fish\n"
+               "        toolreg completion fish | source                      # or for this shell only\n",
+    )
+    completion.add_argument("shell", metavar="SHELL", choices=SHELLS, help="bash, zsh or fish")
+    completion.set_defaults(handler=lazy("completion", "cmd_completion"))
+
+
+def run_loop(handler: Handler, args: argparse.Namespace) -> int:
+    """Run a command on uvloop where it is installed (`tool-discovery[uvloop]`; `TOOLREG_EVENT_LOOP` decides), else asyncio."""
+    loop = event_loop()
+    log.debug("toolreg.event_loop", loop=loop)
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(handler(args))
+    return asyncio.run(handler(args))
+
+
 def run(handler: Handler, args: argparse.Namespace) -> int:
     """Run one command; the one place an error becomes a line on stderr and exit code 1.
 
@@ -231,7 +269,7 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     configure_logging(getattr(args, "log_level", None))
     configure_tracing(f"toolreg-{getattr(args, 'command', 'command')}")
     try:
-        return asyncio.run(handler(args))
+        return run_loop(handler, args)
     except ToolDiscoveryError as exc:
         return fail(str(exc))
     except KeyboardInterrupt:

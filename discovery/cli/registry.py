@@ -3,17 +3,19 @@ and for pinned definitions `pending`, `approve`, `reject`.
 
 Each handler is an `async def (args) -> int`. Anything a user can get wrong
 (no broker, no registry, no store) ends as one line on stderr and exit
-code 1; command output goes to stdout, logs to stderr.
+code 1; command output goes to stdout, logs to stderr. `toolreg tools
+--strict` exits `HELD_EXIT` while self-preservation holds a removal, so a
+script can tell "the registry is holding" from "the registry is not there".
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
-import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -32,6 +34,10 @@ MAX_CLOCK_SKEW_ENV = "TOOLREG_MAX_CLOCK_SKEW"
 PIN_DEFINITIONS_ENV = "TOOLREG_PIN_DEFINITIONS"
 SHORT = 12
 """Hex digits of a definition digest shown in tables; `--digest` takes 8 or more."""
+HELD_EXIT = 3
+"""`toolreg tools --strict`: the exit code while self-preservation holds any removal (1 is for errors)."""
+MIN_INTERVAL = 0.1
+"""The shortest `toolreg tools --watch --interval`: each poll is a query the registry answers."""
 _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 
 
@@ -109,8 +115,10 @@ def _pinning_note(options: RegistryOptions) -> str:
     return f"; definitions pinned: a changed one waits for `toolreg approve`{auto}"
 
 
-async def _query(args: argparse.Namespace, action: Callable[[RegistryClient], Awaitable[int]]) -> int:
-    """Run `action` on a registry client; `--timeout` bounds it all, connecting to the broker included."""
+@contextlib.asynccontextmanager
+async def registry_client(args: argparse.Namespace) -> AsyncIterator[RegistryClient]:
+    """A started registry client; `--timeout` bounds connecting to the broker and its first answer together
+    (its `timeout` is what is left of it: set it again for later questions)."""
     deadline = Deadline(args.timeout)
     async with AsyncExitStack() as stack:
         connection = await connect(args, deadline)
@@ -119,22 +127,33 @@ async def _query(args: argparse.Namespace, action: Callable[[RegistryClient], Aw
         stack.push_async_callback(client.close)
         await opened(client.start(), connection.url, "the registry's queues", deadline)
         client.timeout = deadline.left(floor=min(1.0, args.timeout))
-        try:
-            with waiting_for("the registry to answer (is `toolreg up` or `toolreg registry` running?)"):
-                return await action(client)
-        except RegistryUnavailable:
-            raise RegistryUnavailable(
-                f"the registry did not answer within {args.timeout:g}s; run `toolreg up` or `toolreg registry`"
-            ) from None
+        yield client
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+@contextlib.contextmanager
+def answering(args: argparse.Namespace) -> Iterator[None]:
+    """Around a command's question: say on a terminal what it waits for, and fail in one line saying what to run."""
+    try:
+        with waiting_for("the registry to answer (is `toolreg up` or `toolreg registry` running?)"):
+            yield
+    except RegistryUnavailable:
+        raise RegistryUnavailable(f"the registry did not answer within {args.timeout:g}s; run `toolreg up` or `toolreg registry`") from None
+
+
+async def ask_registry(args: argparse.Namespace, action: Callable[[RegistryClient], Awaitable[int]]) -> int:
+    """Run `action` on a registry client; `--timeout` bounds it all, connecting to the broker included."""
+    async with registry_client(args) as client:
+        with answering(args):
+            return await action(client)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
     lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [headers, *rows]]
     return "\n".join(lines)
 
 
-def _age(seconds: float | None) -> str:
+def age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     if seconds < 60:
@@ -144,54 +163,30 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h ago"
 
 
-def _show(args: argparse.Namespace, items: Sequence[Any], empty: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+def show(args: argparse.Namespace, items: Sequence[Any], empty: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
     """`--json`: the items as a JSON list; otherwise a table, or `empty` when there is nothing."""
     if args.json:
         print(json.dumps([item.model_dump(mode="json") for item in items], indent=2))
     elif not items:
         print(empty)
     else:
-        print(_table(headers, rows))
+        print(table(headers, rows))
     return 0
-
-
-async def cmd_tools(args: argparse.Namespace) -> int:
-    async def action(client: RegistryClient) -> int:
-        listing = await client.list(args.workspace)
-        if listing.held:
-            print(
-                f"toolreg: self-preservation is holding the removal of {', '.join(listing.held)}: their leases ran out together; "
-                "they come back if their heartbeats resume, or run `toolreg release` to remove them",
-                file=sys.stderr,
-            )
-        headers = ["TOOL", "SERVICE", "SOURCE", "STATUS", "INSTANCES", "LAST HEARTBEAT", "WHY"]
-        rows = [
-            [
-                t.name, t.service or "-", t.source, t.status, str(t.instances) if t.source == "announced" else "-",
-                _age(t.last_heartbeat_age), t.detail,
-            ]
-            for t in listing.tools
-        ]
-        if listing.pinning:  # the pinned digest, before WHY (--json always has `digest`)
-            headers.insert(6, "DIGEST")
-            for row, t in zip(rows, listing.tools):
-                row.insert(6, (t.digest or "-")[:SHORT])
-        return _show(args, listing.tools, f"no tools in workspace {args.workspace or 'default'!r}", headers, rows)
-
-    return await _query(args, action)
 
 
 async def cmd_rejections(args: argparse.Namespace) -> int:
     async def action(client: RegistryClient) -> int:
-        rejections = await client.rejections()
+        rejections = [r for r in await client.rejections() if args.workspace is None or r.workspace == args.workspace]
         now = time.time()
         rows = [
-            (_age(now - r.at), str(r.count), _age(now - (r.first if r.first is not None else r.at)), r.service or "-", r.instance or "-", r.reason)
+            (age(now - r.at), str(r.count), age(now - (r.first if r.first is not None else r.at)), r.service or "-", r.instance or "-",
+             r.workspace or "-", r.reason)
             for r in rejections
         ]
-        return _show(args, rejections, "no rejected announcements", ("LAST", "COUNT", "FIRST", "SERVICE", "INSTANCE", "REASON"), rows)
+        empty = "no rejected announcements" + ("" if args.workspace is None else f" in workspace {args.workspace!r}")
+        return show(args, rejections, empty, ("LAST", "COUNT", "FIRST", "SERVICE", "INSTANCE", "WORKSPACE", "REASON"), rows)
 
-    return await _query(args, action)
+    return await ask_registry(args, action)
 
 
 async def cmd_conflicts(args: argparse.Namespace) -> int:
@@ -199,9 +194,9 @@ async def cmd_conflicts(args: argparse.Namespace) -> int:
         conflicts = [c for c in await client.conflicts() if args.workspace is None or c.workspace == args.workspace]
         rows = [(c.tool, c.service, c.held_by, c.workspace, c.reason) for c in conflicts]
         empty = "no conflicts" if args.workspace is None else f"no conflicts in workspace {args.workspace!r}"
-        return _show(args, conflicts, empty, ("TOOL", "REFUSED FOR", "HELD BY", "WORKSPACE", "REASON"), rows)
+        return show(args, conflicts, empty, ("TOOL", "REFUSED FOR", "HELD BY", "WORKSPACE", "REASON"), rows)
 
-    return await _query(args, action)
+    return await ask_registry(args, action)
 
 
 async def cmd_release(args: argparse.Namespace) -> int:
@@ -213,7 +208,7 @@ async def cmd_release(args: argparse.Namespace) -> int:
             print("nothing is held; no deletions were waiting")
         return 0
 
-    return await _query(args, action)
+    return await ask_registry(args, action)
 
 
 async def cmd_pending(args: argparse.Namespace) -> int:
@@ -231,17 +226,17 @@ async def cmd_pending(args: argparse.Namespace) -> int:
         now = time.time()
         rows = [
             (c.tool, c.service, c.workspace, c.pinned[:SHORT], c.offered[:SHORT], c.version or "-", c.signer or "-",
-             _age(now - c.first_seen), _age(now - c.last_seen))
+             age(now - c.first_seen), age(now - c.last_seen))
             for c in changes
         ]
-        print(_table(("TOOL", "SERVICE", "WORKSPACE", "PINNED", "OFFERED", "VERSION", "SIGNER", "FIRST SEEN", "LAST SEEN"), rows))
+        print(table(("TOOL", "SERVICE", "WORKSPACE", "PINNED", "OFFERED", "VERSION", "SIGNER", "FIRST SEEN", "LAST SEEN"), rows))
         for change in changes:
             print()
             print(_decision_help(change))
             print(change.diff)
         return 0
 
-    return await _query(args, action)
+    return await ask_registry(args, action)
 
 
 def _decision_help(change: PendingChange) -> str:
@@ -272,7 +267,7 @@ async def cmd_approve(args: argparse.Namespace) -> int:
         print(f"approved {change.tool}: pinned {change.offered[:SHORT]} (was {change.pinned[:SHORT]}); {done}")
         return 0
 
-    return await _query(args, action)
+    return await ask_registry(args, action)
 
 
 async def cmd_reject(args: argparse.Namespace) -> int:
@@ -286,7 +281,18 @@ async def cmd_reject(args: argparse.Namespace) -> int:
         )
         return 0
 
-    return await _query(args, action)
+    return await ask_registry(args, action)
+
+
+def _interval(text: str) -> float:
+    """`--interval`: seconds, at least `MIN_INTERVAL`; anything else is a usage error (exit 2)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not seconds >= MIN_INTERVAL:
+        raise argparse.ArgumentTypeError(f"{text} is too short: at least {MIN_INTERVAL:g} seconds")
+    return seconds
 
 
 def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
@@ -303,23 +309,40 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
         "tools", parents=[query], help="list tools: announced and static, with status and instances",
         description="List the tools of a workspace: the announced ones the registry merged (with their service, "
         "status, instance count and last heartbeat) and the static ones written by hand. "
-        "WHY says why a tool is not plainly live or configured; agents skip an `unavailable` one.",
+        "WHY says why a tool is not plainly live or configured; agents skip an `unavailable` one. "
+        "While self-preservation holds removals, a line on stderr says which (`toolreg release`).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  toolreg tools\n  toolreg tools --workspace research --json\n"
-        "  toolreg tools --json | jq -r '.[] | select(.status == \"unavailable\") | .name + \": \" + .detail'\n",
+        "  toolreg tools --json | jq -r '.[] | select(.status == \"unavailable\") | .name + \": \" + .detail'\n"
+        f"  toolreg tools --strict >/dev/null || echo \"held ({HELD_EXIT}) or no registry (1)\"\n"
+        "  toolreg tools --watch                     # then a timestamped row per change, until Ctrl-C\n"
+        "  toolreg tools --watch --json | jq -c 'select(.type == \"DELETED\") | .object.name'\n",
     )
-    tools.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
+    tools.add_argument("--json", action="store_true",
+                       help="print a JSON list of objects instead of a table; with --watch, one JSON object per change (NDJSON)")
     tools.add_argument("--workspace", default=None, help="config workspace (default: the registry's, 'default')")
-    tools.set_defaults(handler=cmd_tools)
+    once = tools.add_mutually_exclusive_group()
+    once.add_argument("--strict", action="store_true",
+                      help=f"exit with code {HELD_EXIT} (after the listing) while self-preservation holds any removal; 1 stays for errors")
+    once.add_argument("-w", "--watch", action="store_true",
+                      help="keep watching: the listing, then a row for each tool that comes, changes (status, instances, WHY, "
+                      "definition) or goes, each with its time and ADDED/MODIFIED/DELETED, until Ctrl-C (exit 0). If the registry "
+                      "stops answering, one line on stderr says so and the watch keeps asking; another says when it is back")
+    tools.add_argument("--interval", type=_interval, default=None, metavar="SECONDS",
+                       help=f"with --watch: how often to ask the registry (default 1, at least {MIN_INTERVAL:g})")
+    tools.set_defaults(handler=lazy("tools", "cmd_tools"))
 
     rejections = subparsers.add_parser(
         "rejections", parents=[query], help="list recently rejected announcements and why",
         description="List the most recent announcements the registry refused (malformed, too large, stale, replayed, bad queues, "
         "untrusted, tool names taken), one row per sender and reason with how often and since when.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  toolreg rejections\n  toolreg rejections --json | jq '.[0].excerpt'\n",
+        epilog="examples:\n  toolreg rejections\n  toolreg rejections --workspace research\n  toolreg rejections --json | jq '.[0].excerpt'\n",
     )
     rejections.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    rejections.add_argument("--workspace", default=None,
+                            help="only the rejections of messages naming this workspace (default: all; "
+                            "a message too malformed to name one has none, shown as -)")
     rejections.set_defaults(handler=cmd_rejections)
 
     conflicts = subparsers.add_parser(

@@ -1,7 +1,10 @@
 """`toolreg store check|backup|restore|export|import`: look after the config store.
 
 They work on the file under the data directory, not through the broker, so
-they work when nothing else does. `check` and `backup` are safe while
+they work when nothing else does. `check` tells damage (exit 1: restore a
+backup) from a store the machine will not let us open or write, a read-only
+mount, a permission or a full disk (exit `ACCESS_EXIT`: fix that, and do not
+restore anything, the data is whole). `check` and `backup` are safe while
 `toolreg up` runs (SQLite's WAL mode lets them read beside it); `restore`
 refuses to run then, because `toolreg up` holds the file open.
 
@@ -13,22 +16,37 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import errno
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from discovery.store import backup as store_backup
-from discovery.store.check import StoreDamaged, check_open_store, marker_path
+from discovery.store.check import (
+    StoreAccessError,
+    StoreDamaged,
+    StoreFacts,
+    access_error,
+    access_problem,
+    check_open_store,
+    marker_path,
+    store_files,
+)
 from discovery.store.sqlite import STORE_FILE
+from discovery.writable import probe
 
-from .common import UpLock, settings_of, store_choice
+from .common import UpLock, fail, settings_of, store_choice
 
 if TYPE_CHECKING:
     from toolservice_base.transport import Transport
 
 T = TypeVar("T")
+
+ACCESS_EXIT = 3
+"""`toolreg store check`: the store cannot be opened or written (read-only mount, permissions, full disk); 1 is for damage."""
 
 
 def store_path(args: argparse.Namespace) -> Path:
@@ -36,20 +54,65 @@ def store_path(args: argparse.Namespace) -> Path:
 
 
 def _check(path: Path) -> str:
+    """The verdict on the store as one line; `StoreDamaged` for damage, `StoreAccessError` for a store the machine will not let us use.
+
+    The store must also be writable, as `toolreg up` needs it: a whole store
+    on a read-only mount is still reported, with its facts, and why it cannot run.
+    """
     if not path.exists():
         raise StoreDamaged(f"no config store at {path}; `toolreg up` creates one (or `toolreg store restore PATH`)")
-    db = sqlite3.connect(path)
     try:
-        facts = check_open_store(db, path)
-    except sqlite3.DatabaseError as exc:
-        raise StoreDamaged(f"config store {path} cannot be read: {exc}") from None
+        facts = _checked(sqlite3.connect(path), path)
+    except sqlite3.Error as exc:
+        problem = access_problem(exc, path)
+        if problem is None:
+            raise StoreDamaged(f"config store {path} cannot be read: {exc}") from None
+        if problem.code != errno.EROFS or _unmerged_log(path):
+            raise access_error(problem, verb="open") from None
+        # Nothing can write on a read-only mount: the file can be read as it lies, and its data vouched for.
+        facts = _checked(sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True), path)
+        raise StoreAccessError(problem, f"{_whole(path, facts)}, but {problem.says('the config store')}") from None
+    problem = probe(path.parent, store_files(path))
+    if problem is not None:
+        raise StoreAccessError(problem, f"{_whole(path, facts)}, but {problem.says('the config store')}")
+    return _whole(path, facts)
+
+
+def _checked(db: sqlite3.Connection, path: Path) -> StoreFacts:
+    try:
+        return check_open_store(db, path)
     finally:
         db.close()
+
+
+def _unmerged_log(path: Path) -> bool:
+    """A write-ahead log with data in it: reading the file without it would show an older store."""
+    wal = store_files(path)[1]
+    return wal.exists() and wal.stat().st_size > 0
+
+
+def _whole(path: Path, facts: StoreFacts) -> str:
     return f"{path}: whole (integrity check passed), version {facts.version}, {facts.items} item(s), store id {(facts.store_id or 'none')[:8]}"
 
 
+@contextlib.contextmanager
+def _file_system(path: Path) -> Iterator[None]:
+    """A file system that refuses the command (read-only, full) is said in one line, not a traceback, and not as damage."""
+    try:
+        yield
+    except (OSError, sqlite3.Error) as exc:
+        problem = access_problem(exc, path)
+        if problem is None:
+            raise
+        raise access_error(problem) from None
+
+
 async def cmd_store_check(args: argparse.Namespace) -> int:
-    print(await asyncio.to_thread(_check, store_path(args)))
+    try:
+        print(await asyncio.to_thread(_check, store_path(args)))
+    except StoreAccessError as exc:
+        fail(str(exc))
+        return ACCESS_EXIT
     return 0
 
 
@@ -58,7 +121,8 @@ async def cmd_store_backup(args: argparse.Namespace) -> int:
     if not source.exists():
         raise StoreDamaged(f"no config store at {source} to back up")
     destination = Path(args.path) if args.path else None
-    backup = await asyncio.to_thread(store_backup.take_backup, source, destination)
+    with _file_system(source):
+        backup = await asyncio.to_thread(store_backup.take_backup, source, destination)
     print(f"backed up {source} (version {backup.facts.version}, {backup.facts.items} item(s)) to {backup.path} "
           f"in {backup.seconds * 1000:.0f} ms")
     return 0
@@ -66,12 +130,14 @@ async def cmd_store_backup(args: argparse.Namespace) -> int:
 
 async def cmd_store_restore(args: argparse.Namespace) -> int:
     target = store_path(args)
-    lock = UpLock(target.parent)
-    try:
-        lock.acquire("stop it before restoring its store")
-        restored = await asyncio.to_thread(store_backup.restore, target, Path(args.path), force=args.force)
-    finally:
-        lock.release()
+    with _file_system(target):
+        lock = UpLock(target.parent)
+        try:
+            lock.acquire("stop it before restoring its store")
+            restored = await asyncio.to_thread(store_backup.restore, target, Path(args.path), force=args.force)
+        finally:
+            with contextlib.suppress(OSError):  # a lock file a full disk could not take
+                lock.release()
     facts = restored.facts
     print(f"restored {target} from {args.path}: {facts.items} item(s), now at version {facts.version} "
           f"(past every version the replaced store had, so readers reload)")
@@ -101,12 +167,14 @@ async def cmd_store_import(args: argparse.Namespace) -> int:
     version, rows = await asyncio.to_thread(transfer.read_export, Path(args.path))
     if backend == "sqlite":
         target = store_path(args)
-        lock = UpLock(target.parent)
-        try:
-            lock.acquire("stop it before importing into its store")
-            final = await asyncio.to_thread(transfer.sqlite_load, target, version, rows, force=args.force)
-        finally:
-            lock.release()
+        with _file_system(target):
+            lock = UpLock(target.parent)
+            try:
+                lock.acquire("stop it before importing into its store")
+                final = await asyncio.to_thread(transfer.sqlite_load, target, version, rows, force=args.force)
+            finally:
+                with contextlib.suppress(OSError):  # a lock file a full disk could not take
+                    lock.release()
     else:
         final = await _on_broker(args, lambda connection: transfer.replicated_load(connection, version, rows, force=args.force))
     print(f"imported {len(rows)} item(s) from {args.path} into the {backend} store, now at version {final}")
@@ -131,7 +199,9 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
     )
     actions = store.add_subparsers(dest="store_command", metavar="ACTION", required=True)
     check = actions.add_parser("check", parents=[common_parent], help="run the integrity check and compare with the marker",
-                               description="Check the store as `toolreg up` does at start; exit 1 with one line if it is damaged.")
+                               description="Check the store as `toolreg up` does at start; exit 1 with one line if it is damaged, "
+                               f"exit {ACCESS_EXIT} if it cannot be opened or written (read-only mount, permissions, full disk: "
+                               "not damage, do not restore a backup).")
     check.set_defaults(handler=cmd_store_check)
     backup = actions.add_parser("backup", parents=[common_parent], help="write a consistent, checked copy",
                                 description="Copy the store with SQLite's online backup API (safe while `toolreg up` runs) "

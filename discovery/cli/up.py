@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 from discovery.broker import BrokerSupervisor, EmbeddedBroker
@@ -25,6 +27,7 @@ from discovery.replicas import Election, Membership, ReplicaStatus
 from discovery.store import STORE_FILE, ConfigStore, ConfigStoreService
 from discovery.store.replicated import ReplicatedStore, new_replica_id
 from discovery.web import HealthServer
+from discovery.writable import of_os_error, probe
 from toolservice_base import Settings, Transport, open_transport
 from toolservice_base.errors import RegistryUnavailable
 from toolservice_base.logs import get_logger
@@ -128,9 +131,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     up = False
     async with AsyncExitStack() as stack:
-        lock = UpLock(settings.data_dir)
-        stack.callback(lock.release)
-        lock.acquire()
+        _lock(stack, settings.data_dir, backend)
         config: ConfigStore | None = None
         if backend == "sqlite":
             config = ConfigStore(settings.data_dir / STORE_FILE)  # checked before anything starts: a damaged store stops us here
@@ -154,6 +155,39 @@ async def cmd_up(args: argparse.Namespace) -> int:
         up = False
         print("stopping", flush=True)
     return 0
+
+
+def _lock(stack: AsyncExitStack, data_dir: Path, backend: str) -> None:
+    """Hold the data directory's lock, once the directory is known to take writes: else one line with the cause and the fix.
+
+    Everything `toolreg up` keeps (the lock, the store, the broker's data)
+    is written there, so a read-only mount or a full disk is said at once,
+    as what it is, before SQLite or the broker say it in words that read
+    like damage.
+    """
+    what = "the config store" if backend == "sqlite" else "the data directory"
+    problem = probe(data_dir)
+    if problem is not None:
+        raise CommandError(problem.says(what))
+    try:
+        lock = UpLock(data_dir)
+    except OSError as exc:
+        raise CommandError(_refused(exc, data_dir, what)) from None
+    stack.callback(_release, lock)
+    try:
+        lock.acquire()
+    except OSError as exc:  # the pid could not be written: the disk filled up since the probe
+        raise CommandError(_refused(exc, data_dir, what)) from None
+
+
+def _refused(exc: OSError, data_dir: Path, what: str) -> str:
+    problem = of_os_error(exc, data_dir)
+    return problem.says(what) if problem is not None else f"cannot write {what} at {data_dir}: {exc}"
+
+
+def _release(lock: UpLock) -> None:
+    with contextlib.suppress(OSError):  # a pid a full disk could not take is retried at close: nothing to keep
+        lock.release()
 
 
 async def _broker(stack: AsyncExitStack, settings: Settings, args: argparse.Namespace, health: HealthServer | None, watched: list[asyncio.Future[Any]]) -> str:

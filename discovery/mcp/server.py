@@ -32,7 +32,6 @@ import base64
 import binascii
 import bisect
 import fnmatch
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from agent_bridge import BadArguments, RequestTimeout, ToolError, ToolSet, Unkno
 from agent_bridge.llm_names import openai_names
 from toolservice_base import TransportError
 from toolservice_base.logs import get_logger
+from toolservice_base.schemas import json_literals
 
 log = get_logger("discovery.mcp")
 
@@ -75,39 +75,6 @@ def _version() -> str:
 def one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
-
-
-_JSON_WORDS = {"None": "null", "True": "true", "False": "false"}
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_QUOTE_AFTER = frozenset(" \t([{,:")
-"""A quote opens a Python string literal only at the start or after one of these (not the apostrophe of "tool's")."""
-
-
-def json_literals(text: str) -> str:
-    """`text` (a validation message, which quotes values as Python reprs) with `None`/`True`/`False` spelled `null`/`true`/`false`.
-
-    The model wrote JSON: `{"start": null}` is refused as `null is not of type 'integer'`, not `None ...`.
-    Words inside quoted strings (`'None'` is the string the model sent) are left as they are.
-    """
-    out: list[str] = []
-    i, end = 0, len(text)
-    while i < end:
-        char = text[i]
-        if char in "'\"" and (i == 0 or text[i - 1] in _QUOTE_AFTER):
-            j = i + 1
-            while j < end and text[j] != char:
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i : j + 1])
-            i = j + 1
-            continue
-        word = _WORD.match(text, i)
-        if word is not None:
-            out.append(_JSON_WORDS.get(word.group(), word.group()))
-            i = word.end()
-            continue
-        out.append(char)
-        i += 1
-    return "".join(out)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ SDK leaves to the application:
   bound address, on every bind (the SDK checks them only on the literal
   hosts 127.0.0.1, localhost and ::1), so no other site can reach the server
   through DNS rebinding; then an optional static bearer token, compared in
-  constant time; both before the SDK sees the request. Request heads have a
+  constant time; both before the SDK sees the request. A 2025-era call
+  whose client disconnects before its answer is cancelled, as over stdio
+  (`mcp_dropped`). Request heads have a
   deadline and open sockets a cap (`discovery.web.health.bounded_config`).
   The socket is bound here, so a taken port is a one-line error and port 0
   works.
@@ -54,6 +56,7 @@ from discovery.web.health import (
 )
 from toolservice_base.logs import get_logger
 
+from .dropped import CancelDroppedCalls
 from .server import McpFront, one_line
 
 log = get_logger("discovery.mcp")
@@ -426,6 +429,7 @@ async def http_server(
     app: ASGIApp = front.server.streamable_http_app(
         host=host, transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
+    app = CancelDroppedCalls(app)
     if token:
         app = BearerTokenGuard(app, token)
     app = HostOriginGuard(app, host, bound_port, allowed_hosts)

@@ -67,6 +67,9 @@ class Rejection(BaseModel):
     """Refusals of the same sender for the same reason, aggregated into this entry."""
     first: float | None = None
     """When the first of them was refused."""
+    workspace: str | None = None
+    """The workspace the refused message named (or the refused service's, for a conflict or a store refusal);
+    None when the message was refused before it could be read (malformed, too large), or by an older registry."""
 
 
 class NameConflict(BaseModel):

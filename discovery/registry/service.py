@@ -94,6 +94,9 @@ STALL_PAUSE = 5.0
 """Seconds no lease expires after such a gap: longer than heartbeats take to come in again (one every ttl/3), and than a
 deposed replica takes to learn it was replaced meanwhile (a newer term heard within a second, its lock seen lost within two)."""
 
+TOPIC_CHECK = 1.0
+"""Seconds between two looks at what the transport says of the registry's topics (`_report_topics`)."""
+
 DESCRIPTOR_PERMITS = 10_000
 """Receiver queue on `tool-descriptors`. The topic is non-persistent: the broker drops what a consumer has
 no permits for, so a burst beyond the queue is lost, not delayed. 1,000 (the default) dropped heartbeats
@@ -135,7 +138,7 @@ class Registry:
             workspace_default=workspace_default,
             max_retry_delay=opts.max_retry_delay,
             metrics=self.metrics,
-            on_refused=lambda service, reason: self._reject(reason, b"", time.time(), service=service, category="store"),
+            on_refused=lambda key, reason: self._reject(reason, b"", time.time(), service=key[1], workspace=key[0], category="store"),
             on_merged=lambda: self._report_state(self.leases.by_service()),
             departed=self.departed,
             on_conflicts=self._tell_conflicts,
@@ -164,6 +167,8 @@ class Registry:
         self._last_sweep = time.monotonic()
         self._sweeps_paused_until = 0.0
         self._disconnected = False
+        self._reported: dict[str, str] = {}
+        """Topic -> the problem last logged for it (`_report_topics`)."""
 
     # --- life cycle ----------------------------------------------------------
 
@@ -195,6 +200,7 @@ class Registry:
             scheduler.add_job(
                 self._sweep, "interval", seconds=self.options.sweep_interval, max_instances=1, coalesce=True, misfire_grace_time=None
             )
+            scheduler.add_job(self._report_topics, "interval", seconds=TOPIC_CHECK, max_instances=1, coalesce=True, misfire_grace_time=None)
             scheduler.start()
             self._scheduler = scheduler
             stack.callback(self._stop_sweeps)
@@ -332,7 +338,7 @@ class Registry:
         the trust policy, signed by the same key; an unsigned lease cannot
         tell its holder from anyone else, so any refusal naming it counts.
         """
-        new = self._reject(exc.reason, data, wall, instance=exc.instance, service=exc.service, category=exc.category)
+        new = self._reject(exc.reason, data, wall, instance=exc.instance, service=exc.service, workspace=exc.workspace, category=exc.category)
         if exc.instance is None:
             return
         if exc.category in TAKEOVER:
@@ -429,18 +435,22 @@ class Registry:
         return None
 
     def _reject(
-        self, reason: str, data: bytes, wall: float, *, instance: str | None = None, service: str | None = None, category: Category = "malformed"
+        self, reason: str, data: bytes, wall: float, *, instance: str | None = None, service: str | None = None,
+        workspace: str | None = None, category: Category = "malformed",
     ) -> bool:
         """Log and count a refusal; True when it is new in the rejection log (not a repeat of the same sender)."""
-        new = self.rejection_log.add(Rejection(at=wall, reason=reason, instance=instance, service=service, excerpt=excerpt(data)))
+        new = self.rejection_log.add(
+            Rejection(at=wall, reason=reason, instance=instance, service=service, workspace=workspace, excerpt=excerpt(data))
+        )
         self.metrics.rejection(reason)
-        log.warning("announcement.rejected", reason=reason, instance=instance, service=service, bytes=len(data), category=category, repeated=not new)
+        log.warning("announcement.rejected", reason=reason, instance=instance, service=service, workspace=workspace, bytes=len(data),
+                    category=category, repeated=not new)
         return new
 
     async def _tell_conflicts(self, key: ServiceKey, conflicts: list[NameConflict]) -> None:
         """A service was refused tool names: list it with the rejections and tell its instances, in their log."""
         reason = "; ".join(conflict.reason for conflict in conflicts)
-        self.rejection_log.add(Rejection(at=time.time(), reason=f"conflict: {reason}", service=key[1]))
+        self.rejection_log.add(Rejection(at=time.time(), reason=f"conflict: {reason}", service=key[1], workspace=key[0]))
         for lease in self.leases.of_service(key):
             await self._prober.notify(lease.instance, f"conflict: {reason}")
 
@@ -611,12 +621,51 @@ class Registry:
         )
 
     def readiness(self) -> str | None:
-        """None while the registry hears announcements and answers queries; else why not. For `/readyz`."""
+        """None while the registry hears announcements and answers queries; else why not, in the broker's words. For `/readyz`.
+
+        A topic the broker will not let it use (a revoked permission, an
+        expired token, a deleted namespace: what the transport found, see
+        `Transport.problem`) makes it not ready even while its other
+        connections are fine: a registry deaf to announcements lets every
+        lease run out.
+        """
         if not self._running:
             return "not running"
+        for _, doing, topic in self._topics():
+            if (problem := self._connection.problem(topic)) is not None:
+                return f"cannot {doing} on {topic}: {problem}"
         if not (self._prober.connected and self._server.connected):
-            return f"not connected to the broker at {self._connection.url}"
+            return f"not connected to the broker at {self._connection.url} (reconnecting)"
         return None
+
+    def _topics(self) -> list[tuple[str, str, str]]:
+        """(part, what it does there, topic) for each topic the intake and the query server cannot work without."""
+        topics = self._connection.topics
+        return [
+            ("intake", "hear announcements", topics.tool_descriptors),
+            ("intake", "send probes", topics.tool_probe),
+            ("queries", "take queries", topics.registry_request),
+            ("queries", "answer queries", topics.registry_response),
+        ]
+
+    async def _report_topics(self) -> None:
+        """Log when the intake or the query server cannot use a topic, and why, and when it can again.
+
+        The registry does not stop for it: pulsar-client keeps reconnecting,
+        and a grant, a fresh token or a recreated namespace heals it.
+        Meanwhile the reason is in the log (`registry.intake_failed`,
+        `registry.queries_failed`) and in `readiness`.
+        """
+        for part, doing, topic in self._topics():
+            problem = self._connection.problem(topic)
+            if problem == self._reported.get(topic):
+                continue
+            if problem is None:
+                del self._reported[topic]
+                log.info(f"registry.{part}_restored", topic=topic)
+            else:
+                self._reported[topic] = problem
+                log.warning(f"registry.{part}_failed", topic=topic, cannot=doing, reason=problem)
 
     def _mark(self, key: ServiceKey, *, force: bool = False, link: SpanContext | None = None) -> None:
         self.writer.mark(key, force=force, link=link)
@@ -636,7 +685,8 @@ class Registry:
         tools: dict[str, ToolStatus] = {}
         for state in self._services.values():
             if state.workspace == workspace:
-                for status in state.tool_statuses(grouped.get(state.key, []), wall):
+                unwritten = self.writer.failure if self.writer.waiting(state.key) else None
+                for status in state.tool_statuses(grouped.get(state.key, []), wall, unwritten):
                     tools[status.name] = status
         static = {name: value for name, value in (await self._config.getvalues("tool", workspace=workspace)).items() if name not in tools}
         if static:

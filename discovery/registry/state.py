@@ -32,6 +32,8 @@ __all__ = ["ServiceState", "service_status", "static_status"]
 
 STATUSES = ("live", "held", "grace", "refused")
 """Best first: a service is as alive as its most alive instance."""
+UNWRITTEN = "unwritten"
+"""An announced tool the registry could not write to the store yet (the store cannot write): agents do not see it."""
 
 
 def service_status(leases: list[Lease]) -> str:
@@ -177,23 +179,37 @@ class ServiceState:
     def tool_names(self) -> list[str]:
         return sorted(key for item_type, key in self.owned if item_type == "tool")
 
-    def tool_statuses(self, leases: list[Lease], wall_now: float) -> list[ToolStatus]:
+    def tool_statuses(self, leases: list[Lease], wall_now: float, unwritten: str | None = None) -> list[ToolStatus]:
+        """The statuses of the tools it owns in the store. `unwritten`: why its latest change is not in the store yet;
+        each tool then says so, and tools it announced that the store does not hold yet are listed as `unwritten`."""
         status = service_status(leases)
         last = max((lease.last_seen for lease in leases if lease.last_seen is not None), default=None)
         version = self.record.version if self.record is not None else ""
         detail = status_detail(status, leases)
+        note = "" if unwritten is None else f"not in the config store yet, agents do not see this change: {unwritten}"
+        names = {name: status for name in self.tool_names()}
+        if unwritten is not None:
+            names.update((name, UNWRITTEN) for name in self._offered_names(leases) if name not in names and name not in self.conflicts)
         return [
             ToolStatus(
                 name=name,
                 service=self.service_id,
                 source="announced",
-                status=status,
+                status=shown,
                 instances=len(leases),
                 last_heartbeat_age=None if last is None else round(max(0.0, wall_now - last), 3),
                 workspace=self.workspace,
                 version=version,
-                detail=detail,
+                detail="; ".join(part for part in (detail if shown == status else "", note) if part),
                 digest=self.digests.get(name),
             )
-            for name in self.tool_names()
+            for name, shown in sorted(names.items())
         ]
+
+    def _offered_names(self, leases: list[Lease]) -> list[str]:
+        """Tool names of the newest offer a lease holds, read without forgetting anything (a query changes nothing)."""
+        for lease in sorted(leases, key=lambda lease: -lease.announced):
+            offer = self.offers.get(lease.digest or "") if lease.announced else None
+            if offer is not None:
+                return [tool.name for tool in offer.tools]
+        return []

@@ -82,7 +82,8 @@ class Rejected(ValueError):
     """A message the registry refuses; `str()` is the reason.
 
     `announcement` is the parsed message when it got that far, so the
-    registry can tell whether the refusal came from the lease's own holder.
+    registry can tell whether the refusal came from the lease's own holder;
+    its workspace is the refusal's (`toolreg rejections --workspace`).
     """
 
     def __init__(
@@ -100,6 +101,7 @@ class Rejected(ValueError):
         self.service = service
         self.category = category
         self.announcement = announcement
+        self.workspace = announcement.workspace if announcement is not None else None
 
 
 def excerpt(data: bytes, limit: int = EXCERPT) -> str:
@@ -245,22 +247,23 @@ class RejectionLog:
     updates that entry (`count`, `at` = the last) instead of adding one; its
     service is kept from whichever message named it (heartbeats do not).
     Rejections naming no instance are merged when service and reason are
-    the same text.
+    the same text. Rejections in different workspaces are never merged:
+    `toolreg rejections --workspace` shows each workspace its own.
     """
 
     def __init__(self, limit: int = 200) -> None:
-        self._items: OrderedDict[tuple[str | None, str | None, str], Rejection] = OrderedDict()
+        self._items: OrderedDict[tuple[str | None, str | None, str | None, str], Rejection] = OrderedDict()
         self._limit = limit
         self.total = 0
 
     def add(self, rejection: Rejection) -> bool:
         """Record it; True when it is a new entry, False when it repeats one."""
         self.total += 1
-        key: tuple[str | None, str | None, str]
+        key: tuple[str | None, str | None, str | None, str]
         if rejection.instance is None:
-            key = (None, rejection.service, rejection.reason)
+            key = (None, rejection.service, rejection.workspace, rejection.reason)
         else:
-            key = (rejection.instance, None, _NUMBERS.sub("#", rejection.reason))
+            key = (rejection.instance, None, rejection.workspace, _NUMBERS.sub("#", rejection.reason))
         known = self._items.pop(key, None)
         if known is not None:
             rejection = rejection.model_copy(

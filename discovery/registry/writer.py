@@ -108,7 +108,7 @@ class StoreWriter:
         workspace_default: str,
         max_retry_delay: float,
         metrics: RegistryMetrics,
-        on_refused: Callable[[str, str], object],
+        on_refused: Callable[[ServiceKey, str], object],
         on_merged: Callable[[], None],
         departed: Departed | None = None,
         on_conflicts: Callable[[ServiceKey, list[NameConflict]], Awaitable[None]] | None = None,
@@ -134,6 +134,8 @@ class StoreWriter:
         self.waits: deque[float] = deque(maxlen=100)
         """Seconds from the first change of each recent batch being marked to the writer taking the batch,
         oldest first: nothing but a write in flight, a retry's back-off or the rest of a burst (`_caught_up`) should be in them."""
+        self.failure: str | None = None
+        """Why the last write to the store failed (the store cannot write, or does not answer); None once one succeeds."""
         self._noted: float | None = None
         self._marks = 0
         self._dirty: set[ServiceKey] = set()
@@ -167,6 +169,10 @@ class StoreWriter:
     @property
     def pending(self) -> int:
         return len(self._dirty)
+
+    def waiting(self, key: ServiceKey) -> bool:
+        """Whether `key` has a change not yet written (being retried after a failure, or next in line)."""
+        return key in self._dirty
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="registry-writer")
@@ -205,6 +211,7 @@ class StoreWriter:
                 with tracing.registry_merge(len(batch), links), self.metrics.merge_timer():
                     await self._merge(batch, forced)
                 self._on_merged()
+                self.failure = None
                 delay = 0.1
             except asyncio.CancelledError:
                 raise
@@ -212,6 +219,7 @@ class StoreWriter:
                 if isinstance(exc, TransportError):
                     self.writes.forget()  # what answers next may be another store: ask it again
                 if isinstance(exc, (TransportError, ConfigError)) and not isinstance(exc, ConfigRefused):
+                    self.failure = str(exc)
                     log.warning("registry.store_unavailable", error=str(exc), retry_in=delay, services=len(batch))
                 else:
                     log.exception("registry.merge_failed", retry_in=delay)
@@ -293,7 +301,7 @@ class StoreWriter:
             except ConfigConflict:
                 self.mark(key)  # contended: next round
             except ConfigRefused as exc:
-                self._on_refused(key[1], f"the config store refused service {key[1]!r}: {exc}")
+                self._on_refused(key, f"the config store refused service {key[1]!r}: {exc}")
 
     def _entries(self, workspace: str, keys: list[ServiceKey], forced: set[ServiceKey], *, note: bool = False) -> list[Entry]:
         """What each service should have now; those whose record says nothing changed are left out unless forced."""

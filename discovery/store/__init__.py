@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from discovery.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from discovery.store.check import StoreDamaged
+    from discovery.store.check import StoreAccessError, StoreDamaged
     from discovery.store.service import ConfigStoreService
     from discovery.store.sqlite import STORE_FILE, ConfigStore, ExpectationFailed, StoreError
 
@@ -22,6 +22,7 @@ _EXPORTS = {
     "ConfigStoreService": "discovery.store.service",
     "ExpectationFailed": "discovery.store.sqlite",
     "STORE_FILE": "discovery.store.sqlite",
+    "StoreAccessError": "discovery.store.check",
     "StoreDamaged": "discovery.store.check",
     "StoreError": "discovery.store.sqlite",
 }
@@ -29,4 +30,4 @@ _EXPORTS = {
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
-__all__ = ["ConfigStore", "ConfigStoreService", "ExpectationFailed", "STORE_FILE", "StoreDamaged", "StoreError"]
+__all__ = ["ConfigStore", "ConfigStoreService", "ExpectationFailed", "STORE_FILE", "StoreAccessError", "StoreDamaged", "StoreError"]

@@ -36,6 +36,8 @@ from .check import (
     StoreDamaged,
     StoreFacts,
     StoreMarker,
+    access_error,
+    access_problem,
     backup_dir,
     integrity_problem,
     marker_path,
@@ -70,23 +72,27 @@ def default_backup_path(db_path: Path, version: int, folder: Path | None = None)
 
 
 def inspect_copy(path: Path) -> StoreFacts:
-    """Facts of a store file that is not open elsewhere; `StoreDamaged` if it is corrupt or not a store."""
+    """Facts of a store file that is not open elsewhere; `StoreDamaged` if it is corrupt or not a store,
+    `StoreAccessError` if the file system will not let SQLite open it (which says nothing about the copy)."""
     if not path.is_file():
         raise StoreDamaged(f"{path} does not exist or is not a file")
-    db = _connect(path)
     try:
-        problem = integrity_problem(db)
-        if problem is not None:
-            raise StoreDamaged(f"{path} is corrupt: {problem}")
+        db = _connect(path)
         try:
+            problem = integrity_problem(db)
+            if problem is not None:
+                raise StoreDamaged(f"{path} is corrupt: {problem}")
             facts = read_facts(db)
-        except sqlite3.DatabaseError as exc:
-            raise StoreDamaged(f"{path} is unreadable: {exc}") from None
-        if facts.store_id is None and facts.version == 0 and facts.items == 0:
-            raise StoreDamaged(f"{path} holds no config store (no items and no version)")
-        return facts
-    finally:
-        db.close()
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        found = access_problem(exc, path)
+        if found is not None:
+            raise access_error(found, f"the copy {path.name}", verb="open") from None
+        raise StoreDamaged(f"{path} is unreadable: {exc}") from None
+    if facts.store_id is None and facts.version == 0 and facts.items == 0:
+        raise StoreDamaged(f"{path} holds no config store (no items and no version)")
+    return facts
 
 
 def take_backup(db_path: Path, destination: Path | None = None) -> Backup:
@@ -94,36 +100,44 @@ def take_backup(db_path: Path, destination: Path | None = None) -> Backup:
 
     Blocking: call it in a worker thread from async code. The copy is written
     under a temporary name and renamed into place once checked, so a backup
-    file that exists is a whole, checked one.
+    file that exists is a whole, checked one; a copy that failed half-way (a
+    full disk) is removed. A file system that refuses the copy, or the
+    store, is `StoreAccessError`.
     """
     started = time.perf_counter()
-    source = _connect(db_path)
+    partial: Path | None = None
     try:
-        problem = integrity_problem(source)
-        if problem is not None:
-            raise StoreDamaged(f"config store {db_path} is corrupt, not backing it up: {problem}")
-        version = read_facts(source).version
-        if destination is None or destination.is_dir():
-            target = default_backup_path(db_path, version, destination)
-        else:
-            target = destination
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + ".partial")
-        partial.unlink(missing_ok=True)
-        copy = _connect(partial)
+        source = _connect(db_path)
         try:
-            source.backup(copy)  # one step: a consistent snapshot of one read transaction
+            problem = integrity_problem(source)
+            if problem is not None:
+                raise StoreDamaged(f"config store {db_path} is corrupt, not backing it up: {problem}")
+            version = read_facts(source).version
+            if destination is None or destination.is_dir():
+                target = default_backup_path(db_path, version, destination)
+            else:
+                target = destination
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(target.name + ".partial")
+            partial.unlink(missing_ok=True)
+            copy = _connect(partial)
+            try:
+                source.backup(copy)  # one step: a consistent snapshot of one read transaction
+            finally:
+                copy.close()
         finally:
-            copy.close()
-    finally:
-        source.close()
-    try:
+            source.close()
         facts = inspect_copy(partial)
         with open(partial, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(partial, target)
-    except BaseException:
-        partial.unlink(missing_ok=True)
+    except BaseException as exc:
+        if partial is not None:
+            partial.unlink(missing_ok=True)
+        found = access_problem(exc, partial if partial is not None else db_path) if isinstance(exc, (OSError, sqlite3.Error)) else None
+        if found is not None:
+            what = "the config store" if partial is None else "the backup"
+            raise access_error(found, what, verb="open" if partial is None else "write") from None
         raise
     return Backup(path=target, facts=facts, seconds=time.perf_counter() - started)
 
@@ -184,6 +198,28 @@ def restore(db_path: Path, source: Path, *, force: bool = False) -> Restored:
             "restoring it replaces this store's content with that one's: add --force if that is what you want"
         )
     floor = _last_known_version(db_path)
+    partial = db_path.with_name(db_path.name + ".restoring")
+    try:  # the copy is made in full before the store is touched: a disk that fills up half-way leaves the store as it was
+        partial.unlink(missing_ok=True)
+        src, dst = _connect(source), _connect(partial)
+        try:
+            src.backup(dst)
+            version = max(facts.version, floor) + 1
+            dst.execute("UPDATE meta SET value=? WHERE name='version'", (version,))
+            dst.execute("CREATE TABLE IF NOT EXISTS store_info (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            dst.execute("INSERT OR IGNORE INTO store_info (name, value) VALUES ('id', ?)", (uuid.uuid4().hex,))  # a copy from before ids
+            restored = read_facts(dst)
+        finally:
+            src.close()
+            dst.close()
+        with open(partial, "rb") as handle:
+            os.fsync(handle.fileno())
+    except BaseException as exc:
+        partial.unlink(missing_ok=True)
+        found = access_problem(exc, db_path) if isinstance(exc, (OSError, sqlite3.Error)) else None
+        if found is not None:
+            raise access_error(found, "the restored copy", verb="write") from None
+        raise
     replaced = None
     if db_path.exists():
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -192,21 +228,6 @@ def restore(db_path: Path, source: Path, *, force: bool = False) -> Restored:
             old = db_path.with_name(db_path.name + suffix)
             if old.exists():
                 os.replace(old, replaced.with_name(replaced.name + suffix))
-    partial = db_path.with_name(db_path.name + ".restoring")
-    partial.unlink(missing_ok=True)
-    src, dst = _connect(source), _connect(partial)
-    try:
-        src.backup(dst)
-        version = max(facts.version, floor) + 1
-        dst.execute("UPDATE meta SET value=? WHERE name='version'", (version,))
-        dst.execute("CREATE TABLE IF NOT EXISTS store_info (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        dst.execute("INSERT OR IGNORE INTO store_info (name, value) VALUES ('id', ?)", (uuid.uuid4().hex,))  # a copy from before ids
-        restored = read_facts(dst)
-    finally:
-        src.close()
-        dst.close()
-    with open(partial, "rb") as handle:
-        os.fsync(handle.fileno())
     os.replace(partial, db_path)
     write_marker(db_path, StoreMarker.of(restored))
     return Restored(facts=restored, replaced=replaced)

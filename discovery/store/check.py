@@ -16,10 +16,17 @@ report when the file is opened:
 
 Either way the store is not opened (`StoreDamaged`, one line naming the file
 and how to recover), never silently replaced by an empty one.
+
+A file the machine will not let us open or write (a read-only mount, a
+permission, a full disk) is not damage, and restoring a backup over it would
+roll back every write since: SQLite's words for it ("unable to open database
+file", "disk I/O error") are checked against the file system
+(`access_problem`) and reported as `StoreAccessError`, with the fix.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -27,6 +34,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from discovery.writable import AccessProblem, of_os_error, probe
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.logs import get_logger
 
@@ -35,10 +43,48 @@ log = get_logger("discovery.store")
 MARKER_SUFFIX = ".meta"
 BACKUP_DIR = "backups"
 CORRUPTION_CODES = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_CORRUPT_INDEX", "SQLITE_CORRUPT_SEQUENCE", "SQLITE_CORRUPT_VTAB"})
+ACCESS_CODES = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_PERM", "SQLITE_FULL")
+"""SQLite's errors that may be the file system refusing us (checked with a probe), not the file being broken."""
 
 
 class StoreDamaged(ToolDiscoveryError):
     """The store file is corrupt or is missing data it is known to have had; it must not be served."""
+
+
+class StoreAccessError(ToolDiscoveryError):
+    """The store cannot be opened or written (read-only mount, permissions, full disk); its data is not damaged."""
+
+    def __init__(self, problem: AccessProblem, message: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+
+
+def store_files(db_path: Path) -> list[Path]:
+    """The files SQLite writes for the store: the file, its WAL and shared-memory index."""
+    return [db_path, db_path.with_name(db_path.name + "-wal"), db_path.with_name(db_path.name + "-shm")]
+
+
+def access_problem(exc: BaseException, db_path: Path) -> AccessProblem | None:
+    """The file-system problem behind `exc`, if that is what it is; None for corruption and everything else.
+
+    SQLite's own code narrows it down (a full disk it names outright); the
+    cause of a read-only or unopenable file is asked of the file system.
+    """
+    if isinstance(exc, OSError):
+        return of_os_error(exc, db_path.parent)
+    if not isinstance(exc, sqlite3.Error) or is_corruption(exc):
+        return None
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if not name.startswith(ACCESS_CODES):
+        return None
+    found = probe(db_path.parent, store_files(db_path))
+    if found is None and name.startswith("SQLITE_FULL"):
+        return AccessProblem(errno.ENOSPC, db_path.parent)
+    return found
+
+
+def access_error(problem: AccessProblem, what: str = "the config store", *, verb: str = "write", running: bool = False) -> StoreAccessError:
+    return StoreAccessError(problem, problem.says(what, verb=verb, running=running))
 
 
 @dataclass(frozen=True)
@@ -91,11 +137,15 @@ def write_marker(db_path: Path, marker: StoreMarker) -> None:
     """Replace the marker atomically: a crash leaves the old one or the new one, never half of either."""
     path = marker_path(db_path)
     temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "w") as handle:
-        json.dump(asdict(marker), handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w") as handle:
+            json.dump(asdict(marker), handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # a full disk leaves no half-written marker behind
+        raise
 
 
 def is_corruption(exc: sqlite3.Error) -> bool:
@@ -105,11 +155,17 @@ def is_corruption(exc: sqlite3.Error) -> bool:
 
 
 def integrity_problem(db: sqlite3.Connection) -> str | None:
-    """None if `PRAGMA integrity_check` passes, else its first finding as one line."""
+    """None if `PRAGMA integrity_check` passes, else its first finding as one line.
+
+    Only corruption is a finding; any other SQLite error (the file cannot be
+    opened, the disk is full) is raised for the caller to tell apart.
+    """
     try:
         rows = db.execute("PRAGMA integrity_check").fetchall()
     except sqlite3.DatabaseError as exc:
-        return str(exc)
+        if is_corruption(exc):
+            return str(exc)
+        raise
     if [tuple(row) for row in rows] == [("ok",)]:
         return None
     first = str(rows[0][0]).replace("*** in database main ***", "").strip().splitlines()
@@ -167,13 +223,18 @@ def check_before_open(db_path: Path) -> None:
 
 
 def check_open_store(db: sqlite3.Connection, db_path: Path) -> StoreFacts:
-    """Raise `StoreDamaged` unless the opened file is whole and holds at least what its marker says it had."""
+    """Raise `StoreDamaged` unless the opened file is whole and holds at least what its marker says it had.
+
+    A SQLite error that is not corruption propagates: the caller asks `access_problem` what it is.
+    """
     problem = integrity_problem(db)
     if problem is not None:
         raise StoreDamaged(f"config store {db_path} is corrupt: {problem}; {how_to_recover(db_path)}")
     try:
         facts = read_facts(db)
     except sqlite3.DatabaseError as exc:
+        if not is_corruption(exc):
+            raise
         raise StoreDamaged(f"config store {db_path} is unreadable: {exc}; {how_to_recover(db_path)}") from None
     marker = read_marker(db_path)
     if marker is None or (marker.version == 0 and marker.items == 0):

@@ -33,7 +33,7 @@ from contextlib import AsyncExitStack
 from typing import Any, Self
 
 from discovery.replicas import Election, LogEntry, Membership, ReplicaStatus, ReplicatedLog
-from toolservice_base.errors import ToolDiscoveryError
+from toolservice_base.errors import ReplicationError, ToolDiscoveryError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Transport
@@ -48,6 +48,8 @@ GROUP = "config-store"
 """The replica group of the config store (`toolreg replicas` shows it)."""
 DEFAULT_TAKEOVER_AFTER = 10.0
 """Seconds the active replica may be silent to the group before a standby fences it (a frozen process)."""
+SETTINGS_WAIT = 2.5
+"""Status intervals a starting standby waits to hear the active replica's settings before it joins (it publishes every one)."""
 
 Hook = Callable[[], Awaitable[None]]
 
@@ -232,6 +234,8 @@ class ReplicatedStore:
             self.store, self._log, self._election, self._members = store, replicated_log, election, members
             stack.callback(self._forget)
             await stack.enter_async_context(election)
+            if election.role == "standby":
+                await self._refuse_other_settings(members)
             self._started.set()
             log.info("config.replica_started", replica=self.replica_id, role=election.role, version=replicated_log.version)
             self._check_settings()
@@ -250,6 +254,29 @@ class ReplicatedStore:
     def _forget(self) -> None:
         self.store = self.service = None
         self._log = self._election = self._members = None
+
+    async def _refuse_other_settings(self, members: Membership) -> None:
+        """A standby whose settings differ from the active replica's refuses to join: promoted, it would apply another trust policy.
+
+        Waits for the active's status (published every `interval`) for up to
+        `SETTINGS_WAIT` intervals; a group with no active heard by then is
+        compared again on each promotion (`_check_settings`, logged).
+        """
+        own = members.status.settings
+        if not own:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTINGS_WAIT * members.interval
+        while loop.time() < deadline:
+            active = next((r for r in members.replicas() if r.role == "active" and r.id != self.replica_id), None)
+            if active is not None:
+                if active.settings and active.settings != own:
+                    raise ReplicationError(
+                        f"replica {self.replica_id} runs with other group settings (trust policy and limits, {own}) than the "
+                        f"active replica {active.id} ({active.settings}): start every replica of a group alike (`toolreg replicas` shows each)"
+                    )
+                return
+            await asyncio.sleep(0.05)
 
     def _check_settings(self) -> None:
         """Replicas of one group must share their settings (the trust policy); say so loudly if one does not."""

@@ -15,8 +15,12 @@ with empty `changes`, TrustGraph's "everything may have changed" poke.
 Every request gets an answer. One the SQLite file cannot serve is answered
 `store-error`; a file SQLite calls corrupt marks the store damaged, and from
 then on every request is answered `store-error` with how to recover, never
-half-served. Meanwhile a background task keeps the store's marker current and
-takes the automatic backups (`store_backup`).
+half-served. A write the file system refuses (read-only mount, permissions,
+full disk) is not damage: it is answered with the cause and the fix, `/readyz`
+says so until the store can write again, and nothing written before is lost
+(SQLite rolls the refused transaction back). Meanwhile a background task keeps
+the store's marker current, watches that the store can still write, and takes
+the automatic backups (`store_backup`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any, Protocol, Self
 
 from pydantic import ValidationError
 
+from discovery.writable import AccessProblem
 from toolservice_base.errors import TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import RequestServer
@@ -46,10 +51,11 @@ from toolservice_base.topics import Topics
 from toolservice_base.transport import Envelope, Publisher, Transport
 
 from . import backup as store_backup
-from .check import StoreDamaged, how_to_recover, is_corruption
+from .check import StoreAccessError, StoreDamaged, access_problem, how_to_recover, is_corruption
 from .metrics import ConfigStoreMetrics
 from .operations import ConfigOperations, Outcome, StoreProtocol
 from .sqlite import STORE_FILE, ConfigStore, Write
+from .writability import Writability
 
 log = get_logger("discovery.store")
 
@@ -116,6 +122,9 @@ class ConfigStoreService:
         self.mark_interval = mark_interval
         self.damaged: str | None = None
         """Why the store is no longer served (SQLite found it corrupt), with how to recover; None while it is whole."""
+        self.writability = Writability(store.path)
+        """Whether the file system takes the store's writes (read-only mount, permissions, full disk): not damage, reads are
+        still served, and it clears by itself once a write can succeed."""
         self.last_backup: store_backup.Backup | None = None
         self._maintenance: asyncio.Task[None] | None = None
         self._server = RequestServer(
@@ -164,6 +173,8 @@ class ConfigStoreService:
             return "not started"
         if self.damaged is not None:
             return self.damaged
+        if self.writability.reason is not None:
+            return self.writability.reason
         if not (self._notify.connected and self._server.connected):
             return f"not connected to the broker at {self._connection.url}"
         try:
@@ -261,6 +272,8 @@ class ConfigStoreService:
             outcome = self._execute(request, queue_workspace)
             if outcome.push is not None and self.journal is not None:
                 outcome = await self._make_durable(outcome, request.operation)
+        if outcome.push is not None:
+            self.writability.wrote("a write succeeded")
         response = outcome.response
         if response.error is not None and response.error.type not in ("conflict", "bad-operation"):
             log.info("config.write_refused" if request.operation in ("put", "delete") else "config.request_refused",
@@ -313,7 +326,11 @@ class ConfigStoreService:
             return None
 
     def _store_failed(self, operation: str, exc: sqlite3.Error) -> str:
-        """Log a failed SQLite call and say it in one line; corruption marks the store damaged for good."""
+        """Log a failed SQLite call and say it in one line; corruption marks the store damaged for good.
+
+        A refusal of the file system (read-only, full disk) is told apart from
+        damage: it is said with its cause and fix, and lasts only as long as it.
+        """
         path = self.store.path
         if is_corruption(exc):
             if self.damaged is None:
@@ -321,32 +338,67 @@ class ConfigStoreService:
                 self.damaged = f"config store {path} is damaged ({exc}); it answers nothing until restored: {recover}"
                 log.error("config.store_damaged", path=str(path), operation=operation, error=str(exc), recover=recover)
             return self.damaged
+        problem = access_problem(exc, path) if self.store.durable else None
+        if problem is not None:
+            return self.writability.refused(problem, operation, str(exc))
         log.error("config.store_failed", path=str(path), operation=operation, error=str(exc))
         return f"the config store could not {operation}: {exc} ({path}); see the `toolreg up` log"
 
     async def _maintain(self) -> None:
-        """Keep the marker current (every `mark_interval`) and take backups when they are due."""
+        """Watch that the store can write, keep the marker current (every `mark_interval`) and take backups when they are due.
+
+        Nothing is written while the store cannot write; a backup that fails
+        is tried again after `backup_interval`, not on every tick.
+        """
         path = self.store.path
         newest = store_backup.backups_of(path)
         backed_up = store_backup.version_of_backup(newest[-1]) if newest else None
         backed_up_at = time.monotonic() if backed_up is not None else float("-inf")
+        failed_at = float("-inf")
         while True:
             try:
                 if self.damaged is None:
-                    self.store.mark()
+                    await self.writability.check()
+                if self.damaged is None and self.writability.reason is None and self._marked():
                     version = self.store.version
-                    if version > 0 and version != backed_up and (
-                        time.monotonic() - backed_up_at >= self.backup_interval
-                        or backed_up is None
-                        or abs(version - backed_up) >= self.backup_versions
+                    now = time.monotonic()
+                    if version > 0 and version != backed_up and now - failed_at >= self.backup_interval and (
+                        now - backed_up_at >= self.backup_interval or backed_up is None or abs(version - backed_up) >= self.backup_versions
                     ):
-                        backed_up_at = time.monotonic()
-                        backed_up = await self._backup()
+                        backed_up_at = now
+                        try:
+                            backed_up = await self._backup()
+                        except (OSError, sqlite3.Error, StoreDamaged, StoreAccessError) as exc:
+                            failed_at = time.monotonic()
+                            self._backup_failed(exc)
             except sqlite3.Error as exc:
                 self._store_failed("keep its marker", exc)
-            except (OSError, StoreDamaged) as exc:
-                log.error("config.backup_failed", path=str(path), error=str(exc))
             await asyncio.sleep(self.mark_interval)
+
+    def _marked(self) -> bool:
+        """Keep the marker current; False if the file system refused it (the store cannot write, and says so)."""
+        try:
+            self.store.mark()
+        except OSError as exc:
+            problem = access_problem(exc, self.store.path)
+            if problem is not None:
+                self.writability.refused(problem, "keep its marker", str(exc))
+            else:
+                log.error("config.marker_failed", path=str(self.store.path), error=str(exc))
+            return False
+        return True
+
+    def _backup_failed(self, exc: OSError | sqlite3.Error | StoreDamaged | StoreAccessError) -> None:
+        """A backup is a whole copy: a disk too full for it may still take the store's writes, so it is logged, not served."""
+        if isinstance(exc, StoreAccessError):
+            problem: AccessProblem | None = exc.problem
+        else:
+            problem = None if isinstance(exc, StoreDamaged) else access_problem(exc, self.store.path)
+        if problem is None:
+            log.error("config.backup_failed", path=str(self.store.path), error=str(exc))
+            return
+        log.error("config.backup_failed", path=str(self.store.path), error=str(exc), cause=problem.cause,
+                  fix=f"{problem.remedy(running=True)}; the next backup is tried in {self.backup_interval:g}s")
 
     async def _backup(self) -> int:
         backup = await asyncio.to_thread(store_backup.take_backup, self.store.path)

@@ -6,7 +6,9 @@ nothing (same value, missing key) does not bump it: readers reload only on
 real change.
 
 Opening checks the file first (`check`): a corrupt file, or one missing
-data its marker says it had, raises `StoreDamaged` instead of being served.
+data its marker says it had, raises `StoreDamaged` instead of being served;
+a file the machine will not let us write (read-only, full disk) raises
+`StoreAccessError`, which is not damage.
 
 `ConfigStore.in_memory()` is the same store with no file: the replicated
 backend (`replicated`) keeps its state there, rebuilt from the log, and
@@ -33,6 +35,8 @@ from .check import (
     StoreDamaged,
     StoreFacts,
     StoreMarker,
+    access_error,
+    access_problem,
     check_before_open,
     check_open_store,
     how_to_recover,
@@ -111,11 +115,15 @@ class ConfigStore:
         return store
 
     def __init__(self, path: str | Path) -> None:
+        """Open and check the store; `StoreDamaged` if its data is bad, `StoreAccessError` if the machine will not let us write it."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        check_before_open(self.path)
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._marked: StoreMarker | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            check_before_open(self.path)
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as exc:
+            raise self._refusal(exc) from None
         try:
             check_open_store(self._db, self.path)  # first: nothing is written into a file that fails it
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -123,12 +131,21 @@ class ConfigStore:
             self._db.executescript(SCHEMA)
             self._db.execute("INSERT OR IGNORE INTO store_info (name, value) VALUES ('id', ?)", (uuid.uuid4().hex,))
             self.mark()
-        except sqlite3.DatabaseError as exc:
+        except (OSError, sqlite3.DatabaseError) as exc:
             self._db.close()
-            raise StoreDamaged(f"config store {self.path} is corrupt or not a store: {exc}; {how_to_recover(self.path)}") from None
+            raise self._refusal(exc) from None
         except BaseException:
             self._db.close()
             raise
+
+    def _refusal(self, exc: OSError | sqlite3.Error) -> Exception:
+        """What opening failed with, as one line: the file system's refusal (not damage), or damage."""
+        problem = access_problem(exc, self.path)
+        if problem is not None:
+            return access_error(problem)
+        if isinstance(exc, OSError):
+            return exc
+        return StoreDamaged(f"config store {self.path} is corrupt or not a store: {exc}; {how_to_recover(self.path)}")
 
     def close(self) -> None:
         """Close, leaving a marker of what the store held (a clean shutdown's record)."""

@@ -52,7 +52,8 @@ GOOD = {"count": 3, "flag": True, "label": "x"}
         ({"count": 1, "flag": False}, r"argument 'label' is missing"),
         ({**GOOD, "bogus": 1}, r"unknown argument 'bogus'; typed takes count, flag, label"),
         ({**GOOD, "count": "three"}, r"argument 'count': 'three' is not of type 'integer'"),
-        ({**GOOD, "count": True}, r"argument 'count': True is not of type 'integer'"),
+        ({**GOOD, "count": True}, r"argument 'count': true is not of type 'integer'"),
+        ({**GOOD, "label": None}, r"argument 'label': null is not of type 'string'"),
         ({**GOOD, "flag": 3}, r"argument 'flag': 3 is not of type 'boolean'"),
     ],
 )

@@ -131,7 +131,8 @@ class Counted(DynamicToolService):
         ([], "argument 'start' is missing"),
         (["start=3", "bogus=1"], "unknown argument 'bogus'"),
         (["start=1.5"], "argument 'start': 1.5 is not of type 'integer'"),
-        (["start=true"], "argument 'start': True is not of type 'integer'"),
+        (["start=true"], "argument 'start': true is not of type 'integer'"),  # said as JSON, the way it was typed
+        (["start=null"], "argument 'start': null is not of type 'integer'"),
     ],
 )
 async def test_call_refuses_arguments_the_tool_does_not_take_in_one_line(

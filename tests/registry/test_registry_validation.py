@@ -136,6 +136,14 @@ def test_repeated_rejections_of_one_sender_are_one_entry_with_count_first_and_la
     assert (last.count, last.service, last.first, last.at) == (3, "chatty", 1000.0, 1002.0)
 
 
+def test_rejections_in_different_workspaces_are_never_one_entry() -> None:
+    """`toolreg rejections --workspace` shows each workspace its own rows, counts and times."""
+    log = RejectionLog()
+    for workspace in ("default", "research", "default"):
+        log.add(Rejection(at=1.0, reason="conflict: tool 'search' is held by static", service="search", workspace=workspace))
+    assert sorted((r.workspace, r.count) for r in log.items()) == [("default", 2), ("research", 1)]
+
+
 def test_probes_are_spaced_per_instance_and_capped_overall() -> None:
     limiter = ProbeLimiter(interval=1.0, per_second=3)
     assert limiter.allow("a", 100.0) and not limiter.allow("a", 100.5) and limiter.allow("a", 101.0)

@@ -19,7 +19,7 @@ from support.replicas import REPLICATED_KINDS, replicated_settings
 
 from discovery.store.replicated import ReplicatedStore
 from toolservice_base import ConfigClient, Settings, open_transport
-from toolservice_base.errors import BrokerUnsupported, ConfigError, RequestTimeout
+from toolservice_base.errors import BrokerUnsupported, ConfigError, ReplicationError, RequestTimeout
 from toolservice_base.transport import Transport
 
 pytestmark = pytest.mark.timeout(240)
@@ -46,12 +46,15 @@ class Group:
         self.stack.push_async_callback(connection.close)
         return connection
 
-    async def start(self, name: str, takeover_after: float = 2.0) -> ReplicatedStore:
+    async def start(self, name: str, takeover_after: float = 2.0, shared: dict[str, str] | None = None) -> ReplicatedStore:
+        """Start replica `name`; `shared`: the settings every replica of a group must share (the trust policy's digest, say)."""
         own = AsyncExitStack()
         self.stack.push_async_callback(own.aclose)
         connection = await open_transport(self.settings)
         own.push_async_callback(connection.close)
-        replica = await own.enter_async_context(ReplicatedStore(connection, replica_id=name, takeover_after=takeover_after))
+        replica = await own.enter_async_context(
+            ReplicatedStore(connection, replica_id=name, takeover_after=takeover_after, settings=shared)
+        )
         self.replicas.append(replica)
         self.exits[id(replica)] = own
         return replica
@@ -167,6 +170,16 @@ async def test_a_replica_that_comes_back_is_a_standby_and_catches_up(group: Grou
         assert back.store is not None and back.store.get("default", [("note", "one"), ("note", "two")]) == [("note", "one", "1"), ("note", "two", "2")]
     finally:
         await client.close()
+
+
+async def test_a_replica_with_other_group_settings_than_the_active_one_refuses_to_join_in_one_line(group: Group) -> None:
+    first = await group.start("first", shared={"trust": "keys-a"})
+    await eventually(lambda: first.service is not None, timeout=15)
+    with pytest.raises(ReplicationError, match="other group settings") as caught:
+        await group.start("stranger", shared={"trust": "keys-b"})
+    assert "\n" not in str(caught.value) and "active replica first" in str(caught.value)
+    alike = await group.start("alike", shared={"trust": "keys-a"})
+    assert alike.role == "standby" and group.active() is first
 
 
 async def test_on_pulsar_lite_the_replicated_store_says_it_needs_apache_pulsar(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from .base import (
     check_namespace,
     check_queue,
     describe_validation_error,
+    json_literals,
     printable,
     queue_namespace,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "descriptor_digest",
     "is_last_response",
     "is_reserved_workspace",
+    "json_literals",
     "printable",
     "queue_namespace",
     "response_chunk",

@@ -117,6 +117,41 @@ def printable(text: str, limit: int = 200) -> str:
     return escaped if len(escaped) <= limit else escaped[:limit] + "…"
 
 
+_JSON_WORDS = {"None": "null", "True": "true", "False": "false"}
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_QUOTE_AFTER = frozenset(" \t([{,:")
+"""A quote opens a Python string literal only at the start or after one of these (not the apostrophe of "tool's")."""
+
+
+def json_literals(text: str) -> str:
+    """`text` (a validation message, which quotes values as Python reprs) with `None`/`True`/`False` spelled `null`/`true`/`false`.
+
+    A tool's arguments come as JSON, from a model or a person: `{"start": null}` is refused as
+    `null is not of type 'integer'`, in the language it was written in, not `None ...`. Words inside
+    quoted strings (`'None'` is the string that was sent) are left as they are. Applying it twice
+    changes nothing more, so a message may pass through more than one layer that spells it.
+    """
+    out: list[str] = []
+    i, end = 0, len(text)
+    while i < end:
+        char = text[i]
+        if char in "'\"" and (i == 0 or text[i - 1] in _QUOTE_AFTER):
+            j = i + 1
+            while j < end and text[j] != char:
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+            continue
+        word = _WORD.match(text, i)
+        if word is not None:
+            out.append(_JSON_WORDS.get(word.group(), word.group()))
+            i = word.end()
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     """pydantic's errors as one line: `field: message; field: message`."""
     parts = []

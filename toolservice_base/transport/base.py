@@ -226,6 +226,15 @@ class Transport(Protocol):
         request goes unanswered.
         """
 
+    def problem(self, topic: str) -> str | None:
+        """Why a consumer or producer this transport opened on `topic` has stayed disconnected, in one line; else None.
+
+        The broker's own answer (a revoked permission, an expired token, a
+        deleted namespace, a broker that is down), found once the handle has
+        been down for a second; the client keeps reconnecting meanwhile. For
+        readiness checks: cheap, no I/O.
+        """
+
     async def subscribe(
         self,
         topic: str,
@@ -239,12 +248,21 @@ class Transport(Protocol):
         """Subscribe and start delivering to `handler`, one message at a time.
 
         `shared=True` spreads messages over every consumer of `subscription`
-        (a service's instances); otherwise the subscription is exclusive and,
-        by default, uniquely named for this process. `bulk=True` marks topics
+        (a service's instances); otherwise the subscription is exclusive: this
+        process's alone, by default uniquely named for it, and deleted at the
+        broker when it is closed (see `unsubscribe`). `bulk=True` marks topics
         whose messages can exceed 64 KiB.
         """
 
-    async def unsubscribe(self, subscription: Subscription) -> None: ...
+    async def unsubscribe(self, subscription: Subscription) -> None:
+        """End `subscription`; closing the transport ends the ones still open the same way.
+
+        An exclusive subscription is deleted at the broker: on a persistent
+        topic a subscription left behind keeps every later message for a
+        consumer that never comes (Apache Pulsar keeps it, and its backlog,
+        until someone deletes it). A shared one is only left: the other
+        instances, and what is queued for the next one, stay.
+        """
 
     async def close_publisher(self, publisher: Publisher | ExclusivePublisher) -> None: ...
 
@@ -400,6 +418,9 @@ class OpenedResources:
         await self._close_opened()
 
     async def unreachable(self, timeout: float = 1.0) -> str | None:
+        return None
+
+    def problem(self, topic: str) -> str | None:
         return None
 
     async def __aenter__(self) -> Self:

@@ -110,8 +110,8 @@ class _Consumer:
         except (asyncio.CancelledError, Exception):
             pass
         self.sub.detach(self)
-        if not self.sub.topic.persistent:
-            return  # what it had not finished is lost, as on Pulsar
+        if not self.sub.topic.persistent or not self.sub.shared:
+            return  # what it had not finished is lost, as on Pulsar; an exclusive subscription is gone
         if self._handling is not None:
             self.sub.offer(self._handling, drop=0.0)
         while not self._inbox.empty():
@@ -148,7 +148,9 @@ class _Sub:
     def detach(self, consumer: _Consumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
-        if not self.consumers and not self.topic.persistent:
+        # Pulsar ends a non-persistent subscription with its last consumer; an exclusive one we delete on close
+        # (`Transport.unsubscribe`). A shared subscription of a persistent topic keeps a backlog for the next.
+        if not self.consumers and (not self.topic.persistent or not self.shared):
             self.topic.subs.pop(self.name, None)
 
 

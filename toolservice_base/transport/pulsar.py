@@ -11,7 +11,11 @@ know them:
 - Pulsar exceptions are caught here, by name (they are not all `Exception`
   subclasses of one tree), in one place (`broker_errors`, as httpx maps its
   transport's exceptions), and translated into the product's `TransportError`
-  family: none crosses this module's boundary;
+  family: none crosses this module's boundary. A bare `Timeout` is not taken
+  for an unreachable broker: the broker is asked why (`diagnosis`: a revoked
+  permission, an expired or wrong token, a deleted namespace), and consumers
+  and producers that stay disconnected are diagnosed and logged while the
+  client reconnects (`TopicWatch`, read by `problem`);
 - a reader never leaves a read pending in the client: `has_message_available`
   ignores a message already handed to a pending read (measured), and a
   cancelled read loses its message, so reads are blocking calls with a timeout
@@ -66,6 +70,7 @@ from .base import (
     encode,
     unique_name,
 )
+from .diagnosis import Action, Claims, TopicWatch, handshake, namespace_missing, not_authorized, token_refused
 
 log = get_logger("toolservice_base.transport")
 
@@ -105,7 +110,9 @@ READ_BATCH = 500
 ID_SHIFT_RANGE = 64
 SHARED_ATTEMPTS = 6
 
-_NOT_RETRIABLE_AUTH = {"AuthenticationError", "AuthorizationError", "ErrorGettingAuthenticationData"}
+_NOT_RETRIABLE_AUTH = {"AuthenticationError", "ErrorGettingAuthenticationData"}
+LOOKUP_TIMEOUT = 2.0
+"""Seconds a diagnostic lookup of a topic may take; a broker that lets us in answers one in milliseconds."""
 _ACCESS_MODES = {
     "exclusive": pulsar.ProducerAccessMode.Exclusive,
     "wait": pulsar.ProducerAccessMode.WaitForExclusive,
@@ -125,14 +132,21 @@ def _result_name(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def translate(exc: BaseException, doing: str, url: str, topic: str | None = None) -> TransportError:
-    """One Pulsar exception as the product's error, with a line that says what to do; `topic`: the one `doing` is on."""
+def translate(exc: BaseException, doing: str, url: str, topic: str | None = None, *, role: str | None = None) -> TransportError:
+    """One Pulsar exception as the product's error, with a line that says what to do.
+
+    `topic`: the one `doing` is on; `role`: the one our token names. A
+    `Timeout` says only that no answer came: where the transport can ask the
+    broker why (`PulsarTransport.diagnose`), it does, and says that instead.
+    """
     name = _result_name(exc)
-    if name == "AuthorizationError" and topic is not None and (namespace := _namespace_of(topic)):
+    namespace = _namespace_of(topic) if topic is not None else None
+    if name == "AuthorizationError" and namespace:
+        return not_authorized(url, namespace, role, doing=doing)
+    if name == "AuthorizationError":
         return AuthenticationFailed(
-            f"the broker at {url} does not let our role do this on {namespace} ({doing}; AuthorizationError); grant the "
-            "role produce and consume there (deploy/pulsar-init.sh does, with TOOLREG_ROLE), or set PULSAR_AUTH_TOKEN to "
-            "a token of a role that has them"
+            f"the broker at {url} does not authorize our role{f' {role}' if role else ''} for {doing} (AuthorizationError): "
+            "grant it produce and consume on the topicspace's namespaces (deploy/pulsar-init.sh does, with TOOLREG_ROLE)"
         )
     if name in _NOT_RETRIABLE_AUTH:
         return AuthenticationFailed(
@@ -144,11 +158,8 @@ def translate(exc: BaseException, doing: str, url: str, topic: str | None = None
         return TransportClosed(f"{doing}: already closed")
     if name in _UNREACHABLE:
         return BrokerUnreachable(f"cannot reach the broker at {url} while {doing} ({name}); is it running?")
-    if name == "TopicNotFound" and topic is not None and (namespace := _namespace_of(topic)):
-        return TransportError(
-            f"the broker at {url} has no namespace {namespace} ({doing}); create it (deploy/pulsar-init.sh does, for "
-            "the topicspace in TOOLREG_TOPICSPACE) or set TOOLREG_TOPICSPACE to a tenant that has the product's namespaces"
-        )
+    if name == "TopicNotFound" and namespace:
+        return namespace_missing(url, namespace, doing=doing)
     return TransportError(f"the broker at {url} failed while {doing}: {name}")
 
 
@@ -229,16 +240,46 @@ def _namespace_of(topic: str) -> str | None:
         return None
 
 
-class PulsarPublisher:
-    """A producer that takes models, dicts or bytes."""
+Explain = Callable[[BaseException, str, str], Awaitable[TransportError]]
+"""The transport's reading of a failed call (exception, what it was doing, topic), asking the broker why if it timed out."""
 
-    def __init__(self, producer: pulsar_asyncio.Producer, topic: str, url: str) -> None:
+
+class PulsarPublisher:
+    """A producer that takes models, dicts or bytes.
+
+    Disconnected because the broker refuses us (a token, a permission, a
+    namespace: what the transport's `TopicWatch` found), a send fails at once
+    with that reason instead of waiting out its send timeout; once the client
+    reconnects (after a grant, say), sends go through again.
+    """
+
+    action: Action = "produce"
+
+    def __init__(
+        self,
+        producer: pulsar_asyncio.Producer,
+        topic: str,
+        url: str,
+        *,
+        explain: Explain | None = None,
+        refused: Callable[[str], TransportError | None] | None = None,
+    ) -> None:
         self._producer = producer
         self.topic = topic
         self._url = url
+        self._explain = explain
+        self._refused = refused
 
     async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> None:
-        with broker_errors(f"sending on {self.topic}", self._url, self.topic):
+        doing = f"sending on {self.topic}"
+        if self._refused is not None and not self._producer.is_connected() and (refused := self._refused(self.topic)) is not None:
+            raise refused
+        if self._explain is None:
+            with broker_errors(doing, self._url, self.topic):
+                await self._producer.send(encode(payload), properties=properties or None)
+            return
+        explain = self._explain
+        async with broker_errors(explain=lambda exc: explain(exc, doing, self.topic)):
             await self._producer.send(encode(payload), properties=properties or None)
 
     @property
@@ -408,15 +449,26 @@ class PulsarSubscription:
     The handler runs inline: a handler that wants concurrency starts its own
     tasks (and so owns its back-pressure). A handler that raises is logged and
     the loop goes on: one bad message never stops a subscription.
+
+    `delete_on_close` (an exclusive subscription, this process's alone): closing
+    unsubscribes, so the broker keeps nothing for it (see `Transport.unsubscribe`).
     """
 
-    def __init__(self, consumer: pulsar_asyncio.Consumer, topic: str, handler: Handler) -> None:
+    action: Action = "consume"
+
+    def __init__(self, consumer: pulsar_asyncio.Consumer, topic: str, handler: Handler, *, delete_on_close: bool = False) -> None:
         self._consumer = consumer
         self.topic = topic
         self._handler = handler
+        self._delete_on_close = delete_on_close
         self._closing = False
         self._native: Any = getattr(consumer, "_consumer", None)
         self._task = asyncio.create_task(self._run(), name=f"receive:{topic}")
+
+    @property
+    def connected(self) -> bool:
+        """Whether the consumer is attached to the broker now: False while pulsar-client reconnects (for `TopicWatch`)."""
+        return self._native is None or bool(self._native.is_connected())
 
     async def _run(self) -> None:
         while not self._closing:
@@ -469,12 +521,24 @@ class PulsarSubscription:
             await self._task
         except (asyncio.CancelledError, Exception):
             pass
+        if self._delete_on_close:
+            # Unsubscribing closes the consumer too; if it fails (the broker is gone, say), it is only closed.
+            with broker_errors(keep=True) as deleting:
+                await self._consumer.unsubscribe()
+            if deleting.error is None:
+                return
+            log.debug("consumer.unsubscribe_failed", topic=self.topic, error=str(deleting.error))
         with broker_errors(log="consumer.close_failed", topic=self.topic):
             await self._consumer.close()
 
 
 class PulsarTransport(OpenedResources):
-    """A Pulsar client plus everything opened on it, closed in the safe order."""
+    """A Pulsar client plus everything opened on it, closed in the safe order.
+
+    Its `TopicWatch` looks after the consumers and producers it opened: one
+    that stays disconnected is diagnosed (`diagnose`), the reason logged and
+    kept for `problem`, while pulsar-client goes on reconnecting.
+    """
 
     def __init__(
         self,
@@ -483,14 +547,19 @@ class PulsarTransport(OpenedResources):
         client_options: dict[str, Any],
         capabilities: Capabilities,
         topics: Topics,
+        token: str | None = None,
     ) -> None:
         super().__init__()
+        self._token = token
+        self._claims = Claims.of(token)
+        self._watch = TopicWatch(url, self._watched, self._broker_problem, self._ask)
         self._client = client
         self.topics = topics
         self._client_options = client_options
         self._capabilities = capabilities
         self._shared_client: pulsar_asyncio.Client | None = None
         self._bulk_client: pulsar_asyncio.Client | None = None
+        self._shift_subscription = unique_name("consumer-id-shift")
         self._abandoned: set[asyncio.Future[Any]] = set()
         self.url = url
 
@@ -519,7 +588,7 @@ class PulsarTransport(OpenedResources):
         kind = settings.broker_kind(target)
         capabilities = Capabilities.for_broker(kind)
         log.debug("transport.opened", url=target, broker=kind, topicspace=settings.topicspace, capabilities=capabilities.enabled())
-        return cls(client, target, kwargs, capabilities, settings.topics)
+        return cls(client, target, kwargs, capabilities, settings.topics, settings.auth_token)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -527,6 +596,83 @@ class PulsarTransport(OpenedResources):
 
     async def unreachable(self, timeout: float = 1.0) -> str | None:
         return await broker_unreachable(self.url, timeout)
+
+    def problem(self, topic: str) -> str | None:
+        return self._watch.problem(topic)
+
+    def _watched(self) -> list[PulsarPublisher | PulsarSubscription]:
+        """What the watch looks after: plain producers and consumers (exclusive producers and readers have their own rules)."""
+        return [p for p in self._publishers if type(p) is PulsarPublisher] + list(self._subscriptions)
+
+    async def diagnose(self, topic: str, doing: str | None = None, action: Action | None = None) -> TransportError | None:
+        """Why `topic` cannot be used now, as the broker tells it; None if it lets us use it.
+
+        Asks whether the broker is reachable, whether it accepts our token (a
+        handshake of our own), whether it lets our role look the topic up and,
+        given an `action`, whether it lets it produce or consume there: each
+        answers in milliseconds, where pulsar-client would only say `Timeout`
+        (see `diagnosis`).
+        """
+        return await self._broker_problem(doing) or await self._ask(topic, action, doing)
+
+    async def _broker_problem(self, doing: str | None = None) -> TransportError | None:
+        down = await broker_unreachable(self.url)
+        if down is not None:
+            return BrokerUnreachable(down)
+        answer = await handshake(self.url, self._token)
+        if answer.accepted is False:
+            return token_refused(self.url, self._token, answer.said, doing=doing)
+        if answer.accepted is None and self._claims.expired():  # no verdict (TLS, say), and the token's own exp has passed
+            return token_refused(self.url, self._token, f"no verdict ({answer.said})", doing=doing)
+        if answer.silent:
+            return TransportError(
+                f"the broker at {self.url} accepts connections but {answer.said}"
+                f"{f' ({doing})' if doing else ''}: is it a Pulsar broker, and is it overloaded?"
+            )
+        return None
+
+    async def _ask(self, topic: str, action: Action | None, doing: str | None = None) -> TransportError | None:
+        """Look `topic` up, then try `action` there once: a lookup needs only one of produce and consume (measured).
+
+        A consume try is a reader at the latest message: it needs the same
+        permission as a subscription and leaves no durable subscription behind,
+        even on a persistent topic. What a try opens is closed at once; one
+        the broker grants after we stopped waiting is closed when it comes.
+        """
+        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [(f"looking up {topic}", lambda: self._client.get_topic_partitions(topic))]
+        if action == "produce":
+            steps.append((f"producing on {topic}", lambda: self._client.create_producer(topic, batching_enabled=False)))
+        elif action == "consume":
+            steps.append((f"consuming from {topic}", lambda: self._client.create_reader(
+                topic, pulsar.MessageId.latest, receiver_queue_size=1)))
+        for trying, call in steps:
+            attempt = asyncio.ensure_future(call())
+            done, _ = await asyncio.wait({attempt}, timeout=LOOKUP_TIMEOUT)
+            if not done:
+                attempt.add_done_callback(lambda late: self._retire(late, topic))
+                return TransportError(
+                    f"the broker at {self.url} accepts our token but gave no answer within {LOOKUP_TIMEOUT:g}s while {trying}"
+                    f"{f' ({doing})' if doing else ''}; it may be overloaded or still starting"
+                )
+            with broker_errors(keep=True) as asking:
+                await self._undo(attempt.result(), topic)
+            if asking.error is not None:
+                return translate(asking.error, doing or trying, self.url, topic, role=self._claims.role)
+        return None
+
+    def _retire(self, late: asyncio.Future[Any], topic: str) -> None:
+        """A try the broker answered after we stopped waiting: undo what it opened."""
+        if not late.cancelled() and late.exception() is None:
+            closing = asyncio.ensure_future(self._undo(late.result(), topic))
+            self._abandoned.add(closing)
+            closing.add_done_callback(self._abandoned.discard)
+
+    @staticmethod
+    async def _undo(opened: Any, topic: str) -> None:
+        """Close the producer or reader a diagnosis opened; a lookup's answer needs nothing."""
+        with broker_errors(log="diagnosis.undo_failed", topic=topic):
+            if isinstance(opened, pulsar_asyncio.Producer | pulsar_asyncio.Reader):
+                await opened.close()
 
     async def publisher(self, topic: str) -> PulsarPublisher:
         self._check_open()
@@ -538,8 +684,11 @@ class PulsarTransport(OpenedResources):
                 max_pending_messages=PRODUCER_QUEUE,
                 send_timeout_millis=SEND_TIMEOUT_MS,
             )
-        publisher = PulsarPublisher(producer, topic, self.url)
+        publisher = PulsarPublisher(
+            producer, topic, self.url, explain=lambda exc, doing, on: self._explain(exc, doing, on, "produce"), refused=self._watch.refusal
+        )
         self._publishers.append(publisher)
+        self._watch.start()
         return publisher
 
     async def exclusive_publisher(self, topic: str, mode: ExclusiveMode) -> PulsarExclusivePublisher:
@@ -666,26 +815,30 @@ class PulsarTransport(OpenedResources):
                 consumer = await client.subscribe(
                     topic, name, consumer_type=pulsar.ConsumerType.Exclusive, receiver_queue_size=receiver_queue
                 )
-        sub = PulsarSubscription(consumer, topic, handler)
+        sub = PulsarSubscription(consumer, topic, handler, delete_on_close=not shared)
         self._subscriptions.append(sub)
+        self._watch.start()
         return sub
 
-    async def _explain(self, exc: BaseException, doing: str, topic: str) -> TransportError:
-        """`translate`, and for a timeout, which kind: a broker that is down, or one that will not let us in.
+    async def _explain(self, exc: BaseException, doing: str, topic: str, action: Action | None = None) -> TransportError:
+        """`translate`, and for a timeout, why: asked of the broker (`diagnose`).
 
-        Apache Pulsar drops a connection whose token is missing or wrong, and
-        pulsar-client retries until its operation timeout, then says only
-        "Timeout". A broker that still accepts TCP connections is not down, so
-        the line points at the token instead.
+        Apache Pulsar drops a connection whose token is missing, wrong or
+        expired, and closes the producers and consumers of a role whose
+        permission is revoked or whose namespace is deleted; pulsar-client
+        retries until its operation (or send) timeout, then says only
+        "Timeout". The broker's own answer names the cause; only if it lets
+        us in and looks the topic up is the timeout the broker's slowness.
         """
-        error = translate(exc, doing, self.url, topic)
-        if _result_name(exc) == "Timeout" and await broker_unreachable(self.url) is None:
-            token = "the token in PULSAR_AUTH_TOKEN" if self._client_options.get("authentication") else "a token (PULSAR_AUTH_TOKEN)"
-            return TransportError(
-                f"the broker at {self.url} accepts connections but did not complete {doing} within "
-                f"{self._client_options['operation_timeout_seconds']}s; it may be refusing {token}, or be overloaded"
-            )
-        return error
+        if _result_name(exc) != "Timeout":
+            return translate(exc, doing, self.url, topic, role=self._claims.role)
+        found = await self.diagnose(topic, doing, action)
+        if found is not None:
+            return found
+        return TransportError(
+            f"the broker at {self.url} accepts our token and lets us use {topic}, but did not complete {doing} in time "
+            "(Timeout); it may be overloaded: try again"
+        )
 
     def _bulk(self) -> pulsar_asyncio.Client:
         if self._bulk_client is None:
@@ -702,7 +855,7 @@ class PulsarTransport(OpenedResources):
             self._shared_client = pulsar_asyncio.Client(self.url, **{**self._client_options, "operation_timeout_seconds": 2})
         last: BaseException | None = None
         for attempt in range(1, SHARED_ATTEMPTS + 1):
-            await self._shift_consumer_id(self._shared_client, topic)
+            await self._shift_consumer_id(self._shared_client, topic, self._shift_subscription)
             with broker_errors(
                 log="consumer.shared_subscribe_retry", level="warning", topic=topic, subscription=name, attempt=attempt
             ) as subscribing:
@@ -714,8 +867,14 @@ class PulsarTransport(OpenedResources):
         raise last
 
     @staticmethod
-    async def _shift_consumer_id(client: pulsar_asyncio.Client, topic: str) -> None:
-        """Use up a random number of consumer ids on a throwaway topic in `topic`'s namespace."""
+    async def _shift_consumer_id(client: pulsar_asyncio.Client, topic: str, subscription: str) -> None:
+        """Use up a random number of consumer ids on a throwaway topic in `topic`'s namespace.
+
+        All on one Shared `subscription`, named once per transport: pulsar-lite keeps every subscription
+        name a topic ever had, for good (about 16 KiB each, measured; unsubscribing frees nothing), and a
+        name per throwaway consumer cost it 0.5 MB per service start. One name per process cannot collide
+        with another process's consumers, and within the process the consumer ids differ.
+        """
         count = random.randrange(ID_SHIFT_RANGE)
         if not count:
             return
@@ -723,12 +882,16 @@ class PulsarTransport(OpenedResources):
         tenant_ns = "/".join(rest.split("/")[:2])
         throwaway = f"non-persistent://{tenant_ns}/consumer-id-shift"
         results = await asyncio.gather(
-            *(client.subscribe(throwaway, unique_name("shift"), receiver_queue_size=1) for _ in range(count)),
+            *(
+                client.subscribe(throwaway, subscription, consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=1)
+                for _ in range(count)
+            ),
             return_exceptions=True,
         )
         await asyncio.gather(*(c.close() for c in results if isinstance(c, pulsar_asyncio.Consumer)), return_exceptions=True)
 
     async def close(self) -> None:
+        await self._watch.stop()
         if not await self._close_opened():
             return
         for client in (self._shared_client, self._bulk_client, self._client):
