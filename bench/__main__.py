@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         broker, key = "embedded pulsar-lite, a fresh one per benchmark", "pulsar-lite"
     args.out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = report.write(results, args.out, argv, wall, broker, key)
+    json_path, md_path = report.write(results, args.out, argv, wall, broker, key, partial=list(BENCHMARKS) if args.only else None)
     print()
     print(report.table(results))
     print(f"\n{len(results)} benchmark(s) in {wall:.0f} s; wrote {json_path.name} and {md_path.name} in {args.out.name}/")

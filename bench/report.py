@@ -120,9 +120,14 @@ def results_path(out_dir: Path, broker_key: str) -> Path:
 
 
 def write(
-    results: list[dict[str, Any]], out_dir: Path, argv: list[str], wall_s: float, broker: str, broker_key: str
+    results: list[dict[str, Any]], out_dir: Path, argv: list[str], wall_s: float, broker: str, broker_key: str,
+    partial: list[str] | None = None,
 ) -> tuple[Path, Path]:
-    """This run's `results-<broker>.json`, then RESULTS.md from every broker's latest results in `out_dir`."""
+    """This run's `results-<broker>.json`, then RESULTS.md from every broker's latest results in `out_dir`.
+
+    `partial` (every benchmark's name, in order) when only some ran: their results replace those of the
+    earlier run in the same file, which keeps the others, and the re-run is noted beside the full run's date.
+    """
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": command_line(argv),
@@ -133,6 +138,14 @@ def write(
         "versions": versions(),
     }
     json_path = results_path(out_dir, broker_key)
+    if partial and json_path.exists():  # `--only`: these benchmarks' figures replace theirs, the others' stay
+        earlier = json.loads(json_path.read_text())
+        ran = {result["name"] for result in results}
+        kept = [result for result in earlier["benchmarks"] if result["name"] not in ran]
+        order = {name: index for index, name in enumerate(partial)}
+        results = sorted(kept + results, key=lambda result: order.get(result["name"], len(order)))
+        reruns = [*earlier["meta"].get("reruns", []), {"names": sorted(ran), "date": meta["date"], "command": meta["command"]}]
+        meta = {**earlier["meta"], "reruns": reruns}
     json_path.write_text(json.dumps({"meta": meta, "benchmarks": results}, indent=2, default=str) + "\n")
     runs = {key: json.loads(results_path(out_dir, key).read_text()) for key in BROKERS if results_path(out_dir, key).exists()}
     md_path = out_dir / "RESULTS.md"
@@ -181,6 +194,8 @@ def markdown(runs: dict[str, dict[str, Any]]) -> str:
         meta = run["meta"]
         lines.append(f"- **{BROKERS[key]}**: {meta['broker']}; {meta['date']}; `{meta['command']}`"
                      f"{' with BENCH_BROKER=apache-pulsar' if key == 'apache-pulsar' else ''}, wall time {meta['wall_seconds']} s")
+        for rerun in meta.get("reruns", []):
+            lines.append(f"  - re-run since: {', '.join(rerun['names'])}; {rerun['date']}; `{rerun['command']}`")
     lines += [
         f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, {m['os']}, Python {m['python']}",
         "- versions: " + ", ".join(f"{k} {v}" for k, v in first["versions"].items()),

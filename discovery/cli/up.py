@@ -146,7 +146,8 @@ async def cmd_up(args: argparse.Namespace) -> int:
         stack.push_async_callback(connection.close)
         print(f"workarounds   {', '.join(connection.capabilities.enabled()) or 'none'} (for {settings.broker_kind(url)})")
         if config is not None:
-            await _sqlite_store(stack, connection, config, args, options, health)
+            if (registry_group := await _sqlite_store(stack, connection, config, args, options, health)) is not None:
+                watched.append(registry_group)
         else:
             watched.append(await _replicated_store(stack, connection, args, options, health))
         up = True
@@ -212,22 +213,25 @@ async def _broker(stack: AsyncExitStack, settings: Settings, args: argparse.Name
 async def _sqlite_store(
     stack: AsyncExitStack, connection: Transport, config: ConfigStore, args: argparse.Namespace, options: RegistryOptions,
     health: HealthServer | None,
-) -> None:
+) -> asyncio.Future[Any] | None:
+    """The store, then the registry in its group (`_registry_group`); returns what `wait_for_signal` must watch."""
     store = ConfigStoreService(connection, config, protocol=args.store_protocol)
     stack.push_async_callback(store.stop)
     await store.start()
     if health is not None:
         health.add_check("config-store", store.readiness)
     print(f"config store  {store.store.path} (version {store.store.version}; {args.store_protocol} protocol)")
-    if not args.no_registry:
-        registry = Registry(connection, options=options)
-        stack.push_async_callback(registry.stop)
-        await registry.start()
-        if health is not None:
-            health.add_check("registry", registry.readiness)
-            print(f"page          {show_registry_page(health, registry.overview)}")
-        print(f"registry      listening on {connection.topics.tool_descriptors}")
-        print(f"trust         {cli_registry.trust_line(options)}")
+    if args.no_registry:
+        return None
+    registry = ActiveRegistry(connection, options)
+    stack.push_async_callback(registry.stop)
+    watched = await _registry_group(stack, connection, registry, options)
+    if health is not None:
+        health.add_check("registry", registry.readiness)
+        print(f"page          {show_registry_page(health, registry)}")
+    print(f"registry      listening on {connection.topics.tool_descriptors}")
+    print(f"trust         {cli_registry.trust_line(options)}")
+    return watched
 
 
 async def _replicated_store(
@@ -259,8 +263,9 @@ async def cmd_registry(args: argparse.Namespace) -> int:
     """Run the registry alone (beside a config store that runs elsewhere, TrustGraph's say) until SIGTERM/SIGINT.
 
     On a broker that can elect (Apache Pulsar), any number of `toolreg
-    registry` processes on one topicspace form one group: the broker elects
-    the one that runs, the others wait to take over. Elsewhere it simply runs.
+    registry` processes (and the registry of `toolreg up`) on one topicspace
+    form one group: the broker elects the one that runs, the others wait to
+    take over. On pulsar-lite the second one refuses (`_sole_registry`).
     """
     options = cli_registry.registry_options(args)
     async with AsyncExitStack() as stack:
@@ -269,11 +274,7 @@ async def cmd_registry(args: argparse.Namespace) -> int:
         health = await start_health(stack, args.metrics_port)
         registry = ActiveRegistry(connection, options)
         stack.push_async_callback(registry.stop)
-        watched: list[asyncio.Future[Any]] = []
-        if connection.capabilities.replicated_state:
-            watched.append(await _elect_registry(stack, connection, registry, options))
-        else:
-            await registry.start()
+        watched = [await _registry_group(stack, connection, registry, options)]
         if health is not None:
             health.add_check("registry", registry.readiness)
             print(f"metrics on {health.url}/metrics (and /healthz, /readyz)", flush=True)
@@ -283,6 +284,53 @@ async def cmd_registry(args: argparse.Namespace) -> int:
         print(f"trust: {cli_registry.trust_line(options)}", flush=True)
         await wait_for_signal(*watched)
     return 0
+
+
+async def _registry_group(
+    stack: AsyncExitStack, connection: Transport, registry: ActiveRegistry, options: RegistryOptions,
+) -> asyncio.Future[Any]:
+    """Run `registry` as the one registry of the topicspace: elected where the broker can, alone on pulsar-lite.
+
+    Two registries on one store would each merge what they hear and delete
+    what the other wrote; so `toolreg registry` beside `toolreg up` either
+    waits its turn (an election) or refuses to run.
+    """
+    if connection.capabilities.replicated_state:
+        return await _elect_registry(stack, connection, registry, options)
+    return await _sole_registry(stack, connection, registry, options)
+
+
+async def _sole_registry(
+    stack: AsyncExitStack, connection: Transport, registry: ActiveRegistry, options: RegistryOptions,
+) -> asyncio.Future[Any]:
+    """On a broker that cannot elect (pulsar-lite): run, and refuse in one line if an older registry is heard on the topicspace.
+
+    Each registry publishes its status in the registry group every second
+    (`toolreg replicas` lists them); the one that started later stops
+    within about a second of hearing the other, before its first sweep
+    could expire anything the other holds.
+    """
+    replica_id = new_replica_id()
+    members = await stack.enter_async_context(
+        Membership(connection, replica_id, REGISTRY_GROUP, settings=shared_options(options))
+    )
+    members.set_role("active")
+    registry.replicas = members.replicas
+    await registry.start()
+    return asyncio.ensure_future(_refuse_an_older_registry(members))
+
+
+async def _refuse_an_older_registry(members: Membership) -> None:
+    own = members.status
+    while True:
+        older = [r for r in members.replicas() if r.id != own.id and r.role == "active" and (r.since, r.id) < (own.since, own.id)]
+        if older:
+            other = older[0]
+            raise CommandError(
+                f"another registry already runs on this topicspace ({other.id}, pid {other.pid} on {other.host}): run one "
+                "registry per topicspace (`toolreg up` runs one; use `toolreg up --no-registry` beside `toolreg registry`)"
+            )
+        await asyncio.sleep(0.2)
 
 
 async def _elect_registry(stack: AsyncExitStack, connection: Transport, registry: ActiveRegistry, options: RegistryOptions) -> asyncio.Future[Any]:

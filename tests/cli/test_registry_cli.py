@@ -188,6 +188,19 @@ async def test_the_registry_killed_and_restarted_keeps_static_and_live_tools_and
     assert (await config_client.get([("tool", "by-hand")]))[("tool", "by-hand")] == static
 
 
+async def test_a_second_registry_on_pulsar_lite_refuses_in_one_line_naming_the_first_which_keeps_running(
+    procs: Processes, config_store: ConfigStoreService
+) -> None:
+    first = procs.run("registry", name="first")
+    await eventually(lambda: "registry listening" in (procs.logs / "first.log").read_text(), timeout=START,
+                     explain=lambda: (procs.logs / "first.log").read_text()[-2000:])
+    second = await atoolreg("registry", env=procs.env, timeout=60)
+    assert second.returncode == 1
+    line = second.stderr.strip().splitlines()[-1]
+    assert "another registry already runs on this topicspace" in line and f"pid {first.pid}" in line
+    assert first.poll() is None
+
+
 async def test_a_broker_restart_longer_than_the_ttl_removes_no_tool_and_the_leases_renew_after_it(
     procs: Processes, broker: EmbeddedBroker, config_client: ConfigClient, registry: Registry
 ) -> None:

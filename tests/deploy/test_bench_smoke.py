@@ -81,3 +81,19 @@ def test_results_of_two_brokers_sit_side_by_side_and_a_figure_one_lacks_says_so(
     assert "| invoke | p50 | 1.500 ms | 0.500 ms | 2.000 ms | 1.250 ms | <= 3x | yes / NO |" in text
     assert "| invoke | only here | 7 | 7 | not run | - | - | - |" in text
     assert "met (pulsar-lite / Apache Pulsar)" in text
+
+
+def test_a_partial_run_replaces_only_its_own_benchmarks_and_is_noted_beside_the_full_run(tmp_path: Path) -> None:
+    from bench import report
+
+    def result(name: str, ours: float) -> dict[str, object]:
+        return {"name": name, "title": name, "reference_is": "bare", "rows": [{"figure": "p50", "ours": ours, "reference": 1.0, "unit": "ms"}]}
+
+    order = ["propagation", "invoke", "stages"]
+    report.write([result("propagation", 5.0), result("invoke", 2.0)], tmp_path, ["--quick"], 1.0, "lite", "pulsar-lite")
+    report.write([result("stages", 9.0), result("invoke", 3.0)], tmp_path, ["--only", "invoke", "--only", "stages"], 1.0, "lite",
+                 "pulsar-lite", partial=order)
+    merged = json.loads((tmp_path / "results-pulsar-lite.json").read_text())
+    assert [(b["name"], b["rows"][0]["ours"]) for b in merged["benchmarks"]] == [("propagation", 5.0), ("invoke", 3.0), ("stages", 9.0)]
+    assert merged["meta"]["command"] == "python -m bench --quick" and merged["meta"]["reruns"][0]["names"] == ["invoke", "stages"]
+    assert "re-run since: invoke, stages" in (tmp_path / "RESULTS.md").read_text()

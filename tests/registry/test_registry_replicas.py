@@ -113,3 +113,20 @@ async def test_two_registries_elect_one_and_the_standby_takes_over_when_it_dies(
 async def _has_echo(client: ConfigClient, present: bool = True) -> bool:
     found = await client.get([("tool", "echo")])
     return bool(found) == present
+
+
+async def test_toolreg_registry_beside_toolreg_up_waits_as_a_standby_of_the_one_elected_registry(
+    env: dict[str, str], registries: dict[str, subprocess.Popen[bytes]], tmp_path: Path,
+) -> None:
+    up_log, registry_log = tmp_path / "up.log", tmp_path / "registry.log"
+    registries["up"] = toolreg_background("up", env=env, log=up_log)
+    await eventually(lambda: "ready in" in up_log.read_text(), timeout=90, explain=lambda: up_log.read_text()[-2000:])
+    registries["registry"] = toolreg_background("registry", env=env, log=registry_log)
+    await eventually(lambda: "registry listening" in registry_log.read_text(), timeout=90, explain=lambda: registry_log.read_text()[-2000:])
+
+    async def both_heard() -> dict[int, str] | None:
+        found = await roles(env)
+        return found if len(found) == 2 else None
+
+    seen = await eventually(both_heard, timeout=30)
+    assert seen == {registries["up"].pid: "active", registries["registry"].pid: "standby"}

@@ -1,7 +1,7 @@
 """The transport seam: what the product sees of a broker.
 
 `open_transport(settings)` connects to the broker the settings name: Apache
-Pulsar or pulsar-lite through `transport.pulsar` (the only module that imports
+Pulsar or pulsar-lite through `transport.pulsar` (the only package that imports
 `pulsar`), or an in-process `MemoryBroker` for a `memory://` URL. Code above
 this package uses only `Transport`, `Publisher`, `Subscription` and
 `Envelope` (and, for replicated state, `ExclusivePublisher` and `Reader`),

@@ -1,0 +1,324 @@
+"""What a `PulsarTransport` hands out: publishers (plain and exclusive), readers and subscriptions, each owning its pulsar-client object."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import _pulsar
+import pulsar
+import pulsar.asyncio as pulsar_asyncio
+
+from ...errors import (
+    Fenced,
+    TransportClosed,
+    TransportError,
+)
+from ...logs import get_logger
+from ..base import (
+    Envelope,
+    ExclusiveMode,
+    Handler,
+    Payload,
+    encode,
+)
+from ..diagnosis import Action
+from .errors import Explain, broker_errors, result_name
+
+log = get_logger("toolservice_base.transport")
+
+READ_BATCH = 500
+"""The most messages a reader takes from the client's prefetch queue in one trip through its thread."""
+
+
+class PulsarPublisher:
+    """A producer that takes models, dicts or bytes.
+
+    Disconnected because the broker refuses us (a token, a permission, a
+    namespace: what the transport's `TopicWatch` found), a send fails at once
+    with that reason instead of waiting out its send timeout; once the client
+    reconnects (after a grant, say), sends go through again.
+    """
+
+    action: Action = "produce"
+
+    def __init__(
+        self,
+        producer: pulsar_asyncio.Producer,
+        topic: str,
+        url: str,
+        *,
+        explain: Explain | None = None,
+        refused: Callable[[str], TransportError | None] | None = None,
+    ) -> None:
+        self._producer = producer
+        self.topic = topic
+        self._url = url
+        self._explain = explain
+        self._refused = refused
+
+    async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> None:
+        doing = f"sending on {self.topic}"
+        if self._refused is not None and not self._producer.is_connected() and (refused := self._refused(self.topic)) is not None:
+            raise refused
+        if self._explain is None:
+            with broker_errors(doing, self._url, self.topic):
+                await self._producer.send(encode(payload), properties=properties or None)
+            return
+        explain = self._explain
+        async with broker_errors(explain=lambda exc: explain(exc, doing, self.topic)):
+            await self._producer.send(encode(payload), properties=properties or None)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._producer.is_connected())
+
+    async def close(self) -> None:
+        with broker_errors(log="producer.close_failed", topic=self.topic):
+            await self._producer.flush()
+            await self._producer.close()
+
+
+class PulsarExclusivePublisher:
+    """A producer holding its topic alone (see `base.ExclusiveMode`): unbatched, each send returns once persisted."""
+
+    def __init__(self, producer: pulsar_asyncio.Producer, topic: str, mode: ExclusiveMode, url: str) -> None:
+        self._producer = producer
+        self.topic = topic
+        self.mode = mode
+        self._url = url
+        self._fenced = False
+
+    def _refine(self, name: str) -> TransportError | None:
+        if name == "Timeout" and self.mode == "wait" and not self._producer.is_connected():
+            return self._lost()
+        if name != "ProducerFenced":
+            return None
+        self._fenced = True
+        return self._fenced_error()
+
+    def _fenced_error(self) -> Fenced:
+        return Fenced(
+            f"another replica took {self.topic} over (this producer was fenced); it never writes there again: step down to standby"
+        )
+
+    def _lost(self) -> TransportError:
+        return TransportError(
+            f"the wait-mode producer on {self.topic} does not hold the topic now (fenced, or reconnecting); close it and "
+            "acquire the topic again", retriable=False,
+        )
+
+    async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> bytes:
+        if self._fenced:
+            raise self._fenced_error()
+        if self.mode == "wait" and not self._producer.is_connected():
+            # Fenced, a `wait` producer queues again instead of failing, and would send this once it gets the topic back.
+            raise self._lost()
+        with broker_errors(f"sending on {self.topic}", self._url, self.topic, refine=self._refine):
+            message_id = await self._producer.send(encode(payload), properties=properties or None)
+        return bytes(message_id.serialize())
+
+    @property
+    def connected(self) -> bool:
+        return not self._fenced and bool(self._producer.is_connected())
+
+    @property
+    def fenced(self) -> bool:
+        return self._fenced
+
+    async def close(self) -> None:
+        with broker_errors(log="producer.close_failed", topic=self.topic):
+            await self._producer.close()  # pending sends fail (AlreadyClosed): a fenced `wait` producer's never go out
+
+
+class PulsarReader:
+    """A topic reader whose reads never stay pending inside pulsar-client.
+
+    Two measured traps of `pulsar.asyncio.Reader.read_next`: a cancelled call
+    loses the message the client then hands it, and `has_message_available`
+    answers False while a pending read holds the topic's last message, which
+    would end a catch-up one message early. So a read here is the client's
+    blocking `read_next(timeout)` on a thread of this reader's own (it releases
+    the GIL; a timeout there leaves nothing pending), awaited without being
+    cancelled: a message that arrives after the caller gave up is kept for the
+    next call, and `has_message_available` first waits out a read in flight.
+    One task at a time uses a reader (a lock keeps it so).
+
+    A read on the thread also takes what the client has already prefetched
+    (up to `READ_BATCH`, with `read_next(0)`, which returns at once when
+    nothing is there): one trip through the thread and the event loop per
+    batch, not per message. Measured on Apache Pulsar 4.0.8: a replay of
+    100,000 log entries took 12.0 s one message per trip.
+    """
+
+    def __init__(self, reader: pulsar_asyncio.Reader, topic: str, url: str) -> None:
+        self._reader = reader
+        self._native: Any = reader._reader  # the C++ reader: its blocking read_next takes a timeout
+        self.topic = topic
+        self._url = url
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pulsar-reader")
+        self._in_flight: asyncio.Future[list[Any]] | None = None
+        self._kept: deque[Any] = deque()
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    def _read_blocking(self, timeout_ms: int) -> list[Any]:
+        """Runs on the reader's thread: the next native message (none after `timeout_ms`), and those already prefetched."""
+        messages: list[Any] = []
+        wait = timeout_ms
+        while len(messages) < READ_BATCH:
+            with broker_errors(keep=True) as reading:
+                messages.append(self._native.read_next(wait))
+            if reading.error is not None:
+                if result_name(reading.error) == "Timeout" or messages:
+                    break  # an error after some messages shows again on the next read
+                raise reading.error
+            wait = 0
+        return messages
+
+    def _envelope(self, message: Any) -> Envelope:
+        return Envelope(message.data(), dict(message.properties() or {}), self.topic, bytes(message.message_id().serialize()))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransportClosed(f"the reader of {self.topic} is closed")
+
+    async def _finish_in_flight(self, timeout: float | None) -> None:
+        """Wait up to `timeout` for the read in flight; what it got is kept."""
+        in_flight = self._in_flight
+        assert in_flight is not None
+        done, _ = await asyncio.wait({in_flight}, timeout=timeout)
+        if not done:
+            return
+        self._in_flight = None
+        with broker_errors(f"reading {self.topic}", self._url, self.topic):
+            self._kept.extend(in_flight.result())
+
+    async def read_next(self, timeout: float) -> Envelope | None:
+        self._check_open()
+        async with self._lock:
+            if not self._kept:
+                if self._in_flight is None:
+                    loop = asyncio.get_running_loop()
+                    self._in_flight = loop.run_in_executor(self._thread, self._read_blocking, max(1, int(timeout * 1000)))
+                # A little past the client's own timeout, so that it, not we, gives up: then nothing stays in flight.
+                await self._finish_in_flight(timeout + 0.25)
+            message = self._kept.popleft() if self._kept else None
+        return None if message is None else self._envelope(message)
+
+    async def has_message_available(self) -> bool:
+        self._check_open()
+        async with self._lock:
+            if self._in_flight is not None:
+                await self._finish_in_flight(None)  # bounded by that read's own timeout
+            if self._kept:
+                return True
+            with broker_errors(f"checking for messages on {self.topic}", self._url, self.topic):
+                available = await self._reader.has_message_available()
+            return bool(available)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with broker_errors(log="reader.close_failed", topic=self.topic):
+            await self._reader.close()  # wakes a blocking read at once (AlreadyClosed)
+        if self._in_flight is not None:
+            await asyncio.wait({self._in_flight})
+            if not self._in_flight.cancelled():
+                self._in_flight.exception()  # retrieved: the AlreadyClosed it ended with is expected
+        self._thread.shutdown(wait=False)
+
+
+class PulsarSubscription:
+    """One consumer and the single receive loop that feeds its handler.
+
+    The handler runs inline: a handler that wants concurrency starts its own
+    tasks (and so owns its back-pressure). A handler that raises is logged and
+    the loop goes on: one bad message never stops a subscription.
+
+    `delete_on_close` (an exclusive subscription, this process's alone): closing
+    unsubscribes, so the broker keeps nothing for it (see `Transport.unsubscribe`).
+    """
+
+    action: Action = "consume"
+
+    def __init__(self, consumer: pulsar_asyncio.Consumer, topic: str, handler: Handler, *, delete_on_close: bool = False) -> None:
+        self._consumer = consumer
+        self.topic = topic
+        self._handler = handler
+        self._delete_on_close = delete_on_close
+        self._closing = False
+        self._native: Any = getattr(consumer, "_consumer", None)
+        self._task = asyncio.create_task(self._run(), name=f"receive:{topic}")
+
+    @property
+    def connected(self) -> bool:
+        """Whether the consumer is attached to the broker now: False while pulsar-client reconnects (for `TopicWatch`)."""
+        return self._native is None or bool(self._native.is_connected())
+
+    async def _run(self) -> None:
+        while not self._closing:
+            with broker_errors(keep=True) as receiving:
+                message = await self._consumer.receive()
+            if receiving.error is not None:
+                if self._closing:
+                    return
+                log.warning("consumer.receive_failed", topic=self.topic, error=str(receiving.error))
+                await asyncio.sleep(0.2)
+                continue
+            self._acknowledge(message)
+            envelope = Envelope(message.data(), message.properties() or {}, self.topic)
+            try:
+                await self._handler(envelope)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("consumer.handler_failed", topic=self.topic)
+
+    def _acknowledge(self, message: pulsar.Message) -> None:
+        """Acknowledge without waiting for the broker's receipt.
+
+        Awaiting it cost every message a second trip through the client's I/O
+        thread and the event loop before the handler could run. `make bench`
+        before/after: registry CPU at 5,000 heartbeats/s 51% -> 42%,
+        ToolSet.invoke p50 1.86 -> 1.20 ms. An ack failure was only ever
+        logged; it still is. The native consumer is pulsar.asyncio's own
+        attribute; if a release renames it, the awaited path takes over.
+        """
+        if self._native is None:
+            asyncio.ensure_future(self._acknowledge_awaited(message))
+            return
+        with broker_errors(log="consumer.ack_failed", topic=self.topic):
+            self._native.acknowledge_async(message._message, self._ack_done)
+
+    def _ack_done(self, result: object) -> None:
+        """Runs on the client's I/O thread: it may log, but must not touch the event loop."""
+        if result != _pulsar.Result.Ok:
+            log.debug("consumer.ack_failed", topic=self.topic, error=str(result))
+
+    async def _acknowledge_awaited(self, message: pulsar.Message) -> None:
+        with broker_errors(log="consumer.ack_failed", topic=self.topic):
+            await self._consumer.acknowledge(message)
+
+    async def close(self) -> None:
+        self._closing = True
+        self._task.cancel()
+        try:
+            await self._task
+        except (asyncio.CancelledError, Exception):
+            pass
+        if self._delete_on_close:
+            # Unsubscribing closes the consumer too; if it fails (the broker is gone, say), it is only closed.
+            with broker_errors(keep=True) as deleting:
+                await self._consumer.unsubscribe()
+            if deleting.error is None:
+                return
+            log.debug("consumer.unsubscribe_failed", topic=self.topic, error=str(deleting.error))
+        with broker_errors(log="consumer.close_failed", topic=self.topic):
+            await self._consumer.close()
+
+

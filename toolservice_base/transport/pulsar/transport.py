@@ -1,0 +1,449 @@
+"""`PulsarTransport`: one pulsar-client per process, and the producers, readers and subscriptions it opens."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pulsar
+import pulsar.asyncio as pulsar_asyncio
+
+from ...errors import (
+    BrokerUnreachable,
+    ProducerBusy,
+    TransportError,
+)
+from ...logs import CLIENT_LOGGER, get_logger
+from ...settings import Settings
+from ...topics import Topics
+from ..base import (
+    Capabilities,
+    ExclusiveMode,
+    Handler,
+    OpenedResources,
+    ReaderStart,
+    broker_unreachable,
+    unique_name,
+)
+from ..diagnosis import Action, Claims, TopicWatch, handshake, token_refused
+from .errors import HELD, broker_errors, result_name, translate
+from .handles import PulsarExclusivePublisher, PulsarPublisher, PulsarReader, PulsarSubscription
+
+log = get_logger("toolservice_base.transport")
+
+PRODUCER_QUEUE = 20_000
+SEND_TIMEOUT_MS = 10_000
+ID_SHIFT_RANGE = 64
+SHARED_ATTEMPTS = 6
+
+LOOKUP_TIMEOUT = 2.0
+"""Seconds a diagnostic lookup of a topic may take; a broker that lets us in answers one in milliseconds."""
+_ACCESS_MODES = {
+    "exclusive": pulsar.ProducerAccessMode.Exclusive,
+    "wait": pulsar.ProducerAccessMode.WaitForExclusive,
+    "fence": pulsar.ProducerAccessMode.ExclusiveWithFencing,
+}
+
+CLIENT_LOG = logging.getLogger(CLIENT_LOGGER)
+"""pulsar-client's own (C++) log lines, routed into `logging`: its console logger writes to stdout, which
+belongs to command output and to MCP over stdio. They repeat what the product reports itself (a refused
+connection, every retry), so they are off unless the application sets this logger's level
+(`configure_logging("debug")` shows its warnings and errors)."""
+if CLIENT_LOG.level == logging.NOTSET:
+    CLIENT_LOG.setLevel(logging.CRITICAL)
+
+
+def client_logger() -> logging.Logger | pulsar.FileLogger:
+    """The logger a new pulsar-client gets: `CLIENT_LOG` only while someone listens to it.
+
+    Given a Python logger, pulsar-client calls it for every line it makes,
+    debug ones included, from its I/O threads under the GIL, and `logging`
+    drops them only afterwards. Measured with `python -m bench --quick --only
+    throughput` on pulsar-lite: registry CPU at 5,000 heartbeats/s 90% with the
+    Python logger, 37% without. So unless `CLIENT_LOG` is enabled for warnings
+    (`configure_logging("debug")`), the library's own logger writes its errors
+    to the null device: never to stdout, which belongs to command output and to
+    MCP over stdio. pulsar-client keeps the first client's logger for the whole
+    process (measured: later clients' loggers received nothing), so configure
+    logging before opening a transport.
+    """
+    if CLIENT_LOG.isEnabledFor(logging.WARNING):
+        return CLIENT_LOG
+    return pulsar.FileLogger(pulsar.LoggerLevel.Error, os.devnull)
+
+
+class PulsarTransport(OpenedResources):
+    """A Pulsar client plus everything opened on it, closed in the safe order.
+
+    Its `TopicWatch` looks after the consumers and producers it opened: one
+    that stays disconnected is diagnosed (`diagnose`), the reason logged and
+    kept for `problem`, while pulsar-client goes on reconnecting.
+    """
+
+    def __init__(
+        self,
+        client: pulsar_asyncio.Client,
+        url: str,
+        client_options: dict[str, Any],
+        capabilities: Capabilities,
+        topics: Topics,
+        token: str | None = None,
+    ) -> None:
+        super().__init__()
+        self._token = token
+        self._claims = Claims.of(token)
+        self._watch = TopicWatch(url, self._watched, self._broker_problem, self._ask)
+        self._client = client
+        self.topics = topics
+        self._client_options = client_options
+        self._capabilities = capabilities
+        self._shared_client: pulsar_asyncio.Client | None = None
+        self._bulk_client: pulsar_asyncio.Client | None = None
+        self._shift_subscription = unique_name("consumer-id-shift")
+        self._abandoned: set[asyncio.Future[Any]] = set()
+        self.url = url
+
+    @classmethod
+    async def open(cls, settings: Settings | None = None, *, url: str | None = None) -> "PulsarTransport":
+        """Connect to `url`, or to the broker the settings resolve to.
+
+        Creation is lazy in pulsar-client: the first producer or consumer is
+        where an unreachable broker or a bad token shows up, as a
+        `TransportError` with a one-line message.
+        """
+        settings = settings or Settings.from_env()
+        target = url or settings.resolve_pulsar_url()
+        kwargs: dict[str, Any] = {
+            "operation_timeout_seconds": settings.operation_timeout,
+            "connection_timeout_ms": 5000,
+            "logger": client_logger(),
+        }
+        if settings.auth_token:
+            kwargs["authentication"] = pulsar.AuthenticationToken(settings.auth_token)
+        try:
+            with broker_errors("connecting", target):
+                client = pulsar_asyncio.Client(target, **kwargs)
+        except ValueError as exc:  # a malformed URL is refused before any I/O
+            raise BrokerUnreachable(f"bad broker URL {target!r}: {exc}; expected pulsar://host:port") from None
+        kind = settings.broker_kind(target)
+        capabilities = Capabilities.for_broker(kind)
+        log.debug("transport.opened", url=target, broker=kind, topicspace=settings.topicspace, capabilities=capabilities.enabled())
+        return cls(client, target, kwargs, capabilities, settings.topics, settings.auth_token)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    async def unreachable(self, timeout: float = 1.0) -> str | None:
+        return await broker_unreachable(self.url, timeout)
+
+    def problem(self, topic: str) -> str | None:
+        return self._watch.problem(topic)
+
+    def _watched(self) -> list[PulsarPublisher | PulsarSubscription]:
+        """What the watch looks after: plain producers and consumers (exclusive producers and readers have their own rules)."""
+        return [p for p in self._publishers if type(p) is PulsarPublisher] + list(self._subscriptions)
+
+    async def diagnose(self, topic: str, doing: str | None = None, action: Action | None = None) -> TransportError | None:
+        """Why `topic` cannot be used now, as the broker tells it; None if it lets us use it.
+
+        Asks whether the broker is reachable, whether it accepts our token (a
+        handshake of our own), whether it lets our role look the topic up and,
+        given an `action`, whether it lets it produce or consume there: each
+        answers in milliseconds, where pulsar-client would only say `Timeout`
+        (see `diagnosis`).
+        """
+        return await self._broker_problem(doing) or await self._ask(topic, action, doing)
+
+    async def _broker_problem(self, doing: str | None = None) -> TransportError | None:
+        down = await broker_unreachable(self.url)
+        if down is not None:
+            return BrokerUnreachable(down)
+        answer = await handshake(self.url, self._token)
+        if answer.accepted is False:
+            return token_refused(self.url, self._token, answer.said, doing=doing)
+        if answer.accepted is None and self._claims.expired():  # no verdict (TLS, say), and the token's own exp has passed
+            return token_refused(self.url, self._token, f"no verdict ({answer.said})", doing=doing)
+        if answer.silent:
+            return TransportError(
+                f"the broker at {self.url} accepts connections but {answer.said}"
+                f"{f' ({doing})' if doing else ''}: is it a Pulsar broker, and is it overloaded?"
+            )
+        return None
+
+    async def _ask(self, topic: str, action: Action | None, doing: str | None = None) -> TransportError | None:
+        """Look `topic` up, then try `action` there once: a lookup needs only one of produce and consume (measured).
+
+        A consume try is a reader at the latest message: it needs the same
+        permission as a subscription and leaves no durable subscription behind,
+        even on a persistent topic. What a try opens is closed at once; one
+        the broker grants after we stopped waiting is closed when it comes.
+        """
+        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [(f"looking up {topic}", lambda: self._client.get_topic_partitions(topic))]
+        if action == "produce":
+            steps.append((f"producing on {topic}", lambda: self._client.create_producer(topic, batching_enabled=False)))
+        elif action == "consume":
+            steps.append((f"consuming from {topic}", lambda: self._client.create_reader(
+                topic, pulsar.MessageId.latest, receiver_queue_size=1)))
+        for trying, call in steps:
+            attempt = asyncio.ensure_future(call())
+            done, _ = await asyncio.wait({attempt}, timeout=LOOKUP_TIMEOUT)
+            if not done:
+                attempt.add_done_callback(lambda late: self._retire(late, topic))
+                return TransportError(
+                    f"the broker at {self.url} accepts our token but gave no answer within {LOOKUP_TIMEOUT:g}s while {trying}"
+                    f"{f' ({doing})' if doing else ''}; it may be overloaded or still starting"
+                )
+            with broker_errors(keep=True) as asking:
+                await self._undo(attempt.result(), topic)
+            if asking.error is not None:
+                return translate(asking.error, doing or trying, self.url, topic, role=self._claims.role)
+        return None
+
+    def _retire(self, late: asyncio.Future[Any], topic: str) -> None:
+        """A try the broker answered after we stopped waiting: undo what it opened."""
+        if not late.cancelled() and late.exception() is None:
+            closing = asyncio.ensure_future(self._undo(late.result(), topic))
+            self._abandoned.add(closing)
+            closing.add_done_callback(self._abandoned.discard)
+
+    @staticmethod
+    async def _undo(opened: Any, topic: str) -> None:
+        """Close the producer or reader a diagnosis opened; a lookup's answer needs nothing."""
+        with broker_errors(log="diagnosis.undo_failed", topic=topic):
+            if isinstance(opened, pulsar_asyncio.Producer | pulsar_asyncio.Reader):
+                await opened.close()
+
+    async def publisher(self, topic: str) -> PulsarPublisher:
+        self._check_open()
+        doing = f"opening a producer on {topic}"
+        async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic)):
+            producer = await self._client.create_producer(
+                topic,
+                batching_enabled=False,
+                max_pending_messages=PRODUCER_QUEUE,
+                send_timeout_millis=SEND_TIMEOUT_MS,
+            )
+        publisher = PulsarPublisher(
+            producer, topic, self.url, explain=lambda exc, doing, on: self._explain(exc, doing, on, "produce"), refused=self._watch.refusal
+        )
+        self._publishers.append(publisher)
+        self._watch.start()
+        return publisher
+
+    async def exclusive_publisher(self, topic: str, mode: ExclusiveMode) -> PulsarExclusivePublisher:
+        self._check_open()
+        self._capabilities.require_replicated_state(f"an exclusive producer ({mode}) on {topic}", self.url)
+        if mode not in _ACCESS_MODES:
+            raise ValueError(f"unknown exclusive mode {mode!r}; expected exclusive, wait or fence")
+        doing = f"opening an exclusive producer ({mode}) on {topic}"
+        timeout = self._client_options["operation_timeout_seconds"]
+
+        def held(name: str) -> TransportError | None:
+            if name in HELD:
+                return ProducerBusy(f"{topic} is held by another exclusive producer ({name}); try again later, or wait for it")
+            if name == "Timeout" and mode == "wait":
+                return ProducerBusy(f"{topic} is still held by another producer after waiting {timeout}s (one wait); wait again")
+            return None
+
+        async def create(access_mode: Any) -> pulsar_asyncio.Producer:
+            creating = asyncio.ensure_future(
+                self._client.create_producer(
+                    topic,
+                    batching_enabled=False,
+                    max_pending_messages=PRODUCER_QUEUE,
+                    send_timeout_millis=SEND_TIMEOUT_MS,
+                    access_mode=access_mode,
+                )
+            )
+            try:
+                async with broker_errors(refine=held, explain=lambda exc: self._explain(exc, doing, topic)):
+                    # Shielded: cancelling the native creation would not withdraw it, and a producer the broker
+                    # grants afterwards would hold the topic for nobody. `_abandon` closes it instead.
+                    return await asyncio.shield(creating)
+            except asyncio.CancelledError:
+                self._abandon(creating, topic)
+                raise
+
+        if mode == "fence":
+            # Take the topic over with ExclusiveWithFencing, then hold it with a plain Exclusive producer. Measured
+            # on 4.0.8: a fenced ExclusiveWithFencing producer reconnects on its own, and the broker fences every
+            # producer of the topic before it refuses that reconnect for its old epoch, so the new holder loses its
+            # producer; its next send then reaches a producer the broker has closed, and the broker drops its whole
+            # connection (an elected replica's lock with it). A fenced Exclusive producer's reconnect is refused
+            # without touching anyone. Between the two, the topic is free: a `wait` queued since may get it, and
+            # then this fails with ProducerBusy (a live replica won; nothing stale can: the epoch moved).
+            fencer = await create(pulsar.ProducerAccessMode.ExclusiveWithFencing)
+            await self._close_quietly(fencer, topic)
+            producer = await create(pulsar.ProducerAccessMode.Exclusive)
+        else:
+            producer = await create(_ACCESS_MODES[mode])
+        publisher = PulsarExclusivePublisher(producer, topic, mode, self.url)
+        self._publishers.append(publisher)
+        return publisher
+
+    def _abandon(self, creating: asyncio.Future[Any], topic: str) -> None:
+        """Close the producer an abandoned creation still yields; `close` waits for what is left."""
+        self._abandoned.add(creating)
+
+        def done(future: asyncio.Future[Any]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                self._abandoned.discard(future)
+                return
+            log.debug("producer.abandoned_closed", topic=topic)
+            closing = asyncio.ensure_future(self._close_quietly(future.result(), topic))
+            self._abandoned.add(closing)
+            closing.add_done_callback(self._abandoned.discard)
+            self._abandoned.discard(future)
+
+        creating.add_done_callback(done)
+
+    @staticmethod
+    async def _close_quietly(producer: pulsar_asyncio.Producer, topic: str) -> None:
+        with broker_errors(log="producer.close_failed", topic=topic):
+            await producer.close()
+
+    async def reader(self, topic: str, start: ReaderStart, *, inclusive: bool = False) -> PulsarReader:
+        self._check_open()
+        if start == "latest":
+            self._capabilities.require_replicated_state(f"reading the last message of {topic}", self.url)
+            position, inclusive = pulsar.MessageId.latest, True
+        elif start == "earliest":
+            position = pulsar.MessageId.earliest
+        elif isinstance(start, bytes):
+            try:
+                position = pulsar.MessageId.deserialize(start)
+            except Exception:  # the C++ parser's own error type
+                raise TransportError(f"{start[:16]!r} is not a message id of this broker; start at earliest", retriable=False) from None
+        else:
+            raise ValueError(f"a reader starts at 'earliest', 'latest' or a message id, not {start!r}")
+        doing = f"opening a reader of {topic}"
+        async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic)):
+            native = await self._client.create_reader(
+                topic, position, start_message_id_inclusive=inclusive, reader_name=unique_name("reader")
+            )
+        reader = PulsarReader(native, topic, self.url)
+        self._readers.append(reader)
+        if start == "latest":
+            # Measured: a reader at the latest message, inclusive, reads nothing until asked whether a message is
+            # available (that is when pulsar-client looks the last message up and moves to it).
+            try:
+                await reader.has_message_available()
+            except BaseException:
+                await self.close_reader(reader)
+                raise
+        return reader
+
+    async def subscribe(
+        self,
+        topic: str,
+        handler: Handler,
+        *,
+        subscription: str | None = None,
+        shared: bool = False,
+        bulk: bool = False,
+        receiver_queue: int = 1000,
+    ) -> PulsarSubscription:
+        self._check_open()
+        name = subscription or unique_name("sub")
+        doing = f"subscribing to {topic}"
+        async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic)):
+            if shared:
+                consumer = await self._subscribe_shared(topic, name, receiver_queue)
+            else:
+                client = self._bulk() if bulk and self._capabilities.separate_bulk_connection else self._client
+                consumer = await client.subscribe(
+                    topic, name, consumer_type=pulsar.ConsumerType.Exclusive, receiver_queue_size=receiver_queue
+                )
+        sub = PulsarSubscription(consumer, topic, handler, delete_on_close=not shared)
+        self._subscriptions.append(sub)
+        self._watch.start()
+        return sub
+
+    async def _explain(self, exc: BaseException, doing: str, topic: str, action: Action | None = None) -> TransportError:
+        """`translate`, and for a timeout, why: asked of the broker (`diagnose`).
+
+        Apache Pulsar drops a connection whose token is missing, wrong or
+        expired, and closes the producers and consumers of a role whose
+        permission is revoked or whose namespace is deleted; pulsar-client
+        retries until its operation (or send) timeout, then says only
+        "Timeout". The broker's own answer names the cause; only if it lets
+        us in and looks the topic up is the timeout the broker's slowness.
+        """
+        if result_name(exc) != "Timeout":
+            return translate(exc, doing, self.url, topic, role=self._claims.role)
+        found = await self.diagnose(topic, doing, action)
+        if found is not None:
+            return found
+        return TransportError(
+            f"the broker at {self.url} accepts our token and lets us use {topic}, but did not complete {doing} in time "
+            "(Timeout); it may be overloaded: try again"
+        )
+
+    def _bulk(self) -> pulsar_asyncio.Client:
+        if self._bulk_client is None:
+            self._bulk_client = pulsar_asyncio.Client(self.url, **self._client_options)
+        return self._bulk_client
+
+    async def _subscribe_shared(self, topic: str, name: str, receiver_queue: int) -> pulsar_asyncio.Consumer:
+        if not self._capabilities.shift_consumer_ids:
+            return await self._client.subscribe(
+                topic, name, consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=receiver_queue
+            )
+        if self._shared_client is None:
+            # A short operation timeout: a collision shows up as a timeout, and we retry.
+            self._shared_client = pulsar_asyncio.Client(self.url, **{**self._client_options, "operation_timeout_seconds": 2})
+        last: BaseException | None = None
+        for attempt in range(1, SHARED_ATTEMPTS + 1):
+            await self._shift_consumer_id(self._shared_client, topic, self._shift_subscription)
+            with broker_errors(
+                log="consumer.shared_subscribe_retry", level="warning", topic=topic, subscription=name, attempt=attempt
+            ) as subscribing:
+                return await self._shared_client.subscribe(
+                    topic, name, consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=receiver_queue
+                )
+            last = subscribing.error
+        assert last is not None
+        raise last
+
+    @staticmethod
+    async def _shift_consumer_id(client: pulsar_asyncio.Client, topic: str, subscription: str) -> None:
+        """Use up a random number of consumer ids on a throwaway topic in `topic`'s namespace.
+
+        All on one Shared `subscription`, named once per transport: pulsar-lite keeps every subscription
+        name a topic ever had, for good (about 16 KiB each, measured; unsubscribing frees nothing), and a
+        name per throwaway consumer cost it 0.5 MB per service start. One name per process cannot collide
+        with another process's consumers, and within the process the consumer ids differ.
+        """
+        count = random.randrange(ID_SHIFT_RANGE)
+        if not count:
+            return
+        _, _, rest = topic.partition("://")
+        tenant_ns = "/".join(rest.split("/")[:2])
+        throwaway = f"non-persistent://{tenant_ns}/consumer-id-shift"
+        results = await asyncio.gather(
+            *(
+                client.subscribe(throwaway, subscription, consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=1)
+                for _ in range(count)
+            ),
+            return_exceptions=True,
+        )
+        await asyncio.gather(*(c.close() for c in results if isinstance(c, pulsar_asyncio.Consumer)), return_exceptions=True)
+
+    async def close(self) -> None:
+        await self._watch.stop()
+        if not await self._close_opened():
+            return
+        for client in (self._shared_client, self._bulk_client, self._client):
+            if client is None:
+                continue
+            with broker_errors(log="client.close_failed"):
+                await client.close()
+        if self._abandoned:  # creations the broker had not answered: the closed client fails them now
+            await asyncio.wait(set(self._abandoned), timeout=self._client_options["operation_timeout_seconds"])
+        if self._capabilities.close_grace:
+            await asyncio.sleep(self._capabilities.close_grace)
