@@ -19,6 +19,10 @@ again would change nothing, or hand a replayer a way to churn it. The
 phrases the registry's refusals use for these cases are made here
 (`replay_refusal`, `withdrawn_refusal`, `bound_refusal`), next to the test
 that reads them (`judge_refusal`).
+
+Each heartbeat carries, given a `CallStats`, the instance's call counters per
+tool as the `tool-stats` message property (`call_stats`): outside the signed
+body, so informational only, and ignored by registries of older releases.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
 from . import tracing
+from .call_stats import CallStats
 from .errors import TransportError
 from .logs import get_logger
 from .schemas import (
@@ -122,8 +127,10 @@ class Announcer:
         version: str = "",
         signing_key: Ed25519PrivateKey | None = None,
         instance: str | None = None,
+        stats: CallStats | None = None,
     ) -> None:
         self._connection = connection
+        self._stats = stats
         self._signing_key = signing_key
         self.service = service
         self.tools = tools
@@ -163,8 +170,8 @@ class Announcer:
             if self._signing_key is not None:
                 message = sign(message, self._signing_key)
             try:
-                if kind == "heartbeat":
-                    await self._publisher.send(message.to_json())
+                if kind == "heartbeat":  # the counters as the message is sent: their window ends with it
+                    await self._publisher.send(message.to_json(), properties=self._stats.property() if self._stats is not None else None)
                 else:  # announce and withdraw change the registry: a span, its traceparent on the message
                     with tracing.announcement(kind, self.service.id, self.instance) as properties:
                         await self._publisher.send(message.to_json(), properties=properties)

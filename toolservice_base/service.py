@@ -43,6 +43,7 @@ from toolservice_base.rpc.wire import TOOL
 
 from . import tracing
 from .announcer import Announcer, new_instance_id
+from .call_stats import CallStats
 from .errors import BadRequest, ServiceDefinitionError
 from .logs import get_logger
 from .metrics import OTHER_TOOL, ServiceMetrics
@@ -233,6 +234,8 @@ class DynamicToolService:
         self._instance = new_instance_id(self.id)
         self._labels = ToolLabels(self.tool_descriptors)
         self.metrics = (metrics or ServiceMetrics.default()).bind(self.id, self._labels.names)
+        self.call_stats = CallStats(sorted(self._labels.names))
+        """Calls, errors and latencies per tool since the last heartbeat, which carries them to the registry page."""
         self._server: RequestServer | None = None
         self.announcer: Announcer | None = None
         self._stopped = asyncio.Event()
@@ -317,7 +320,9 @@ class DynamicToolService:
         finally:
             # The metric counts deadlines and cancels as one kind; the span tells them apart.
             tracing.outcome(span, error_type if error == "cancelled" else error, error_type)
-            self.metrics.observe(time.perf_counter() - started, error, tool)
+            took = time.perf_counter() - started
+            self.metrics.observe(took, error, tool)
+            self.call_stats.record(tool, took, error is not None)
 
     async def start(self) -> None:
         """Subscribe to requests, then (and only then) announce.
@@ -356,6 +361,7 @@ class DynamicToolService:
                     version=type(self).version,
                     signing_key=self.signing_key,
                     instance=self._instance,
+                    stats=self.call_stats,
                 )
                 await announcer.start()
                 stack.push_async_callback(announcer.stop)

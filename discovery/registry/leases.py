@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from .usage import InstanceCalls
+
 ServiceKey = tuple[str, str]
 """(workspace, service id): one service, however many instances it runs."""
 
@@ -57,6 +59,8 @@ class Lease:
     (without a policy no signature is checked, so none is claimed). The registry page names it."""
     refused: str | None = None
     """Why the holder's messages are refused, if any arrived since the last accepted one: it is not silent."""
+    calls: InstanceCalls | None = None
+    """The call counters its last two heartbeats carried (`usage`), for the page; None: none (yet). Gone with the lease."""
 
     @property
     def state(self) -> str:

@@ -1,7 +1,8 @@
 """One read-only picture of the registry: what its page shows, built from its memory and the store.
 
-Announced services, their instances and leases, conflicts, rejections and the
-self-preservation hold come from the registry's memory at no cost. Static
+Announced services, their instances and leases, conflicts, rejections, the
+self-preservation hold and each announced tool's traffic (`usage`, from the
+counters heartbeats carry) come from the registry's memory at no cost. Static
 tools (items the registry does not own) and the store's version need the
 store; they are read once and again only after a config push says the store
 moved, so a page open all day costs the store nothing while nothing changes.
@@ -22,6 +23,7 @@ from toolservice_base.configclient import ConfigClient
 from .leases import LeaseTable, ServiceKey
 from .protocol import NameConflict, PendingChange, Rejection
 from .state import ServiceState, static_status
+from .usage import ToolUsage, tool_usage
 from .validation import RejectionLog
 
 STATIC_TYPES = ["tool", "tool-service"]
@@ -57,6 +59,9 @@ class ToolView(BaseModel):
     """Why the status is not plain `live`/`configured`, in one line: the page's WHY column, `toolreg tools`' WHY."""
     digest: str | None = None
     """sha256 of the tool's definition as the store holds it (`definition_digest`), as `toolreg tools` shows it."""
+    usage: ToolUsage | None = None
+    """Calls/s, errors/s and p95 from its live instances' heartbeats (`usage`); None: not known (static tools, older services).
+    Not signed: what the services say of themselves, for the page only."""
 
 
 class ReplicaView(BaseModel):
@@ -230,11 +235,12 @@ class Overview:
             if self._pending is not None:
                 offer = state.merged  # pinned: the newest offer may be held; show what was written
             described = {tool.name: tool.description for tool in offer.tools} if offer is not None else {}
+            traffic = tool_usage(lease.calls for lease in leases if lease.calls is not None and lease.state == "live")
             for status in state.tool_statuses(leases, wall):
                 tools[(state.workspace, status.name)] = ToolView(
                     name=status.name, service=status.service, workspace=state.workspace, source="announced", status=status.status,
                     instances=status.instances, description=_description(described.get(status.name, "")), detail=status.detail,
-                    digest=status.digest,
+                    digest=status.digest, usage=traffic.get(status.name),
                 )
             for lease in sorted(leases, key=lambda lease: lease.instance):
                 held_offer = state.offers.get(lease.digest) if lease.digest is not None else None

@@ -44,6 +44,7 @@ from pydantic import ValidationError
 
 from toolservice_base import tracing
 from toolservice_base.announcer import bound_refusal
+from toolservice_base.call_stats import TOOL_STATS
 from toolservice_base.configclient import ConfigClient, watch_config
 from toolservice_base.errors import (
     ConfigError,
@@ -80,6 +81,8 @@ from .probes import ProbeLimiter, Prober
 from .protocol import NameConflict, PendingChange, RegistryRequest, RegistryResponse, Rejection, ToolStatus
 from .state import ServiceState, static_status
 from .store_writes import PROBE_WORKSPACE
+from .usage import InstanceCalls
+from .usage import sample as usage_sample
 from .validation import FRESHNESS, SEQUENCE_MEMORY, TAKEOVER, AnnouncementValidator, Category, Rejected, RejectionLog, excerpt
 from .writer import StoreWriter
 
@@ -324,7 +327,7 @@ class Registry:
         if announcement.kind == "announce":
             await self._on_announce(announcement, now, wall, tracing.remote_context(message.properties))
         elif announcement.kind == "heartbeat":
-            await self._on_heartbeat(announcement, now, wall)
+            await self._on_heartbeat(announcement, now, wall, message.properties.get(TOOL_STATS))
         else:
             self._on_withdraw(announcement, wall, tracing.remote_context(message.properties))
 
@@ -479,7 +482,8 @@ class Registry:
         # the store even if the record says nothing changed: conflicts live in memory.
         self._mark(key, force=not known, link=link)
 
-    async def _on_heartbeat(self, announcement: Announcement, now: float, wall: float) -> None:
+    async def _on_heartbeat(self, announcement: Announcement, now: float, wall: float, stats: str | None = None) -> None:
+        """Renew the lease; `stats`, the heartbeat's `tool-stats` property, goes on it for the page (`usage`)."""
         lease = self.leases.get(announcement.instance)
         if lease is None or lease.service[0] != announcement.workspace:
             await self._prober.probe(announcement.instance, "heartbeat from an unknown instance")
@@ -493,6 +497,21 @@ class Registry:
             await self._prober.probe(announcement.instance, "heartbeat with an unknown digest")
         elif state is None or lease.digest not in state.offers:
             await self._prober.probe(announcement.instance, "descriptors not known since the registry started")
+        elif stats is not None:
+            self._heard_calls(lease, announcement, stats, {tool.name for tool in state.offers[lease.digest].tools})
+
+    @staticmethod
+    def _heard_calls(lease: Lease, announcement: Announcement, stats: str, tools: set[str]) -> None:
+        """Keep a heartbeat's call counters on its lease, for the tools its instance offers. Unsigned and
+        informational: a malformed property is ignored (at debug), never a reason to refuse the heartbeat."""
+        try:
+            heard = usage_sample(stats, announcement.sent_at, tools)
+        except ValueError as exc:
+            log.debug("heartbeat.stats_ignored", instance=lease.instance, service=lease.service[1], reason=str(exc))
+            return
+        if lease.calls is None:
+            lease.calls = InstanceCalls()
+        lease.calls.add(heard)
 
     def _provenance(self, announcement: Announcement) -> dict[str, Any]:
         """What a lease keeps of the message that renewed it: its sequence and, under a trust policy, its signer."""

@@ -14,8 +14,9 @@ step: the script and style are two files served as they are.
 
 Viewers cost the registry little and boundedly: each snapshot is encoded
 once, into one buffer every viewer is sent; a heartbeat is no change (the
-instances' last-heard times go out as a small `heartbeats` event, at most
-once a second); a viewer is sent only the newest state, never a queue of
+instances' last-heard times, and the tools' calls/s, errors/s and p95 the
+heartbeats carried, go out as a small `heartbeats` event, at most once a
+second); a viewer is sent only the newest state, never a queue of
 old ones; at most `MAX_VIEWERS` streams are open (the next gets 503); and a
 viewer that stops reading is cut off by the HTTP server once its buffer is
 full for `WRITE_TIMEOUT` seconds (`discovery.web.health`).
@@ -48,7 +49,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 from starlette.types import Receive, Scope, Send
 
-from discovery.registry.overview import InstanceView, RegistrySnapshot
+from discovery.registry.overview import InstanceView, RegistrySnapshot, ToolView
 from discovery.registry.protocol import PendingChange
 from toolservice_base.errors import ConfigError, RegistryUnavailable, TransportError
 from toolservice_base.logs import get_logger
@@ -94,6 +95,27 @@ def instance_key(instance: InstanceView) -> str:
     return f"{instance.workspace}/{instance.service}/{instance.id}"
 
 
+def tool_key(tool: ToolView) -> str:
+    """How the page names a tool in `heartbeats` events (and its row's `data-tool`)."""
+    return f"{tool.workspace}/{tool.name}"
+
+
+def rate(value: float | None) -> str | None:
+    """Calls or errors per second as the tools table shows them (page.js formats them alike); None: not known."""
+    if value is None:
+        return None
+    if value == 0:
+        return "0"
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def millis(value: float | None) -> str | None:
+    """A p95 as the tools table shows it (page.js formats it alike); None: not known."""
+    if value is None:
+        return None
+    return f"{value:.2f} ms" if value < 10 else f"{value:.1f} ms" if value < 100 else f"{value:.0f} ms"
+
+
 def pending_key(change: PendingChange) -> str:
     """How the page names a held definition change in `heartbeats` events (and its row's `data-key`)."""
     return f"{change.workspace}/{change.tool}"
@@ -107,18 +129,34 @@ def short(digest: str) -> str:
     return digest[:SHORT_DIGEST]
 
 
-CHANGE_EXCLUDES: dict[str, Any] = {"at": True, "instances": {"__all__": {"last_seen"}}, "pending": {"__all__": {"last_seen"}}}
-"""What a change is not: the build time, and the last-heard times of instances and of the instances offering a held definition."""
+CHANGE_EXCLUDES: dict[str, Any] = {
+    "at": True, "instances": {"__all__": {"last_seen"}}, "pending": {"__all__": {"last_seen"}}, "tools": {"__all__": {"usage"}},
+}
+"""What a change is not: the build time, the last-heard times of instances and of the instances offering a held definition,
+and the tools' traffic (it moves with every heartbeat of a busy service)."""
+Beats = tuple[dict[str, float | None], dict[str, float], dict[str, list[float | None]]]
+"""What a `heartbeats` event carries: last-heard times of instances and of held changes, and the tools' traffic."""
+
+
+def beats_of(snapshot: RegistrySnapshot) -> Beats:
+    """The parts of `snapshot` that heartbeats move; the traffic as `[calls/s, errors/s, p95 ms]` by `tool_key`, known ones only."""
+    return (
+        {instance_key(i): i.last_seen for i in snapshot.instances},
+        {pending_key(p): p.last_seen for p in snapshot.pending},
+        {tool_key(t): [u.calls_per_s, u.errors_per_s, u.p95_ms] for t in snapshot.tools if (u := t.usage) is not None},
+    )
 
 
 class PageFeed:
     """One snapshot loop per process while anyone watches; every viewer is sent the same encoded bytes.
 
     A snapshot is sent when something in it changed other than the build
-    time and the last-heard times (of instances, and of held definition
-    changes). Those alone (heartbeats) go out as a `heartbeats` event:
-    `{"at": ..., "last_seen": {instance key: time}}`, with `"pending":
-    {pending key: time}` while definition changes are held, at most every
+    time, the last-heard times (of instances, and of held definition
+    changes) and the tools' traffic. Those alone (heartbeats) go out as a
+    `heartbeats` event: `{"at": ..., "last_seen": {instance key: time}}`,
+    with `"pending": {pending key: time}` while definition changes are held
+    and `"usage": {tool key: [calls/s, errors/s, p95 ms]}` for the tools
+    whose traffic is known (a tool left out is not known), at most every
     `BEATS_INTERVAL`. So an idle registry costs one memory walk
     per tick and no store reads, and a busy one does not resend its whole
     tool list to every viewer on every heartbeat.
@@ -139,7 +177,7 @@ class PageFeed:
         """How many snapshot frames were built: with `beats_sent`, what a test reads to see heartbeats are no change."""
         self.beats_sent = 0
         self._compare = ""
-        self._last_seen: tuple[dict[str, float | None], dict[str, float]] = ({}, {})
+        self._last_seen: Beats = ({}, {}, {})
         self._beats_at = 0.0
         self._versions = (0, 0, 0)
         """(snapshot, beats, problem) frame versions: a viewer compares its own with these."""
@@ -162,7 +200,7 @@ class PageFeed:
                 raise
             return self.latest
         compare = snapshot.model_dump_json(exclude=CHANGE_EXCLUDES)
-        last_seen = ({instance_key(i): i.last_seen for i in snapshot.instances}, {pending_key(p): p.last_seen for p in snapshot.pending})
+        last_seen = beats_of(snapshot)
         self.latest = snapshot
         if compare != self._compare or self.problem is not None:
             self._compare, self.problem, self._last_seen = compare, None, last_seen
@@ -174,6 +212,8 @@ class PageFeed:
             beats: dict[str, Any] = {"at": snapshot.at, "last_seen": last_seen[0]}
             if last_seen[1]:
                 beats["pending"] = last_seen[1]
+            if last_seen[2]:
+                beats["usage"] = last_seen[2]
             self.beats = _event("heartbeats", json.dumps(beats, separators=(",", ":")))
             self.beats_sent += 1
             self._bump(beats=True)
@@ -283,7 +323,10 @@ TEMPLATES = Jinja2Templates(
         auto_reload=False,
     )
 )
-TEMPLATES.env.globals.update(age=_age, instance_key=instance_key, pending_key=pending_key, short=short, refresh=NO_SCRIPT_REFRESH)
+TEMPLATES.env.globals.update(
+    age=_age, instance_key=instance_key, pending_key=pending_key, tool_key=tool_key, short=short, rate=rate, millis=millis,
+    refresh=NO_SCRIPT_REFRESH,
+)
 PAGE_TEMPLATE = "page.html"
 
 

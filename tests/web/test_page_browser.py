@@ -22,6 +22,7 @@ import signal
 import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from subprocess import Popen
 
@@ -30,9 +31,10 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from support import eventually, toolreg_background, toolreg_env
 
 from discovery.broker import EmbeddedBroker
-from discovery.registry.overview import RegistryIdentity, RegistrySnapshot, ReplicaView, ToolView, TrustView
+from discovery.registry.overview import InstanceView, RegistryIdentity, RegistrySnapshot, ReplicaView, ToolView, TrustView
 from discovery.registry.protocol import PendingChange, Rejection
 from discovery.registry.trust import TrustPolicy, trusted_key
+from discovery.registry.usage import ToolUsage
 from discovery.web.health import HealthServer
 from discovery.web.page import PageAccess, PageFeed, page_routes
 from toolservice_base.signing import generate_key_pair
@@ -231,16 +233,23 @@ def pinned_registry(base: float, at: float, last_seen: float, tools: int = 3) ->
     )
 
 
-async def test_pending_changes_replicas_and_the_filter_in_a_browser(browser: Browser, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("discovery.web.page.BEATS_INTERVAL", 0.0)
-    now = time.time()
-    stub = Stub(pinned_registry(now, now, now - 1))
+@asynccontextmanager
+async def served_page(browser: Browser, stub: Stub) -> AsyncIterator[tuple[Page, PageFeed]]:
+    """The page of `stub`'s registry, open and live in the browser, with the feed that counts its frames."""
     feed = PageFeed(stub)
     async with HealthServer(port=0) as health:
         health.add_routes(page_routes(stub, PageAccess(True, None), health.closing, feed=feed))
         page: Page = await browser.new_page(viewport={"width": 1280, "height": 900})
         await page.goto(f"{health.url}/")
         await expect(page.locator("#live")).to_have_text("live", timeout=5000)
+        yield page, feed
+
+
+async def test_pending_changes_replicas_and_the_filter_in_a_browser(browser: Browser, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("discovery.web.page.BEATS_INTERVAL", 0.0)
+    now = time.time()
+    stub = Stub(pinned_registry(now, now, now - 1))
+    async with served_page(browser, stub) as (page, feed):
         frames = feed.snapshots
 
         # The header: which registry, its trust policy, how long it has run; links to health and metrics.
@@ -310,4 +319,44 @@ async def test_pending_changes_replicas_and_the_filter_in_a_browser(browser: Bro
         await expect(page.locator("#pending-section")).to_be_hidden(timeout=3000)
         await expect(page.locator("#footer-pending")).to_be_hidden()
         await expect(page.locator("#replicas-section")).to_be_hidden()
+        await page.close()
+
+
+def busy_registry(at: float, usage: ToolUsage | None) -> RegistrySnapshot:
+    """One announced tool whose traffic is `usage`, one static tool (never known), one instance heard at `at`."""
+    return RegistrySnapshot(
+        at=at, config_version=3, held=[], rejections=[], rejected_total=0, conflicts=[],
+        tools=[ToolView(name="calculate", service="calculator", workspace="default", source="announced", status="live", instances=1,
+                        description="Evaluate an expression", usage=usage),
+               ToolView(name="by-hand", service="manual", workspace="default", source="static", status="configured", instances=0,
+                        description="Written by hand")],
+        instances=[InstanceView(id="calculator-1", service="calculator", workspace="default", version="1.0", signer="", state="live",
+                                ttl=15, last_seen=at)],
+    )
+
+
+async def test_calls_errors_and_p95_follow_the_heartbeats_in_a_browser(browser: Browser, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("discovery.web.page.BEATS_INTERVAL", 0.0)
+    stub = Stub(busy_registry(time.time(), ToolUsage(calls_per_s=12.5, errors_per_s=0.25, p95_ms=3.5)))
+    async with served_page(browser, stub) as (page, feed):
+        busy, manual = page.locator('#tools tr[data-tool="default/calculate"]'), page.locator('#tools tr[data-tool="default/by-hand"]')
+        await expect(busy.locator("td.num")).to_have_text(["12.5", "0.25", "3.50 ms"])
+        await expect(manual.locator("td.num")).to_have_text(["-", "-", "-"])
+        frames = feed.snapshots
+
+        # Heartbeats move the figures: redrawn from the small `heartbeats` event, never a whole snapshot.
+        stub.value = busy_registry(time.time(), ToolUsage(calls_per_s=250.0, errors_per_s=0.0, p95_ms=120.0))
+        await expect(busy.locator("td.num")).to_have_text(["250", "0", "120 ms"], timeout=3000)
+        stub.value = busy_registry(time.time(), ToolUsage(calls_per_s=0.0, errors_per_s=0.0))
+        await expect(busy.locator("td.num")).to_have_text(["0", "0", "-"], timeout=3000)
+        stub.value = busy_registry(time.time(), None)
+        await expect(busy.locator("td.num")).to_have_text(["-", "-", "-"], timeout=3000)
+        assert feed.snapshots == frames, "heartbeats moving the figures sent snapshots"
+        await expect(manual.locator("td.num")).to_have_text(["-", "-", "-"])
+
+        # A real change redraws the table with the figures it carries.
+        changed = busy_registry(time.time(), ToolUsage(calls_per_s=1.0, errors_per_s=1.0, p95_ms=0.5))
+        stub.value = changed.model_copy(update={"config_version": 4})
+        await expect(busy.locator("td.num")).to_have_text(["1.00", "1.00", "0.50 ms"], timeout=3000)
+        assert feed.snapshots > frames
         await page.close()

@@ -16,6 +16,10 @@
   };
   const instanceKey = (i) => `${i.workspace}/${i.service}/${i.id}`;
   const pendingKey = (p) => `${p.workspace}/${p.tool}`;
+  const toolKey = (t) => `${t.workspace}/${t.name}`;
+  // Calls or errors per second, and p95, as the server renders them (page.py's rate and millis); null: not known, "-".
+  const rate = (v) => (v == null ? "" : v === 0 ? "0" : v < 10 ? v.toFixed(2) : v < 100 ? v.toFixed(1) : v.toFixed(0));
+  const millis = (v) => (v == null ? "" : `${v < 10 ? v.toFixed(2) : v < 100 ? v.toFixed(1) : v.toFixed(0)} ms`);
 
   function cell(row, text, className) {
     const td = document.createElement("td");
@@ -72,6 +76,33 @@
       }
       const count = $(`${id}-count`);
       if (count) count.textContent = query ? `(${shown} of ${total})` : `(${total})`;
+    }
+  }
+
+  // --- a tool's traffic: what its services' heartbeats say (unsigned), moved by `heartbeats` events ---
+
+  function usageCells(row, usage) {
+    const u = usage || {};
+    cell(row, rate(u.calls_per_s), "num calls");
+    cell(row, rate(u.errors_per_s), "num errors");
+    cell(row, millis(u.p95_ms), "num p95");
+  }
+
+  // `known`: tool key -> [calls/s, errors/s, p95 ms]; a tool not in it is not known.
+  function updateUsage(known) {
+    const byKey = new Map();
+    if (current) {
+      for (const tool of current.tools) {
+        const found = known[toolKey(tool)];
+        tool.usage = found ? { calls_per_s: found[0], errors_per_s: found[1], p95_ms: found[2] } : null;
+        byKey.set(toolKey(tool), tool.usage);
+      }
+    }
+    for (const tr of document.querySelectorAll("#tools tr[data-tool]")) {
+      const u = byKey.get(tr.dataset.tool) || {};
+      tr.querySelector("td.calls").textContent = rate(u.calls_per_s) || "-";
+      tr.querySelector("td.errors").textContent = rate(u.errors_per_s) || "-";
+      tr.querySelector("td.p95").textContent = millis(u.p95_ms) || "-";
     }
   }
 
@@ -150,7 +181,8 @@
     const banner = $("held");
     banner.hidden = !s.held.length;
     $("held-services").textContent = s.held.join(", ");
-    fill("tools", s.tools, 9, "no tools", (tr, t) => {
+    fill("tools", s.tools, 12, "no tools", (tr, t) => {
+      tr.dataset.tool = toolKey(t);
       cell(tr, t.name, "mono");
       cell(tr, t.service, "mono");
       cell(tr, t.workspace);
@@ -158,6 +190,7 @@
       cell(tr, t.status, `status-${t.status}`);
       cell(tr, t.detail || "", "why");
       cell(tr, t.source === "announced" ? t.instances : "-");
+      usageCells(tr, t.usage);
       digestCell(tr, t.digest);
       cell(tr, t.description, "description");
     });
@@ -238,10 +271,11 @@
       live.className = "on";
     });
     // A heartbeat is no change to the tables: only last-heard times move (at most once a second),
-    // of instances and of the instances offering a held definition.
+    // of instances and of the instances offering a held definition, and the tools' traffic.
     events.addEventListener("heartbeats", (event) => {
       const beats = JSON.parse(event.data);
       const held = beats.pending || {};
+      updateUsage(beats.usage || {});
       offset = beats.at - Date.now() / 1000;
       if (current) {
         current.at = beats.at;
@@ -262,6 +296,7 @@
         const seen = held[td.dataset.pending];
         if (seen != null) td.dataset.at = seen;
       }
+      applyFilter(); // the traffic cells are row text the filter reads
       tick();
     });
     events.addEventListener("problem", (event) => {
