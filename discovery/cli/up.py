@@ -61,7 +61,11 @@ class ActiveRegistry:
 
     async def start(self) -> None:
         registry = Registry(self._connection, options=self._options)
-        await registry.start()
+        try:
+            await registry.start()
+        except BaseException:  # whatever it had opened is closed before the failure goes on (`Registry.stop` is safe at any point)
+            await registry.stop(flush=False)
+            raise
         self.registry = registry
 
     async def stop(self) -> None:
