@@ -22,15 +22,18 @@ from typing import Any
 
 from discovery.broker import BrokerSupervisor, EmbeddedBroker
 from discovery.registry import Registry, RegistryOptions
+from discovery.registry.heard import HeardLeases
 from discovery.registry.overview import RegistrySnapshot, ReplicaView
+from discovery.registry.service import DESCRIPTOR_PERMITS
 from discovery.replicas import Election, Membership, ReplicaStatus
 from discovery.store import STORE_FILE, ConfigStore, ConfigStoreService
 from discovery.store.replicated import ReplicatedStore, new_replica_id
 from discovery.web import HealthServer
 from discovery.writable import of_os_error, probe
 from toolservice_base import Settings, Transport, open_transport
-from toolservice_base.errors import RegistryUnavailable
+from toolservice_base.errors import RegistryUnavailable, TransportError
 from toolservice_base.logs import get_logger
+from toolservice_base.tasks import cancel_and_wait
 
 from . import registry as cli_registry
 from .common import CommandError, UpLock, settings_of, store_choice, wait_for_signal
@@ -45,9 +48,10 @@ log = get_logger("discovery.cli")
 class ActiveRegistry:
     """The registry of the active replica: a fresh `Registry` on each promotion, stopped on demotion.
 
-    A registry restarted this way reads its ownership records back and gives
-    every recorded instance one ttl of grace, as after any restart, so no live
-    service loses its tools across a failover.
+    While standby it listens to the announcements (`listen`, `HeardLeases`),
+    so the registry it starts on a promotion takes every recorded lease over
+    warm: each ends when it would have at the registry it replaces, with no
+    ttl of grace, and no live service loses its tools across a failover.
     """
 
     def __init__(
@@ -58,21 +62,38 @@ class ActiveRegistry:
         self.registry: Registry | None = None
         self.replicas = replicas
         """The group this registry runs in (`ReplicatedStore.replicas`, `Membership.replicas`), for the page; None: not replicated."""
+        self._ear: HeardLeases | None = None
+        self._relistening: asyncio.Task[None] | None = None
+
+    async def listen(self) -> None:
+        """Hear the announcements while standby (for a registry that may be elected): call before joining the group."""
+        self._ear = HeardLeases(self._connection, capacity=self._options.max_instances, receiver_queue=DESCRIPTOR_PERMITS)
+        await self._ear.start()
 
     async def start(self) -> None:
-        registry = Registry(self._connection, options=self._options)
+        if self._relistening is not None:  # demoted and promoted again before the ear was back: this registry starts cold
+            await cancel_and_wait(self._relistening)
+            self._relistening = None
+        registry = Registry(self._connection, options=self._options, heard=self._ear)
         try:
             await registry.start()
         except BaseException:  # whatever it had opened is closed before the failure goes on (`Registry.stop` is safe at any point)
             await registry.stop(flush=False)
             raise
         self.registry = registry
+        if self._ear is not None:  # the registry hears for itself now
+            await self._ear.stop()
 
     async def stop(self) -> None:
-        """Stop, writing what the registry still has pending (briefly): for a registry that ends its own term."""
+        """Stop, writing what the registry still has pending (briefly): for a registry that ends its own term; and stop listening."""
         registry, self.registry = self.registry, None
         if registry is not None:
             await registry.stop()
+        if self._relistening is not None:
+            await cancel_and_wait(self._relistening)
+            self._relistening = None
+        if self._ear is not None:
+            await self._ear.stop()
 
     async def step_down(self) -> None:
         """Stop without writing anything more: this replica is no longer active, or is about to let go of the lock.
@@ -81,11 +102,22 @@ class ActiveRegistry:
         replaced), serving the same config queues: what this registry still
         had pending comes from a view that stopped when the process did, and
         written there it would withdraw live tools. The active registry has
-        its own view; nothing is lost.
+        its own view; nothing is lost. Then it listens again, as a standby;
+        in the background, as a demotion must not wait on the broker.
         """
         registry, self.registry = self.registry, None
         if registry is not None:
             await registry.stop(flush=False)
+        if self._ear is not None and self._relistening is None:
+            self._relistening = asyncio.create_task(self._listen_again(self._ear), name="registry:listen-again")
+
+    async def _listen_again(self, ear: HeardLeases) -> None:
+        try:
+            await ear.start()
+        except TransportError as exc:  # a promotion that comes first starts cold, as any registry can
+            log.warning("registry.standby_not_listening", reason=str(exc))
+        finally:
+            self._relistening = None
 
     def readiness(self) -> str | None:
         return None if self.registry is None else self.registry.readiness()
@@ -243,6 +275,9 @@ async def _replicated_store(
 ) -> asyncio.Future[Any]:
     """Join the group: a standby until the broker elects this replica; the active one also runs the registry."""
     registry = ActiveRegistry(connection, options)
+    stack.push_async_callback(registry.stop)
+    if not args.no_registry:
+        await registry.listen()
     group_settings = {"protocol": args.store_protocol, "registry": not args.no_registry, **shared_options(options)}
     replicated = ReplicatedStore(
         connection, protocol=args.store_protocol, takeover_after=args.takeover_after, settings=group_settings,
@@ -345,6 +380,7 @@ async def _elect_registry(stack: AsyncExitStack, connection: Transport, registry
     )
     election = Election(connection, connection.topics.registry_lock, replica_id, membership=members)
     registry.replicas = members.replicas
+    await registry.listen()
 
     async def demoted(reason: str) -> None:
         await (registry.stop() if reason == "closing" else registry.step_down())

@@ -159,9 +159,22 @@ class LeaseTable:
             lease.announced = announced
         return lease, created
 
-    def restore(self, instance: str, service: ServiceKey, *, ttl: float, now: float, digest: str | None) -> Lease:
-        """A lease from an ownership record: one `ttl` of grace from now to be heard from (and never heard from yet)."""
-        lease = Lease(instance=instance, service=service, ttl=ttl, expires_at=now + ttl, last_seen=None, digest=digest, grace=True)
+    def restore(
+        self, instance: str, service: ServiceKey, *, ttl: float, now: float, digest: str | None,
+        heard: tuple[float, float | None] | None = None,
+    ) -> Lease:
+        """A lease from an ownership record: one `ttl` of grace from now to be heard from (and never heard from yet).
+
+        `heard` (a standby's `HeardLeases.restore_expiry`): when it ends by
+        what the standby heard, and when the instance last spoke (None: not
+        while it listened). Heard from, the lease is live as at the registry
+        it replaces; never heard, it keeps `grace` until its (earlier) end.
+        """
+        expires_at, last_seen = heard if heard is not None else (now + ttl, None)
+        lease = Lease(
+            instance=instance, service=service, ttl=ttl, expires_at=expires_at, last_seen=last_seen, digest=digest,
+            grace=last_seen is None,
+        )
         self._leases[instance] = lease
         return lease
 

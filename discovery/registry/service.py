@@ -11,7 +11,9 @@ change memory and mark services dirty.
 Start-up: ownership records are read back, every recorded instance gets one
 ttl of grace, and a probe asks live services to re-announce. A service that
 died while the registry was down simply never answers and expires after the
-grace; one that lives keeps its tools without a single store write. What
+grace; one that lives keeps its tools without a single store write. A
+registry elected from standby starts warm instead: each recorded lease ends
+when what it heard as a standby says (`heard`), with no grace. What
 the previous run kept of departures (`departed`: withdrawn instances, names
 kept for a service that went) is read back too, so a restart opens no
 window for a replayed message and hands no name over early.
@@ -70,6 +72,7 @@ from toolservice_base.transport import (
 )
 
 from .departed import DEPARTED_KEY, Departed
+from .heard import HeardLeases
 from .leases import Lease, LeaseTable, ServiceKey
 from .merge import RECORD_TYPE, Offer, OwnershipRecord
 from .metrics import RegistryMetrics
@@ -116,8 +119,11 @@ class Registry:
         workspace_default: str = "default",
         options: RegistryOptions | None = None,
         metrics: RegistryMetrics | None = None,
+        heard: HeardLeases | None = None,
     ) -> None:
+        """`heard`: what this process heard as a standby (`heard`); the recorded leases start from it, not from a ttl of grace."""
         self._connection = connection
+        self._heard = heard
         self.workspace_default = workspace_default
         self.options = options or RegistryOptions()
         self.metrics = metrics or RegistryMetrics.default()
@@ -210,7 +216,8 @@ class Registry:
             self._running = True
             await self._prober.probe(None, "registry started")
             self._resources = stack.pop_all()
-        log.info("registry.started", services=len(self._services), leases=len(self.leases), workspaces=sorted(self.writer.indexed))
+        warm = None if self._heard is None else sum(1 for lease in self.leases if not lease.grace)
+        log.info("registry.started", services=len(self._services), leases=len(self.leases), warm=warm, workspaces=sorted(self.writer.indexed))
         if self.options.trust is None:
             log.warning("registry.untrusted", note="no trust policy: every valid announcement is accepted, signed or not")
         else:
@@ -267,7 +274,7 @@ class Registry:
         return self.writer.store_writes
 
     async def _restore(self) -> None:
-        """Read ownership records back and give every recorded instance one ttl of grace; read back `departed`."""
+        """Read ownership records back and give every recorded instance one ttl of grace (or what a standby heard); read back `departed`."""
         await self.writer.read_index()
         now, wall = time.monotonic(), time.time()
         found = await self._config.get([DEPARTED_KEY], workspace=PROBE_WORKSPACE)
@@ -293,7 +300,8 @@ class Registry:
                 state.since = {instance: item.since for instance, item in record.instances.items()}
                 self._services[key] = state
                 for instance, item in record.instances.items():
-                    self.leases.restore(instance, key, ttl=item.ttl, now=now, digest=record.digest)
+                    heard = self._heard.restore_expiry(instance, workspace, item.ttl, now) if self._heard is not None else None
+                    self.leases.restore(instance, key, ttl=item.ttl, now=now, digest=record.digest, heard=heard)
                 if self.pins is not None:  # what the store holds for a pinned tool is its pin, until the service re-announces
                     state.digests = {name: pin.digest for name in state.tool_names() if (pin := self.pins.get(workspace, name)) is not None}
                 if not record.instances:

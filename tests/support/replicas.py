@@ -150,6 +150,11 @@ class Load:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     unacknowledged: tuple[type[BaseException], ...] = (RequestTimeout, ConfigError)
     """What a write may fail with and be tried again (anything else fails the test)."""
+    tools: ToolSet | None = None
+    """The agent's tool set (`running_load` fills it in)."""
+    must_stay: set[str] = field(default_factory=set)
+    """More tools (a heartbeating fleet's) the agent must never lose; `gone` counts each time one was missing."""
+    gone: dict[str, int] = field(default_factory=dict)
 
     async def finish(self) -> None:
         self.stop.set()
@@ -174,7 +179,10 @@ class Load:
         while not self.stop.is_set():
             if tools.version:
                 self.versions.append(tools.version)
-            if "echo" not in tools.names():
+            names = set(tools.names())
+            for name in self.must_stay - names:
+                self.gone[name] = self.gone.get(name, 0) + 1
+            if "echo" not in names:
                 self.tool_missing += 1
             else:
                 self.calls += 1
@@ -196,6 +204,7 @@ async def running_load(cluster: Cluster, work: Load | None = None) -> AsyncItera
     client = ConfigClient(connection, timeout=2)
     await client.start()
     work = work or Load()
+    work.tools = tools
     try:
         await tools.start()
         await eventually(lambda: "echo" in tools.names(), timeout=30)
@@ -224,6 +233,7 @@ async def check(work: Load, client: ConfigClient) -> None:
     assert work.versions == sorted(work.versions), "the agent saw the config version go back"
     assert work.failed_calls == [], work.failed_calls[:5]
     assert work.tool_missing == 0, "the tool left the agent's set during the failover (a false expiry)"
+    assert work.gone == {}, f"{len(work.gone)} of the fleet's tools left the agent's set (false expiries): {sorted(work.gone)[:10]}"
 
 
 REPLICATED_KINDS = [pytest.param("apache-pulsar", marks=pytest.mark.apache_pulsar), "memory"]

@@ -188,6 +188,10 @@ class Reader(Protocol):
 class Subscription(Protocol):
     topic: str
 
+    @property
+    def connected(self) -> bool:
+        """Whether the consumer is attached to the broker now (False while the client reconnects)."""
+
     async def close(self) -> None: ...
 
 

@@ -415,8 +415,14 @@ class MemorySubscription:
     def __init__(self, consumer: _Consumer) -> None:
         self._consumer = consumer
         self.topic = consumer.topic
+        self._closed = False
+
+    @property
+    def connected(self) -> bool:
+        return not self._closed
 
     async def close(self) -> None:
+        self._closed = True
         await self._consumer.close()
 
 
