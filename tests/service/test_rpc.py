@@ -130,3 +130,49 @@ async def test_when_a_private_queue_cannot_be_opened_answers_go_to_the_shared_qu
     await server._send({"echo": "b"}, "r-2", private)
     assert fake.sent == [(RESPONSES, {"id": "r-1"}), (RESPONSES, {"id": "r-2"})]
     assert fake.attempts == 1
+
+
+class _RefusingProducers:
+    """A real connection whose producers on one topic are refused (a missing grant, say); it notes what it opened and closed."""
+
+    def __init__(self, connection: Transport, refused: str) -> None:
+        self._connection = connection
+        self._refused = refused
+        self.opened: list[Any] = []
+        self.closed: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection, name)
+
+    async def publisher(self, topic: str) -> Any:
+        if topic == self._refused:
+            await asyncio.sleep(0.05)  # refused after the subscriptions were made
+            raise TransportError(f"not allowed to produce on {topic}")
+        return await self._connection.publisher(topic)
+
+    async def subscribe(self, *args: Any, **kwargs: Any) -> Any:
+        subscription = await self._connection.subscribe(*args, **kwargs)
+        self.opened.append(subscription)
+        return subscription
+
+    async def unsubscribe(self, subscription: Any) -> None:
+        self.closed.append(subscription)
+        await self._connection.unsubscribe(subscription)
+
+
+async def test_a_client_whose_start_fails_half_way_leaves_no_subscription_open_and_can_start_again(connection: Transport) -> None:
+    requests_queue, responses_queue = connection.topics.request_queue("rpc-echo"), connection.topics.response_queue("rpc-echo")
+    server = RequestServer(connection, requests_queue, responses_queue, echo, subscription="rpc-echo")
+    await server.start()
+    refusing = _RefusingProducers(connection, requests_queue)
+    client = RequestClient(refusing, requests_queue, responses_queue)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(TransportError, match="not allowed"):
+            await client.start()
+        assert len(refusing.opened) == 2 and refusing.closed == refusing.opened  # its queue and its private one, both closed
+        refusing._refused = ""  # the grant arrives
+        await client.start()
+        assert (await client.request({"text": "again"}, timeout=5))["echo"] == "again"
+    finally:
+        await client.close()
+        await server.stop()

@@ -82,19 +82,39 @@ class RequestClient:
     async def start(self) -> "RequestClient":
         async with self._start_lock:
             if self._publisher is None:
-                self._subscription = await self._connection.subscribe(
-                    self.response_queue, self._on_response, subscription=unique_name(self._name), bulk=self._bulk
-                )
-                queues = [self.response_queue]
-                if self.reply_queue is not None:
-                    self._private = await self._connection.subscribe(
-                        self.reply_queue, self._on_response, subscription=unique_name(self._name), bulk=self._bulk
+                # The two subscriptions and the producer are independent: opened at once, a new client costs
+                # one broker round trip (a lookup and a create) instead of three.
+                queues = [self.response_queue, *([self.reply_queue] if self.reply_queue is not None else [])]
+                producing = asyncio.ensure_future(self._connection.publisher(self.request_queue))
+                opened: list[Subscription] = []
+                try:
+                    results = await asyncio.gather(
+                        *(self._connection.subscribe(queue, self._on_response, subscription=unique_name(self._name), bulk=self._bulk)
+                          for queue in queues),
+                        return_exceptions=True,
                     )
-                    queues.append(self.reply_queue)
+                    opened = [result for result in results if not isinstance(result, BaseException)]
+                    publisher = await producing
+                    if failure := next((result for result in results if isinstance(result, BaseException)), None):
+                        raise failure
+                except BaseException:
+                    await self._abandon(producing, opened)
+                    raise
+                self._subscription = opened[0]
+                self._private = opened[1] if len(opened) > 1 else None
                 if self._connection.capabilities.confirm_subscription_receives:
                     await asyncio.gather(*(self._until_receiving(queue) for queue in queues))
-                self._publisher = await self._connection.publisher(self.request_queue)
+                self._publisher = publisher
         return self
+
+    async def _abandon(self, producing: "asyncio.Future[Publisher]", opened: list[Subscription]) -> None:
+        """A start that failed (or was cancelled) half-way closes what it had opened: nothing is left at the broker."""
+        if not producing.done():
+            producing.cancel()
+        elif not producing.cancelled() and producing.exception() is None:
+            await self._connection.close_publisher(producing.result())
+        for subscription in opened:
+            await self._connection.unsubscribe(subscription)
 
     async def _until_receiving(self, queue: str) -> None:
         """Return once our subscription to `queue` has been seen to receive a message.
@@ -244,16 +264,19 @@ class RequestClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def _close_subscriptions(self) -> None:
+        for sub in (self._subscription, self._private):
+            if sub is not None:
+                await self._connection.unsubscribe(sub)
+        self._subscription = self._private = None
+
     async def close(self) -> None:
         if self._cancelling:
             await asyncio.wait(set(self._cancelling), timeout=CANCEL_CLOSE_WAIT)
         if self._cancel_publisher is not None:
             await self._connection.close_publisher(self._cancel_publisher)
             self._cancel_publisher = None
-        for sub in (self._subscription, self._private):
-            if sub is not None:
-                await self._connection.unsubscribe(sub)
-        self._subscription = self._private = None
+        await self._close_subscriptions()
         if self._publisher is not None:
             await self._connection.close_publisher(self._publisher)
             self._publisher = None
