@@ -614,6 +614,9 @@ class Registry:
         if self._stalled(now) or await self._deaf(now):
             return
         result = self.leases.sweep(now)
+        if not result.expired and not result.held:  # the usual sweep: nothing ran out, so only the instance count may have moved
+            self.metrics.instances.set(len(self.leases))
+            return
         gone: dict[ServiceKey, list[Lease]] = defaultdict(list)
         for lease in result.expired:
             gone[lease.service].append(lease)
