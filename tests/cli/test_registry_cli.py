@@ -201,6 +201,18 @@ async def test_a_second_registry_on_pulsar_lite_refuses_in_one_line_naming_the_f
     assert first.poll() is None
 
 
+async def test_a_registry_pointed_at_pulsar_lite_as_if_it_were_apache_pulsar_says_to_set_toolreg_broker(
+    procs: Processes, config_store: ConfigStoreService
+) -> None:
+    """PULSAR_URL alone reads as Apache Pulsar; the registry group then needs what pulsar-lite lacks, and says which setting fixes it."""
+    env = {**procs.env}
+    del env["TOOLREG_BROKER"]
+    done = await atoolreg("registry", env=env, timeout=60)
+    assert done.returncode == 1
+    line = done.stderr.strip().splitlines()[-1]
+    assert "set TOOLREG_BROKER=pulsar-lite" in line and "UnknownError" in line, line
+
+
 async def test_a_broker_restart_longer_than_the_ttl_removes_no_tool_and_the_leases_renew_after_it(
     procs: Processes, broker: EmbeddedBroker, config_client: ConfigClient, registry: Registry
 ) -> None:

@@ -13,6 +13,7 @@ import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
 from ...errors import (
+    BrokerUnsupported,
     Fenced,
     TransportClosed,
     TransportError,
@@ -216,9 +217,18 @@ class PulsarReader:
                 await self._finish_in_flight(None)  # bounded by that read's own timeout
             if self._kept:
                 return True
-            with broker_errors(f"checking for messages on {self.topic}", self._url, self.topic):
+            with broker_errors(f"checking for messages on {self.topic}", self._url, self.topic, refine=self._unsupported):
                 available = await self._reader.has_message_available()
             return bool(available)
+
+    def _unsupported(self, name: str) -> TransportError | None:
+        """pulsar-lite answers this with UnknownError: said as what it most likely is, since `PULSAR_URL` alone reads as Apache Pulsar."""
+        if name != "UnknownError":
+            return None
+        return BrokerUnsupported(
+            f"the broker at {self._url} could not say whether {self.topic} has messages (UnknownError), as pulsar-lite cannot: "
+            "if PULSAR_URL names a pulsar-lite broker, set TOOLREG_BROKER=pulsar-lite; otherwise see the broker's log"
+        )
 
     async def close(self) -> None:
         if self._closed:
