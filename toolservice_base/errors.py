@@ -252,6 +252,18 @@ class NewerFormat(ReplicationError):
     """The log holds an entry in a format this version cannot read: it stops rather than apply it wrongly. Upgrade."""
 
 
+class LogIncomplete(ReplicationError):
+    """The replicated log lacks entries the broker deleted (a `state` namespace that keeps no history, say).
+
+    A replica stops rather than build, and serve, a state without the writes
+    they held. `namespace` is the log's (`tenant/state`), where retention must be set.
+    """
+
+    def __init__(self, message: str, *, namespace: str) -> None:
+        super().__init__(message)
+        self.namespace = namespace
+
+
 __all__ = [
     "AnswerTooLarge",
     "AuthenticationFailed",
@@ -265,6 +277,7 @@ __all__ = [
     "ConfigError",
     "ConfigRefused",
     "Fenced",
+    "LogIncomplete",
     "MessageTooLarge",
     "NamespaceMissing",
     "NewerFormat",

@@ -8,7 +8,8 @@ registry plug in on top):
   at a time (`wait`), taken over from a silent holder (`fence`), with terms
   that only grow and writers that a deposed active can no longer use;
 - `log`: an append-only log of JSON entries with versions that never go back
-  at any reader, and snapshots for a bounded start.
+  at any reader, and snapshots for a bounded start; `wholeness` tells when
+  the broker deleted entries under it (a namespace without retention).
 
 Wiring, in this order (each step undone if a later one fails)::
 

@@ -7,10 +7,12 @@ its whole content for a snapshot, and takes one back.
 
 - **Entries** (`Topics.state_log`) are JSON: `format` (an int: a reader that
   meets a newer one stops, in one line, rather than apply it wrongly),
-  `version` (strictly increasing, may skip), `term` (of the writer, for
+  `version` (strictly increasing, may skip), `previous` (the version the
+  writer's state was at: the entry it follows), `term` (of the writer, for
   diagnosis) and `payload`. A reader applies an entry only if its version is
   above the state's, so duplicates and anything stale are ignored and the
-  version never goes back.
+  version never goes back. `previous` came later within format 1: older
+  readers ignore it, and entries without it are taken as they come.
 - **Writing**: only the active replica of an `Election`, through its
   `fence`-mode writer, one entry at a time; `append` returns once the entry
   is persisted, and applies it locally. On promotion the new active first
@@ -27,6 +29,12 @@ its whole content for a snapshot, and takes one back.
   log from the manifest's position: start-up reads the recent entries only.
   A damaged snapshot (a chunk missing, a digest mismatch) is skipped for a
   full replay, which the unlimited retention of the `state` namespace allows.
+- **Wholeness** (`wholeness`): on a namespace without retention the broker
+  deletes the log's history, and a reader placed in it silently starts at
+  what is left. Every reader checks what it meets (each entry's `previous`,
+  the snapshot's own entry) and stops with `LogIncomplete` where writes
+  are, or may be, gone, so no replica serves a state without them; history
+  deleted with nothing lost yet is said once (`history_deleted`).
 - **Tailing**: a standby applies entries as they come (`poll` seconds at most
   between looks), so it is ready to take over at once.
 """
@@ -43,12 +51,13 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, Self
 
-from toolservice_base.errors import NewerFormat, NotActive, ReplicationError, TransportClosed, TransportError
+from toolservice_base.errors import LogIncomplete, NewerFormat, NotActive, ReplicationError, TransportClosed, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import MESSAGE_LIMIT, Envelope, Reader, ReaderStart, Transport, unique_name
 
 from .election import ElectedWriter, Election
+from .wholeness import Finding, Wholeness
 
 log = get_logger("discovery.replicas.log")
 
@@ -74,6 +83,8 @@ class LogEntry:
     format: int = FORMAT
     message_id: bytes = b""
     """Where it sits in the log topic."""
+    previous: int | None = None
+    """The version its writer's state was at (the entry it follows); None in entries of writers before it was added."""
 
 
 class StateMachine(Protocol):
@@ -160,8 +171,11 @@ class ReplicatedLog:
         snapshot_bytes: int = 64 * 1024 * 1024,
         chunk_bytes: int = CHUNK_BYTES,
         use_snapshots: bool = True,
+        require_whole: bool = True,
         poll: float = 0.1,
     ) -> None:
+        """`require_whole=False` reads a log that lost entries anyway (each gap logged): only for a writer about to
+        replace the whole state (`toolreg store import --force`), never for a replica that serves it."""
         if not 0 < chunk_bytes <= ITEM_LIMIT:
             raise ValueError(f"chunk_bytes must be in (0, {ITEM_LIMIT}], got {chunk_bytes}")
         self._transport = transport
@@ -173,6 +187,7 @@ class ReplicatedLog:
         self.snapshot_bytes = snapshot_bytes
         self._chunk_bytes = chunk_bytes
         self._use_snapshots = use_snapshots
+        self._require_whole = require_whole
         self._poll = poll
         self.version = 0
         """The version of the last entry applied (or of the snapshot restored)."""
@@ -181,6 +196,8 @@ class ReplicatedLog:
         self.term = 0
         self.manifest: Manifest | None = None
         """The last complete snapshot known (restored, or written by this replica)."""
+        self.history_deleted: str | None = None
+        """Set (the line logged) when the broker deleted entries the last snapshot covers: nothing lost yet, retention missing."""
         self.stats = {"applied": 0, "ignored": 0, "appended": 0, "snapshots": 0, "restored_items": 0}
         """Counters: entries applied (read or appended); ignored (at or below the state's version: duplicates,
         stale ones, and on the active its own, read back); appended here; snapshots written here; items restored."""
@@ -195,6 +212,7 @@ class ReplicatedLog:
         self._snapshot_writer: ElectedWriter | None = None
         self._snapshot_task: asyncio.Task[None] | None = None
         self._failure: ReplicationError | None = None
+        self._wholeness = Wholeness(self.log_topic)
         self._stack = AsyncExitStack()
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -206,9 +224,12 @@ class ReplicatedLog:
             if self._use_snapshots:
                 await self._restore()
             restored = time.monotonic()
-            self._reader = await self._transport.reader(self.log_topic, self.position or "earliest")
+            # From the snapshot's own entry, inclusive: whether the broker still holds it tells whether it deletes history.
+            self._wholeness = Wholeness(self.log_topic, self.version if self.position else None)
+            self._reader = await self._transport.reader(self.log_topic, self.position or "earliest", inclusive=bool(self.position))
             stack.push_async_callback(self._transport.close_reader, self._reader)
             await self.catch_up()
+            self._found(self._wholeness.at_end())
             log.info(
                 "log.started", topic=self.log_topic, version=self.version, restored_items=self.stats["restored_items"],
                 replayed=self.stats["applied"], restore_s=round(restored - started, 3), replay_s=round(time.monotonic() - restored, 3),
@@ -276,6 +297,7 @@ class ReplicatedLog:
     def _receive(self, envelope: Envelope) -> None:
         try:
             entry = self._parse(envelope)
+            self._wholeness.met(entry.version)
             self._apply(entry)
         except ReplicationError as exc:
             self._failure = exc
@@ -289,6 +311,7 @@ class ReplicatedLog:
             version = int(raw["version"])
             payload = raw["payload"]
             term = int(raw.get("term", 0))
+            previous = None if raw.get("previous") is None else int(raw["previous"])
         except (ValueError, KeyError, TypeError) as exc:
             raise ReplicationError(
                 f"the message after version {self.version} on {self.log_topic} is not a log entry ({exc}); only replicas may "
@@ -299,13 +322,14 @@ class ReplicatedLog:
                 f"entry version {version} on {self.log_topic} was written by a newer version (format {entry_format}, this one "
                 f"reads up to {FORMAT}); upgrade tool-discovery on this replica"
             )
-        return LogEntry(version, payload, term, entry_format, envelope.message_id)
+        return LogEntry(version, payload, term, entry_format, envelope.message_id, previous)
 
     def _apply(self, entry: LogEntry) -> bool:
         """Apply `entry` if it is newer than the state; whether it was."""
         if entry.version <= self.version:
             self.stats["ignored"] += 1
             return False
+        self._found(self._wholeness.applying(self.version, entry.version, entry.previous))
         try:
             self._state.apply(entry)
         except Exception as exc:
@@ -317,6 +341,23 @@ class ReplicatedLog:
     def _check_failed(self) -> None:
         if self._failure is not None:
             raise self._failure
+
+    # --- wholeness: what a broker without retention deletes (`wholeness`) ------------------
+
+    async def expect_at_least(self, version: int, seen_by: str) -> None:
+        """Read the log to its end; `LogIncomplete` if it ends below `version`, which replica `seen_by` has applied."""
+        self._found(self._wholeness.behind(await self.catch_up(), version, seen_by))
+
+    def _found(self, finding: Finding | None) -> None:
+        if finding is None:
+            return
+        if not finding.lost:
+            self.history_deleted = finding.line
+            log.error("log.history_deleted", topic=self.log_topic, version=self.version, note=finding.line)
+        elif self._require_whole:
+            raise LogIncomplete(finding.line, namespace=finding.namespace)
+        else:
+            log.warning("log.incomplete", topic=self.log_topic, version=self.version, note=finding.line)
 
     # --- writing --------------------------------------------------------------------------
 
@@ -352,11 +393,13 @@ class ReplicatedLog:
             next_version = self.version + 1 if version is None else version
             if next_version <= self.version:
                 raise ValueError(f"version {next_version} is not above the log's {self.version}")
-            term = self._election.term if self._election else 0
-            data = json.dumps({"format": FORMAT, "version": next_version, "term": term, "payload": payload}, separators=(",", ":")).encode()
+            term, previous = (self._election.term if self._election else 0), self.version
+            data = json.dumps(
+                {"format": FORMAT, "version": next_version, "previous": previous, "term": term, "payload": payload}, separators=(",", ":"),
+            ).encode()
             message_id = await writer.send(data, {"version": str(next_version)})
             # The payload as a standby will see it (JSON round trip), so every replica applies the very same value.
-            entry = LogEntry(next_version, json.loads(data)["payload"], term, FORMAT, message_id)
+            entry = LogEntry(next_version, json.loads(data)["payload"], term, FORMAT, message_id, previous)
             self._apply(entry)  # unless the tail already read it back
             self.stats["appended"] += 1
             self._entries_total += 1

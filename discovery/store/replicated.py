@@ -8,7 +8,10 @@ store (`ConfigStore.in_memory`), so reads, paging and validation are the
 embedded store's own code.
 
 - **Standby**: restores the last snapshot, tails the log, serves nothing. It
-  holds the same items and version as the active one, a poll behind.
+  holds the same items and version as the active one, a poll behind. Before
+  it joins it compares itself with the active one: other settings, or a log
+  that ends below the version the active has applied (the broker deleted
+  entries: a `state` namespace without retention), and it refuses in one line.
 - **Active**: once the election hands it the lock it opens the log's writer
   (fencing a deposed one), reads the log to its end, and only then serves the
   config queues. A write is applied locally, appended to the log and
@@ -49,7 +52,7 @@ GROUP = "config-store"
 DEFAULT_TAKEOVER_AFTER = 10.0
 """Seconds the active replica may be silent to the group before a standby fences it (a frozen process)."""
 SETTINGS_WAIT = 2.5
-"""Status intervals a starting standby waits to hear the active replica's settings before it joins (it publishes every one)."""
+"""Status intervals a starting standby waits to hear the active replica's settings and version before it joins (it publishes every one)."""
 
 Hook = Callable[[], Awaitable[None]]
 
@@ -235,7 +238,7 @@ class ReplicatedStore:
             stack.callback(self._forget)
             await stack.enter_async_context(election)
             if election.role == "standby":
-                await self._refuse_other_settings(members)
+                await self._compare_with_the_active(members, replicated_log)
             self._started.set()
             log.info("config.replica_started", replica=self.replica_id, role=election.role, version=replicated_log.version)
             self._check_settings()
@@ -255,26 +258,31 @@ class ReplicatedStore:
         self.store = self.service = None
         self._log = self._election = self._members = None
 
-    async def _refuse_other_settings(self, members: Membership) -> None:
-        """A standby whose settings differ from the active replica's refuses to join: promoted, it would apply another trust policy.
+    async def _compare_with_the_active(self, members: Membership, replicated_log: ReplicatedLog) -> None:
+        """A standby refuses to join a group whose active replica it cannot stand in for.
+
+        - other settings: promoted, it would apply another trust policy;
+        - a log that, read to its end, stops below the version the active has
+          applied: every version a replica applied was in the log first, so
+          the broker deleted entries (a `state` namespace without retention),
+          even all of them, which the log alone cannot show.
 
         Waits for the active's status (published every `interval`) for up to
         `SETTINGS_WAIT` intervals; a group with no active heard by then is
         compared again on each promotion (`_check_settings`, logged).
         """
         own = members.status.settings
-        if not own:
-            return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SETTINGS_WAIT * members.interval
         while loop.time() < deadline:
             active = next((r for r in members.replicas() if r.role == "active" and r.id != self.replica_id), None)
             if active is not None:
-                if active.settings and active.settings != own:
+                if own and active.settings and active.settings != own:
                     raise ReplicationError(
                         f"replica {self.replica_id} runs with other group settings (trust policy and limits, {own}) than the "
                         f"active replica {active.id} ({active.settings}): start every replica of a group alike (`toolreg replicas` shows each)"
                     )
+                await replicated_log.expect_at_least(active.version, active.id)
                 return
             await asyncio.sleep(0.05)
 

@@ -107,7 +107,8 @@ async def replicated_load(connection: Transport, version: int, rows: Rows, *, fo
     async with AsyncExitStack() as stack:
         stack.callback(store.close)
         election = Election(connection, connection.topics.state_lock, new_replica_id())
-        replicated = ReplicatedLog(connection, StoreState(store), election=election)
+        # With --force the import replaces the whole state: it may (and after lost history, must) start from a log missing entries.
+        replicated = ReplicatedLog(connection, StoreState(store), election=election, require_whole=not force)
         await stack.enter_async_context(replicated)
         await stack.enter_async_context(election)
         try:
