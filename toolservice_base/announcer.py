@@ -144,6 +144,8 @@ class Announcer:
         self._probes: Subscription | None = None
         self._scheduler: AsyncIOScheduler | None = None
         self._send_lock = asyncio.Lock()
+        self._announced = False
+        """`announce` ran: probes are answered, and `stop` withdraws."""
         self.withdrawn = False
 
     def _message(self, kind: Literal["announce", "heartbeat", "withdraw"]) -> Announcement:
@@ -182,10 +184,34 @@ class Announcer:
         return True
 
     async def start(self) -> None:
-        """Listen for probes first, so a probe racing our start is never missed; then announce."""
+        """Open, then announce (`DynamicToolService` opens while its request queue opens, and announces after)."""
+        await self.open()
+        await self.announce()
+
+    async def open(self) -> None:
+        """Open the producer on `tool-descriptors` and listen for probes, at once; nothing is sent yet.
+
+        Listening before the first announce means a probe racing our start is
+        never missed (it is answered by that announce). If one of the two
+        fails, the other is kept for `stop` to close.
+        """
         topics = self._connection.topics
-        self._publisher = await self._connection.publisher(topics.tool_descriptors)
-        self._probes = await self._connection.subscribe(topics.tool_probe, self._on_probe, subscription=unique_name("probe"))
+        publisher, probes = await asyncio.gather(
+            self._connection.publisher(topics.tool_descriptors),
+            self._connection.subscribe(topics.tool_probe, self._on_probe, subscription=unique_name("probe")),
+            return_exceptions=True,
+        )
+        if not isinstance(publisher, BaseException):
+            self._publisher = publisher
+        if not isinstance(probes, BaseException):
+            self._probes = probes
+        for failure in (publisher, probes):
+            if isinstance(failure, BaseException):
+                raise failure
+
+    async def announce(self) -> None:
+        """The first announce, then a heartbeat every ttl/3. Call once the service can take requests."""
+        self._announced = True
         await self._send("announce")
         self._scheduler = AsyncIOScheduler()
         self._scheduler.add_job(
@@ -219,7 +245,7 @@ class Announcer:
                 if verdict == "takeover" and not self.withdrawn:
                     await self._start_again(why)
             return
-        if probe.instance in (None, self.instance) and not self.withdrawn:
+        if probe.instance in (None, self.instance) and self._announced and not self.withdrawn:  # before `announce`: it answers
             await self._send("announce")
 
     async def _start_again(self, why: str) -> None:
@@ -237,7 +263,7 @@ class Announcer:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
-        if not self.withdrawn:
+        if not self.withdrawn and self._announced:
             self.withdrawn = True
             await self._send("withdraw")
             log.info("service.withdrawn", service=self.service.id, instance=self.instance)

@@ -62,6 +62,7 @@ from .schemas import (
 )
 from .settings import Settings
 from .signing import load_private_key
+from .tasks import gather_or_raise
 from .tool_labels import ToolLabels
 from .topics import DEFAULT as DEFAULT_TOPICS
 from .topics import Topics
@@ -347,10 +348,8 @@ class DynamicToolService:
                 cancellable=True,
                 limit=self.__limit,
             )
-            await server.start()
-            stack.push_async_callback(server.stop)
-            self._server = server
-            log.info("service.listening", service=service.id, queue=service.request_queue)
+            stack.push_async_callback(server.stop)  # safe after a start that failed half-way
+            announcer = None
             if self.announcing:
                 announcer = Announcer(
                     self._connection,
@@ -363,8 +362,14 @@ class DynamicToolService:
                     instance=self._instance,
                     stats=self.call_stats,
                 )
-                await announcer.start()
-                stack.push_async_callback(announcer.stop)
+                stack.push_async_callback(announcer.stop)  # withdraws only what it announced
+            # The request queue and the announcer's topics open at once (a broker round trip each, saved);
+            # nothing is announced until the service can take requests.
+            await gather_or_raise(server.start(), *([announcer.open()] if announcer is not None else []))
+            self._server = server
+            log.info("service.listening", service=service.id, queue=service.request_queue)
+            if announcer is not None:
+                await announcer.announce()
                 self.announcer = announcer
             self._resources = stack.pop_all()
 

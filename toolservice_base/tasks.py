@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 
@@ -35,3 +36,17 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
             raise  # the caller was cancelled while it waited
     except Exception:  # it failed before it was stopped: its outcome no longer matters
         pass
+
+
+async def gather_or_raise(*steps: Awaitable[Any]) -> list[Any]:
+    """Run `steps` at once; once every one has ended, raise the first failure, if any, else return their results.
+
+    Why not plain `asyncio.gather`: on a failure it returns at once while the
+    other steps go on, so a caller that undoes its start (closing what the
+    steps open) would race steps still opening things.
+    """
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results

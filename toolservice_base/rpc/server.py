@@ -132,17 +132,37 @@ class RequestServer:
         self._large = 0
 
     async def start(self) -> None:
-        self._publisher = await self._connection.publisher(self.response_queue)
-        if self.cancel_queue is not None:
+        """The response producer and the cancel subscription at once; then, once answers can go out, the request queue.
+
+        A request may be waiting the moment we subscribe (a caller of a
+        previous instance), so the producer it is answered through comes
+        first. If a step fails, what opened is kept for `stop` to close.
+        """
+        publisher, cancels = await asyncio.gather(
+            self._connection.publisher(self.response_queue),
             # A subscription per instance: every instance hears every cancel; the one doing the work stops it.
-            self._cancels = await self._connection.subscribe(
-                self.cancel_queue, self._on_cancel, subscription=unique_name(f"{self._subscription_name}-cancel")
-            )
+            self._open_cancels(),
+            return_exceptions=True,
+        )
+        if not isinstance(publisher, BaseException):
+            self._publisher = publisher
+        if not isinstance(cancels, BaseException):
+            self._cancels = cancels
+        for failure in (publisher, cancels):
+            if isinstance(failure, BaseException):
+                raise failure
         self._subscription = await self._connection.subscribe(
             self.request_queue,
             self._on_request,
             subscription=self._subscription_name,
             shared=True,
+        )
+
+    async def _open_cancels(self) -> Subscription | None:
+        if self.cancel_queue is None:
+            return None
+        return await self._connection.subscribe(
+            self.cancel_queue, self._on_cancel, subscription=unique_name(f"{self._subscription_name}-cancel")
         )
 
     @property
