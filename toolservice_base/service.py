@@ -270,8 +270,14 @@ class DynamicToolService:
         if self._server is None:
             return "not started"
         if not self._server.connected:
-            return f"not connected to the broker for {self.service_descriptor.request_queue}"
+            service = self.service_descriptor
+            problem = self._why_not(service.request_queue) or self._why_not(service.response_queue)
+            return problem or f"not connected to the broker for {service.request_queue}"
         return None
+
+    def _why_not(self, queue: str) -> str | None:
+        """What the transport found the broker says of `queue` (a revoked grant, an expired token), in one line."""
+        return None if self._connection is None else self._connection.problem(queue)
 
     def tool_called(self, message: Envelope) -> str:
         """The tool a request is for: its `tool` property, or the service's only tool; "" if neither."""

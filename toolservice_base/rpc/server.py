@@ -171,8 +171,15 @@ class RequestServer:
 
     @property
     def connected(self) -> bool:
-        """Subscribed, and the response producer is connected to the broker: requests can be answered."""
-        return self._subscription is not None and self._publisher is not None and self._publisher.connected
+        """Subscribed and attached, and the response producer connected: requests come in and can be answered.
+
+        Both ends count: a role whose consume permission was revoked keeps its
+        producer, and would look ready while no request reaches it.
+        """
+        return (
+            self._subscription is not None and self._subscription.connected
+            and self._publisher is not None and self._publisher.connected
+        )
 
     # --- taking requests -----------------------------------------------------------
 
