@@ -49,6 +49,7 @@ from .schemas import (
     descriptor_digest,
 )
 from .signing import sign
+from .tasks import cancel_and_wait
 from .transport import Envelope, Publisher, Subscription, Transport, unique_name
 
 log = get_logger("toolservice_base.announcer")
@@ -146,6 +147,7 @@ class Announcer:
         self._send_lock = asyncio.Lock()
         self._announced = False
         """`announce` ran: probes are answered, and `stop` withdraws."""
+        self._beating: asyncio.Task[bool] | None = None
         self.withdrawn = False
 
     def _message(self, kind: Literal["announce", "heartbeat", "withdraw"]) -> Announcement:
@@ -215,9 +217,8 @@ class Announcer:
         await self._send("announce")
         self._scheduler = AsyncIOScheduler()
         self._scheduler.add_job(
-            self._send,
+            self._beat,
             "interval",
-            args=["heartbeat"],
             seconds=self.ttl / 3,
             max_instances=1,
             coalesce=True,
@@ -225,6 +226,18 @@ class Announcer:
         )
         self._scheduler.start()
         log.info("service.announced", service=self.service.id, instance=self.instance, tools=[t.name for t in self.tools], ttl=self.ttl)
+
+    async def _beat(self) -> None:
+        """Send a heartbeat, in a task of its own, unless the last one is still on its way.
+
+        While the broker is away a send waits for its timeout, longer than a
+        period: the next heartbeat is then skipped here, quietly (the send that
+        gives up says so, `announce.send_failed`), not queued behind it to go
+        out stale, and not left to the scheduler, which warns every period.
+        """
+        if self._beating is not None and not self._beating.done():
+            return
+        self._beating = asyncio.create_task(self._send("heartbeat"), name=f"heartbeat:{self.service.id}")
 
     async def _on_probe(self, message: Envelope) -> None:
         try:
@@ -263,6 +276,7 @@ class Announcer:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+        await cancel_and_wait(self._beating)  # a heartbeat waiting on the broker is moot now
         if not self.withdrawn and self._announced:
             self.withdrawn = True
             await self._send("withdraw")

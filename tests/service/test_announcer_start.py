@@ -103,3 +103,62 @@ async def test_a_service_whose_start_fails_half_way_announces_nothing_and_closes
     await asyncio.sleep(0.3)
     assert seen == []
     assert refusing.opened and sorted(map(id, refusing.closed)) == sorted(map(id, refusing.opened))
+
+
+class _StalledSends:
+    """A real connection whose sends on `tool-descriptors` wait (a broker gone away: a send waits for its timeout) until released."""
+
+    def __init__(self, connection: Transport) -> None:
+        self._connection = connection
+        self.released = asyncio.Event()
+        self.released.set()
+        self.sent: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection, name)
+
+    async def publisher(self, topic: str) -> Any:
+        real = await self._connection.publisher(topic)
+        outer = self
+
+        class Stalling:
+            def __init__(self) -> None:
+                self.topic = topic
+
+            async def send(self, payload: Any, properties: dict[str, str] | None = None) -> None:
+                await outer.released.wait()
+                outer.sent.append(json.loads(payload)["kind"])
+                await real.send(payload, properties)
+
+            @property
+            def connected(self) -> bool:
+                return outer.released.is_set()
+
+            async def close(self) -> None:
+                await real.close()
+
+        return Stalling()
+
+
+async def test_heartbeats_held_up_by_the_broker_are_not_piled_up_nor_warned_about_every_period(
+    connection: Transport, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A heartbeat whose send waits outlives the next period: that one is skipped quietly, not queued, not warned about."""
+    stalled = _StalledSends(connection)
+    service, tools = descriptors("svc", ("t",))
+    announcer = Announcer(stalled, service, tools, ttl=0.3)  # type: ignore[arg-type]
+    await announcer.start()
+    try:
+        await eventually(lambda: stalled.sent.count("heartbeat") >= 2)
+        stalled.released.clear()
+        with caplog.at_level("WARNING", logger="apscheduler"):
+            await asyncio.sleep(0.8)  # eight periods while one heartbeat waits
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("apscheduler")] == []
+        before = stalled.sent.count("heartbeat")
+        stalled.released.set()
+        await asyncio.sleep(0.05)
+        assert stalled.sent.count("heartbeat") - before <= 1  # the one that waited went out; no backlog of stale ones
+        await eventually(lambda: stalled.sent.count("heartbeat") >= before + 3)  # and the beat goes on
+    finally:
+        stalled.released.set()
+        await announcer.stop()
