@@ -32,6 +32,7 @@ from .common import CommandError, Deadline, connect, lazy, opened, settings_of, 
 ALLOWED_NAMESPACES_ENV = "TOOLREG_ALLOWED_NAMESPACES"
 MAX_CLOCK_SKEW_ENV = "TOOLREG_MAX_CLOCK_SKEW"
 PIN_DEFINITIONS_ENV = "TOOLREG_PIN_DEFINITIONS"
+MAX_INSTANCES_ENV = "TOOLREG_MAX_INSTANCES"
 SHORT = 12
 """Hex digits of a definition digest shown in tables; `--digest` takes 8 or more."""
 HELD_EXIT = 3
@@ -56,6 +57,11 @@ def add_registry_options(parser: argparse.ArgumentParser) -> None:
         "--max-clock-skew", type=float, default=None, metavar="SECONDS",
         help=f"refuse announcements whose sent-at is further than this from the registry's clock (env {MAX_CLOCK_SKEW_ENV}; "
         f"default {DEFAULT_MAX_SKEW:g})",
+    )
+    parser.add_argument(
+        "--max-instances", type=int, default=None, metavar="N",
+        help=f"instance leases the registry holds at once, all services together; a new instance past it is refused "
+        f"(capacity) so a flood of made-up ids stops there (env {MAX_INSTANCES_ENV}; default {RegistryOptions.max_instances:,})",
     )
     parser.add_argument(
         "--pin-definitions", action="store_true", default=None,
@@ -83,10 +89,20 @@ def registry_options(args: argparse.Namespace) -> RegistryOptions:
             skew = float(text) if text else DEFAULT_MAX_SKEW
         except ValueError:
             raise CommandError(f"{MAX_CLOCK_SKEW_ENV}={text!r} is not a number of seconds") from None
+    max_instances = getattr(args, "max_instances", None)
+    if max_instances is None:
+        text = env(MAX_INSTANCES_ENV)
+        try:
+            max_instances = int(text) if text else RegistryOptions.max_instances
+        except ValueError:
+            raise CommandError(f"{MAX_INSTANCES_ENV}={text!r} is not a whole number of instances") from None
+    if max_instances < 1:
+        raise CommandError(f"--max-instances must be at least 1, got {max_instances}")
     pin = bool(getattr(args, "pin_definitions", None)) or (env(PIN_DEFINITIONS_ENV) or "").lower() in ("1", "true", "yes")
     try:
         return RegistryOptions(
-            trust=trust, allowed_namespaces=tuple(namespaces), max_clock_skew=skew,
+            trust=trust, allowed_namespaces=tuple(namespaces), max_clock_skew=skew, max_instances=max_instances,
+            max_instances_per_service=min(RegistryOptions.max_instances_per_service, max_instances),
             pin_definitions=pin or bool(getattr(trust, "pin_definitions", False)), auto_approve=getattr(trust, "auto_approve", None),
         )
     except ValueError as exc:

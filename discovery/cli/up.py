@@ -143,6 +143,7 @@ def shared_options(options: RegistryOptions) -> dict[str, object]:
         "max_clock_skew": options.max_clock_skew,
         "pin_definitions": options.pin_definitions,
         "allowed_namespaces": sorted(options.allowed_namespaces or []),
+        "max_instances": options.max_instances,
     }
 
 

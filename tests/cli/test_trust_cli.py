@@ -11,7 +11,7 @@ import pytest
 from support import toolreg, toolreg_env
 
 from discovery.cli.common import CommandError
-from discovery.cli.registry import ALLOWED_NAMESPACES_ENV, MAX_CLOCK_SKEW_ENV, registry_options, trust_line
+from discovery.cli.registry import ALLOWED_NAMESPACES_ENV, MAX_CLOCK_SKEW_ENV, MAX_INSTANCES_ENV, registry_options, trust_line
 from discovery.registry.trust import TrustPolicy
 
 
@@ -22,16 +22,20 @@ def args(**values: object) -> argparse.Namespace:
 def test_flags_win_over_the_environment_which_wins_over_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ALLOWED_NAMESPACES_ENV, raising=False)
     monkeypatch.delenv(MAX_CLOCK_SKEW_ENV, raising=False)
+    monkeypatch.delenv(MAX_INSTANCES_ENV, raising=False)
     monkeypatch.delenv("TOOLREG_TRUST_POLICY", raising=False)
     default = registry_options(args())
     assert default.allowed_namespaces == ("tg/request", "tg/response") and default.max_clock_skew == 30 and default.trust is None
+    assert default.max_instances == 10_000
     assert "no trust policy" in trust_line(default) and "tg/request, tg/response" in trust_line(default)
     monkeypatch.setenv(ALLOWED_NAMESPACES_ENV, "acme/in, acme/out")
     monkeypatch.setenv(MAX_CLOCK_SKEW_ENV, "5")
+    monkeypatch.setenv(MAX_INSTANCES_ENV, "150000")
     from_env = registry_options(args())
-    assert from_env.allowed_namespaces == ("acme/in", "acme/out") and from_env.max_clock_skew == 5
-    flags = registry_options(args(allow_namespace=["x/y"], max_clock_skew=2.5))
-    assert flags.allowed_namespaces == ("x/y",) and flags.max_clock_skew == 2.5
+    assert from_env.allowed_namespaces == ("acme/in", "acme/out") and from_env.max_clock_skew == 5 and from_env.max_instances == 150_000
+    flags = registry_options(args(allow_namespace=["x/y"], max_clock_skew=2.5, max_instances=2))
+    assert flags.allowed_namespaces == ("x/y",) and flags.max_clock_skew == 2.5 and flags.max_instances == 2
+    assert flags.max_instances_per_service == 2  # one service may still use all of a small cap
 
 
 @pytest.mark.parametrize(
@@ -41,6 +45,8 @@ def test_flags_win_over_the_environment_which_wins_over_the_defaults(monkeypatch
         ({}, {ALLOWED_NAMESPACES_ENV: "tg/request/extra"}, "tenant/namespace"),
         ({}, {MAX_CLOCK_SKEW_ENV: "soon"}, "not a number"),
         ({"max_clock_skew": -1.0}, {}, "max_clock_skew"),
+        ({}, {MAX_INSTANCES_ENV: "lots"}, "not a whole number"),
+        ({"max_instances": 0}, {}, "--max-instances must be at least 1"),
         ({"trust_policy": "/nonexistent/trust.json"}, {}, "toolreg trust add"),
     ],
 )
