@@ -3,6 +3,7 @@
     python -m bench                  # all ten, about 6 minutes on 2 cores
     python -m bench --quick          # smaller counts: a smoke test in about a minute
     python -m bench --only death     # one benchmark (repeat --only for several)
+    python -m bench --only fleet     # opt-in: 100,000 instances on one registry, about 5 minutes more
 
 Runs against fresh embedded brokers; with `BENCH_BROKER=apache-pulsar`,
 against a real Apache Pulsar 4.0 standalone it starts itself (scripts/apache_pulsar.py,
@@ -47,19 +48,28 @@ BENCHMARKS: dict[str, str] = {
 }
 """Name -> module with `run(work, quick)`, in the order they run."""
 
+OPT_IN: dict[str, str] = {
+    "fleet": "bench.b_fleet",
+}
+"""Benchmarks run only when named with `--only`: too long for the default run. A full run keeps their latest
+results in `results-<broker>.json` (and so in RESULTS.md)."""
+
+ALL: dict[str, str] = {**BENCHMARKS, **OPT_IN}
+
 
 def load(name: str) -> Benchmark:
-    run: Benchmark = importlib.import_module(BENCHMARKS[name]).run
+    run: Benchmark = importlib.import_module(ALL[name]).run
     return run
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts and shorter runs (a smoke test)")
-    parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
-                        help=f"run only this benchmark; repeatable ({', '.join(BENCHMARKS)})")
+    parser.add_argument("--only", action="append", choices=sorted(ALL), metavar="NAME",
+                        help=f"run only this benchmark; repeatable ({', '.join(BENCHMARKS)}; opt-in, run only when named: "
+                             f"{', '.join(OPT_IN)})")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                        help="sample with py-spy into DIR: the registry (throughput, scale), the echo service and the "
+                        help="sample with py-spy into DIR: the registry (throughput, scale, fleet), the echo service and the "
                              "bridge during sequential calls (invoke); slows what it samples")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
                         help="where results-<broker>.json and RESULTS.md go (default: bench/)")
@@ -112,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         broker, key = "embedded pulsar-lite, a fresh one per benchmark", "pulsar-lite"
     args.out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = report.write(results, args.out, argv, wall, broker, key, partial=list(BENCHMARKS) if args.only else None)
+    json_path, md_path = report.write(results, args.out, argv, wall, broker, key, partial=list(ALL) if args.only else None, keep=list(OPT_IN))
     print()
     print(report.table(results))
     print(f"\n{len(results)} benchmark(s) in {wall:.0f} s; wrote {json_path.name} and {md_path.name} in {args.out.name}/")

@@ -17,10 +17,10 @@ import asyncio
 import time
 from typing import Any
 
-from toolservice_base import ConfigClient, open_transport, topics
+from toolservice_base import ConfigClient, open_transport
 
-from .common import Progress, Stack, Workdirs, spawn, stop_process, wait_for_line
-from .regload import CpuMeter, populate, read_counters, settle
+from .common import Progress, Stack, Workdirs
+from .regload import populate, steady_window
 from .simproc import SimProcess
 
 NAME = "scale"
@@ -40,10 +40,10 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
             progress.update(f"announcing {SERVICES * INSTANCES:,} instances", force=True)
             t0 = time.perf_counter()
             await populate(stack, sim, SERVICES * INSTANCES)
-            version = await _stable_version(config)
+            await _stable_version(config)
             populated_s = time.perf_counter() - t0
             tools_listed = len(await config.list("tool"))
-            return await _window(stack, sim, config, window, version, populated_s, tools_listed, progress)
+            return await _window(stack, sim, config, window, populated_s, tools_listed, progress)
         finally:
             await config.close()
             await connection.close()
@@ -67,37 +67,14 @@ async def _stable_version(config: ConfigClient, quiet: float = 1.5, timeout: flo
     return version
 
 
-async def _window(stack: Stack, sim: SimProcess, config: ConfigClient, window: float, version: int, populated_s: float,
+async def _window(stack: Stack, sim: SimProcess, config: ConfigClient, window: float, populated_s: float,
                   tools_listed: int, progress: Progress) -> dict[str, Any]:
-    assert stack.metrics_port is not None
-    # The reference consumers outlive the window, so they are still there to be measured at its end.
-    log, async_log = stack.workdir / "raw-consumer.log", stack.workdir / "raw-async-consumer.log"
-    raw = spawn(["-m", "bench.raw", "consumer", stack.url, topics.DEFAULT.tool_descriptors, str(window + 10)], stack.env(), log)
-    raw_async = spawn(["-m", "bench.raw", "async-consumer", stack.url, topics.DEFAULT.tool_descriptors, str(window + 10)], stack.env(), async_log)
-    try:
-        wait_for_line(log, "raw consumer ready", raw)
-        wait_for_line(async_log, "raw consumer ready", raw_async)
-        before = await read_counters(stack.metrics_port)
-        registry, reference, async_reference = CpuMeter(stack.registry_pid), CpuMeter(raw.pid), CpuMeter(raw_async.pid)
-        rate = SERVICES * INSTANCES / (TTL / 3)
-        step = asyncio.create_task(sim.step(rate, window))
-        peak_rss, samples = 0.0, []
-        started = time.monotonic()
-        while not step.done():
-            await asyncio.sleep(min(5.0, window / 4))
-            peak_rss = max(peak_rss, registry.process.memory_info().rss / 2**20)
-            progress.update(f"{time.monotonic() - started:4.0f}/{window:g} s at {rate:g} hb/s")
-        sent = await step
-        ours, ref, async_ref = registry.read(), reference.read(), async_reference.read()
-        samples.append(ours)
-        after = await settle(stack.metrics_port, quiet=0.3)
-        bumps = await config.version() - version
-    finally:
-        stop_process(raw)
-        stop_process(raw_async)
+    rate = SERVICES * INSTANCES / (TTL / 3)
+    measured = await steady_window(stack, sim, config, rate, window, progress)
+    ours, ref, async_ref = measured["registry"], measured["references"]["consumer"], measured["references"]["async-consumer"]
+    peak_rss, bumps, dropped, expiries = measured["peak_rss_mb"], measured["version_bumps"], measured["dropped"], measured["expiries"]
     per_minute = bumps * 60 / window
-    dropped = int(sent["sent"] - (after.heartbeats - before.heartbeats) - (after.rejections - before.rejections))
-    progress.done(f"registry CPU {ours['cpu_share']:.1%}, RSS {max(peak_rss, ours['rss_mb']):.0f} MB, {bumps} version bumps")
+    progress.done(f"registry CPU {ours['cpu_share']:.1%}, RSS {peak_rss:.0f} MB, {bumps} version bumps")
     return {
         "name": NAME,
         "title": "Scale",
@@ -106,17 +83,17 @@ async def _window(stack: Stack, sim: SimProcess, config: ConfigClient, window: f
              "reference": round(ref["cpu_share"] * 100, 2), "unit": "% of a core"},
             {"figure": "registry CPU share vs a bare pulsar.asyncio consumer", "ours": round(ours["cpu_share"] * 100, 2),
              "reference": round(async_ref["cpu_share"] * 100, 2), "unit": "% of a core"},
-            {"figure": "registry RSS, peak", "ours": round(max(peak_rss, ours["rss_mb"]), 1), "reference": ref["rss_mb"], "unit": "MB"},
+            {"figure": "registry RSS, peak", "ours": peak_rss, "reference": ref["rss_mb"], "unit": "MB"},
             {"figure": "store version bumps per minute, nothing changing", "ours": round(per_minute, 2), "reference": 0,
              "target": "0", "met": bumps == 0},
-            {"figure": "heartbeats dropped / false expiries", "ours": f"{dropped} / {int(after.expiries - before.expiries)}",
-             "reference": "0 / 0", "target": "0 / 0", "met": dropped <= 0 and after.expiries == before.expiries},
+            {"figure": "heartbeats dropped / false expiries", "ours": f"{dropped} / {expiries}",
+             "reference": "0 / 0", "target": "0 / 0", "met": dropped <= 0 and expiries == 0},
         ],
         "reference_is": "a bare pulsar-client consumer (sync API) on its own subscription to the same topic in the same window: "
                         "the CPU and memory any process must spend just receiving this stream; also the same consumer on "
                         "pulsar.asyncio, the floor for a process on an event loop",
         "data": {"window_s": window, "services": SERVICES, "instances": SERVICES * INSTANCES, "tools": SERVICES * TOOLS,
                  "tools_in_store": tools_listed, "heartbeat_rate": rate, "populate_and_merge_s": round(populated_s, 2),
-                 "registry": {**ours, "peak_rss_mb": round(peak_rss, 1)}, "raw_consumer": ref, "raw_asyncio_consumer": async_ref, "sent": sent,
-                 "version_bumps": bumps, "dropped": dropped, "expiries": int(after.expiries - before.expiries)},
+                 "registry": {**ours, "peak_rss_mb": peak_rss}, "raw_consumer": ref, "raw_asyncio_consumer": async_ref, "sent": measured["sent"],
+                 "version_bumps": bumps, "dropped": dropped, "expiries": expiries, "load_average": measured["load_average"]},
     }

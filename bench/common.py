@@ -228,12 +228,13 @@ class Stack:
     `split_registry=True` runs the registry as a process of its own
     (`toolreg registry`), so its CPU and memory can be measured alone; its
     /metrics page (counters of heartbeats, expiries, rejections) is on
-    `metrics_port`.
+    `metrics_port`; `registry_args` are more options for `toolreg registry`.
     """
 
     workdir: Path
     registry: bool = True
     split_registry: bool = False
+    registry_args: tuple[str, ...] = ()
     url: str = ""
     data_dir: Path = field(init=False)
     metrics_port: int | None = None
@@ -272,7 +273,7 @@ class Stack:
         if self.registry and self.split_registry:
             self.metrics_port = free_port()
             log = self.workdir / "registry.log"
-            args = ["-m", "discovery.cli", "registry", "--metrics-port", str(self.metrics_port)]
+            args = ["-m", "discovery.cli", "registry", "--metrics-port", str(self.metrics_port), *self.registry_args]
             if profiling():  # `--profile`: sample the registry with py-spy; its CPU figures then include py-spy's
                 proc = self.processes["registry"] = _spawn_profiled(f"registry-{self.workdir.name}", args, self.env(), log)
             else:

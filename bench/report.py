@@ -121,12 +121,14 @@ def results_path(out_dir: Path, broker_key: str) -> Path:
 
 def write(
     results: list[dict[str, Any]], out_dir: Path, argv: list[str], wall_s: float, broker: str, broker_key: str,
-    partial: list[str] | None = None,
+    partial: list[str] | None = None, keep: list[str] | None = None,
 ) -> tuple[Path, Path]:
     """This run's `results-<broker>.json`, then RESULTS.md from every broker's latest results in `out_dir`.
 
     `partial` (every benchmark's name, in order) when only some ran: their results replace those of the
     earlier run in the same file, which keeps the others, and the re-run is noted beside the full run's date.
+    `keep`: benchmarks a full run leaves out (opt-in); a full run carries their earlier results over, with the
+    notes of the re-runs that made them.
     """
     meta = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -146,6 +148,16 @@ def write(
         results = sorted(kept + results, key=lambda result: order.get(result["name"], len(order)))
         reruns = [*earlier["meta"].get("reruns", []), {"names": sorted(ran), "date": meta["date"], "command": meta["command"]}]
         meta = {**earlier["meta"], "reruns": reruns}
+    elif keep and json_path.exists():  # a full run: the opt-in benchmarks' latest figures stay
+        earlier = json.loads(json_path.read_text())
+        ran = {result["name"] for result in results}
+        carried = [result for result in earlier["benchmarks"] if result["name"] in keep and result["name"] not in ran]
+        names = {result["name"] for result in carried}
+        reruns = [{**rerun, "names": [n for n in rerun["names"] if n in names]} for rerun in earlier["meta"].get("reruns", [])
+                  if names.intersection(rerun["names"])]
+        results = results + carried
+        if reruns:
+            meta["reruns"] = reruns
     json_path.write_text(json.dumps({"meta": meta, "benchmarks": results}, indent=2, default=str) + "\n")
     runs = {key: json.loads(results_path(out_dir, key).read_text()) for key in BROKERS if results_path(out_dir, key).exists()}
     md_path = out_dir / "RESULTS.md"

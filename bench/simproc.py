@@ -18,7 +18,11 @@ class SimProcess:
         self.proc = proc
 
     @classmethod
-    async def start(cls, url: str, data_dir: Path, *, services: int, instances: int, tools: int, ttl: float, prefix: str = "sim", topic: str | None = None) -> "SimProcess":
+    async def start(
+        cls, url: str, data_dir: Path, *, services: int, instances: int, tools: int | str, ttl: float, prefix: str = "sim",
+        topic: str | None = None,
+    ) -> "SimProcess":
+        """`tools`: per service, N or "LO-HI" (taken in turn)."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.sim", url, "--services", str(services), "--instances", str(instances),
             "--tools", str(tools), "--ttl", str(ttl), "--prefix", prefix,
@@ -27,7 +31,7 @@ class SimProcess:
             start_new_session=True,
         )
         sim = cls(proc)
-        await sim._answer(timeout=60)
+        await sim._answer(timeout=60 + services * instances / 5_000)  # building 100,000 instances takes a few seconds
         return sim
 
     @property
@@ -49,6 +53,10 @@ class SimProcess:
 
     async def announce(self) -> dict[str, Any]:
         return await self.command("announce", 120)
+
+    async def wave(self, rate: float, count: int) -> dict[str, Any]:
+        """The next `count` instances start (announce at `rate`/s); later steps heartbeat them too."""
+        return await self.command(f"wave {rate:g} {count}", 60 + count / rate)
 
     async def step(self, rate: float, seconds: float) -> dict[str, Any]:
         return await self.command(f"step {rate:g} {seconds:g}", seconds + 60)
