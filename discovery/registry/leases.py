@@ -107,6 +107,24 @@ class LeaseTable:
         self.threshold = threshold
         self.minimum = minimum
         self._leases: dict[str, Lease] = {}
+        self._services: dict[ServiceKey, dict[str, Lease]] = {}
+        """The same leases by service, kept in step: a service's leases cost its own size to find, not the fleet's."""
+        self._holding = False
+        """A sweep held leases, and `held()` has not found them all gone since: only then is looking for them worth a pass."""
+
+    def _put(self, lease: Lease) -> None:
+        old = self._leases.get(lease.instance)
+        if old is not None and old is not lease:
+            self._unindex(old)
+        self._leases[lease.instance] = lease
+        self._services.setdefault(lease.service, {})[lease.instance] = lease
+
+    def _unindex(self, lease: Lease) -> None:
+        siblings = self._services.get(lease.service)
+        if siblings is not None and siblings.get(lease.instance) is lease:
+            del siblings[lease.instance]
+            if not siblings:
+                del self._services[lease.service]
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -118,7 +136,15 @@ class LeaseTable:
         return self._leases.get(instance)
 
     def of_service(self, service: ServiceKey) -> list[Lease]:
-        return [lease for lease in self._leases.values() if lease.service == service]
+        return list(self._services.get(service, {}).values())
+
+    def has_service(self, service: ServiceKey) -> bool:
+        """Whether any instance of `service` holds a lease."""
+        return service in self._services
+
+    def service_count(self) -> int:
+        """Services with at least one lease."""
+        return len(self._services)
 
     def renew(
         self,
@@ -143,7 +169,7 @@ class LeaseTable:
         created = lease is None or lease.service != service
         if lease is None or lease.service != service:
             lease = Lease(instance=instance, service=service, ttl=ttl, expires_at=now + ttl, last_seen=wall)
-            self._leases[instance] = lease
+            self._put(lease)
         lease.ttl = ttl
         lease.expires_at = now + ttl
         lease.last_seen = wall
@@ -175,7 +201,7 @@ class LeaseTable:
             instance=instance, service=service, ttl=ttl, expires_at=expires_at, last_seen=last_seen, digest=digest,
             grace=last_seen is None,
         )
-        self._leases[instance] = lease
+        self._put(lease)
         return lease
 
     def refuse(self, instance: str, reason: str) -> Lease | None:
@@ -190,10 +216,17 @@ class LeaseTable:
         return lease
 
     def remove(self, instance: str) -> Lease | None:
-        return self._leases.pop(instance, None)
+        lease = self._leases.pop(instance, None)
+        if lease is not None:
+            self._unindex(lease)
+        return lease
 
     def held(self) -> list[Lease]:
-        return [lease for lease in self._leases.values() if lease.held]
+        if not self._holding:
+            return []
+        found = [lease for lease in self._leases.values() if lease.held]
+        self._holding = bool(found)
+        return found
 
     def resume_held(self, now: float) -> list[Lease]:
         """Heartbeats resumed: every held lease gets one more ttl, and will expire normally."""
@@ -210,7 +243,7 @@ class LeaseTable:
         """The operator confirmed the held deletions: drop those leases now."""
         released = self.held()
         for lease in released:
-            del self._leases[lease.instance]
+            self.remove(lease.instance)
         return released
 
     def sweep(self, now: float) -> SweepResult:
@@ -242,17 +275,16 @@ class LeaseTable:
         if candidates and should_hold(failing, total, self.threshold, self.minimum):
             for lease in candidates:
                 lease.held = True
+            self._holding = True
             expired = [lease for lease in due if lease.exempt or lease.refused is not None]
             held = candidates
         else:
             expired, held = due, []
         for lease in expired:
             lease.held = False
-            del self._leases[lease.instance]
+            self.remove(lease.instance)
         return SweepResult(expired=expired, held=held, failing=failing, total=total)
 
     def by_service(self) -> dict[ServiceKey, list[Lease]]:
-        grouped: dict[ServiceKey, list[Lease]] = {}
-        for lease in self._leases.values():
-            grouped.setdefault(lease.service, []).append(lease)
-        return grouped
+        """Every lease, grouped by service: a pass over the fleet. For one service, `of_service`."""
+        return {service: list(leases.values()) for service, leases in self._services.items()}

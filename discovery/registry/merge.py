@@ -261,13 +261,17 @@ class ClientNames:
     adds what a plan claims, and `first` checks each name it finds against
     the state as it is now, so a name released since is no longer in the way.
     Built once per batch (`_client_names`), so planning many services costs
-    one pass over the workspace's tools, not one per service.
+    one pass over the workspace's tools, not one per service; over the
+    registry's `OwnerLayer`, not even that: it starts from the index the
+    registry keeps, and adds only the batch's own keys.
     """
 
     def __init__(self, view: Mapping[Key, str | None], owners: Mapping[Key, str]) -> None:
         self.view, self.owners = view, owners
         self.names: dict[str, set[str]] = {}
-        for key in owners:
+        changed: Mapping[Key, str] | None = getattr(owners, "changed", None)  # an `OwnerLayer`: its index has the rest
+        self.base: Mapping[str, set[str]] = getattr(owners, "names", {}) if changed is not None else {}
+        for key in owners if changed is None else changed:
             if key[0] == "tool":
                 self.add(key[1])
         for key, value in view.items():
@@ -281,7 +285,8 @@ class ClientNames:
 
     def first(self, name: str, service_id: str, owned: Mapping[Key, str]) -> tuple[str, str | None] | None:
         """The other tool clients already know by `name`'s client name, and its holder (None: a static item); or None."""
-        for other in sorted(self.names.get(client_name(name), ())):
+        shown = client_name(name)
+        for other in sorted(self.names.get(shown, set()) | self.base.get(shown, set())):
             if other == name:
                 continue
             key = ("tool", other)

@@ -78,7 +78,7 @@ class RegistryMetrics:
         self.live_services = Gauge(
             "toolreg_registry_live_services", "Announced services with at least one instance holding a lease.", registry=registry
         )
-        self.live_tools = Gauge("toolreg_registry_live_tools", "Tools the registry has merged into the store for live services.", registry=registry)
+        self.live_tools = Gauge("toolreg_registry_live_tools", "Tools the registry has merged into the store and owns (announced tools; removed once their service is gone and the store written).", registry=registry)
         self.instances = Gauge("toolreg_registry_instances", "Instance leases the registry holds (live, in grace or held).", registry=registry)
         self.held_instances = Gauge(
             "toolreg_registry_held_instances",

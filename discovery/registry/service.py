@@ -148,7 +148,7 @@ class Registry:
             max_retry_delay=opts.max_retry_delay,
             metrics=self.metrics,
             on_refused=lambda key, reason: self._reject(reason, b"", time.time(), service=key[1], workspace=key[0], category="store"),
-            on_merged=lambda: self._report_state(self.leases.by_service()),
+            on_merged=self._report_state,
             departed=self.departed,
             on_conflicts=self._tell_conflicts,
             pins=self.pins,
@@ -299,6 +299,7 @@ class Registry:
                 state = ServiceState(key, next(self._order), record=record, owned=owned)
                 state.since = {instance: item.since for instance, item in record.instances.items()}
                 self._services[key] = state
+                self.writer.adopt(state)
                 for instance, item in record.instances.items():
                     heard = self._heard.restore_expiry(instance, workspace, item.ttl, now) if self._heard is not None else None
                     self.leases.restore(instance, key, ttl=item.ttl, now=now, digest=record.digest, heard=heard)
@@ -566,10 +567,8 @@ class Registry:
             self._recheck_conflicts(push.changes.get(item_type, []))
 
     def _recheck_conflicts(self, workspaces: list[str] | set[str]) -> None:
-        for workspace in workspaces:
-            for state in self._services.values():
-                if state.workspace == workspace and state.conflicts:
-                    self._mark(state.key, force=True)
+        for key in [key for key in self.writer.conflicted if key[0] in workspaces]:
+            self._mark(key, force=True)
 
     def _stalled(self, now: float) -> bool:
         """Whether this process has just come back from not running (SIGSTOP, a paused VM): then no lease expires for a while.
@@ -621,11 +620,10 @@ class Registry:
         for lease in result.expired:
             gone[lease.service].append(lease)
         self.metrics.expired(len(result.expired))
-        remaining = self.leases.by_service()
-        self._report_state(remaining)
+        self._report_state()
         for key, leases in gone.items():
             self._mark(key)
-            event = "instance.expired" if remaining.get(key) else "service.expired"
+            event = "instance.expired" if self.leases.has_service(key) else "service.expired"
             refused = next((lease.refused for lease in leases if lease.refused), None)
             log.info(event, service=key[1], workspace=key[0], instances=[lease.instance for lease in leases], ttl=leases[0].ttl, refused=refused)
         if result.held:
@@ -641,13 +639,13 @@ class Registry:
                 action="their tools stay listed as 'held'; they are released when heartbeats resume, or run `toolreg release` to delete them",
             )
 
-    def _report_state(self, grouped: dict[ServiceKey, list[Lease]]) -> None:
-        live = [state for state in self._services.values() if grouped.get(state.key)]
+    def _report_state(self) -> None:
+        """The gauges, after every write and every sweep that expired something: from counts kept as they change, not a pass over the fleet."""
         self.metrics.set_state(
-            services=len(live),
-            tools=sum(len(state.tool_names()) for state in live),
+            services=self.leases.service_count(),
+            tools=self.writer.owners.tools,
             instances=len(self.leases),
-            held=sum(1 for lease in self.leases if lease.held),
+            held=len(self.leases.held()),
         )
 
     def readiness(self) -> str | None:
@@ -711,12 +709,11 @@ class Registry:
         """Announced tools the registry wrote, plus every other `tool/*` item (static), by name."""
         workspace = workspace or self.workspace_default
         wall = time.time()
-        grouped = self.leases.by_service()
         tools: dict[str, ToolStatus] = {}
         for state in self._services.values():
             if state.workspace == workspace:
                 unwritten = self.writer.failure if self.writer.waiting(state.key) else None
-                for status in state.tool_statuses(grouped.get(state.key, []), wall, unwritten):
+                for status in state.tool_statuses(self.leases.of_service(state.key), wall, unwritten):
                     tools[status.name] = status
         static = {name: value for name, value in (await self._config.getvalues("tool", workspace=workspace)).items() if name not in tools}
         if static:
@@ -729,7 +726,7 @@ class Registry:
         return self.rejection_log.items()
 
     def conflicts(self) -> list[NameConflict]:
-        found = [conflict for state in self._services.values() for conflict in state.conflicts.values()]
+        found = [conflict for key in self.writer.conflicted if (state := self._services.get(key)) for conflict in state.conflicts.values()]
         return sorted(found, key=lambda c: (c.at, c.workspace, c.tool, c.service))
 
     def held_services(self) -> list[str]:
@@ -810,8 +807,7 @@ class Registry:
             raise PinError("not-pinning", "this registry does not pin definitions (start it with --pin-definitions): nothing is ever pending")
         pins = self.pins
         if pins.get(workspace, tool) is None and (workspace, tool) not in pins.pending:
-            owned = any(state.workspace == workspace and ("tool", tool) in state.owned for state in self._services.values())
-            if not owned:
+            if self.writer.owners.owner(workspace, ("tool", tool)) is None:
                 item = (await self._config.get([("tool", tool)], workspace=workspace)).get(("tool", tool))
                 if item is None:
                     raise PinError("not-found", f"no tool {tool!r} in workspace {workspace!r}")

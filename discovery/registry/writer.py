@@ -60,6 +60,7 @@ from .departed import DEPARTED_KEY, Departed
 from .leases import LeaseTable, ServiceKey
 from .merge import Finding, Key, Offer, OwnershipRecord, Plan, apply_plan, combine, plan_service, record_key
 from .metrics import RegistryMetrics
+from .owners import Owners
 from .pins import PIN_TYPE, Pin, PinBook
 from .protocol import NameConflict
 from .state import ServiceState
@@ -82,6 +83,11 @@ DRAIN_MAX = 500
 write stays a request the store takes in one message, and a sender that floods the registry holds the
 writes back no longer than it takes to handle this many messages. What comes meanwhile goes into the
 next write."""
+
+BATCH_MAX = 500
+"""Services in one write at most. About 1.5 KB of ownership record, tools and service item each at five
+instances, so a full batch is well under the broker's 5 MB message both ways (the read of the keys it
+touches, and the write); one batch of 3,519 services once read back 5.28 MB and could never be written."""
 
 Entry = tuple[ServiceState, Offer | None, OwnershipRecord | None]
 
@@ -128,6 +134,10 @@ class StoreWriter:
         self._on_conflicts = on_conflicts
         self.pins = pins
         """Pinned definitions and pending changes; None: definitions are not pinned (`--pin-definitions` off)."""
+        self.owners = Owners()
+        """Who owns each key, kept in step with every service's `owned` (`adopt`, `_commit`)."""
+        self.conflicted: set[ServiceKey] = set()
+        """Services refused a tool name now: a change in the store may let them have it (`Registry._recheck_conflicts`)."""
         self.indexed: set[str] = {workspace_default}
         self.store_writes = 0
         """Transactions sent to the store (tests use it to prove batching)."""
@@ -161,6 +171,10 @@ class StoreWriter:
             self._noted = time.monotonic()
         self._marks += 1
         self._wake.set()
+
+    def adopt(self, state: ServiceState) -> None:
+        """A service restored from its ownership record at start: what it owns counts from now on."""
+        self.owners.update(state.workspace, state.service_id, {}, state.owned)
 
     def wake(self) -> None:
         """Something other than a service changed (a pin an operator decided on): write it."""
@@ -200,9 +214,8 @@ class StoreWriter:
             await self._wake.wait()
             await self._caught_up()
             self._wake.clear()
-            batch, forced = self._dirty, self._forced
-            self._dirty, self._forced = set(), set()
-            noted, self._noted = self._noted, None
+            batch, forced = self._take()
+            noted, self._noted = self._noted, (self._noted if self._dirty else None)
             if noted is not None:
                 self.waits.append(time.monotonic() - noted)
             links = [link for key in batch for link in self._links.pop(key, ())]
@@ -232,6 +245,26 @@ class StoreWriter:
                 self._wake.set()
             finally:
                 self._busy = False
+
+    def _take(self) -> tuple[set[ServiceKey], set[ServiceKey]]:
+        """The next batch and which of it is forced: every dirty service, or the `BATCH_MAX` seen first.
+
+        The rest stays dirty and goes next, at once: a write (and the store's
+        answer to the read before it) stays well inside one broker message
+        however many services changed together.
+        """
+        if len(self._dirty) <= BATCH_MAX:
+            batch, forced = self._dirty, self._forced
+            self._dirty, self._forced = set(), set()
+            return batch, forced
+        never = 1 << 62
+        first = sorted(self._dirty, key=lambda key: (state.order if (state := self._services.get(key)) else never, key))
+        batch = set(first[:BATCH_MAX])
+        self._dirty.difference_update(batch)
+        forced = self._forced & batch
+        self._forced -= forced
+        self._wake.set()
+        return batch, forced
 
     async def _caught_up(self) -> None:
         """Return once the registry has handled what it had received: `QUIET_TURNS` loop turns without a new mark.
@@ -305,23 +338,20 @@ class StoreWriter:
 
     def _entries(self, workspace: str, keys: list[ServiceKey], forced: set[ServiceKey], *, note: bool = False) -> list[Entry]:
         """What each service should have now; those whose record says nothing changed are left out unless forced."""
-        grouped = self._leases.by_service()
-        owner: dict[str, str] = {}
-        if self.pins is not None:
-            owner = {key[1]: s.service_id for s in self._services.values() if s.workspace == workspace for key in s.owned if key[0] == "tool"}
+        owners = self.owners.of(workspace)
         wall = time.time()
         entries: list[Entry] = []
         for key in keys:
             state = self._services.get(key)
             if state is None:
                 continue
-            leases = grouped.get(key, [])
+            leases = self._leases.of_service(key)
             offer: Offer | None = None
             if leases and self.pins is None:
                 offer = state.active_offer(leases)
             elif leases and self.pins is not None:
                 def taken(name: str, service: str = state.service_id) -> bool:
-                    return owner.get(name, service) != service
+                    return owners.get(("tool", name), service) != service
                 offer = self.pins.effective(workspace, state.live_offers(leases), taken, wall, note).offer
             record = state.desired_record(leases, offer)
             if key not in forced and not note and state.record_is_current(record):
@@ -351,8 +381,10 @@ class StoreWriter:
         view = dict(original)
         wall = time.time()
         kept = {("tool", name): k for name, k in self.departed.kept(workspace, wall).items()}
-        owners = {key: k.service for key, k in kept.items()}
-        owners.update({key: s.service_id for s in self._services.values() if s.workspace == workspace for key in s.owned})
+        owners = self.owners.layer(workspace)
+        for key, k in kept.items():
+            if key not in owners:  # a name kept for a service that went, unless a live one owns it
+                owners[key] = k.service
         until = {key: k.until for key, k in kept.items()}
         entries.sort(key=lambda entry: (entry[2] is not None, entry[0].order))  # departures free names first
         plans: list[Plan] = []
@@ -413,6 +445,7 @@ class StoreWriter:
             elif plan.record is not None:
                 self.departed.claimed(state.workspace, [key[1] for key in plan.owned if key[0] == "tool"], state.service_id)
             state.record = plan.record
+            self.owners.update(state.workspace, state.service_id, state.owned, plan.owned)
             state.owned = dict(plan.owned)
             if offer is not None:
                 state.merged = offer
@@ -427,8 +460,13 @@ class StoreWriter:
             new = self._update_conflicts(state, plan.conflicts, wall)
             if new:
                 refused[state.key] = new
-            if plan.record is None and not self._leases.of_service(state.key):
+            if state.conflicts:
+                self.conflicted.add(state.key)
+            else:
+                self.conflicted.discard(state.key)
+            if plan.record is None and not self._leases.has_service(state.key):
                 del self._services[state.key]
+                self.conflicted.discard(state.key)
         return refused
 
     def _update_conflicts(self, state: ServiceState, findings: list[Finding], wall: float) -> list[NameConflict]:

@@ -181,3 +181,30 @@ def test_an_accepted_message_clears_the_refusal() -> None:
     leases.refuse("a-0", "not trusted")
     lease, _ = leases.renew("a-0", A, ttl=2.0, now=1.0, wall=1001, sequence=7, signer="k1")
     assert (lease.state, lease.refused, lease.sequence, lease.signer) == ("live", None, 7, "k1")
+
+
+def test_a_services_leases_stay_found_through_every_change() -> None:
+    """`of_service` answers from an index kept in step, not a pass over the fleet: every way a lease goes or moves keeps it right."""
+    c = ("default", "c")
+    leases = table(A, A, B, c, ttl=2.0)
+    leases.renew("c-3", B, ttl=2.0, now=0.0, wall=1000.0)  # moves from c to b
+    assert leases.service_count() == 2 and not leases.has_service(c)
+    assert sorted(lease.instance for lease in leases.of_service(B)) == ["b-2", "c-3"]
+    leases.remove("a-0")
+    assert [lease.instance for lease in leases.of_service(A)] == ["a-1"]
+    leases.restore("r", c, ttl=1.0, now=0.0, digest="d")
+    assert leases.has_service(c) and leases.service_count() == 3
+    leases.renew("a-1", A, ttl=9.0, now=0.0, wall=1000.0)
+    leases.renew("b-2", B, ttl=9.0, now=0.0, wall=1000.0)
+    assert [lease.instance for lease in leases.sweep(1.0).expired] == ["r"] and not leases.has_service(c)
+    assert [lease.instance for lease in leases.sweep(2.0).expired] == ["c-3"]
+    assert leases.by_service() == {A: leases.of_service(A), B: leases.of_service(B)} and leases.service_count() == 2
+
+
+def test_held_leases_leave_their_service_when_released() -> None:
+    leases = table(A, A, B)
+    assert leases.held() == []  # nothing ever held: no pass over the table needed to say so
+    leases.sweep(3.0)
+    assert len(leases.held()) == 3 and leases.service_count() == 2
+    leases.release_held()
+    assert leases.service_count() == 0 and leases.of_service(A) == [] and leases.held() == []
