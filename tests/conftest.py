@@ -58,7 +58,8 @@ CONTRACT_BROKERS = [*REAL_BROKERS, "memory", "apache-pulsar"]
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "broker_kind" in metafunc.fixturenames:
         contract = metafunc.definition.get_closest_marker("contract") is not None
-        metafunc.parametrize("broker_kind", CONTRACT_BROKERS if contract else REAL_BROKERS)
+        every_real = metafunc.definition.get_closest_marker("brokers") is not None
+        metafunc.parametrize("broker_kind", CONTRACT_BROKERS if contract else [*REAL_BROKERS, "apache-pulsar"] if every_real else REAL_BROKERS)
 
 
 @pytest.fixture(scope="session")

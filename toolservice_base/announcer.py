@@ -140,6 +140,9 @@ class Announcer:
         self.version = version
         self.instance = instance or new_instance_id(service.id)
         self.digest = descriptor_digest(service, tools)
+        self.key = f"{workspace}/{service.id}"
+        """Every message's key: one service's messages go to one consumer of a `Key_Shared` subscription
+        (a registry sharded by service), and stay in order on a partitioned topic."""
         self._sequence = 0
         self._publisher: Publisher | None = None
         self._probes: Subscription | None = None
@@ -175,10 +178,11 @@ class Announcer:
                 message = sign(message, self._signing_key)
             try:
                 if kind == "heartbeat":  # the counters as the message is sent: their window ends with it
-                    await self._publisher.send(message.to_json(), properties=self._stats.property() if self._stats is not None else None)
+                    properties = self._stats.property() if self._stats is not None else None
+                    await self._publisher.send(message.to_json(), properties=properties, key=self.key)
                 else:  # announce and withdraw change the registry: a span, its traceparent on the message
                     with tracing.announcement(kind, self.service.id, self.instance) as properties:
-                        await self._publisher.send(message.to_json(), properties=properties)
+                        await self._publisher.send(message.to_json(), properties=properties, key=self.key)
             except TransportError as exc:
                 log.warning("announce.send_failed", kind=kind, service=self.service.id, error=str(exc))
                 return False

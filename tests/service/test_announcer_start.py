@@ -125,7 +125,7 @@ class _StalledSends:
             def __init__(self) -> None:
                 self.topic = topic
 
-            async def send(self, payload: Any, properties: dict[str, str] | None = None) -> None:
+            async def send(self, payload: Any, properties: dict[str, str] | None = None, *, key: str | None = None) -> None:
                 await outer.released.wait()
                 outer.sent.append(json.loads(payload)["kind"])
                 await real.send(payload, properties)

@@ -127,8 +127,12 @@ def unique_name(prefix: str) -> str:
 class Publisher(Protocol):
     topic: str
 
-    async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> None:
-        """Send one message; raises a `TransportError` if the broker does not take it."""
+    async def send(self, payload: Payload, properties: dict[str, str] | None = None, *, key: str | None = None) -> None:
+        """Send one message; raises a `TransportError` if the broker does not take it.
+
+        `key`: the message's key (Pulsar's partition key). Messages with one key stay
+        together: on one partition, and with one consumer of a `Key_Shared` subscription.
+        """
 
     @property
     def connected(self) -> bool:

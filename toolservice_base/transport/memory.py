@@ -285,7 +285,8 @@ class MemoryPublisher:
         self._topic = broker._topic(topic)
         self._topic.shared.add(self)
 
-    async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> None:
+    async def send(self, payload: Payload, properties: dict[str, str] | None = None, *, key: str | None = None) -> None:
+        """`key` changes nothing here: the in-memory broker has one partition and no `Key_Shared` subscriptions."""
         if self._closed:
             raise TransportClosed(f"the producer on {self.topic} is closed")
         if self._topic.holder is not None:

@@ -61,17 +61,17 @@ class PulsarPublisher:
         self._explain = explain
         self._refused = refused
 
-    async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> None:
+    async def send(self, payload: Payload, properties: dict[str, str] | None = None, *, key: str | None = None) -> None:
         doing = f"sending on {self.topic}"
         if self._refused is not None and not self._producer.is_connected() and (refused := self._refused(self.topic)) is not None:
             raise refused
         if self._explain is None:
             with broker_errors(doing, self._url, self.topic):
-                await self._producer.send(encode(payload), properties=properties or None)
+                await self._producer.send(encode(payload), properties=properties or None, partition_key=key)
             return
         explain = self._explain
         async with broker_errors(explain=lambda exc: explain(exc, doing, self.topic)):
-            await self._producer.send(encode(payload), properties=properties or None)
+            await self._producer.send(encode(payload), properties=properties or None, partition_key=key)
 
     @property
     def connected(self) -> bool:
