@@ -406,7 +406,9 @@ async def test_registry_counters_move_on_register_reject_conflict_expire(
         silence(joke)
         await eventually(lambda: value("toolreg_registry_expiries_total") >= 2, timeout=10)
         await eventually(lambda: value("toolreg_registry_live_services") == 0, timeout=10)
-        assert value("toolreg_registry_live_tools") == 0 and value("toolreg_registry_instances") == 0
+        assert value("toolreg_registry_instances") == 0
+        # Its tool counts until the registry has deleted it from the store: a write later.
+        await eventually(lambda: value("toolreg_registry_live_tools") == 0, timeout=5)
     finally:
         await connection.close_publisher(publisher)
         await joke.stop()
