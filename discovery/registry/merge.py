@@ -268,10 +268,14 @@ class ClientNames:
 
     def __init__(self, view: Mapping[Key, str | None], owners: Mapping[Key, str]) -> None:
         self.view, self.owners = view, owners
+        from .owners import OwnerLayer  # here, not at the top: owners.py builds on this module
+
         self.names: dict[str, set[str]] = {}
-        changed: Mapping[Key, str] | None = getattr(owners, "changed", None)  # an `OwnerLayer`: its index has the rest
-        self.base: Mapping[str, set[str]] = getattr(owners, "names", {}) if changed is not None else {}
-        for key in owners if changed is None else changed:
+        self.base: Mapping[str, set[str]] = {}
+        own: Mapping[Key, str] = owners
+        if isinstance(owners, OwnerLayer):  # its index knows the names of every key but the batch's own
+            self.base, own = owners.names, owners.changed
+        for key in own:
             if key[0] == "tool":
                 self.add(key[1])
         for key, value in view.items():

@@ -50,11 +50,12 @@ class Owners:
                 del keys[key]
                 if key[0] == "tool":
                     self.tools -= 1
-                    shown = names.get(client_name(key[1]))
-                    if shown is not None:
-                        shown.discard(key[1])
-                        if not shown:
-                            del names[client_name(key[1])]
+                    shown = client_name(key[1])
+                    tools = names.get(shown)
+                    if tools is not None:
+                        tools.discard(key[1])
+                        if not tools:
+                            del names[shown]
         for key in after:
             if keys.get(key) == service:
                 continue
