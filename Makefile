@@ -27,6 +27,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy toolservice_base discovery agent_bridge
 	$(BIN)/python -m pytest
 

@@ -68,7 +68,10 @@ def one_line(exc: BaseException) -> str:
 
 
 def _same_queues(client: ToolServiceClient, service: ToolServiceDescriptor) -> bool:
-    return (client.service.request_queue, client.service.response_queue) == (service.request_queue, service.response_queue)
+    return (client.service.request_queue, client.service.response_queue) == (
+        service.request_queue,
+        service.response_queue,
+    )
 
 
 class _ClientPool:
@@ -239,8 +242,11 @@ async def _make_entry(
     return Entry(tool, impl, signature, tuple(dict.fromkeys(used)))
 
 
-async def _settle_clients(entries: Mapping[str, Entry], pool: _ClientPool, warm_up: float) -> dict[str, ToolServiceClient]:
-    """The clients the built tools use, by service id: the new ones among them warmed up, the new ones none uses closed."""
+async def _settle_clients(
+    entries: Mapping[str, Entry], pool: _ClientPool, warm_up: float
+) -> dict[str, ToolServiceClient]:
+    """The clients the built tools use, by service id: the new ones among them warmed up, the new ones none uses
+    closed."""
     in_use = {c.service.id: c for entry in entries.values() for c in entry.clients}
     unused = [c for c in pool.created if in_use.get(c.service.id) is not c]
     fresh = [c for c in pool.created if in_use.get(c.service.id) is c]

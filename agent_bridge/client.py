@@ -79,7 +79,9 @@ class ToolServiceClient:
         max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> str:
         """The whole observation: a streamed answer's chunks joined in order, with nothing between them."""
-        chunks = self.stream(user, config, arguments, timeout, tool=tool, idle_timeout=idle_timeout, max_bytes=max_bytes)
+        chunks = self.stream(
+            user, config, arguments, timeout, tool=tool, idle_timeout=idle_timeout, max_bytes=max_bytes
+        )
         async with aclosing(chunks) as each:
             return "".join([chunk async for chunk in each])
 
@@ -110,7 +112,9 @@ class ToolServiceClient:
                 "call the tool through the ToolSet again",
             )
         try:
-            request = ToolServiceRequest(user=user, config=json.dumps(dict(config)), arguments=json.dumps(dict(arguments)))
+            request = ToolServiceRequest(
+                user=user, config=json.dumps(dict(config)), arguments=json.dumps(dict(arguments))
+            )
         except (TypeError, ValueError) as exc:
             raise ToolError("bad-arguments", f"arguments must be JSON values: {exc}", service=self.service.id) from None
         # Counted before the first await: a reload that swaps this client out in

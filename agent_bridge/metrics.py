@@ -42,9 +42,12 @@ ERROR_TYPES = (
 """`tool-error`: the service answered with an error of its own; the others are the product's. `timeout` is
 the caller's deadline or the service's own limit (it answers `timeout`); `cancelled`, a caller that gave up."""
 
-_PROTOCOL_TYPES = frozenset({"timeout", "busy", "bad-request", "bad-response", "bad-arguments", "answer-too-large", "client-closed"})
+_PROTOCOL_TYPES = frozenset(
+    {"timeout", "busy", "bad-request", "bad-response", "bad-arguments", "answer-too-large", "client-closed"}
+)
 MAX_SERIES = 10_000
-"""Distinct (service, tool) pairs kept; past it, new pairs count under (`(other)`, `(other)`): reloads cannot grow memory forever."""
+"""Distinct (service, tool) pairs kept; past it, new pairs count under (`(other)`, `(other)`): reloads cannot grow
+memory forever."""
 
 
 def error_type(exc: BaseException) -> str:
@@ -80,12 +83,15 @@ class BridgeMetrics:
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         self.registry = registry
         self.calls = Counter(
-            "toolreg_bridge_calls", "Tool calls the agent bridge made (invoke and stream), by tool and service.", ["service", "tool"], registry=registry
+            "toolreg_bridge_calls",
+            "Tool calls the agent bridge made (invoke and stream), by tool and service.",
+            ["service", "tool"],
+            registry=registry,
         )
         self.errors = Counter(
             "toolreg_bridge_call_errors",
-            "Calls that failed, by type: unknown-tool, timeout, busy, bad-request, bad-response, bad-arguments, answer-too-large, client-closed, "
-            "tool-error (the service's own error), transport, cancelled, other.",
+            "Calls that failed, by type: unknown-tool, timeout, busy, bad-request, bad-response, bad-arguments,"
+            " answer-too-large, client-closed, tool-error (the service's own error), transport, cancelled, other.",
             ["service", "tool", "type"],
             registry=registry,
         )

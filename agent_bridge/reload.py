@@ -116,7 +116,9 @@ class Reloader:
         # client's operation timeout; a late answer is applied by the loop instead. Held in
         # `_first_read_task` until its outcome is read, so that a failed start still reads it
         # (in `stop`) even when it ends while the fallback is being loaded.
-        first = self._first_read_task = asyncio.create_task(self._first_read(), name=f"toolset-first-read:{owner.workspace}")
+        first = self._first_read_task = asyncio.create_task(
+            self._first_read(), name=f"toolset-first-read:{owner.workspace}"
+        )
         done, _ = await asyncio.wait({first}, timeout=owner.store_timeout)
         error = first.exception() if done else None
         if done:
@@ -240,7 +242,12 @@ class Reloader:
                 failing = False
             except STORE_ERRORS as exc:
                 if not failing:
-                    log.warning("toolset.reload_failed", error=one_line(exc), keeping=self.state.version, retry_in=retry_interval)
+                    log.warning(
+                        "toolset.reload_failed",
+                        error=one_line(exc),
+                        keeping=self.state.version,
+                        retry_in=retry_interval,
+                    )
                 failing = True
             except Exception:
                 log.exception("toolset.reload_crashed", keeping=self.state.version)
@@ -297,10 +304,27 @@ class Reloader:
             await self._save_snapshot(version, items)
         ms = round((time.perf_counter() - started) * 1000, 2)
         if old.source == "none":
-            log.info("toolset.loaded", workspace=owner.workspace, source=source, version=version, tools=len(new.entries), skipped=len(new.problems), ms=ms)
+            log.info(
+                "toolset.loaded",
+                workspace=owner.workspace,
+                source=source,
+                version=version,
+                tools=len(new.entries),
+                skipped=len(new.problems),
+                ms=ms,
+            )
             return None
         if added or removed or changed or source != old.source:
-            log.info("toolset.reloaded", workspace=owner.workspace, source=source, version=version, added=added, removed=removed, changed=changed, ms=ms)
+            log.info(
+                "toolset.reloaded",
+                workspace=owner.workspace,
+                source=source,
+                version=version,
+                added=added,
+                removed=removed,
+                changed=changed,
+                ms=ms,
+            )
         return Change(added, removed, changed, version) if added or removed or changed else None
 
     def _retire(self, client: ToolServiceClient) -> None:

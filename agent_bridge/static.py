@@ -23,7 +23,9 @@ def load_static_dir(directory: str | Path) -> Items:
     """Raw items from `directory`, keyed by type then file stem."""
     root = Path(directory)
     if not root.is_dir():
-        raise StaticDirError(f"static directory {root} does not exist; create it with tool/*.json and tool-service/*.json")
+        raise StaticDirError(
+            f"static directory {root} does not exist; create it with tool/*.json and tool-service/*.json"
+        )
     items: Items = {t: {} for t in TYPES}
     for item_type in TYPES:
         folder = root / item_type

@@ -59,7 +59,8 @@ def _service(text: str) -> ToolServiceDescriptor | None:
 
 
 def _digest(entry: Entry) -> str:
-    """The definition digest of a built tool (`definition_digest`), as `toolreg tools` shows and the registry pins it."""
+    """The definition digest of a built tool (`definition_digest`), as `toolreg tools` shows and the registry pins
+    it."""
     digest = _DIGESTS.get(entry.signature)
     if digest is None:
         digest = definition_digest(entry.tool, _service(entry.signature[1]) if entry.signature[1] is not None else None)
@@ -101,7 +102,9 @@ class ToolSet:
         self._connection = connection
         self._own_connection = connection is None
         self.static_dir = Path(static_dir) if static_dir is not None else None
-        self.snapshot_path = snapshot_path(Path(data_dir) if data_dir is not None else self._settings.data_dir, workspace)
+        self.snapshot_path = snapshot_path(
+            Path(data_dir) if data_dir is not None else self._settings.data_dir, workspace
+        )
         self.user = user
         self.poll_interval = poll_interval
         self.store_timeout = store_timeout
@@ -190,7 +193,9 @@ class ToolSet:
         entries = self._state.entries
         return [
             {
-                "name": n, "description": entries[n].tool.description, "parameters": arguments_schema(entries[n].tool),
+                "name": n,
+                "description": entries[n].tool.description,
+                "parameters": arguments_schema(entries[n].tool),
                 "digest": _digest(entries[n]),
             }
             for n in sorted(entries)
@@ -204,13 +209,23 @@ class ToolSet:
         """
         names = self._state.openai_names
         return [
-            {"type": "function", "function": {"name": names[spec["name"]], "description": spec["description"], "parameters": spec["parameters"]}}
+            {
+                "type": "function",
+                "function": {
+                    "name": names[spec["name"]],
+                    "description": spec["description"],
+                    "parameters": spec["parameters"],
+                },
+            }
             for spec in self.describe()
         ]
 
     def as_mcp_tools(self) -> list[dict[str, Any]]:
         """MCP `tools/list`: `[{name, description, inputSchema}]`."""
-        return [{"name": s["name"], "description": s["description"], "inputSchema": s["parameters"]} for s in self.describe()]
+        return [
+            {"name": s["name"], "description": s["description"], "inputSchema": s["parameters"]}
+            for s in self.describe()
+        ]
 
     # --- calls ---------------------------------------------------------------
 
@@ -232,7 +247,7 @@ class ToolSet:
         """(service, tool) for the metrics: the set's own names only, `(other)` for a tool it does not hold."""
         state = self._state
         entry = state.entries.get(name) or state.entries.get(state.by_openai_name.get(name, ""))
-        return ((entry.tool.service or "", entry.tool.name) if entry is not None else ("", OTHER_TOOL))
+        return (entry.tool.service or "", entry.tool.name) if entry is not None else ("", OTHER_TOOL)
 
     async def invoke(self, name: str, arguments: Mapping[str, Any] | None = None, user: str = "") -> str:
         """Call tool `name` (its own name or the one `as_openai_tools` gave it) and return the whole observation.
@@ -320,7 +335,13 @@ class ToolSet:
     async def _load_fallback(self, error: BaseException) -> None:
         snapshot = read_snapshot(self.snapshot_path, self.workspace)
         if snapshot is not None:
-            log.warning("toolset.fallback", source="snapshot", path=str(self.snapshot_path), version=snapshot.version, error=one_line(error))
+            log.warning(
+                "toolset.fallback",
+                source="snapshot",
+                path=str(self.snapshot_path),
+                version=snapshot.version,
+                error=one_line(error),
+            )
             await self._reload.apply(snapshot.version, snapshot.items, "snapshot")
             return
         static_error = "no static_dir given"

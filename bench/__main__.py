@@ -65,14 +65,28 @@ def load(name: str) -> Benchmark:
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts and shorter runs (a smoke test)")
-    parser.add_argument("--only", action="append", choices=sorted(ALL), metavar="NAME",
-                        help=f"run only this benchmark; repeatable ({', '.join(BENCHMARKS)}; opt-in, run only when named: "
-                             f"{', '.join(OPT_IN)})")
-    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                        help="sample with py-spy into DIR: the registry (throughput, scale, fleet), the echo service and the "
-                             "bridge during sequential calls (invoke); slows what it samples")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
-                        help="where results-<broker>.json and RESULTS.md go (default: bench/)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(ALL),
+        metavar="NAME",
+        help=f"run only this benchmark; repeatable ({', '.join(BENCHMARKS)}; opt-in, run only when named: "
+        f"{', '.join(OPT_IN)})",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="sample with py-spy into DIR: the registry (throughput, scale, fleet), the echo service and the "
+        "bridge during sequential calls (invoke); slows what it samples",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parent,
+        help="where results-<broker>.json and RESULTS.md go (default: bench/)",
+    )
     return parser.parse_args(argv)
 
 
@@ -86,8 +100,12 @@ async def run_all(names: list[str], quick: bool) -> list[dict[str, Any]]:
                 result = await load(name)(work, quick)
             except Exception as exc:  # one broken benchmark must not hide the others' figures
                 traceback.print_exc()
-                result = {"name": name, "title": "failed", "error": f"{type(exc).__name__}: {exc}",
-                          "rows": [{"figure": "benchmark failed", "ours": f"{type(exc).__name__}: {exc}"[:80], "met": False}]}
+                result = {
+                    "name": name,
+                    "title": "failed",
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "rows": [{"figure": "benchmark failed", "ours": f"{type(exc).__name__}: {exc}"[:80], "met": False}],
+                }
             result["seconds"] = round(time.monotonic() - started, 1)
             results.append(result)
     finally:
@@ -116,16 +134,23 @@ def main(argv: list[str] | None = None) -> int:
         if apache is not None:
             apache.stop()
     if apache is not None:
-        broker, key = f"Apache Pulsar {apache_version()} standalone (scripts/apache_pulsar.py), one for the run", "apache-pulsar"
+        broker, key = (
+            f"Apache Pulsar {apache_version()} standalone (scripts/apache_pulsar.py), one for the run",
+            "apache-pulsar",
+        )
     elif os.environ.get("PULSAR_URL"):
         broker, key = "the broker PULSAR_URL names", "external"
     else:
         broker, key = "embedded pulsar-lite, a fresh one per benchmark", "pulsar-lite"
     args.out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = report.write(results, args.out, argv, wall, broker, key, partial=list(ALL) if args.only else None, keep=list(OPT_IN))
+    json_path, md_path = report.write(
+        results, args.out, argv, wall, broker, key, partial=list(ALL) if args.only else None, keep=list(OPT_IN)
+    )
     print()
     print(report.table(results))
-    print(f"\n{len(results)} benchmark(s) in {wall:.0f} s; wrote {json_path.name} and {md_path.name} in {args.out.name}/")
+    print(
+        f"\n{len(results)} benchmark(s) in {wall:.0f} s; wrote {json_path.name} and {md_path.name} in {args.out.name}/"
+    )
     failed = [r["name"] for r in results if "error" in r]
     return 1 if failed else 0
 

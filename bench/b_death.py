@@ -74,7 +74,9 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     try:
         connection = await open_transport(stack.settings)
         try:
-            sim = await SimProcess.start(stack.url, stack.data_dir, services=4, instances=5, tools=1, ttl=15, prefix="live")
+            sim = await SimProcess.start(
+                stack.url, stack.data_dir, services=4, instances=5, tools=1, ttl=15, prefix="live"
+            )
             await sim.announce()
             keepalive = asyncio.create_task(sim.step(20 / 5, 600))  # 20 instances, one heartbeat each per 5 s
             async with ToolSet(settings=stack.settings, connection=connection) as tools:
@@ -94,10 +96,14 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
 
 
 def _serve(stack: Stack, service_id: str, ttl: float) -> subprocess.Popen[bytes]:
-    return spawn(["-m", "bench.serve", "--id", service_id, "--ttl", str(ttl)], stack.env(), stack.workdir / f"{service_id}.log")
+    return spawn(
+        ["-m", "bench.serve", "--id", service_id, "--ttl", str(ttl)], stack.env(), stack.workdir / f"{service_id}.log"
+    )
 
 
-async def _kill_group(stack: Stack, watch: Watch, procs: list[subprocess.Popen[bytes]], ttl: float, ids: list[str]) -> list[float]:
+async def _kill_group(
+    stack: Stack, watch: Watch, procs: list[subprocess.Popen[bytes]], ttl: float, ids: list[str]
+) -> list[float]:
     """kill -9 each at a different heartbeat phase (spread over ttl/3), time until it is gone."""
     interval = ttl / 3
     samples: list[float] = []
@@ -114,8 +120,9 @@ async def _kill_group(stack: Stack, watch: Watch, procs: list[subprocess.Popen[b
     return samples
 
 
-async def _term_batches(stack: Stack, watch: Watch, procs: list[subprocess.Popen[bytes]], batches: int, size: int,
-                        progress: Progress) -> tuple[list[float], list[float]]:
+async def _term_batches(
+    stack: Stack, watch: Watch, procs: list[subprocess.Popen[bytes]], batches: int, size: int, progress: Progress
+) -> tuple[list[float], list[float]]:
     """Spawn `size` services at once, then SIGTERM them one by one: SIGTERM -> gone, and SIGTERM -> process exit."""
     gone, exited = [], []
     for batch in range(batches):
@@ -133,7 +140,9 @@ async def _term_batches(stack: Stack, watch: Watch, procs: list[subprocess.Popen
     return gone, exited
 
 
-async def _measure(stack: Stack, watch: Watch, procs: list[subprocess.Popen[bytes]], quick: bool, progress: Progress) -> dict[str, Any]:
+async def _measure(
+    stack: Stack, watch: Watch, procs: list[subprocess.Popen[bytes]], quick: bool, progress: Progress
+) -> dict[str, Any]:
     per_group = 2 if quick else 5
     ttls = (3.0,) if quick else (3.0, 15.0)
     groups = {ttl: [f"kill{int(ttl)}-{i}" for i in range(per_group)] for ttl in ttls}
@@ -147,23 +156,44 @@ async def _measure(stack: Stack, watch: Watch, procs: list[subprocess.Popen[byte
     progress.done(f"{len(term_gone)} SIGTERM, {sum(map(len, kill_samples.values()))} kill -9")
     term = summary_ms(term_gone)
     rows: list[dict[str, Any]] = [
-        {"figure": "SIGTERM -> gone from ToolSet, p50", "ours": term["p50_ms"], "reference": summary_ms(term_exit)["p50_ms"], "unit": "ms"},
-        {"figure": "SIGTERM -> gone from ToolSet, p99", "ours": term["p99_ms"], "reference": summary_ms(term_exit)["p99_ms"], "unit": "ms",
-         "target": f"< {TARGET_TERM_MS:g} ms", "met": term["p99_ms"] < TARGET_TERM_MS},
+        {
+            "figure": "SIGTERM -> gone from ToolSet, p50",
+            "ours": term["p50_ms"],
+            "reference": summary_ms(term_exit)["p50_ms"],
+            "unit": "ms",
+        },
+        {
+            "figure": "SIGTERM -> gone from ToolSet, p99",
+            "ours": term["p99_ms"],
+            "reference": summary_ms(term_exit)["p99_ms"],
+            "unit": "ms",
+            "target": f"< {TARGET_TERM_MS:g} ms",
+            "met": term["p99_ms"] < TARGET_TERM_MS,
+        },
     ]
     data: dict[str, Any] = {"sigterm_to_gone": term, "sigterm_to_process_exit": summary_ms(term_exit)}
     for ttl, samples in kill_samples.items():
         s = summary_ms(samples)
         limit_ms = (ttl + GRACE_S) * 1000
-        rows.append({"figure": f"kill -9 -> gone, ttl {ttl:g} s, max", "ours": s["max_ms"], "reference": ttl * 1000, "unit": "ms",
-                     "target": f"<= ttl + {GRACE_S:g} s", "met": s["max_ms"] <= limit_ms})
+        rows.append(
+            {
+                "figure": f"kill -9 -> gone, ttl {ttl:g} s, max",
+                "ours": s["max_ms"],
+                "reference": ttl * 1000,
+                "unit": "ms",
+                "target": f"<= ttl + {GRACE_S:g} s",
+                "met": s["max_ms"] <= limit_ms,
+            }
+        )
         data[f"kill9_ttl{ttl:g}"] = {**s, "ttl_s": ttl, "samples_ms": [round(x * 1000, 1) for x in sorted(samples)]}
     data["live_background_leases"] = 20
     return {
         "name": NAME,
         "title": "Death -> gone",
         "rows": rows,
-        "reference_is": "SIGTERM: the service process's own exit after the signal; kill -9: the lease ttl (nothing can tell "
-                        "a silent process from a dead one sooner)",
+        "reference_is": (
+            "SIGTERM: the service process's own exit after the signal; kill -9: the lease ttl (nothing can tell "
+            "a silent process from a dead one sooner)"
+        ),
         "data": data,
     }

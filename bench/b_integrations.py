@@ -64,10 +64,16 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         config = ConfigClient(connection, timeout=10)
         try:
             await config.start()
-            local = {"type": LOCAL_TYPE, "name": LOCAL, "description": "Return the text it is given, in process",
-                     "arguments": [{"name": "text", "type": "string", "description": "The text to return"}]}
+            local = {
+                "type": LOCAL_TYPE,
+                "name": LOCAL,
+                "description": "Return the text it is given, in process",
+                "arguments": [{"name": "text", "type": "string", "description": "The text to return"}],
+            }
             await config.put([("tool", LOCAL, json.dumps(local))])
-            async with ToolSet(settings=stack.settings, connection=connection, factories={LOCAL_TYPE: lambda tool, ctx: LocalEcho()}) as tools:
+            async with ToolSet(
+                settings=stack.settings, connection=connection, factories={LOCAL_TYPE: lambda tool, ctx: LocalEcho()}
+            ) as tools:
                 await tools.wait_for(lambda t: REMOTE in t and LOCAL in t, timeout=60)
                 return await _measure(tools, quick, progress)
         finally:
@@ -97,7 +103,9 @@ async def _ways(tools: ToolSet, name: str) -> dict[str, Call]:
     assert coroutine is not None
     [function_tool] = [t for t in as_function_tools(tools) if t.name == name]
     raw = json.dumps(arguments)
-    tool_context: ToolContext[None] = ToolContext(context=None, tool_name=name, tool_call_id="call-1", tool_arguments=raw)
+    tool_context: ToolContext[None] = ToolContext(
+        context=None, tool_name=name, tool_call_id="call-1", tool_arguments=raw
+    )
     tool_call = {"name": name, "args": arguments, "id": "call-1", "type": "tool_call"}
     return {
         "ToolSet.invoke": lambda: tools.invoke(name, arguments),
@@ -152,11 +160,22 @@ async def _measure(tools: ToolSet, quick: bool, progress: Progress) -> dict[str,
             if way == "ToolSet.invoke":
                 rows.append({"figure": f"{where}: {way}, p50", "ours": round(p50, 1), "unit": "µs"})
             else:
-                rows.append({"figure": f"{where}: {way}, p50 (overhead)", "ours": f"{p50:,.1f} µs ({p50 - base:+,.1f} µs)",
-                             "reference": f"{base:,.1f} µs"})
+                rows.append(
+                    {
+                        "figure": f"{where}: {way}, p50 (overhead)",
+                        "ours": f"{p50:,.1f} µs ({p50 - base:+,.1f} µs)",
+                        "reference": f"{base:,.1f} µs",
+                    }
+                )
     steps = 2000 if quick else 10000
     get_tools = await _get_tools_us(tools, steps)
-    rows.append({"figure": "pydantic-ai LiveToolset.get_tools per step, set unchanged (2 tools), p50", "ours": round(get_tools, 1), "unit": "µs"})
+    rows.append(
+        {
+            "figure": "pydantic-ai LiveToolset.get_tools per step, set unchanged (2 tools), p50",
+            "ours": round(get_tools, 1),
+            "unit": "µs",
+        }
+    )
     progress.done(f"{len(rows)} figures")
     return {
         "name": NAME,
@@ -179,7 +198,9 @@ def main(argv: list[str]) -> int:
     finally:
         work.cleanup()
     print(report.table([result]))
-    print(f"\n{result['data']['calls_per_way']} sequential calls per way and tool, in {time.monotonic() - started:.0f} s")
+    print(
+        f"\n{result['data']['calls_per_way']} sequential calls per way and tool, in {time.monotonic() - started:.0f} s"
+    )
     return 0
 
 

@@ -6,7 +6,8 @@ bare pulsar-client responder in its own process (`bench.raw responder`)
 called by bare pulsar-client: the sync API for the sequential round trip
 (the floor), pulsar.asyncio for concurrency (what an asyncio agent gets
 without us). A second bare responder on pulsar.asyncio gives the floor for
-an event-loop service at both ends, which is what the product is. The request bytes are the ones `ToolServiceClient` sends.
+an event-loop service at both ends, which is what the product is. The request bytes are the ones `ToolServiceClient`
+sends.
 """
 
 from __future__ import annotations
@@ -50,10 +51,16 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     try:
         service = spawn(["-m", "bench.serve", "--id", "bench-echo"], stack.env(), stack.workdir / "echo.log")
         stack.processes["echo"] = service
-        responder = spawn(["-m", "bench.raw", "responder", stack.url, RAW_REQUEST, RAW_RESPONSE], stack.env(), stack.workdir / "raw.log")
+        responder = spawn(
+            ["-m", "bench.raw", "responder", stack.url, RAW_REQUEST, RAW_RESPONSE],
+            stack.env(),
+            stack.workdir / "raw.log",
+        )
         stack.processes["raw"] = responder
         async_responder = spawn(
-            ["-m", "bench.raw", "async-responder", stack.url, ASYNC_REQUEST, ASYNC_RESPONSE], stack.env(), stack.workdir / "raw-async.log"
+            ["-m", "bench.raw", "async-responder", stack.url, ASYNC_REQUEST, ASYNC_RESPONSE],
+            stack.env(),
+            stack.workdir / "raw-async.log",
         )
         stack.processes["raw-async"] = async_responder
         wait_for_line(stack.workdir / "raw.log", "raw responder ready", responder)
@@ -107,9 +114,15 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
     for number in range(1, ROUNDS + 1):
         progress.update(f"sequential calls, round {number}/{ROUNDS}: ours and three bare references", force=True)
         samples["ours"] += await _ours_sequential(tools, per_round)
-        samples["sync"] += await asyncio.to_thread(raw.sequential_rtt, url, RAW_REQUEST, RAW_RESPONSE, payload, per_round)
-        samples["async"] += (await raw.concurrent_rtt(url, RAW_REQUEST, RAW_RESPONSE, payload, 1, 60, max_calls=per_round))[2]
-        samples["both"] += (await raw.concurrent_rtt(url, ASYNC_REQUEST, ASYNC_RESPONSE, payload, 1, 60, max_calls=per_round))[2]
+        samples["sync"] += await asyncio.to_thread(
+            raw.sequential_rtt, url, RAW_REQUEST, RAW_RESPONSE, payload, per_round
+        )
+        samples["async"] += (
+            await raw.concurrent_rtt(url, RAW_REQUEST, RAW_RESPONSE, payload, 1, 60, max_calls=per_round)
+        )[2]
+        samples["both"] += (
+            await raw.concurrent_rtt(url, ASYNC_REQUEST, ASYNC_RESPONSE, payload, 1, 60, max_calls=per_round)
+        )[2]
     ours, raw_sync, raw_async, raw_both = (summary_ms(samples[k]) for k in ("ours", "sync", "async", "both"))
     if profiling():  # an extra, untimed pass: py-spy slows down what it samples
         progress.update(f"{count} sequential calls under py-spy", force=True)
@@ -120,31 +133,76 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
         progress.update(f"throughput at concurrency {concurrency}", force=True)
         ours_rate = await _ours_concurrent(tools, concurrency, seconds)
         calls, elapsed, _ = await raw.concurrent_rtt(url, RAW_REQUEST, RAW_RESPONSE, payload, concurrency, seconds)
-        throughput[str(concurrency)] = {"ours_calls_per_s": round(ours_rate, 1), "raw_asyncio_calls_per_s": round(calls / elapsed, 1)}
+        throughput[str(concurrency)] = {
+            "ours_calls_per_s": round(ours_rate, 1),
+            "raw_asyncio_calls_per_s": round(calls / elapsed, 1),
+        }
     progress.done(f"p50 {ours['p50_ms']:.3f} ms vs raw {raw_sync['p50_ms']:.3f} ms")
     ratio_p50 = ours["p50_ms"] / raw_sync["p50_ms"]
     ratio_async = ours["p50_ms"] / raw_async["p50_ms"]
     ratio_both = ours["p50_ms"] / raw_both["p50_ms"]
     rows: list[dict[str, Any]] = [
-        {"figure": f"{count} sequential calls, p50", "ours": ours["p50_ms"], "reference": raw_sync["p50_ms"], "unit": "ms"},
-        {"figure": f"{count} sequential calls, p99", "ours": ours["p99_ms"], "reference": raw_sync["p99_ms"], "unit": "ms"},
-        {"figure": "p50 ratio to raw pulsar-client (sync)", "ours": round(ratio_p50, 2), "reference": 1.0, "unit": "x",
-         "target": f"<= {TARGET_RATIO:g}x", "met": ratio_p50 <= TARGET_RATIO},
-        {"figure": "p50 ratio to raw, pulsar.asyncio caller, sync responder", "ours": round(ratio_async, 2), "reference": 1.0, "unit": "x"},
-        {"figure": "p50 ratio to raw, pulsar.asyncio at both ends", "ours": round(ratio_both, 2), "reference": 1.0, "unit": "x"},
+        {
+            "figure": f"{count} sequential calls, p50",
+            "ours": ours["p50_ms"],
+            "reference": raw_sync["p50_ms"],
+            "unit": "ms",
+        },
+        {
+            "figure": f"{count} sequential calls, p99",
+            "ours": ours["p99_ms"],
+            "reference": raw_sync["p99_ms"],
+            "unit": "ms",
+        },
+        {
+            "figure": "p50 ratio to raw pulsar-client (sync)",
+            "ours": round(ratio_p50, 2),
+            "reference": 1.0,
+            "unit": "x",
+            "target": f"<= {TARGET_RATIO:g}x",
+            "met": ratio_p50 <= TARGET_RATIO,
+        },
+        {
+            "figure": "p50 ratio to raw, pulsar.asyncio caller, sync responder",
+            "ours": round(ratio_async, 2),
+            "reference": 1.0,
+            "unit": "x",
+        },
+        {
+            "figure": "p50 ratio to raw, pulsar.asyncio at both ends",
+            "ours": round(ratio_both, 2),
+            "reference": 1.0,
+            "unit": "x",
+        },
     ]
     for concurrency, figures in throughput.items():
-        rows.append({"figure": f"throughput, concurrency {concurrency}", "ours": figures["ours_calls_per_s"],
-                     "reference": figures["raw_asyncio_calls_per_s"], "unit": "calls/s"})
+        rows.append(
+            {
+                "figure": f"throughput, concurrency {concurrency}",
+                "ours": figures["ours_calls_per_s"],
+                "reference": figures["raw_asyncio_calls_per_s"],
+                "unit": "calls/s",
+            }
+        )
     return {
         "name": NAME,
         "title": "Invocation overhead",
         "rows": rows,
-        "reference_is": "bare pulsar-client request/response (responder and caller, no product code) on the same broker with "
-                        "the same request bytes: sync API at both ends for sequential latency (the target), also a "
-                        "pulsar.asyncio caller against the sync responder and pulsar.asyncio at both ends; a "
-                        "pulsar.asyncio caller for throughput",
-        "data": {"ours": ours, "raw_sync": raw_sync, "raw_asyncio": raw_async, "raw_asyncio_both_ends": raw_both,
-                 "ratio_p50_sync": round(ratio_p50, 3), "ratio_p50_asyncio": round(ratio_async, 3),
-                 "ratio_p50_asyncio_both_ends": round(ratio_both, 3), "throughput": throughput, "payload_bytes": len(payload)},
+        "reference_is": (
+            "bare pulsar-client request/response (responder and caller, no product code) on the same broker with "
+            "the same request bytes: sync API at both ends for sequential latency (the target), also a "
+            "pulsar.asyncio caller against the sync responder and pulsar.asyncio at both ends; a "
+            "pulsar.asyncio caller for throughput"
+        ),
+        "data": {
+            "ours": ours,
+            "raw_sync": raw_sync,
+            "raw_asyncio": raw_async,
+            "raw_asyncio_both_ends": raw_both,
+            "ratio_p50_sync": round(ratio_p50, 3),
+            "ratio_p50_asyncio": round(ratio_async, 3),
+            "ratio_p50_asyncio_both_ends": round(ratio_both, 3),
+            "throughput": throughput,
+            "payload_bytes": len(payload),
+        },
     }

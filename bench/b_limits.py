@@ -106,7 +106,10 @@ async def _measure(client: ToolServiceClient, service_log: Path, quick: bool, pr
     timed_out = sum(isinstance(o, RequestTimeout) for o in outcomes)
     during_answer, during_s = await during
     after_answer, after_s = await _ping(client)
-    progress.update(f"{timed_out} of {HANGING} hanging calls timed out after {time.perf_counter() - started:.2f}s; ping: {after_answer}")
+    progress.update(
+        f"{timed_out} of {HANGING} hanging calls timed out after {time.perf_counter() - started:.2f}s; ping:"
+        f" {after_answer}"
+    )
 
     filling = [asyncio.create_task(client.call("", {}, {}, 20.0, tool="hang")) for _ in range(64 + 256)]
     await asyncio.sleep(1.0)
@@ -130,24 +133,58 @@ async def _measure(client: ToolServiceClient, service_log: Path, quick: bool, pr
     closed = [json.loads(line) for line in text.splitlines() if "bench.endless_closed" in line]
     stopped_s = closed[-1]["at"] - wall if closed else None
     stopped = "?" if stopped_s is None else f"{stopped_s:.2f}s"
-    progress.done(f"endless stream: call ended after {returned_s:.2f}s ({ended}); service stopped producing after {stopped}")
+    progress.done(
+        f"endless stream: call ended after {returned_s:.2f}s ({ended}); service stopped producing after {stopped}"
+    )
 
     rows = [
-        {"figure": f"ping sent 0.5 s into {HANGING} hanging calls (2 s timeout): answered after", "ours": round(during_s, 3),
-         "reference": CALLER_TIMEOUT - 0.5, "unit": "s"},
-        {"figure": f"ping once the {HANGING} callers gave up", "ours": round(after_s * 1000, 2), "reference": round(idle * 1000, 2), "unit": "ms",
-         "target": "answered", "met": after_answer == "pong"},
-        {"figure": "ping with every slot and the backlog taken: busy after", "ours": round(busy_s * 1000, 2),
-         "reference": round(idle * 1000, 2), "unit": "ms", "target": "busy", "met": "busy" in busy_answer},
-        {"figure": "endless stream, 2 s timeout: call returns after", "ours": round(returned_s, 3), "reference": CALLER_TIMEOUT, "unit": "s"},
-        {"figure": "endless stream, 2 s timeout: service stops producing after", "ours": None if stopped_s is None else round(stopped_s, 3),
-         "reference": CALLER_TIMEOUT, "unit": "s"},
+        {
+            "figure": f"ping sent 0.5 s into {HANGING} hanging calls (2 s timeout): answered after",
+            "ours": round(during_s, 3),
+            "reference": CALLER_TIMEOUT - 0.5,
+            "unit": "s",
+        },
+        {
+            "figure": f"ping once the {HANGING} callers gave up",
+            "ours": round(after_s * 1000, 2),
+            "reference": round(idle * 1000, 2),
+            "unit": "ms",
+            "target": "answered",
+            "met": after_answer == "pong",
+        },
+        {
+            "figure": "ping with every slot and the backlog taken: busy after",
+            "ours": round(busy_s * 1000, 2),
+            "reference": round(idle * 1000, 2),
+            "unit": "ms",
+            "target": "busy",
+            "met": "busy" in busy_answer,
+        },
+        {
+            "figure": "endless stream, 2 s timeout: call returns after",
+            "ours": round(returned_s, 3),
+            "reference": CALLER_TIMEOUT,
+            "unit": "s",
+        },
+        {
+            "figure": "endless stream, 2 s timeout: service stops producing after",
+            "ours": None if stopped_s is None else round(stopped_s, 3),
+            "reference": CALLER_TIMEOUT,
+            "unit": "s",
+        },
     ]
     return {
         "name": NAME,
         "title": "Hanging and endless tools",
         "rows": rows,
         "reference_is": "the callers' own 2 s timeout; for pings, a ping on the idle service",
-        "data": {"hanging_timed_out": timed_out, "during": during_answer, "after": after_answer, "busy": busy_answer,
-                 "endless_ended": ended, "endless_closed": closed[-1] if closed else None, "idle_ping_ms": round(idle * 1000, 3)},
+        "data": {
+            "hanging_timed_out": timed_out,
+            "during": during_answer,
+            "after": after_answer,
+            "busy": busy_answer,
+            "endless_ended": ended,
+            "endless_closed": closed[-1] if closed else None,
+            "idle_ping_ms": round(idle * 1000, 3),
+        },
     }

@@ -1,4 +1,5 @@
-"""7. MCP front: tools/call through `toolreg mcp` over stdio vs `ToolSet.invoke`; announce -> MCP client notified -> first tools/call.
+"""7. MCP front: tools/call through `toolreg mcp` over stdio vs `ToolSet.invoke`; announce -> MCP client notified ->
+first tools/call.
 
 Latency. Ours: `toolreg mcp` spawned the way an MCP client spawns it (its own
 process, stdio), driven by the official SDK's `ClientSession` from this
@@ -45,9 +46,13 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     progress = Progress(NAME)
     stack = Stack(work.make(NAME)).start()
     try:
-        stack.processes["echo"] = spawn(["-m", "bench.serve", "--id", "bench-echo"], stack.env(), stack.workdir / "echo.log")
+        stack.processes["echo"] = spawn(
+            ["-m", "bench.serve", "--id", "bench-echo"], stack.env(), stack.workdir / "echo.log"
+        )
         connection = await open_transport(stack.settings)
-        server = StdioServerParameters(command=sys.executable, args=["-m", "discovery.cli", "mcp"], env=stack.env(), cwd=str(ROOT))
+        server = StdioServerParameters(
+            command=sys.executable, args=["-m", "discovery.cli", "mcp"], env=stack.env(), cwd=str(ROOT)
+        )
         notices: asyncio.Queue[float] = asyncio.Queue()
 
         async def on_message(message: Any) -> None:
@@ -59,11 +64,15 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
                 await Watch(tools).listed(["bench-echo"])
                 with open(stack.workdir / "mcp.log", "a") as errlog:
                     async with stdio_client(server, errlog=errlog) as (read, write):
-                        async with ClientSession(read, write, message_handler=on_message, read_timeout_seconds=30) as session:
+                        async with ClientSession(
+                            read, write, message_handler=on_message, read_timeout_seconds=30
+                        ) as session:
                             await session.initialize()
                             await _until_listed(session, "bench-echo")
                             latency = await _latency(session, tools, 200 if quick else 1000, progress)
-                            hotplug = await _hotplug(session, tools, stack, connection, notices, 20 if quick else 100, progress)
+                            hotplug = await _hotplug(
+                                session, tools, stack, connection, notices, 20 if quick else 100, progress
+                            )
         finally:
             await connection.close()
     finally:
@@ -104,7 +113,9 @@ async def _latency(session: ClientSession, tools: ToolSet, count: int, progress:
     mcp: list[float] = []
     direct: list[float] = []
     for number in range(1, ROUNDS + 1):
-        progress.update(f"sequential calls, round {number}/{ROUNDS}: tools/call over stdio and ToolSet.invoke", force=True)
+        progress.update(
+            f"sequential calls, round {number}/{ROUNDS}: tools/call over stdio and ToolSet.invoke", force=True
+        )
         mcp += await _mcp_calls(session, count // ROUNDS)
         direct += await _invokes(tools, count // ROUNDS)
     return {"mcp": summary_ms(mcp), "invoke": summary_ms(direct), "count": len(mcp)}
@@ -117,8 +128,15 @@ async def _next_notice(notices: asyncio.Queue[float], timeout: float = 10) -> fl
         raise TimeoutError(f"bench: no tools/list_changed within {timeout:g}s") from None
 
 
-async def _hotplug(session: ClientSession, tools: ToolSet, stack: Stack, connection: Transport,
-                   notices: asyncio.Queue[float], starts: int, progress: Progress) -> dict[str, Any]:
+async def _hotplug(
+    session: ClientSession,
+    tools: ToolSet,
+    stack: Stack,
+    connection: Transport,
+    notices: asyncio.Queue[float],
+    starts: int,
+    progress: Progress,
+) -> dict[str, Any]:
     service_class = echo_class("bench-hot")
     notified, called, local, gone = [], [], [], []
     attempts = 0
@@ -154,8 +172,14 @@ async def _hotplug(session: ClientSession, tools: ToolSet, stack: Stack, connect
         gone.append(await _next_notice(notices) - t_stop)
         progress.update(f"start {number + 1}/{starts}")
     progress.done(f"{starts} starts: notified p99 {summary_ms(notified)['p99_ms']:.1f} ms")
-    return {"starts": starts, "notified": summary_ms(notified), "first_call_ok": summary_ms(called),
-            "toolset_invoke_ok": summary_ms(local), "stop_to_removal_notified": summary_ms(gone), "call_attempts": attempts}
+    return {
+        "starts": starts,
+        "notified": summary_ms(notified),
+        "first_call_ok": summary_ms(called),
+        "toolset_invoke_ok": summary_ms(local),
+        "stop_to_removal_notified": summary_ms(gone),
+        "call_attempts": attempts,
+    }
 
 
 def _result(latency: dict[str, Any], hotplug: dict[str, Any], session_version: str) -> dict[str, Any]:
@@ -167,17 +191,60 @@ def _result(latency: dict[str, Any], hotplug: dict[str, Any], session_version: s
         "name": NAME,
         "title": "MCP front",
         "rows": [
-            {"figure": f"{n} sequential tools/call over stdio, p50", "ours": mcp["p50_ms"], "reference": invoke["p50_ms"], "unit": "ms"},
-            {"figure": f"{n} sequential tools/call over stdio, p99", "ours": mcp["p99_ms"], "reference": invoke["p99_ms"], "unit": "ms"},
-            {"figure": "p50 ratio, tools/call over stdio to ToolSet.invoke", "ours": round(ratio, 2), "reference": 1.0, "unit": "x"},
-            {"figure": f"start() -> client notified, p50 ({starts} starts)", "ours": notified["p50_ms"], "reference": local["p50_ms"], "unit": "ms"},
-            {"figure": f"start() -> client notified, p99 ({starts} starts)", "ours": notified["p99_ms"], "reference": local["p99_ms"], "unit": "ms",
-             "target": f"< {NOTIFY_TARGET_MS:,.0f} ms", "met": notified["p99_ms"] < NOTIFY_TARGET_MS},
-            {"figure": "start() -> first tools/call ok, p50", "ours": called["p50_ms"], "reference": local["p50_ms"], "unit": "ms"},
-            {"figure": "start() -> first tools/call ok, p99", "ours": called["p99_ms"], "reference": local["p99_ms"], "unit": "ms"},
+            {
+                "figure": f"{n} sequential tools/call over stdio, p50",
+                "ours": mcp["p50_ms"],
+                "reference": invoke["p50_ms"],
+                "unit": "ms",
+            },
+            {
+                "figure": f"{n} sequential tools/call over stdio, p99",
+                "ours": mcp["p99_ms"],
+                "reference": invoke["p99_ms"],
+                "unit": "ms",
+            },
+            {
+                "figure": "p50 ratio, tools/call over stdio to ToolSet.invoke",
+                "ours": round(ratio, 2),
+                "reference": 1.0,
+                "unit": "x",
+            },
+            {
+                "figure": f"start() -> client notified, p50 ({starts} starts)",
+                "ours": notified["p50_ms"],
+                "reference": local["p50_ms"],
+                "unit": "ms",
+            },
+            {
+                "figure": f"start() -> client notified, p99 ({starts} starts)",
+                "ours": notified["p99_ms"],
+                "reference": local["p99_ms"],
+                "unit": "ms",
+                "target": f"< {NOTIFY_TARGET_MS:,.0f} ms",
+                "met": notified["p99_ms"] < NOTIFY_TARGET_MS,
+            },
+            {
+                "figure": "start() -> first tools/call ok, p50",
+                "ours": called["p50_ms"],
+                "reference": local["p50_ms"],
+                "unit": "ms",
+            },
+            {
+                "figure": "start() -> first tools/call ok, p99",
+                "ours": called["p99_ms"],
+                "reference": local["p99_ms"],
+                "unit": "ms",
+            },
         ],
-        "reference_is": "ToolSet.invoke from the benchmark's own process on the same echo service, same run, interleaved "
-                        "(latency); for hot-plug, a ToolSet in the benchmark's process seeing the same start and invoking "
-                        "the new tool (benchmark 1's path, measured alongside)",
-        "data": {"protocol_version": session_version, "latency": latency, "hotplug": hotplug, "ratio_p50": round(ratio, 3)},
+        "reference_is": (
+            "ToolSet.invoke from the benchmark's own process on the same echo service, same run, interleaved "
+            "(latency); for hot-plug, a ToolSet in the benchmark's process seeing the same start and invoking "
+            "the new tool (benchmark 1's path, measured alongside)"
+        ),
+        "data": {
+            "protocol_version": session_version,
+            "latency": latency,
+            "hotplug": hotplug,
+            "ratio_p50": round(ratio, 3),
+        },
     }

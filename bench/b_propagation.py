@@ -84,12 +84,30 @@ async def _measure(stack: Stack, connection: Transport, starts: int, progress: P
         "name": NAME,
         "title": "Announce -> invokable",
         "rows": [
-            {"figure": "start() -> first ToolSet.invoke ok, p50", "ours": ours["p50_ms"], "reference": ref["p50_ms"], "unit": "ms"},
-            {"figure": "start() -> first ToolSet.invoke ok, p95", "ours": ours["p95_ms"], "reference": ref["p95_ms"], "unit": "ms"},
-            {"figure": "start() -> first ToolSet.invoke ok, p99", "ours": ours["p99_ms"], "reference": ref["p99_ms"], "unit": "ms",
-             "target": f"< {TARGET_MS:g} ms", "met": ours["p99_ms"] < TARGET_MS},
+            {
+                "figure": "start() -> first ToolSet.invoke ok, p50",
+                "ours": ours["p50_ms"],
+                "reference": ref["p50_ms"],
+                "unit": "ms",
+            },
+            {
+                "figure": "start() -> first ToolSet.invoke ok, p95",
+                "ours": ours["p95_ms"],
+                "reference": ref["p95_ms"],
+                "unit": "ms",
+            },
+            {
+                "figure": "start() -> first ToolSet.invoke ok, p99",
+                "ours": ours["p99_ms"],
+                "reference": ref["p99_ms"],
+                "unit": "ms",
+                "target": f"< {TARGET_MS:g} ms",
+                "met": ours["p99_ms"] < TARGET_MS,
+            },
         ],
-        "reference_is": "start() + one call through a client that needs no discovery (the service is physically invokable)",
+        "reference_is": (
+            "start() + one call through a client that needs no discovery (the service is physically invokable)"
+        ),
         "data": {
             "starts": starts,
             "start_to_invokable": ours,
@@ -98,6 +116,9 @@ async def _measure(stack: Stack, connection: Transport, starts: int, progress: P
             "reference_start_plus_direct_call": ref,
             "invoke_attempts": attempts,
             "stop_to_gone": summary_ms(gone),
-            "registry": "toolreg up (own process): sweep 0.25 s; store writes and ToolSet reloads batched on the leading edge, no fixed window",
+            "registry": (
+                "toolreg up (own process): sweep 0.25 s; store writes and ToolSet reloads batched on the leading edge,"
+                " no fixed window"
+            ),
         },
     }

@@ -32,23 +32,35 @@ SERVICE = "bench-echo"
 
 
 def service_item(params: bool = False) -> str:
-    body: dict[str, Any] = {"id": SERVICE, "request-queue": f"non-persistent://tg/request/{SERVICE}",
-                            "response-queue": f"non-persistent://tg/response/{SERVICE}"}
+    body: dict[str, Any] = {
+        "id": SERVICE,
+        "request-queue": f"non-persistent://tg/request/{SERVICE}",
+        "response-queue": f"non-persistent://tg/response/{SERVICE}",
+    }
     if params:
         body["config-params"] = [{"name": "style"}]
     return json.dumps(body)
 
 
 def tool_item(name: str, revision: int = 0) -> str:
-    return json.dumps({"type": "tool-service", "name": name, "service": SERVICE, "description": f"Echo tool {name}, revision {revision}",
-                       "arguments": [{"name": "text", "type": "string", "description": "The text to return"}]})
+    return json.dumps(
+        {
+            "type": "tool-service",
+            "name": name,
+            "service": SERVICE,
+            "description": f"Echo tool {name}, revision {revision}",
+            "arguments": [{"name": "text", "type": "string", "description": "The text to return"}],
+        }
+    )
 
 
 async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     progress = Progress(NAME)
     stack = Stack(work.make(NAME), registry=False).start()
     try:
-        echo = stack.processes["echo"] = spawn(["-m", "bench.serve", "--id", SERVICE, "--no-announce"], stack.env(), stack.workdir / "echo.log")
+        echo = stack.processes["echo"] = spawn(
+            ["-m", "bench.serve", "--id", SERVICE, "--no-announce"], stack.env(), stack.workdir / "echo.log"
+        )
         # Subscribed before any call: requests on a non-persistent queue nobody consumes yet are gone.
         # (With --quick the calls under load came before the service had started, and all four were lost.)
         wait_for_line(stack.workdir / "echo.log", "service.listening", echo)
@@ -79,7 +91,7 @@ async def _measure(config: ConfigClient, tools: ToolSet, quick: bool, progress: 
     for size in sizes:
         new = [("tool", f"r-{i}", tool_item(f"r-{i}")) for i in range(present, size)]
         for start in range(0, len(new), 200):
-            await config.put(new[start:start + 200])
+            await config.put(new[start : start + 200])
         present = size
         await tools.wait_for(lambda ts, size=size: len(ts) >= size, timeout=60)
         reloads, fetches = [], []
@@ -92,20 +104,37 @@ async def _measure(config: ConfigClient, tools: ToolSet, quick: bool, progress: 
             fetches.append(time.perf_counter() - t1)
             progress.update(f"{size} tools: reload {revision}/{per_size}")
         ours, fetch = summary_ms(reloads), summary_ms(fetches)
-        rows.append({"figure": f"reload, {size:,} tools (one changed), p50", "ours": ours["p50_ms"], "reference": round(fetch["p50_ms"], 3), "unit": "ms"})
+        rows.append(
+            {
+                "figure": f"reload, {size:,} tools (one changed), p50",
+                "ours": ours["p50_ms"],
+                "reference": round(fetch["p50_ms"], 3),
+                "unit": "ms",
+            }
+        )
         data[f"tools_{size}"] = {"reload": ours, "config_read": fetch}
     asked = 20 if quick else 100
     errors, calls, reloads_done = await _under_load(config, tools, asked, progress)
     failed = len(errors)
-    rows.append({"figure": f"calls failed during {asked} reloads", "ours": f"{failed} of {calls:,}", "reference": 0,
-                 "target": "0", "met": failed == 0 and reloads_done == asked})
+    rows.append(
+        {
+            "figure": f"calls failed during {asked} reloads",
+            "ours": f"{failed} of {calls:,}",
+            "reference": 0,
+            "target": "0",
+            "met": failed == 0 and reloads_done == asked,
+        }
+    )
     data["under_load"] = {"reloads": reloads_done, "calls": calls, "failed": failed, "first_errors": errors[:5]}
     progress.done(f"{reloads_done} reloads under load: {failed} of {calls} calls failed")
     return {
         "name": NAME,
         "title": "Reload cost",
         "rows": rows,
-        "reference_is": "one `config` read of the same store (what a reload must fetch); reloads are batched on the leading edge, no fixed wait",
+        "reference_is": (
+            "one `config` read of the same store (what a reload must fetch); reloads are batched on the leading edge,"
+            " no fixed wait"
+        ),
         "data": data,
     }
 
@@ -123,7 +152,9 @@ async def _until_answering(tools: ToolSet, name: str, within: float = 30.0) -> N
                 raise
 
 
-async def _under_load(config: ConfigClient, tools: ToolSet, count: int, progress: Progress) -> tuple[list[str], int, int]:
+async def _under_load(
+    config: ConfigClient, tools: ToolSet, count: int, progress: Progress
+) -> tuple[list[str], int, int]:
     await _until_answering(tools, "r-0")
     errors: list[str] = []
     calls = 0

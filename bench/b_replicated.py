@@ -1,4 +1,5 @@
-"""The config store replicated on Apache Pulsar (`toolreg up --store pulsar`): write latency, failover, standby start-up.
+"""The config store replicated on Apache Pulsar (`toolreg up --store pulsar`): write latency, failover, standby
+start-up.
 
     .venv/bin/python -m bench.b_replicated            # 1,000 writes per way, 20 kills, 1,000 and 100,000 items
     .venv/bin/python -m bench.b_replicated --quick    # 200 writes per way, 5 kills, 1,000 and 10,000 items
@@ -101,7 +102,9 @@ def item(number: int) -> tuple[str, str, str]:
 def entry_bytes(version: int, one: tuple[str, str, str]) -> bytes:
     """The log entry a put of `one` becomes (what the bare sends carry, so both ways send the same bytes)."""
     payload = entry_payload(Write(version, "default", [one], []))
-    return json.dumps({"format": FORMAT, "version": version, "term": 1, "payload": payload}, separators=(",", ":")).encode()
+    return json.dumps(
+        {"format": FORMAT, "version": version, "term": 1, "payload": payload}, separators=(",", ":")
+    ).encode()
 
 
 def load_average() -> list[float]:
@@ -145,7 +148,12 @@ class Broker:
     async def producer_created(self, topic: str, since: float, timeout: float = 2.0) -> float | None:
         """When (seconds since the epoch) the broker's log says it next created a producer on `topic` after `since`."""
         try:
-            await until(lambda: self._producer_created(topic, since) is not None, f"a producer on {topic}", timeout, interval=0.05)
+            await until(
+                lambda: self._producer_created(topic, since) is not None,
+                f"a producer on {topic}",
+                timeout,
+                interval=0.05,
+            )
         except TimeoutError:
             return None
         return self._producer_created(topic, since)
@@ -161,7 +169,9 @@ class Broker:
 
     def settings(self, tenant: str, data_dir: Path) -> Settings:
         data_dir.mkdir(parents=True, exist_ok=True)
-        return Settings(data_dir=data_dir, pulsar_url=self.url, broker="apache-pulsar", topicspace=tenant, auth_token=self.token)
+        return Settings(
+            data_dir=data_dir, pulsar_url=self.url, broker="apache-pulsar", topicspace=tenant, auth_token=self.token
+        )
 
 
 async def connect(stack: AsyncExitStack, settings: Settings) -> Transport:
@@ -206,7 +216,11 @@ class EventTap(logging.Handler):
             logger.propagate = propagate
 
     def find(self, event: str, since: float = 0.0, **fields: Any) -> list[dict[str, Any]]:
-        return [e for e in self.events if e.get("event") == event and e["perf"] >= since and all(e.get(k) == v for k, v in fields.items())]
+        return [
+            e
+            for e in self.events
+            if e.get("event") == event and e["perf"] >= since and all(e.get(k) == v for k, v in fields.items())
+        ]
 
 
 # --- 1. write latency ----------------------------------------------------------------------------
@@ -257,15 +271,23 @@ class BareProducer:
         await self._producer.send(data, properties=properties)
 
 
-async def _write_latency(broker: Broker, work: Path, quick: bool, progress: Progress) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+async def _write_latency(
+    broker: Broker, work: Path, quick: bool, progress: Progress
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     total = 200 if quick else 1000
     per_round = total // ROUNDS
     numbers = count()
     async with AsyncExitStack() as stack:
-        progress.update("write latency: starting the replicated store, the SQLite store and the bare producers", force=True)
+        progress.update(
+            "write latency: starting the replicated store, the SQLite store and the bare producers", force=True
+        )
         replicated_settings = broker.settings(broker.tenant("write-replicated"), work / "replicated")
-        replica = await stack.enter_async_context(ReplicatedStore(await connect(stack, replicated_settings), replica_id="bench-writer"))
-        await until(lambda: replica.service is not None, "the replica to be active and serving", timeout=60, interval=0.01)
+        replica = await stack.enter_async_context(
+            ReplicatedStore(await connect(stack, replicated_settings), replica_id="bench-writer")
+        )
+        await until(
+            lambda: replica.service is not None, "the replica to be active and serving", timeout=60, interval=0.01
+        )
         assert replica.service is not None and replica.service.journal is not None
         journal = TimedJournal(replica.service.journal)
         replica.service.journal = journal
@@ -303,15 +325,19 @@ async def _write_latency(broker: Broker, work: Path, quick: bool, progress: Prog
             return samples
 
         ways: dict[str, Callable[[int], Any]] = {
-            "replicated": lambda n: put(replicated, n), "sqlite": lambda n: put(sqlite, n),
-            "bare": lambda n: send(bare, n), "fence": lambda n: send(fence, n),
+            "replicated": lambda n: put(replicated, n),
+            "sqlite": lambda n: put(sqlite, n),
+            "bare": lambda n: send(bare, n),
+            "fence": lambda n: send(fence, n),
         }
         for run in ways.values():  # warm-up: the first calls pay for lazy set-up on both sides
             await run(WARMUP)
         journal.samples.clear()
         samples: dict[str, list[float]] = {way: [] for way in ways}
         for number in range(1, ROUNDS + 1):
-            progress.update(f"write latency, round {number}/{ROUNDS}: {per_round} each of {', '.join(ways)}", force=True)
+            progress.update(
+                f"write latency, round {number}/{ROUNDS}: {per_round} each of {', '.join(ways)}", force=True
+            )
             for way, run in ways.items():
                 samples[way] += await run(per_round)
         entry_size = len(entry_bytes(1, item(1)))
@@ -320,23 +346,73 @@ async def _write_latency(broker: Broker, work: Path, quick: bool, progress: Prog
     repl, sqlite_ms, bare_ms, fence_ms, append = (stats[k] for k in ("replicated", "sqlite", "bare", "fence", "append"))
     ratio_p50, ratio_p99 = repl["p50_ms"] / bare_ms["p50_ms"], repl["p99_ms"] / bare_ms["p99_ms"]
     append_ratio = append["p50_ms"] / bare_ms["p50_ms"]
-    progress.done(f"write p50 {repl['p50_ms']:.2f} ms (SQLite {sqlite_ms['p50_ms']:.2f} ms, bare send {bare_ms['p50_ms']:.2f} ms)")
+    progress.done(
+        f"write p50 {repl['p50_ms']:.2f} ms (SQLite {sqlite_ms['p50_ms']:.2f} ms, bare send {bare_ms['p50_ms']:.2f} ms)"
+    )
     rows: list[dict[str, Any]] = [
-        {"figure": f"put of 1 item, p50: replicated vs SQLite store ({total} each)", "ours": repl["p50_ms"], "reference": sqlite_ms["p50_ms"], "unit": "ms"},
-        {"figure": "put of 1 item, p99: replicated vs SQLite store", "ours": repl["p99_ms"], "reference": sqlite_ms["p99_ms"], "unit": "ms"},
-        {"figure": "put, p50: replicated vs bare send (pulsar.asyncio)", "ours": repl["p50_ms"], "reference": bare_ms["p50_ms"], "unit": "ms"},
-        {"figure": "put, p99: replicated vs bare send (pulsar.asyncio)", "ours": repl["p99_ms"], "reference": bare_ms["p99_ms"], "unit": "ms"},
-        {"figure": "put p50 / bare send p50", "ours": round(ratio_p50, 2), "reference": 1.0, "unit": "x",
-         "target": f"<= {TARGET_RATIO:g}x", "met": ratio_p50 <= TARGET_RATIO},
+        {
+            "figure": f"put of 1 item, p50: replicated vs SQLite store ({total} each)",
+            "ours": repl["p50_ms"],
+            "reference": sqlite_ms["p50_ms"],
+            "unit": "ms",
+        },
+        {
+            "figure": "put of 1 item, p99: replicated vs SQLite store",
+            "ours": repl["p99_ms"],
+            "reference": sqlite_ms["p99_ms"],
+            "unit": "ms",
+        },
+        {
+            "figure": "put, p50: replicated vs bare send (pulsar.asyncio)",
+            "ours": repl["p50_ms"],
+            "reference": bare_ms["p50_ms"],
+            "unit": "ms",
+        },
+        {
+            "figure": "put, p99: replicated vs bare send (pulsar.asyncio)",
+            "ours": repl["p99_ms"],
+            "reference": bare_ms["p99_ms"],
+            "unit": "ms",
+        },
+        {
+            "figure": "put p50 / bare send p50",
+            "ours": round(ratio_p50, 2),
+            "reference": 1.0,
+            "unit": "x",
+            "target": f"<= {TARGET_RATIO:g}x",
+            "met": ratio_p50 <= TARGET_RATIO,
+        },
         {"figure": "put p99 / bare send p99", "ours": round(ratio_p99, 2), "reference": 1.0, "unit": "x"},
-        {"figure": "store's own append (ReplicatedLog.append), p50", "ours": append["p50_ms"], "reference": bare_ms["p50_ms"], "unit": "ms"},
+        {
+            "figure": "store's own append (ReplicatedLog.append), p50",
+            "ours": append["p50_ms"],
+            "reference": bare_ms["p50_ms"],
+            "unit": "ms",
+        },
         {"figure": "store's own append, p99", "ours": append["p99_ms"], "reference": bare_ms["p99_ms"], "unit": "ms"},
-        {"figure": "append p50 / bare send p50", "ours": round(append_ratio, 2), "reference": 1.0, "unit": "x",
-         "target": f"<= {TARGET_RATIO:g}x", "met": append_ratio <= TARGET_RATIO},
-        {"figure": "transport fence-mode send (what the log writes through), p50", "ours": fence_ms["p50_ms"], "reference": bare_ms["p50_ms"], "unit": "ms"},
+        {
+            "figure": "append p50 / bare send p50",
+            "ours": round(append_ratio, 2),
+            "reference": 1.0,
+            "unit": "x",
+            "target": f"<= {TARGET_RATIO:g}x",
+            "met": append_ratio <= TARGET_RATIO,
+        },
+        {
+            "figure": "transport fence-mode send (what the log writes through), p50",
+            "ours": fence_ms["p50_ms"],
+            "reference": bare_ms["p50_ms"],
+            "unit": "ms",
+        },
     ]
-    data = {"summaries_ms": stats, "ratio_p50": round(ratio_p50, 3), "ratio_p99": round(ratio_p99, 3),
-            "append_ratio_p50": round(append_ratio, 3), "entry_bytes": entry_size, "writes_per_way": total}
+    data = {
+        "summaries_ms": stats,
+        "ratio_p50": round(ratio_p50, 3),
+        "ratio_p99": round(ratio_p99, 3),
+        "append_ratio_p50": round(append_ratio, 3),
+        "entry_bytes": entry_size,
+        "writes_per_way": total,
+    }
     return rows, data
 
 
@@ -373,7 +449,9 @@ class UpProcess:
         deadline = time.monotonic() + timeout
         while not check():
             if self.process.poll() is not None:
-                raise RuntimeError(f"bench: {self.name} exited ({self.process.returncode}) before {what}:\n{self.text()[-3000:]}")
+                raise RuntimeError(
+                    f"bench: {self.name} exited ({self.process.returncode}) before {what}:\n{self.text()[-3000:]}"
+                )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"bench: {self.name}: no {what} after {timeout:g}s:\n{self.text()[-3000:]}")
             await asyncio.sleep(0.02)
@@ -398,8 +476,13 @@ class UpGroup:
         data_dir = self.root / name
         data_dir.mkdir(parents=True, exist_ok=True)
         env = product_env(
-            self.broker.url, data_dir, "apache-pulsar", PULSAR_AUTH_TOKEN=self.broker.token, TOOLREG_TOPICSPACE=self.tenant,
-            TOOLREG_STORE="pulsar", TOOLREG_LOG_LEVEL="info",
+            self.broker.url,
+            data_dir,
+            "apache-pulsar",
+            PULSAR_AUTH_TOKEN=self.broker.token,
+            TOOLREG_TOPICSPACE=self.tenant,
+            TOOLREG_STORE="pulsar",
+            TOOLREG_LOG_LEVEL="info",
         )
         log = self.root / f"{name}.log"
         up = UpProcess(name, spawn(["-m", "discovery.cli", "up"], env, log), log)
@@ -423,7 +506,9 @@ async def _confirm(client: ConfigClient, key: str, timeout: float = 60.0) -> Non
                 await asyncio.sleep(RETRY_EVERY)
 
 
-async def _failover(broker: Broker, work: Path, quick: bool, progress: Progress) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+async def _failover(
+    broker: Broker, work: Path, quick: bool, progress: Progress
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     kills = 5 if quick else 20
     tenant = broker.tenant("failover")
     group = UpGroup(broker, tenant, work / "failover")
@@ -434,38 +519,69 @@ async def _failover(broker: Broker, work: Path, quick: bool, progress: Progress)
         await active.wait_for(lambda: active.has_event("config.replica_active"), "config.replica_active")
         standby = await group.start()
         async with AsyncExitStack() as stack:
-            client = await config_client(stack, broker.settings(tenant, work / "failover" / "client"), timeout=CLIENT_TIMEOUT)
+            client = await config_client(
+                stack, broker.settings(tenant, work / "failover" / "client"), timeout=CLIENT_TIMEOUT
+            )
             for number in range(1, kills + 1):
-                progress.update(f"failover, kill {number}/{kills}: {active.name} (active) -9, {standby.name} takes over", force=True)
+                progress.update(
+                    f"failover, kill {number}/{kills}: {active.name} (active) -9, {standby.name} takes over", force=True
+                )
                 await asyncio.sleep(1.0)  # the standby is queued for the lock and heard by the group
                 await _confirm(client, f"before-{number}")
                 rounds.append(await _one_kill(client, active, standby, number))
                 handover = await broker.producer_created(Topics(topicspace=tenant).state_lock, rounds[-1]["killed_at"])
-                rounds[-1]["broker_handover_s"] = _rounded(handover - rounds[-1]["killed_at"] if handover is not None else None)
+                rounds[-1]["broker_handover_s"] = _rounded(
+                    handover - rounds[-1]["killed_at"] if handover is not None else None
+                )
                 await asyncio.to_thread(active.process.wait)
                 active, standby = standby, await group.start()  # the killed one, back: a standby
                 if standby.has_event("config.replica_active"):
                     rounds[-1]["odd"] = f"the restarted {standby.name} became active"
     finally:
         group.stop()
-    took_ms, handover_ms, promoted_ms, serving_ms = (_summary(rounds, key) for key in ("ack_s", "broker_handover_s", "promoted_s", "serving_s"))
+    took_ms, handover_ms, promoted_ms, serving_ms = (
+        _summary(rounds, key) for key in ("ack_s", "broker_handover_s", "promoted_s", "serving_s")
+    )
     p99_s = took_ms["p99_ms"] / 1000
     progress.done(f"failover p50 {took_ms['p50_ms']:.0f} ms, p99 {took_ms['p99_ms']:.0f} ms over {kills} kills")
     rows: list[dict[str, Any]] = [
-        {"figure": f"kill -9 of the active -> first acknowledged write, p50 ({kills} kills)", "ours": took_ms["p50_ms"] / 1000,
-         "reference": handover_ms["p50_ms"] / 1000, "unit": "s"},
-        {"figure": "kill -9 of the active -> first acknowledged write, p99", "ours": p99_s, "reference": handover_ms["p99_ms"] / 1000,
-         "unit": "s", "target": f"<= {TARGET_FAILOVER_S:g} s", "met": p99_s <= TARGET_FAILOVER_S},
-        {"figure": "kill -9 -> survivor serving (config.replica_active), p50 / p99", "ours": serving_ms["p50_ms"] / 1000,
-         "reference": serving_ms["p99_ms"] / 1000, "unit": "s"},
+        {
+            "figure": f"kill -9 of the active -> first acknowledged write, p50 ({kills} kills)",
+            "ours": took_ms["p50_ms"] / 1000,
+            "reference": handover_ms["p50_ms"] / 1000,
+            "unit": "s",
+        },
+        {
+            "figure": "kill -9 of the active -> first acknowledged write, p99",
+            "ours": p99_s,
+            "reference": handover_ms["p99_ms"] / 1000,
+            "unit": "s",
+            "target": f"<= {TARGET_FAILOVER_S:g} s",
+            "met": p99_s <= TARGET_FAILOVER_S,
+        },
+        {
+            "figure": "kill -9 -> survivor serving (config.replica_active), p50 / p99",
+            "ours": serving_ms["p50_ms"] / 1000,
+            "reference": serving_ms["p99_ms"] / 1000,
+            "unit": "s",
+        },
     ]
-    data = {"kills": kills, "client_timeout_s": CLIENT_TIMEOUT, "retry_every_s": RETRY_EVERY, "ack_ms": took_ms,
-            "broker_handover_ms": handover_ms, "promoted_ms": promoted_ms, "serving_ms": serving_ms, "rounds": rounds}
+    data = {
+        "kills": kills,
+        "client_timeout_s": CLIENT_TIMEOUT,
+        "retry_every_s": RETRY_EVERY,
+        "ack_ms": took_ms,
+        "broker_handover_ms": handover_ms,
+        "promoted_ms": promoted_ms,
+        "serving_ms": serving_ms,
+        "rounds": rounds,
+    }
     return rows, data
 
 
 async def _one_kill(client: ConfigClient, active: UpProcess, survivor: UpProcess, number: int) -> dict[str, Any]:
-    """kill -9 `active`; put every RETRY_EVERY until one is acknowledged; what the survivor's log says happened meanwhile."""
+    """kill -9 `active`; put every RETRY_EVERY until one is acknowledged; what the survivor's log says happened
+    meanwhile."""
     errors: Counter[str] = Counter()
     killed_at = time.time()
     started = time.perf_counter()
@@ -477,17 +593,31 @@ async def _one_kill(client: ConfigClient, active: UpProcess, survivor: UpProcess
         except (RequestTimeout, ConfigError) as exc:
             errors[type(exc).__name__] += 1
             if time.perf_counter() - started > 120:
-                raise RuntimeError(f"bench: no write acknowledged 120 s after killing {active.name}:\n{survivor.text()[-3000:]}") from None
+                raise RuntimeError(
+                    f"bench: no write acknowledged 120 s after killing {active.name}:\n{survivor.text()[-3000:]}"
+                ) from None
         await asyncio.sleep(RETRY_EVERY)
     took = time.perf_counter() - started
-    await survivor.wait_for(lambda: survivor.has_event("config.replica_active", killed_at), "config.replica_active", timeout=10)
+    await survivor.wait_for(
+        lambda: survivor.has_event("config.replica_active", killed_at), "config.replica_active", timeout=10
+    )
     events = survivor.events(killed_at)
-    first = {e["event"]: e["at"] - killed_at for e in reversed(events)}  # the first time each event was logged after the kill
-    timeline = [(e["event"], round((e["at"] - killed_at) * 1000, 1)) for e in events if e["at"] - killed_at <= took + 0.5]
+    first = {
+        e["event"]: e["at"] - killed_at for e in reversed(events)
+    }  # the first time each event was logged after the kill
+    timeline = [
+        (e["event"], round((e["at"] - killed_at) * 1000, 1)) for e in events if e["at"] - killed_at <= took + 0.5
+    ]
     return {
-        "round": number, "killed_at": killed_at, "ack_s": round(took, 4), "attempts": sum(errors.values()) + 1, "errors": dict(errors),
-        "promoted_s": _rounded(first.get("election.promoted")), "writable_s": _rounded(first.get("log.writable")),
-        "serving_s": _rounded(first.get("config.replica_active")), "survivor_timeline_ms": timeline,
+        "round": number,
+        "killed_at": killed_at,
+        "ack_s": round(took, 4),
+        "attempts": sum(errors.values()) + 1,
+        "errors": dict(errors),
+        "promoted_s": _rounded(first.get("election.promoted")),
+        "writable_s": _rounded(first.get("log.writable")),
+        "serving_s": _rounded(first.get("config.replica_active")),
+        "survivor_timeline_ms": timeline,
     }
 
 
@@ -509,17 +639,24 @@ async def _standby_start(settings: Settings, active: ReplicatedStore, tap: Event
         target = active.version
         started = time.perf_counter()
         standby = await stack.enter_async_context(ReplicatedStore(connection, replica_id=name))
-        await until(lambda: standby.role == "standby" and standby.version == target, "the standby to catch up", timeout=600)
+        await until(
+            lambda: standby.role == "standby" and standby.version == target, "the standby to catch up", timeout=600
+        )
         took = time.perf_counter() - started
         found = [e for e in tap.find("log.started", since=started) if e.get("version") == target]
         log_started = found[-1] if found else {}
     return {
-        "seconds": round(took, 4), "restore_s": log_started.get("restore_s"), "replay_s": log_started.get("replay_s"),
-        "restored_items": log_started.get("restored_items"), "replayed_entries": log_started.get("replayed"),
+        "seconds": round(took, 4),
+        "restore_s": log_started.get("restore_s"),
+        "replay_s": log_started.get("replay_s"),
+        "restored_items": log_started.get("restored_items"),
+        "replayed_entries": log_started.get("replayed"),
     }
 
 
-async def _startup(broker: Broker, work: Path, quick: bool, progress: Progress) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+async def _startup(
+    broker: Broker, work: Path, quick: bool, progress: Progress
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     sizes = (1_000, 10_000) if quick else (1_000, 100_000)
     repeats = 2 if quick else 3
     rows: list[dict[str, Any]] = []
@@ -529,16 +666,37 @@ async def _startup(broker: Broker, work: Path, quick: bool, progress: Progress) 
             figures = data["sizes"][str(size)] = await _startup_of(broker, work, size, repeats, tap, progress)
             snapshot_s = statistics.median(r["seconds"] for r in figures["snapshot"])
             replay_s = statistics.median(r["seconds"] for r in figures["replay"])
-            rows.append({"figure": f"standby start, {size:,} items: from a snapshot vs full log replay (median of {repeats})",
-                         "ours": round(snapshot_s, 3), "reference": round(replay_s, 3), "unit": "s"})
+            rows.append(
+                {
+                    "figure": (
+                        f"standby start, {size:,} items: from a snapshot vs full log replay (median of {repeats})"
+                    ),
+                    "ours": round(snapshot_s, 3),
+                    "reference": round(replay_s, 3),
+                    "unit": "s",
+                }
+            )
         last, first = figures["read_last_message_ms"], figures["read_first_message_ms"]
-        rows.append({"figure": f"open a reader and read the last message vs the first, p50 ({READS} each)",
-                     "ours": last["p50_ms"], "reference": first["p50_ms"], "unit": "ms"})
-    progress.done(", ".join(f"{size:,} items: {r['ours']:.2f} s from a snapshot, {r['reference']:.2f} s by replay" for size, r in zip(sizes, rows)))
+        rows.append(
+            {
+                "figure": f"open a reader and read the last message vs the first, p50 ({READS} each)",
+                "ours": last["p50_ms"],
+                "reference": first["p50_ms"],
+                "unit": "ms",
+            }
+        )
+    progress.done(
+        ", ".join(
+            f"{size:,} items: {r['ours']:.2f} s from a snapshot, {r['reference']:.2f} s by replay"
+            for size, r in zip(sizes, rows)
+        )
+    )
     return rows, data
 
 
-async def _startup_of(broker: Broker, work: Path, size: int, repeats: int, tap: EventTap, progress: Progress) -> dict[str, Any]:
+async def _startup_of(
+    broker: Broker, work: Path, size: int, repeats: int, tap: EventTap, progress: Progress
+) -> dict[str, Any]:
     """`size` items in an active replica of a fresh tenant; standbys started by full replay, then from a snapshot."""
     settings = broker.settings(broker.tenant(f"startup-{size}"), work / f"startup-{size}")
     batches = -(-size // BATCH)
@@ -547,7 +705,9 @@ async def _startup_of(broker: Broker, work: Path, size: int, repeats: int, tap: 
         active = await stack.enter_async_context(
             ReplicatedStore(await connect(stack, settings), replica_id="bench-active", snapshot_every=batches + 1)
         )
-        await until(lambda: active.service is not None, "the replica to be active and serving", timeout=60, interval=0.01)
+        await until(
+            lambda: active.service is not None, "the replica to be active and serving", timeout=60, interval=0.01
+        )
         client = await config_client(stack, settings, timeout=120)
         written = time.perf_counter()
         for batch in range(batches):
@@ -556,11 +716,15 @@ async def _startup_of(broker: Broker, work: Path, size: int, repeats: int, tap: 
         write_s = time.perf_counter() - written
         replay = []
         for repeat in range(repeats):
-            progress.update(f"start-up, {size:,} items: standby by full log replay ({repeat + 1}/{repeats})", force=True)
+            progress.update(
+                f"start-up, {size:,} items: standby by full log replay ({repeat + 1}/{repeats})", force=True
+            )
             replay.append(await _standby_start(settings, active, tap, f"bench-replay-{repeat}"))
         asked = time.perf_counter()
         await client.put([(ITEM_TYPE, "snapshot-now", "1")])
-        await until(lambda: tap.find("log.snapshot_written", since=asked, version=active.version), "the snapshot", timeout=300)
+        await until(
+            lambda: tap.find("log.snapshot_written", since=asked, version=active.version), "the snapshot", timeout=300
+        )
         written_snapshot = tap.find("log.snapshot_written", since=asked)[-1]
         snapshot = []
         for repeat in range(repeats):
@@ -570,9 +734,15 @@ async def _startup_of(broker: Broker, work: Path, size: int, repeats: int, tap: 
         first_ms = summary_ms(await _read_one(reader, reader.topics.state_log, "earliest", READS))
         last_ms = summary_ms(await _read_one(reader, reader.topics.state_log, "latest", READS))
         return {
-            "read_first_message_ms": first_ms, "read_last_message_ms": last_ms,
-            "log_entries": active.version, "write_s": round(write_s, 2), "replay": replay, "snapshot": snapshot,
-            "snapshot_written": {k: written_snapshot.get(k) for k in ("version", "items", "chunks", "bytes", "seconds")},
+            "read_first_message_ms": first_ms,
+            "read_last_message_ms": last_ms,
+            "log_entries": active.version,
+            "write_s": round(write_s, 2),
+            "replay": replay,
+            "snapshot": snapshot,
+            "snapshot_written": {
+                k: written_snapshot.get(k) for k in ("version", "items", "chunks", "bytes", "seconds")
+            },
         }
 
 
@@ -608,9 +778,11 @@ async def run(broker: Broker, work: Workdirs, quick: bool) -> dict[str, Any]:
         "name": NAME,
         "title": "Config store replicated on Apache Pulsar",
         "rows": rows,
-        "reference_is": "writes: the same ConfigClient against the SQLite store, and a bare unbatched persistent send of a log "
-                        "entry's bytes on pulsar.asyncio (the target's reference); failover: when the broker's log says it handed "
-                        "the lock (its exclusive producer) to the survivor; start-up: the same standby by full log replay",
+        "reference_is": (
+            "writes: the same ConfigClient against the SQLite store, and a bare unbatched persistent send of a log "
+            "entry's bytes on pulsar.asyncio (the target's reference); failover: when the broker's log says it handed "
+            "the lock (its exclusive producer) to the survivor; start-up: the same standby by full log replay"
+        ),
         "data": data,
     }
 
@@ -623,26 +795,43 @@ def _print_details(result: dict[str, Any]) -> None:
     data = result["data"]
     print(f"\nload average (1/5/15 min): {data['load_average']}")
     failover = data["failover"]
-    print("failover, p50 after the kill: " + ", ".join(
-        f"{what} {failover[key]['p50_ms']:.0f} ms" for what, key in (
-            ("broker hands the lock over", "broker_handover_ms"), ("election.promoted", "promoted_ms"),
-            ("config.replica_active", "serving_ms"), ("first write acknowledged", "ack_ms"))))
+    print(
+        "failover, p50 after the kill: "
+        + ", ".join(
+            f"{what} {failover[key]['p50_ms']:.0f} ms"
+            for what, key in (
+                ("broker hands the lock over", "broker_handover_ms"),
+                ("election.promoted", "promoted_ms"),
+                ("config.replica_active", "serving_ms"),
+                ("first write acknowledged", "ack_ms"),
+            )
+        )
+    )
     slow = max(failover["rounds"], key=lambda r: r["ack_s"])
-    print(f"slowest failover (kill {slow['round']}): {slow['ack_s']:.3f} s after {slow['attempts']} attempt(s) {slow['errors']}; "
-          f"broker handover {slow['broker_handover_s']} s; survivor's log, ms after the kill: {slow['survivor_timeline_ms']}")
+    print(
+        f"slowest failover (kill {slow['round']}): {slow['ack_s']:.3f} s after {slow['attempts']} attempt(s)"
+        f" {slow['errors']}; broker handover {slow['broker_handover_s']} s; survivor's log, ms after the kill:"
+        f" {slow['survivor_timeline_ms']}"
+    )
     for r in data["failover"]["rounds"]:
         if r.get("odd"):
             print(f"odd: kill {r['round']}: {r['odd']}")
     for size, figures in data["standby_startup"]["sizes"].items():
         for way in ("replay", "snapshot"):
-            print(f"start-up, {int(size):,} items, {way}: " + "; ".join(
-                f"{r['seconds']:.2f} s (restore {r['restore_s']} s, replay {r['replay_s']} s)" for r in figures[way]))
+            print(
+                f"start-up, {int(size):,} items, {way}: "
+                + "; ".join(
+                    f"{r['seconds']:.2f} s (restore {r['restore_s']} s, replay {r['replay_s']} s)" for r in figures[way]
+                )
+            )
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.b_replicated", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="200 writes per way, 5 kills, 1,000 and 10,000 items")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the results file (default: bench/{DEFAULT_OUT.name})")
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"the results file (default: bench/{DEFAULT_OUT.name})"
+    )
     args = parser.parse_args(argv)
     configure_logging("error")
     started = time.monotonic()
@@ -656,9 +845,14 @@ def main(argv: list[str]) -> int:
     wall = time.monotonic() - started
     result["seconds"] = round(wall, 1)
     meta = {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "command": _command(argv), "wall_seconds": round(wall, 1),
-        "broker": f"Apache Pulsar {_pulsar_version()} standalone (scripts/apache_pulsar.py, token auth), one for the run",
-        "machine": report.machine(), "versions": report.versions(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": _command(argv),
+        "wall_seconds": round(wall, 1),
+        "broker": (
+            f"Apache Pulsar {_pulsar_version()} standalone (scripts/apache_pulsar.py, token auth), one for the run"
+        ),
+        "machine": report.machine(),
+        "versions": report.versions(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "benchmarks": [result]}, indent=2, default=str) + "\n")

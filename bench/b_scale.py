@@ -36,7 +36,9 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         connection = await open_transport(stack.settings)
         config = await ConfigClient(connection, timeout=10).start()
         try:
-            sim = await SimProcess.start(stack.url, stack.data_dir, services=SERVICES, instances=INSTANCES, tools=TOOLS, ttl=TTL)
+            sim = await SimProcess.start(
+                stack.url, stack.data_dir, services=SERVICES, instances=INSTANCES, tools=TOOLS, ttl=TTL
+            )
             progress.update(f"announcing {SERVICES * INSTANCES:,} instances", force=True)
             t0 = time.perf_counter()
             await populate(stack, sim, SERVICES * INSTANCES)
@@ -67,33 +69,82 @@ async def _stable_version(config: ConfigClient, quiet: float = 1.5, timeout: flo
     return version
 
 
-async def _window(stack: Stack, sim: SimProcess, config: ConfigClient, window: float, populated_s: float,
-                  tools_listed: int, progress: Progress) -> dict[str, Any]:
+async def _window(
+    stack: Stack,
+    sim: SimProcess,
+    config: ConfigClient,
+    window: float,
+    populated_s: float,
+    tools_listed: int,
+    progress: Progress,
+) -> dict[str, Any]:
     rate = SERVICES * INSTANCES / (TTL / 3)
     measured = await steady_window(stack, sim, config, rate, window, progress)
-    ours, ref, async_ref = measured["registry"], measured["references"]["consumer"], measured["references"]["async-consumer"]
-    peak_rss, bumps, dropped, expiries = measured["peak_rss_mb"], measured["version_bumps"], measured["dropped"], measured["expiries"]
+    ours, ref, async_ref = (
+        measured["registry"],
+        measured["references"]["consumer"],
+        measured["references"]["async-consumer"],
+    )
+    peak_rss, bumps, dropped, expiries = (
+        measured["peak_rss_mb"],
+        measured["version_bumps"],
+        measured["dropped"],
+        measured["expiries"],
+    )
     per_minute = bumps * 60 / window
     progress.done(f"registry CPU {ours['cpu_share']:.1%}, RSS {peak_rss:.0f} MB, {bumps} version bumps")
     return {
         "name": NAME,
         "title": "Scale",
         "rows": [
-            {"figure": f"registry CPU share, {SERVICES * INSTANCES:,} instances, {rate:g} hb/s", "ours": round(ours["cpu_share"] * 100, 2),
-             "reference": round(ref["cpu_share"] * 100, 2), "unit": "% of a core"},
-            {"figure": "registry CPU share vs a bare pulsar.asyncio consumer", "ours": round(ours["cpu_share"] * 100, 2),
-             "reference": round(async_ref["cpu_share"] * 100, 2), "unit": "% of a core"},
+            {
+                "figure": f"registry CPU share, {SERVICES * INSTANCES:,} instances, {rate:g} hb/s",
+                "ours": round(ours["cpu_share"] * 100, 2),
+                "reference": round(ref["cpu_share"] * 100, 2),
+                "unit": "% of a core",
+            },
+            {
+                "figure": "registry CPU share vs a bare pulsar.asyncio consumer",
+                "ours": round(ours["cpu_share"] * 100, 2),
+                "reference": round(async_ref["cpu_share"] * 100, 2),
+                "unit": "% of a core",
+            },
             {"figure": "registry RSS, peak", "ours": peak_rss, "reference": ref["rss_mb"], "unit": "MB"},
-            {"figure": "store version bumps per minute, nothing changing", "ours": round(per_minute, 2), "reference": 0,
-             "target": "0", "met": bumps == 0},
-            {"figure": "heartbeats dropped / false expiries", "ours": f"{dropped} / {expiries}",
-             "reference": "0 / 0", "target": "0 / 0", "met": dropped <= 0 and expiries == 0},
+            {
+                "figure": "store version bumps per minute, nothing changing",
+                "ours": round(per_minute, 2),
+                "reference": 0,
+                "target": "0",
+                "met": bumps == 0,
+            },
+            {
+                "figure": "heartbeats dropped / false expiries",
+                "ours": f"{dropped} / {expiries}",
+                "reference": "0 / 0",
+                "target": "0 / 0",
+                "met": dropped <= 0 and expiries == 0,
+            },
         ],
-        "reference_is": "a bare pulsar-client consumer (sync API) on its own subscription to the same topic in the same window: "
-                        "the CPU and memory any process must spend just receiving this stream; also the same consumer on "
-                        "pulsar.asyncio, the floor for a process on an event loop",
-        "data": {"window_s": window, "services": SERVICES, "instances": SERVICES * INSTANCES, "tools": SERVICES * TOOLS,
-                 "tools_in_store": tools_listed, "heartbeat_rate": rate, "populate_and_merge_s": round(populated_s, 2),
-                 "registry": {**ours, "peak_rss_mb": peak_rss}, "raw_consumer": ref, "raw_asyncio_consumer": async_ref, "sent": measured["sent"],
-                 "version_bumps": bumps, "dropped": dropped, "expiries": expiries, "load_average": measured["load_average"]},
+        "reference_is": (
+            "a bare pulsar-client consumer (sync API) on its own subscription to the same topic in the same window: "
+            "the CPU and memory any process must spend just receiving this stream; also the same consumer on "
+            "pulsar.asyncio, the floor for a process on an event loop"
+        ),
+        "data": {
+            "window_s": window,
+            "services": SERVICES,
+            "instances": SERVICES * INSTANCES,
+            "tools": SERVICES * TOOLS,
+            "tools_in_store": tools_listed,
+            "heartbeat_rate": rate,
+            "populate_and_merge_s": round(populated_s, 2),
+            "registry": {**ours, "peak_rss_mb": peak_rss},
+            "raw_consumer": ref,
+            "raw_asyncio_consumer": async_ref,
+            "sent": measured["sent"],
+            "version_bumps": bumps,
+            "dropped": dropped,
+            "expiries": expiries,
+            "load_average": measured["load_average"],
+        },
     }

@@ -54,7 +54,11 @@ from .serve import echo_class
 NAME = "stages"
 SIZES = (10, 100, 1_000, 10_000)
 SIZES_QUICK = (10, 1_000)
-STATIC_SERVICE = {"id": "bulk", "request-queue": "non-persistent://tg/request/bulk", "response-queue": "non-persistent://tg/response/bulk"}
+STATIC_SERVICE = {
+    "id": "bulk",
+    "request-queue": "non-persistent://tg/request/bulk",
+    "response-queue": "non-persistent://tg/response/bulk",
+}
 STAGES = (
     "announce sent",
     "received by the registry",
@@ -80,7 +84,8 @@ class Marks:
         self.t0, self.at = time.perf_counter(), {}
 
     def mark(self, stage: str) -> None:
-        """Stamp `stage` the first time it is reached after the stage before it (an earlier read or heartbeat is not it)."""
+        """Stamp `stage` the first time it is reached after the stage before it (an earlier read or heartbeat is not
+        it)."""
         index = STAGES.index(stage)
         if self.t0 is not None and stage not in self.at and (index == 0 or STAGES[index - 1] in self.at):
             self.at[stage] = time.perf_counter()
@@ -101,11 +106,17 @@ def stamped(marks: Marks) -> Iterator[None]:
     """Wrap the methods that mark a stage, and put them back afterwards."""
     patches: list[tuple[type, str, Callable[..., Any]]] = []
 
-    def wrap(owner: type, name: str, before: str | None = None, after: str | None = None,
-             when: Callable[..., bool] = lambda *a, **k: True) -> None:
+    def wrap(
+        owner: type,
+        name: str,
+        before: str | None = None,
+        after: str | None = None,
+        when: Callable[..., bool] = lambda *a, **k: True,
+    ) -> None:
         original = getattr(owner, name)
         patches.append((owner, name, original))
         if inspect.iscoroutinefunction(original):
+
             @functools.wraps(original)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 if before and when(*args, **kwargs):
@@ -114,8 +125,10 @@ def stamped(marks: Marks) -> Iterator[None]:
                 if after and when(*args, **kwargs):
                     marks.mark(after)
                 return result
+
             setattr(owner, name, async_wrapper)
         else:
+
             @functools.wraps(original)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 if before:
@@ -124,9 +137,11 @@ def stamped(marks: Marks) -> Iterator[None]:
                 if after:
                     marks.mark(after)
                 return result
+
             setattr(owner, name, wrapper)
 
-    # Stamped on entry where the next stage can start before the call returns (a send whose message is already on its way).
+    # Stamped on entry where the next stage can start before the call returns (a send whose message is already on its
+    # way).
     wrap(Announcer, "_send", before="announce sent", when=lambda self, kind: kind == "announce")
     wrap(Registry, "_on_message", before="received by the registry")
     wrap(StoreWrites, "apply", before="merged (store write sent)")
@@ -169,37 +184,78 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         await stack.enter_async_context(registry)
         tools = await stack.enter_async_context(ToolSet(settings=settings, connection=agent_conn, poll_interval=2.0))
         cycles, totals, _ = await _cycles(settings, service_conn, tools, marks, starts, progress)
-        growth = await _growth(settings, store_conn, service_conn, tools, marks, SIZES_QUICK if quick else SIZES, 10 if quick else 40, progress)
+        growth = await _growth(
+            settings,
+            store_conn,
+            service_conn,
+            tools,
+            marks,
+            SIZES_QUICK if quick else SIZES,
+            10 if quick else 40,
+            progress,
+        )
     per_stage = {stage: summary_ms([c[stage] for c in cycles]) for stage in STAGES}
     total = summary_ms(totals)
     progress.done(f"{len(cycles)} of {starts} starts went through every stage: total p50 {total['p50_ms']:.1f} ms")
-    rows = [
-        {"figure": f"stage: {stage}, p50", "ours": per_stage[stage]["p50_ms"], "unit": "ms"} for stage in STAGES
-    ]
+    rows = [{"figure": f"stage: {stage}, p50", "ours": per_stage[stage]["p50_ms"], "unit": "ms"} for stage in STAGES]
     rows.append({"figure": "all stages, start() -> first call answered, p50", "ours": total["p50_ms"], "unit": "ms"})
     rows.append({"figure": "all stages, start() -> first call answered, p99", "ours": total["p99_ms"], "unit": "ms"})
     for size, figures in growth.items():
-        rows.append({"figure": f"with {size:,} tools already listed: start() -> first call answered, p50",
-                     "ours": figures["invokable"]["p50_ms"], "unit": "ms"})
+        rows.append(
+            {
+                "figure": f"with {size:,} tools already listed: start() -> first call answered, p50",
+                "ours": figures["invokable"]["p50_ms"],
+                "unit": "ms",
+            }
+        )
         slowest = figures["slowest"]
-        rows.append({"figure": f"with {size:,} tools already listed: slowest stage at p50",
-                     "ours": f"{slowest} {figures['per_stage'][slowest]['p50_ms']:.1f} ms" if slowest else
-                     f"none: {figures['complete_cycles']} of {figures['invokable']['n']} starts went through every stage in order"})
-        rows.append({"figure": f"with {size:,} tools already listed: stop() -> gone from the ToolSet, p50",
-                     "ours": figures["gone"]["p50_ms"], "unit": "ms"})
+        rows.append(
+            {
+                "figure": f"with {size:,} tools already listed: slowest stage at p50",
+                "ours": (
+                    f"{slowest} {figures['per_stage'][slowest]['p50_ms']:.1f} ms"
+                    if slowest
+                    else (
+                        f"none: {figures['complete_cycles']} of {figures['invokable']['n']} starts went through every"
+                        " stage in order"
+                    )
+                ),
+            }
+        )
+        rows.append(
+            {
+                "figure": f"with {size:,} tools already listed: stop() -> gone from the ToolSet, p50",
+                "ours": figures["gone"]["p50_ms"],
+                "unit": "ms",
+            }
+        )
     return {
         "name": NAME,
         "title": "Announce -> invokable, stage by stage",
         "rows": rows,
-        "reference_is": "none: each stage is timed from the stage before it; the total sits beside benchmark 1 (propagation), "
-                        "whose store and registry run in `toolreg up`",
-        "data": {"starts": starts, "complete_cycles": len(cycles), "per_stage": per_stage, "total": total, "growth": growth},
+        "reference_is": (
+            "none: each stage is timed from the stage before it; the total sits beside benchmark 1 (propagation), "
+            "whose store and registry run in `toolreg up`"
+        ),
+        "data": {
+            "starts": starts,
+            "complete_cycles": len(cycles),
+            "per_stage": per_stage,
+            "total": total,
+            "growth": growth,
+        },
     }
 
 
 async def _growth(
-    settings: Settings, store_conn: Any, service_conn: Any, tools: ToolSet, marks: Marks, sizes: tuple[int, ...],
-    starts: int, progress: Progress,
+    settings: Settings,
+    store_conn: Any,
+    service_conn: Any,
+    tools: ToolSet,
+    marks: Marks,
+    sizes: tuple[int, ...],
+    starts: int,
+    progress: Progress,
 ) -> dict[int, dict[str, Any]]:
     """The same cycles with 10 ... 10,000 static tools already in the store and the ToolSet: how each stage grows."""
     found: dict[int, dict[str, Any]] = {}
@@ -209,12 +265,19 @@ async def _growth(
         for size in sizes:
             listed = await _list_static(config, listed, size)
             await tools.wait_for(_at_least(size), timeout=120)
-            cycles, totals, gone = await _cycles(settings, service_conn, tools, marks, starts, progress, f"{size:,} listed: ", pause=0.25)
+            cycles, totals, gone = await _cycles(
+                settings, service_conn, tools, marks, starts, progress, f"{size:,} listed: ", pause=0.25
+            )
             per_stage = {stage: summary_ms([c[stage] for c in cycles]) for stage in STAGES}
             complete = [stage for stage in STAGES if per_stage[stage]["n"]]
             slowest = max(complete, key=lambda stage: per_stage[stage]["p50_ms"]) if complete else None
-            found[size] = {"invokable": summary_ms(totals), "gone": summary_ms(gone), "per_stage": per_stage, "slowest": slowest,
-                           "complete_cycles": len(cycles)}
+            found[size] = {
+                "invokable": summary_ms(totals),
+                "gone": summary_ms(gone),
+                "per_stage": per_stage,
+                "slowest": slowest,
+                "complete_cycles": len(cycles),
+            }
     finally:
         await config.close()
     return found
@@ -234,18 +297,31 @@ async def _list_static(config: ConfigClient, listed: int, size: int) -> int:
 
 
 def _static_tool(n: int) -> str:
-    return json.dumps({
-        "type": "tool-service", "name": f"t-{n:05d}", "service": "bulk",
-        "description": f"Look something up in collection number {n} of the archive, the way an agent would ask for it",
-        "arguments": [{"name": "query", "type": "string", "description": "What to look up"}],
-    })
+    return json.dumps(
+        {
+            "type": "tool-service",
+            "name": f"t-{n:05d}",
+            "service": "bulk",
+            "description": (
+                f"Look something up in collection number {n} of the archive, the way an agent would ask for it"
+            ),
+            "arguments": [{"name": "query", "type": "string", "description": "What to look up"}],
+        }
+    )
 
 
 async def _cycles(
-    settings: Settings, connection: Any, tools: ToolSet, marks: Marks, starts: int, progress: Progress, label: str = "",
+    settings: Settings,
+    connection: Any,
+    tools: ToolSet,
+    marks: Marks,
+    starts: int,
+    progress: Progress,
+    label: str = "",
     pause: float = 0.05,
 ) -> tuple[list[dict[str, float]], list[float], list[float]]:
-    """Start, first call, stop, gone; `pause` between cycles lets the last one's writes and reloads end (one shared loop)."""
+    """Start, first call, stop, gone; `pause` between cycles lets the last one's writes and reloads end (one shared
+    loop)."""
     service_class = echo_class("bench-echo")
     cycles: list[dict[str, float]] = []
     totals: list[float] = []

@@ -62,18 +62,27 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     notes = [f"{step['rate']:,} hb/s asked: {step['note']}" for step in steps if step.get("note")]
     if first_fail is not None:
         notes.append(
-            f"at {first_fail['rate']:,} hb/s asked: {first_fail['dropped']:,} dropped, {first_fail['expiries']:,} expired, "
-            f"registry CPU {first_fail['cpu_share']:.0%}, sender reached {first_fail['sent_per_s']:,.0f}/s"
+            f"at {first_fail['rate']:,} hb/s asked: {first_fail['dropped']:,} dropped, {first_fail['expiries']:,}"
+            f" expired, registry CPU {first_fail['cpu_share']:.0%}, sender reached {first_fail['sent_per_s']:,.0f}/s"
         )
     return {
         "name": NAME,
         "title": "Registry throughput",
         "rows": [
-            {"figure": "highest sustained heartbeat rate, 0 drops, 0 false expiries", "ours": round(best), "unit": "hb/s",
-             "reference": round(reference["consumed_per_s"]), "target": f">= {TARGET:,} hb/s", "met": best >= TARGET},
+            {
+                "figure": "highest sustained heartbeat rate, 0 drops, 0 false expiries",
+                "ours": round(best),
+                "unit": "hb/s",
+                "reference": round(reference["consumed_per_s"]),
+                "target": f">= {TARGET:,} hb/s",
+                "met": best >= TARGET,
+            },
         ],
-        "reference_is": f"bare pulsar-client consumer (sync API) taking the same heartbeat bytes from a scratch topic while "
-                        f"the same publisher sends {RAW_RATE:,}/s, paced as the registry's steps are: the broker's raw consume rate on this machine",
+        "reference_is": (
+            "bare pulsar-client consumer (sync API) taking the same heartbeat bytes from a scratch topic while the"
+            f" same publisher sends {RAW_RATE:,}/s, paced as the registry's steps are: the broker's raw consume rate on"
+            " this machine"
+        ),
         "notes": notes,
         "data": {"instances": services * per, "ttl_s": 3, "steps": steps, "raw": reference},
     }
@@ -95,7 +104,9 @@ async def _steps(stack: Stack, sim: SimProcess, quick: bool, progress: Progress,
     clean_at, failed_at = 0, None
     rate = START_RATE
     while len(steps) < (4 if quick else MAX_STEPS):
-        progress.update(f"{rate:,} hb/s for {seconds:g} s (clean up to {clean_at:,}, failed at {failed_at or '-'})", force=True)
+        progress.update(
+            f"{rate:,} hb/s for {seconds:g} s (clean up to {clean_at:,}, failed at {failed_at or '-'})", force=True
+        )
         step = await heartbeat_step(stack, sim, meter, rate, seconds)
         steps.append(step)
         if step["clean"]:
@@ -121,7 +132,9 @@ async def _raw_rate(stack: Stack, work: Workdirs, seconds: float) -> dict[str, A
     publisher: SimProcess | None = None
     try:
         wait_for_line(log, "raw consumer ready", consumer)
-        publisher = await SimProcess.start(stack.url, stack.data_dir, services=400, instances=5, tools=1, ttl=3, prefix="raw", topic=SCRATCH)
+        publisher = await SimProcess.start(
+            stack.url, stack.data_dir, services=400, instances=5, tools=1, ttl=3, prefix="raw", topic=SCRATCH
+        )
         sent = await publisher.step(RAW_RATE, seconds + 0.5)  # paced: see RAW_RATE for why never a blast
         await asyncio.to_thread(consumer.wait, 30)
         result = json.loads(log.read_text().splitlines()[-1])
@@ -130,6 +143,8 @@ async def _raw_rate(stack: Stack, work: Workdirs, seconds: float) -> dict[str, A
             await publisher.close()
         stop_process(consumer)
     return {
-        "sent": sent["sent"], "sent_per_s": round(sent["sent"] / sent["seconds"], 1), "received": result["received"],
+        "sent": sent["sent"],
+        "sent_per_s": round(sent["sent"] / sent["seconds"], 1),
+        "received": result["received"],
         "consumed_per_s": round(result["received"] / result["seconds"], 1) if result["seconds"] else 0.0,
     }

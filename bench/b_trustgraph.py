@@ -40,7 +40,9 @@ from toolservice_base.examples.echo import EchoService
 from .common import Progress, Stack, Workdirs, spawn, stop_process, summary_ms, until
 
 NAME = "trustgraph"
-logging.getLogger("trustgraph").setLevel(logging.CRITICAL)  # its receiver loops log a traceback for a consumer closed on stop
+logging.getLogger("trustgraph").setLevel(
+    logging.CRITICAL
+)  # its receiver loops log a traceback for a consumer closed on stop
 ECHO = "toolservice_base.examples.echo:EchoService"
 
 
@@ -85,7 +87,9 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
             await connection.close()
     finally:
         stack.stop()
-    progress.done(f"{starts} starts each: start() -> TrustGraph handler p99 {figures['start_to_handler']['up']['p99_ms']:.1f} ms")
+    progress.done(
+        f"{starts} starts each: start() -> TrustGraph handler p99 {figures['start_to_handler']['up']['p99_ms']:.1f} ms"
+    )
     return _result(starts, figures)
 
 
@@ -121,7 +125,10 @@ async def _serve(stack: Stack, watcher: Watcher, workdir: Path, starts: int, pro
 async def _hand_put(connection: Transport, watcher: Watcher, starts: int, progress: Progress) -> dict[str, Any]:
     """Reference: the same two items written by hand, then deleted."""
     echo = EchoService(announce=False, connection=connection)
-    items = [("tool-service", "echo", echo.service_descriptor.to_json()), ("tool", "echo", echo.tool_descriptors[0].to_json())]
+    items = [
+        ("tool-service", "echo", echo.service_descriptor.to_json()),
+        ("tool", "echo", echo.tool_descriptors[0].to_json()),
+    ]
     client = await ConfigClient(connection, timeout=5).start()
     up = []
     try:
@@ -137,12 +144,30 @@ async def _hand_put(connection: Transport, watcher: Watcher, starts: int, progre
     return {"up": summary_ms(up)}
 
 
-async def _sidecar(stack: Stack, connection: Transport, workdir: Path, starts: int, progress: Progress) -> dict[str, Any]:
+async def _sidecar(
+    stack: Stack, connection: Transport, workdir: Path, starts: int, progress: Progress
+) -> dict[str, Any]:
     service_file, tools_file = workdir / "upper.json", workdir / "upper-tools.json"
-    service_file.write_text(json.dumps({"id": "upper", "request-queue": topics.DEFAULT.request_queue("upper"),
-                                        "response-queue": topics.DEFAULT.response_queue("upper")}))
-    tools_file.write_text(json.dumps([{"name": "upper", "description": "Upper-case the text",
-                                       "arguments": [{"name": "text", "type": "string", "description": "The text"}]}]))
+    service_file.write_text(
+        json.dumps(
+            {
+                "id": "upper",
+                "request-queue": topics.DEFAULT.request_queue("upper"),
+                "response-queue": topics.DEFAULT.response_queue("upper"),
+            }
+        )
+    )
+    tools_file.write_text(
+        json.dumps(
+            [
+                {
+                    "name": "upper",
+                    "description": "Upper-case the text",
+                    "arguments": [{"name": "text", "type": "string", "description": "The text"}],
+                }
+            ]
+        )
+    )
     upper = Upper(id="bench-upper", pulsar_host=stack.url, topic="upper", config_timeout=5)
     await upper.start()
     sidecar, native = [], []
@@ -150,7 +175,9 @@ async def _sidecar(stack: Stack, connection: Transport, workdir: Path, starts: i
         async with ToolSet(settings=stack.settings, connection=connection, poll_interval=2.0) as tools:
             for number in range(starts):
                 args = ["-m", "discovery.cli", "announce", "--service", str(service_file), "--tools", str(tools_file)]
-                sidecar.append(await _spawn_until_invokable(stack, workdir / "announce.log", args, tools, "upper", "HELLO"))
+                sidecar.append(
+                    await _spawn_until_invokable(stack, workdir / "announce.log", args, tools, "upper", "HELLO")
+                )
                 args = ["-m", "discovery.cli", "serve", ECHO]
                 native.append(await _spawn_until_invokable(stack, workdir / "serve.log", args, tools, "echo", "hello"))
                 progress.update(f"toolreg announce / serve {number + 1}/{starts}")
@@ -159,7 +186,9 @@ async def _sidecar(stack: Stack, connection: Transport, workdir: Path, starts: i
     return {"announce_to_invokable": {"up": summary_ms(sidecar)}, "serve_to_invokable": {"up": summary_ms(native)}}
 
 
-async def _spawn_until_invokable(stack: Stack, log: Path, args: list[str], tools: ToolSet, name: str, expected: str) -> float:
+async def _spawn_until_invokable(
+    stack: Stack, log: Path, args: list[str], tools: ToolSet, name: str, expected: str
+) -> float:
     t0 = time.perf_counter()
     proc = spawn(args, stack.env(), log)
     try:
@@ -187,9 +216,22 @@ def _result(starts: int, f: dict[str, Any]) -> dict[str, Any]:
             row("start() -> TrustGraph handler, p99", f["start_to_handler"]["up"], put, "p99_ms"),
             row("toolreg serve -> TrustGraph handler, p50", f["serve_to_handler"]["up"], put, "p50_ms"),
             row("toolreg serve -> TrustGraph handler, p99", f["serve_to_handler"]["up"], put, "p99_ms"),
-            row("toolreg announce (TrustGraph service) -> ToolSet.invoke, p50", f["announce_to_invokable"]["up"], f["serve_to_invokable"]["up"], "p50_ms"),
-            row("toolreg announce (TrustGraph service) -> ToolSet.invoke, p99", f["announce_to_invokable"]["up"], f["serve_to_invokable"]["up"], "p99_ms"),
+            row(
+                "toolreg announce (TrustGraph service) -> ToolSet.invoke, p50",
+                f["announce_to_invokable"]["up"],
+                f["serve_to_invokable"]["up"],
+                "p50_ms",
+            ),
+            row(
+                "toolreg announce (TrustGraph service) -> ToolSet.invoke, p99",
+                f["announce_to_invokable"]["up"],
+                f["serve_to_invokable"]["up"],
+                "p99_ms",
+            ),
         ],
-        "reference_is": "handler rows: a hand-written put of the same items -> handler; announce rows: toolreg serve of our echo -> ToolSet.invoke",
+        "reference_is": (
+            "handler rows: a hand-written put of the same items -> handler; announce rows: toolreg serve of our echo ->"
+            " ToolSet.invoke"
+        ),
         "data": {"starts": starts, "trustgraph_base": metadata.version("trustgraph-base"), **f},
     }

@@ -54,8 +54,13 @@ class Deployment:
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         with open(self.data_dir.parent / f"{name}.log", "ab") as log:
-            process = subprocess.Popen([sys.executable, "-m", "discovery.cli", *args], env=self.env, stdout=log,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            process = subprocess.Popen(
+                [sys.executable, "-m", "discovery.cli", *args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         self.processes.append(process)
         return process
 
@@ -195,7 +200,10 @@ async def main(runs: int) -> None:
             print(f"{name} run {i + 1}: {result}", flush=True)
         for key in results[0]:
             values = [r[key] for r in results]
-            print(f"{name} {key}: median {statistics.median(values):g}, min {min(values):g}, max {max(values):g}", flush=True)
+            print(
+                f"{name} {key}: median {statistics.median(values):g}, min {min(values):g}, max {max(values):g}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

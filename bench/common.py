@@ -114,9 +114,16 @@ async def until(check: Callable[[], Any], what: str, timeout: float = 30.0, inte
 def product_env(url: str, data_dir: Path, broker: str = "pulsar-lite", **extra: str) -> dict[str, str]:
     """The environment a product process gets: our broker (and its kind) and data dir, quiet JSON logs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_URL", "TOOLREG_"))}
-    env.update(PULSAR_URL=url, TOOLREG_BROKER=broker, TOOLREG_DATA_DIR=str(data_dir), TOOLREG_LOG_FORMAT="json", TOOLREG_LOG_LEVEL="warning",
-               TOOLREG_EVENT_LOOP="uvloop" if os.environ.get(LOOP_ENV) == "uvloop" else "asyncio",
-               PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(
+        PULSAR_URL=url,
+        TOOLREG_BROKER=broker,
+        TOOLREG_DATA_DIR=str(data_dir),
+        TOOLREG_LOG_FORMAT="json",
+        TOOLREG_LOG_LEVEL="warning",
+        TOOLREG_EVENT_LOOP="uvloop" if os.environ.get(LOOP_ENV) == "uvloop" else "asyncio",
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     env.update(extra)
     return env
 
@@ -125,8 +132,13 @@ def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[b
     """A child Python process (`python -m ...`), logging to `log`, in its own session so Ctrl-C reaches us first."""
     with open(log, "ab") as handle:
         return subprocess.Popen(
-            [sys.executable, *args], env=env, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            [sys.executable, *args],
+            env=env,
+            cwd=ROOT,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
 
 
@@ -139,9 +151,20 @@ def profiling() -> bool:
 
 
 def _py_spy_record(name: str, *options: str) -> list[str]:
-    """A `py-spy record` command writing raw collapsed stacks to `<profile dir>/<name>.txt`; py-spy sits next to the interpreter."""
+    """A `py-spy record` command writing raw collapsed stacks to `<profile dir>/<name>.txt`; py-spy sits next to the
+    interpreter."""
     out = Path(os.environ[PROFILE_ENV]) / f"{name}.txt"
-    return [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw", "--rate", "250", "--output", str(out), *options]
+    return [
+        str(Path(sys.executable).parent / "py-spy"),
+        "record",
+        "--format",
+        "raw",
+        "--rate",
+        "250",
+        "--output",
+        str(out),
+        *options,
+    ]
 
 
 def _spawn_profiled(name: str, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -149,7 +172,12 @@ def _spawn_profiled(name: str, args: list[str], env: dict[str, str], log: Path) 
     with open(log, "ab") as handle:
         return subprocess.Popen(
             _py_spy_record(name, "--", sys.executable, *args),
-            env=env, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env=env,
+            cwd=ROOT,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
 
 
@@ -165,7 +193,9 @@ def sampled(pid: int, name: str) -> Iterator[None]:
         return
     spy = subprocess.Popen(
         _py_spy_record(name, "--native", "--threads", "--pid", str(pid)),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
     )
     time.sleep(0.5)  # attaching takes a moment
     try:
@@ -190,7 +220,10 @@ def wait_for_line(log: Path, marker: str, proc: subprocess.Popen[bytes], timeout
         if log.exists() and marker in log.read_text(errors="replace"):
             return
         if proc.poll() is not None:
-            raise RuntimeError(f"bench: {log.name} exited ({proc.returncode}) before '{marker}':\n{log.read_text(errors='replace')[-2000:]}")
+            raise RuntimeError(
+                f"bench: {log.name} exited ({proc.returncode}) before"
+                f" '{marker}':\n{log.read_text(errors='replace')[-2000:]}"
+            )
         time.sleep(0.02)
     raise TimeoutError(f"bench: no '{marker}' in {log.name} after {timeout:g}s")
 
@@ -246,7 +279,8 @@ class Stack:
 
     @property
     def broker_kind(self) -> str:
-        """The embedded broker is pulsar-lite; a `PULSAR_URL` broker is what `TOOLREG_BROKER` says, Apache Pulsar by default."""
+        """The embedded broker is pulsar-lite; a `PULSAR_URL` broker is what `TOOLREG_BROKER` says, Apache Pulsar by
+        default."""
         return "pulsar-lite" if self.broker is not None else os.environ.get("TOOLREG_BROKER") or "apache-pulsar"
 
     @property
@@ -275,7 +309,9 @@ class Stack:
             log = self.workdir / "registry.log"
             args = ["-m", "discovery.cli", "registry", "--metrics-port", str(self.metrics_port), *self.registry_args]
             if profiling():  # `--profile`: sample the registry with py-spy; its CPU figures then include py-spy's
-                proc = self.processes["registry"] = _spawn_profiled(f"registry-{self.workdir.name}", args, self.env(), log)
+                proc = self.processes["registry"] = _spawn_profiled(
+                    f"registry-{self.workdir.name}", args, self.env(), log
+                )
             else:
                 proc = self.processes["registry"] = spawn(args, self.env(), log)
             wait_for_line(log, "registry listening", proc)
@@ -328,7 +364,8 @@ class Workdirs:
 
 
 async def gather_limited(limit: int, jobs: list[Callable[[], Awaitable[T]]]) -> list[T]:
-    """Run coroutine factories at most `limit` at a time (starting 20 services at once on 2 cores is its own benchmark)."""
+    """Run coroutine factories at most `limit` at a time (starting 20 services at once on 2 cores is its own
+    benchmark)."""
     gate = asyncio.Semaphore(limit)
 
     async def one(job: Callable[[], Awaitable[T]]) -> T:
@@ -339,7 +376,8 @@ async def gather_limited(limit: int, jobs: list[Callable[[], Awaitable[T]]]) -> 
 
 
 LOOP_ENV = "BENCH_LOOP"
-"""`uvloop`: run the bench and the processes it starts on uvloop's event loop instead of asyncio's (uvloop installed)."""
+"""`uvloop`: run the bench and the processes it starts on uvloop's event loop instead of asyncio's (uvloop
+installed)."""
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
@@ -349,4 +387,3 @@ def run(main: Coroutine[Any, Any, T]) -> T:
 
         return uvloop.run(main)
     return asyncio.run(main)
-

@@ -45,12 +45,20 @@ def split(url: str, keyed: bool, messages: int = 20_000, keys: int = 2_000) -> d
         name = topic("non-persistent", "tool-descriptors")
         consumers = [
             client.subscribe(
-                name, "registries", consumer_type=pulsar.ConsumerType.KeyShared, receiver_queue_size=messages, consumer_name=f"shard-{n}",
-                key_shared_policy=pulsar.ConsumerKeySharedPolicy(key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[span]),
+                name,
+                "registries",
+                consumer_type=pulsar.ConsumerType.KeyShared,
+                receiver_queue_size=messages,
+                consumer_name=f"shard-{n}",
+                key_shared_policy=pulsar.ConsumerKeySharedPolicy(
+                    key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[span]
+                ),
             )
             for n, span in enumerate(RANGES)
         ]
-        producer = client.create_producer(name, batching_enabled=False, max_pending_messages=messages, block_if_queue_full=True)
+        producer = client.create_producer(
+            name, batching_enabled=False, max_pending_messages=messages, block_if_queue_full=True
+        )
         for number in range(messages):
             if keyed:
                 producer.send_async(str(number).encode(), None, partition_key=f"svc-{number % keys}")
@@ -75,8 +83,12 @@ def split(url: str, keyed: bool, messages: int = 20_000, keys: int = 2_000) -> d
             thread.join()
         seen = [set(keys_of) for keys_of in received]
         return {
-            "keyed": keyed, "sent": messages,
-            "consumers": [{"range": list(span), "messages": len(got), "keys": len(keys_of)} for span, got, keys_of in zip(RANGES, received, seen)],
+            "keyed": keyed,
+            "sent": messages,
+            "consumers": [
+                {"range": list(span), "messages": len(got), "keys": len(keys_of)}
+                for span, got, keys_of in zip(RANGES, received, seen)
+            ],
             "keys_at_both": len(seen[0] & seen[1]),
         }
     finally:
@@ -84,14 +96,17 @@ def split(url: str, keyed: bool, messages: int = 20_000, keys: int = 2_000) -> d
 
 
 def overlap(url: str) -> dict[str, Any]:
-    """A second consumer asks for a range that overlaps the first one's: refused? (A standby cannot share its active's range.)"""
+    """A second consumer asks for a range that overlaps the first one's: refused? (A standby cannot share its active's
+    range.)"""
     client = pulsar.Client(url, logger=SILENT, operation_timeout_seconds=10)
     try:
         name = topic("non-persistent", "tool-descriptors")
 
         def join(span: tuple[int, int]) -> pulsar.Consumer:
             policy = pulsar.ConsumerKeySharedPolicy(key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[span])
-            return client.subscribe(name, "registries", consumer_type=pulsar.ConsumerType.KeyShared, key_shared_policy=policy)
+            return client.subscribe(
+                name, "registries", consumer_type=pulsar.ConsumerType.KeyShared, key_shared_policy=policy
+            )
 
         join(RANGES[0])
         try:
@@ -112,8 +127,12 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="key-shared-") as scratch:
         broker = (LiteBroker if args.broker == "pulsar-lite" else ApacheBroker)(Path(scratch) / "broker")
         try:
-            results = {"broker": broker.name, "by_service_id": split(broker.url, keyed=True), "without_key": split(broker.url, keyed=False),
-                       "overlapping_range": overlap(broker.url)}
+            results = {
+                "broker": broker.name,
+                "by_service_id": split(broker.url, keyed=True),
+                "without_key": split(broker.url, keyed=False),
+                "overlapping_range": overlap(broker.url),
+            }
         finally:
             broker.stop()
     print(json.dumps(results, indent=2))

@@ -24,16 +24,26 @@ def layer(frames: list[str]) -> str:
     leaf = frames[-1]
     if "select_epoll_poll" in stack or leaf.startswith("epoll_wait"):
         return "waiting in epoll (idle, or taking the GIL back)"
-    for marker, name in (("receiveAsync", "pulsar-client C++: receive"), ("sendAsync", "pulsar-client C++: send"),
-                         ("acknowledgeAsync", "pulsar-client C++: acknowledge"), ("gil_scoped_acquire", "pulsar-client callback taking the GIL")):
+    for marker, name in (
+        ("receiveAsync", "pulsar-client C++: receive"),
+        ("sendAsync", "pulsar-client C++: send"),
+        ("acknowledgeAsync", "pulsar-client C++: acknowledge"),
+        ("gil_scoped_acquire", "pulsar-client callback taking the GIL"),
+    ):
         if marker in stack:
             return name
     if "pydantic" in stack:  # pydantic-core's native frames carry no Python file
         return "pydantic"
     python = [f for f in frames if ".py:" in f]
     innermost = python[-1] if python else leaf
-    for marker, name in (("json/", "json"), ("structlog", "logging"), ("prometheus_client", "metrics"),
-                         ("pulsar/", "pulsar-client Python wrapper"), ("asyncio/", "asyncio"), ("selectors.py", "asyncio")):
+    for marker, name in (
+        ("json/", "json"),
+        ("structlog", "logging"),
+        ("prometheus_client", "metrics"),
+        ("pulsar/", "pulsar-client Python wrapper"),
+        ("asyncio/", "asyncio"),
+        ("selectors.py", "asyncio"),
+    ):
         if marker in innermost:
             return name
     if any(part in innermost for part in OURS):

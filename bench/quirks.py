@@ -121,8 +121,11 @@ def shift_consumer_ids(url: str, trials: int = 10, messages: int = 100) -> dict[
         children = []
         for _ in range(2):
             child = subprocess.Popen(
-                [sys.executable, "-m", "bench.quirks", "child-shared", url, name, "svc"], cwd=ROOT,
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                [sys.executable, "-m", "bench.quirks", "child-shared", url, name, "svc"],
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
             )
             children.append((child, child.stdout.readline().strip()))  # type: ignore[union-attr]
         for _, line in children:
@@ -139,7 +142,12 @@ def shift_consumer_ids(url: str, trials: int = 10, messages: int = 100) -> dict[
             out, _ = child.communicate("go\n", timeout=30)
             counts.append(int(out.split()[-1]) if line.startswith("ok") else None)
         split.append(counts)
-    return {"trials": trials, "second_joiner_failed": failures, "errors": sorted(errors), "received_per_consumer": split}
+    return {
+        "trials": trials,
+        "second_joiner_failed": failures,
+        "errors": sorted(errors),
+        "received_per_consumer": split,
+    }
 
 
 # --- confirm_subscription_receives / resend_on_silence: a message sent the moment a consumer subscribes ---
@@ -170,15 +178,20 @@ def subscribe_then_send(url: str, trials: int = 500, shared: bool = False) -> di
     producers.close()
     gaps.sort()
     return {
-        "trials": trials, "lost": lost, "subscription": "Shared" if shared else "Exclusive",
-        "send_done_after_subscribe_ms_p50": round(gaps[len(gaps) // 2] * 1000, 3), "seconds": round(time.monotonic() - started, 1),
+        "trials": trials,
+        "lost": lost,
+        "subscription": "Shared" if shared else "Exclusive",
+        "send_done_after_subscribe_ms_p50": round(gaps[len(gaps) // 2] * 1000, 3),
+        "seconds": round(time.monotonic() - started, 1),
     }
 
 
 # --- separate_bulk_connection: small messages beside 300 KB ones on one connection ---------------------
 
 
-def bulk_connection(url: str, small: int = 20_000, large_every: float = 0.1, large_size: int = 300_000, separate: bool = False) -> dict[str, Any]:
+def bulk_connection(
+    url: str, small: int = 20_000, large_every: float = 0.1, large_size: int = 300_000, separate: bool = False
+) -> dict[str, Any]:
     """Count small messages lost while 300 KB ones arrive on the same (or, `separate`, another) connection.
 
     The two producers have clients of their own too, so nothing is lost on the publishing side.
@@ -226,8 +239,13 @@ def bulk_connection(url: str, small: int = 20_000, large_every: float = 0.1, lar
     for client in {id(c): c for c in (receiver, bulk_receiver, sender, large_sender)}.values():
         client.close()
     return {
-        "small_sent": small, "small_lost": small - len(seen), "large_sent": large_sent[0], "large_lost": large_sent[0] - large_seen[0],
-        "large_every_s": large_every, "connections": 2 if separate else 1, "send_seconds": round(elapsed, 2),
+        "small_sent": small,
+        "small_lost": small - len(seen),
+        "large_sent": large_sent[0],
+        "large_lost": large_sent[0] - large_seen[0],
+        "large_every_s": large_every,
+        "connections": 2 if separate else 1,
+        "send_seconds": round(elapsed, 2),
     }
 
 
@@ -271,13 +289,26 @@ def close_grace(url: str, runs: int = 40) -> dict[str, Any]:
             codes: dict[str, int] = {}
             for _ in range(runs):
                 # persistent: the one message each consumer waits for must not be lost to the subscribe race
-                argv = [sys.executable, "-m", "bench.quirks", "child-close", url, topic("persistent", "close"), str(grace), str(clients)]
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "bench.quirks",
+                    "child-close",
+                    url,
+                    topic("persistent", "close"),
+                    str(grace),
+                    str(clients),
+                ]
                 try:
                     code = str(subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60).returncode)
                 except subprocess.TimeoutExpired:
                     code = "hung"
                 codes[code] = codes.get(code, 0) + 1
-            result[f"clients_{clients}_grace_{int(grace * 1000)}ms"] = {"runs": runs, "exit_codes": codes, "crashed": runs - codes.get("0", 0)}
+            result[f"clients_{clients}_grace_{int(grace * 1000)}ms"] = {
+                "runs": runs,
+                "exit_codes": codes,
+                "crashed": runs - codes.get("0", 0),
+            }
     return result
 
 
@@ -329,8 +360,12 @@ async def acknowledgements(url: str, count: int = 2000) -> dict[str, Any]:
         seconds = time.monotonic() - started
         await consumer.close()
         redelivered = redeliveries(url, name)
-        result[way] = {"messages": count, "receive_and_ack_us_per_message": round(seconds / count * 1e6, 1),
-                       "failed_acks": failed[0], "redelivered_after_resubscribe": redelivered}
+        result[way] = {
+            "messages": count,
+            "receive_and_ack_us_per_message": round(seconds / count * 1e6, 1),
+            "failed_acks": failed[0],
+            "redelivered_after_resubscribe": redelivered,
+        }
         await producer.close()
     await client.close()
     await asyncio.sleep(0.05)
@@ -387,9 +422,11 @@ def exclusive_refused(url: str) -> dict[str, Any]:
                 raise
 
     result = {
-        "refusal": refusal, "refused_after_s": round(refused_after, 3),
+        "refusal": refusal,
+        "refused_after_s": round(refused_after, 3),
         "same_client_send_after_refusal_s": round(send_after, 3),
-        "first_consumer_received": f"{drain(first)}/{messages}", "bystander_received": f"{drain(bystander)}/1",
+        "first_consumer_received": f"{drain(first)}/{messages}",
+        "bystander_received": f"{drain(bystander)}/1",
     }
     sender.close()
     client.close()
@@ -450,7 +487,9 @@ def restart(broker: LiteBroker | ApacheBroker, interval: float = 0.01, after: fl
         "outage_s": round(ready - went, 2),
         "first_send_acked_after_ready_s": round(first_ok - ready, 3) if first_ok else None,
         "first_receipt_after_ready_s": round(first_rx - ready, 3) if first_rx else None,
-        "sent_from_stop_on": counter[0] - before, "acked": len(after_restart), "send_failed": failed[0],
+        "sent_from_stop_on": counter[0] - before,
+        "acked": len(after_restart),
+        "send_failed": failed[0],
         "acked_but_never_received_during_outage": sum(1 for i in lost if acked[i] <= ready),
         "acked_but_never_received_after_ready": sum(1 for i in lost if acked[i] > ready),
     }
@@ -463,7 +502,9 @@ MEASUREMENTS: dict[str, Callable[..., Any]] = {
     "separate_bulk_connection": lambda b: {
         "one_connection": [bulk_connection(b.url)["small_lost"] for _ in range(3)],
         "separate_connections": [bulk_connection(b.url, separate=True)["small_lost"] for _ in range(3)],
-        "one_connection_large_every_2ms": [bulk_connection(b.url, small=3000, large_every=0.002)["small_lost"] for _ in range(3)],
+        "one_connection_large_every_2ms": [
+            bulk_connection(b.url, small=3000, large_every=0.002)["small_lost"] for _ in range(3)
+        ],
         "separate_connections_large_every_2ms": [
             bulk_connection(b.url, small=3000, large_every=0.002, separate=True)["small_lost"] for _ in range(3)
         ],
@@ -488,13 +529,20 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="quirks-") as scratch:
         broker = (LiteBroker if args.broker == "pulsar-lite" else ApacheBroker)(Path(scratch) / "broker")
-        results: dict[str, Any] = {"broker": broker.name, "pulsar_client": pulsar.__version__ if hasattr(pulsar, "__version__") else "?"}
+        results: dict[str, Any] = {
+            "broker": broker.name,
+            "pulsar_client": pulsar.__version__ if hasattr(pulsar, "__version__") else "?",
+        }
         try:
             for name in args.only:
                 started = time.monotonic()
                 print(f"quirks: {name} on {broker.name}", file=sys.stderr, flush=True)
                 results[name] = MEASUREMENTS[name](broker)
-                print(f"quirks: {name}: {json.dumps(results[name])} ({time.monotonic() - started:.0f}s)", file=sys.stderr, flush=True)
+                print(
+                    f"quirks: {name}: {json.dumps(results[name])} ({time.monotonic() - started:.0f}s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         finally:
             broker.stop()
     text = json.dumps(results, indent=2)

@@ -32,7 +32,9 @@ def responder(url: str, request_topic: str, response_topic: str) -> None:
     """Echo every request's `arguments` text back in a response body, until SIGTERM."""
     client = pulsar.Client(url, logger=QUIET)
     producer = client.create_producer(response_topic, batching_enabled=False, max_pending_messages=20_000)
-    consumer = client.subscribe(request_topic, f"raw-{uuid.uuid4().hex[:8]}", consumer_type=pulsar.ConsumerType.Exclusive)
+    consumer = client.subscribe(
+        request_topic, f"raw-{uuid.uuid4().hex[:8]}", consumer_type=pulsar.ConsumerType.Exclusive
+    )
     print("raw responder ready", flush=True)
     while True:
         message = consumer.receive()
@@ -46,7 +48,9 @@ async def async_responder(url: str, request_topic: str, response_topic: str) -> 
     """`responder` on pulsar.asyncio: the floor for a service that, like ours, runs on an event loop."""
     client = pulsar_asyncio.Client(url, logger=QUIET)
     producer = await client.create_producer(response_topic, batching_enabled=False, max_pending_messages=20_000)
-    consumer = await client.subscribe(request_topic, f"raw-{uuid.uuid4().hex[:8]}", consumer_type=pulsar.ConsumerType.Exclusive)
+    consumer = await client.subscribe(
+        request_topic, f"raw-{uuid.uuid4().hex[:8]}", consumer_type=pulsar.ConsumerType.Exclusive
+    )
     print("raw responder ready", flush=True)
     while True:
         message = await consumer.receive()
@@ -56,7 +60,9 @@ async def async_responder(url: str, request_topic: str, response_topic: str) -> 
         await consumer.acknowledge(message)
 
 
-def sequential_rtt(url: str, request_topic: str, response_topic: str, payload: bytes, count: int, warmup: int = 50) -> list[float]:
+def sequential_rtt(
+    url: str, request_topic: str, response_topic: str, payload: bytes, count: int, warmup: int = 50
+) -> list[float]:
     """`count` request/response round trips, one at a time, on the sync API; seconds each."""
     client = pulsar.Client(url, logger=QUIET)
     try:
@@ -80,7 +86,13 @@ def sequential_rtt(url: str, request_topic: str, response_topic: str, payload: b
 
 
 async def concurrent_rtt(
-    url: str, request_topic: str, response_topic: str, payload: bytes, concurrency: int, seconds: float, max_calls: int | None = None
+    url: str,
+    request_topic: str,
+    response_topic: str,
+    payload: bytes,
+    concurrency: int,
+    seconds: float,
+    max_calls: int | None = None,
 ) -> tuple[int, float, list[float]]:
     """Calls completed in `seconds` (or `max_calls`) by `concurrency` workers on pulsar.asyncio, no product code.
 

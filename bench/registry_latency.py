@@ -55,8 +55,19 @@ def summary(name: str, samples: list[float]) -> str:
 def spawn(env: dict[str, str], log: Path, ttl: float) -> subprocess.Popen[bytes]:
     with open(log, "wb") as handle:
         return subprocess.Popen(
-            [sys.executable, "-m", "discovery.cli", "serve", "toolservice_base.examples.echo:EchoService", "--ttl", str(ttl)],
-            env=env, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "discovery.cli",
+                "serve",
+                "toolservice_base.examples.echo:EchoService",
+                "--ttl",
+                str(ttl),
+            ],
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
 
 
@@ -84,8 +95,17 @@ async def main(args: argparse.Namespace) -> None:
     await registry.start()
     client = await ConfigClient(connection, timeout=5).start()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
-    env.update(PULSAR_URL=url, TOOLREG_BROKER="pulsar-lite", TOOLREG_DATA_DIR=str(settings.data_dir), TOOLREG_LOG_FORMAT="json", TOOLREG_LOG_LEVEL="info")
-    print(f"broker {url}; registry defaults (sweep 0.25 s, store writes batched on the leading edge, no fixed window); ttl {args.ttl:g} s; {os.cpu_count()} CPUs")
+    env.update(
+        PULSAR_URL=url,
+        TOOLREG_BROKER="pulsar-lite",
+        TOOLREG_DATA_DIR=str(settings.data_dir),
+        TOOLREG_LOG_FORMAT="json",
+        TOOLREG_LOG_LEVEL="info",
+    )
+    print(
+        f"broker {url}; registry defaults (sweep 0.25 s, store writes batched on the leading edge, no fixed window);"
+        f" ttl {args.ttl:g} s; {os.cpu_count()} CPUs"
+    )
     try:
         started, stopped = [], []
         for _ in range(args.starts):

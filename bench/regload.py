@@ -101,7 +101,9 @@ async def populate(stack: Stack, sim: SimProcess, expected: int, timeout: float 
         if counters.instances >= expected:
             return counters
         if time.monotonic() > deadline:
-            raise TimeoutError(f"bench: the registry holds {counters.instances:g} of {expected} simulated instances after {timeout:g}s")
+            raise TimeoutError(
+                f"bench: the registry holds {counters.instances:g} of {expected} simulated instances after {timeout:g}s"
+            )
         if time.monotonic() - quiet_since > 1.0:
             await sim.announce()  # again: the ones the registry holds renew, the lost ones arrive
             quiet_since = time.monotonic()
@@ -150,10 +152,19 @@ async def heartbeat_step(stack: Stack, sim: SimProcess, meter: CpuMeter, rate: f
     expiries = after.expiries - before.expiries
     dropped = int(sent["sent"] - sent["failed"] - taken - rejected)
     step = {
-        "rate": rate, "sent": sent["sent"], "send_failed": sent["failed"], "sent_per_s": round(sent["sent"] / sent["seconds"], 1),
-        "taken_in": int(taken), "taken_in_per_s": round(taken / sent["seconds"], 1), "rejected": int(rejected),
-        "dropped": dropped, "expiries": int(expiries), "held": int(after.held), **cpu,
-        "machine_cores_busy": round(machine, 2), "load_average": load_average(),
+        "rate": rate,
+        "sent": sent["sent"],
+        "send_failed": sent["failed"],
+        "sent_per_s": round(sent["sent"] / sent["seconds"], 1),
+        "taken_in": int(taken),
+        "taken_in_per_s": round(taken / sent["seconds"], 1),
+        "rejected": int(rejected),
+        "dropped": dropped,
+        "expiries": int(expiries),
+        "held": int(after.held),
+        **cpu,
+        "machine_cores_busy": round(machine, 2),
+        "load_average": load_average(),
     }
     step["clean"] = dropped <= 0 and expiries == 0 and rejected == 0 and after.held == 0 and sent["failed"] == 0
     return step
@@ -164,7 +175,12 @@ REFERENCES = ("consumer", "async-consumer")
 
 
 async def steady_window(
-    stack: Stack, sim: SimProcess, config: ConfigClient, rate: float, seconds: float, progress: Progress,
+    stack: Stack,
+    sim: SimProcess,
+    config: ConfigClient,
+    rate: float,
+    seconds: float,
+    progress: Progress,
     references: tuple[str, ...] = REFERENCES,
 ) -> dict[str, Any]:
     """Heartbeats at `rate` for `seconds` with nothing else changing, beside bare consumers of the same stream.
@@ -182,7 +198,14 @@ async def steady_window(
     try:
         for mode in references:  # they outlive the window, so they are still there to be measured at its end
             log = stack.workdir / f"raw-{mode}.log"
-            consumers[mode] = (spawn(["-m", "bench.raw", mode, stack.url, topics.DEFAULT.tool_descriptors, str(seconds + 10)], stack.env(), log), log)
+            consumers[mode] = (
+                spawn(
+                    ["-m", "bench.raw", mode, stack.url, topics.DEFAULT.tool_descriptors, str(seconds + 10)],
+                    stack.env(),
+                    log,
+                ),
+                log,
+            )
         for proc, log in consumers.values():
             wait_for_line(log, "raw consumer ready", proc)
         load_before = load_average()
@@ -208,8 +231,16 @@ async def steady_window(
             stop_process(proc)
     taken = after.heartbeats - before.heartbeats
     return {
-        "seconds": seconds, "rate": rate, "registry": ours, "peak_rss_mb": round(max(peak_rss, ours["rss_mb"]), 1), "references": refs,
-        "sent": sent, "dropped": int(sent["sent"] - sent["failed"] - taken - (after.rejections - before.rejections)),
-        "expiries": int(after.expiries - before.expiries), "held": int(after.held), "version_bumps": bumps,
-        "machine_cores_busy": round(machine, 2), "load_average": [load_before, load_average()],
+        "seconds": seconds,
+        "rate": rate,
+        "registry": ours,
+        "peak_rss_mb": round(max(peak_rss, ours["rss_mb"]), 1),
+        "references": refs,
+        "sent": sent,
+        "dropped": int(sent["sent"] - sent["failed"] - taken - (after.rejections - before.rejections)),
+        "expiries": int(after.expiries - before.expiries),
+        "held": int(after.held),
+        "version_bumps": bumps,
+        "machine_cores_busy": round(machine, 2),
+        "load_average": [load_before, load_average()],
     }

@@ -55,7 +55,8 @@ class Items:
 
 
 def child(settings: Settings, lock: str, elected: bool) -> None:
-    """The holder: take the lock (raw, or as an elected replica with heartbeats), say so, then wait to be killed or frozen."""
+    """The holder: take the lock (raw, or as an elected replica with heartbeats), say so, then wait to be killed or
+    frozen."""
 
     async def hold() -> None:
         transport = await open_transport(settings)
@@ -72,7 +73,17 @@ def child(settings: Settings, lock: str, elected: bool) -> None:
 
 
 def start_holder(args: argparse.Namespace, lock: str, elected: bool = False) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "bench.replicas", "--url", args.url, "--topicspace", args.topicspace, "--child", lock]
+    command = [
+        sys.executable,
+        "-m",
+        "bench.replicas",
+        "--url",
+        args.url,
+        "--topicspace",
+        args.topicspace,
+        "--child",
+        lock,
+    ]
     if args.token:
         command += ["--token", args.token]
     if elected:
@@ -137,7 +148,9 @@ async def fence(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
             holder = start_holder(args, lock, elected=True)
             async with AsyncExitStack() as stack:
                 members = await stack.enter_async_context(Membership(transport, f"standby-{run}", lock))
-                election = await stack.enter_async_context(Election(transport, lock, f"standby-{run}", membership=members, takeover_after=2.0))
+                election = await stack.enter_async_context(
+                    Election(transport, lock, f"standby-{run}", membership=members, takeover_after=2.0)
+                )
                 await asyncio.sleep(1.5)
                 assert not election.is_active
                 os.kill(holder.pid, signal.SIGSTOP)
@@ -162,10 +175,12 @@ async def startup(args: argparse.Namespace, settings: Settings) -> dict[str, Any
         started = time.perf_counter()
         batch = 2000
         for first in range(1, args.items + 1, batch):
-            await asyncio.gather(*(
-                writer.send({"format": 1, "version": n, "term": 1, "payload": {f"key-{n:08d}": filler}})
-                for n in range(first, min(first + batch, args.items + 1))
-            ))
+            await asyncio.gather(
+                *(
+                    writer.send({"format": 1, "version": n, "term": 1, "payload": {f"key-{n:08d}": filler}})
+                    for n in range(first, min(first + batch, args.items + 1))
+                )
+            )
         result["write_log_s"] = round(time.perf_counter() - started, 2)
         await transport.close_publisher(writer)
 
@@ -191,7 +206,9 @@ async def startup(args: argparse.Namespace, settings: Settings) -> dict[str, Any
         election = Election(conn, lock, "bench", membership=members)
         state = Items()
         log = await stack.enter_async_context(
-            ReplicatedLog(conn, state, election=election, log_topic=log_topic, snapshot_topic=snapshot_topic, snapshot_every=10**9)
+            ReplicatedLog(
+                conn, state, election=election, log_topic=log_topic, snapshot_topic=snapshot_topic, snapshot_every=10**9
+            )
         )
         await stack.enter_async_context(election)
         await log.wait_writable(60)
@@ -216,8 +233,10 @@ async def startup(args: argparse.Namespace, settings: Settings) -> dict[str, Any
 
 def _summary(values: list[float]) -> dict[str, Any]:
     return {
-        "runs": [round(v, 1) for v in values], "median": round(statistics.median(values), 1),
-        "min": round(min(values), 1), "max": round(max(values), 1),
+        "runs": [round(v, 1) for v in values],
+        "median": round(statistics.median(values), 1),
+        "min": round(min(values), 1),
+        "max": round(max(values), 1),
     }
 
 
@@ -239,7 +258,9 @@ if __name__ == "__main__":
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--elected", action="store_true", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
-    chosen = Settings(pulsar_url=arguments.url, broker="apache-pulsar", topicspace=arguments.topicspace, auth_token=arguments.token)
+    chosen = Settings(
+        pulsar_url=arguments.url, broker="apache-pulsar", topicspace=arguments.topicspace, auth_token=arguments.token
+    )
     if arguments.child:
         child(chosen, arguments.child, arguments.elected)
     else:

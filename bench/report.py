@@ -40,8 +40,13 @@ def machine() -> dict[str, Any]:
         memory_gb = round(psutil.virtual_memory().total / 2**30, 1)
     except ImportError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": memory_gb, "os": f"{platform.system()} {platform.release()}",
-            "python": platform.python_version()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": memory_gb,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+    }
 
 
 def versions() -> dict[str, str]:
@@ -73,10 +78,16 @@ def rows(results: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     for result in results:
         for row in result.get("rows", []):
             unit = row.get("unit", "")
-            out.append((
-                result["name"], row["figure"], _cell(row.get("ours"), unit), _cell(row.get("reference"), unit),
-                row.get("target", "-"), _cell(row.get("met")) if "met" in row else "-",
-            ))
+            out.append(
+                (
+                    result["name"],
+                    row["figure"],
+                    _cell(row.get("ours"), unit),
+                    _cell(row.get("reference"), unit),
+                    row.get("target", "-"),
+                    _cell(row.get("met")) if "met" in row else "-",
+                )
+            )
     return out
 
 
@@ -120,8 +131,14 @@ def results_path(out_dir: Path, broker_key: str) -> Path:
 
 
 def write(
-    results: list[dict[str, Any]], out_dir: Path, argv: list[str], wall_s: float, broker: str, broker_key: str,
-    partial: list[str] | None = None, keep: list[str] | None = None,
+    results: list[dict[str, Any]],
+    out_dir: Path,
+    argv: list[str],
+    wall_s: float,
+    broker: str,
+    broker_key: str,
+    partial: list[str] | None = None,
+    keep: list[str] | None = None,
 ) -> tuple[Path, Path]:
     """This run's `results-<broker>.json`, then RESULTS.md from every broker's latest results in `out_dir`.
 
@@ -146,27 +163,38 @@ def write(
         kept = [result for result in earlier["benchmarks"] if result["name"] not in ran]
         order = {name: index for index, name in enumerate(partial)}
         results = sorted(kept + results, key=lambda result: order.get(result["name"], len(order)))
-        reruns = [*earlier["meta"].get("reruns", []), {"names": sorted(ran), "date": meta["date"], "command": meta["command"]}]
+        reruns = [
+            *earlier["meta"].get("reruns", []),
+            {"names": sorted(ran), "date": meta["date"], "command": meta["command"]},
+        ]
         meta = {**earlier["meta"], "reruns": reruns}
     elif keep and json_path.exists():  # a full run: the opt-in benchmarks' latest figures stay
         earlier = json.loads(json_path.read_text())
         ran = {result["name"] for result in results}
         carried = [result for result in earlier["benchmarks"] if result["name"] in keep and result["name"] not in ran]
         names = {result["name"] for result in carried}
-        reruns = [{**rerun, "names": [n for n in rerun["names"] if n in names]} for rerun in earlier["meta"].get("reruns", [])
-                  if names.intersection(rerun["names"])]
+        reruns = [
+            {**rerun, "names": [n for n in rerun["names"] if n in names]}
+            for rerun in earlier["meta"].get("reruns", [])
+            if names.intersection(rerun["names"])
+        ]
         results = results + carried
         if reruns:
             meta["reruns"] = reruns
     json_path.write_text(json.dumps({"meta": meta, "benchmarks": results}, indent=2, default=str) + "\n")
-    runs = {key: json.loads(results_path(out_dir, key).read_text()) for key in BROKERS if results_path(out_dir, key).exists()}
+    runs = {
+        key: json.loads(results_path(out_dir, key).read_text())
+        for key in BROKERS
+        if results_path(out_dir, key).exists()
+    }
     md_path = out_dir / "RESULTS.md"
     md_path.write_text(markdown(runs))
     return json_path, md_path
 
 
 def side_by_side(runs: dict[str, dict[str, Any]]) -> str:
-    """One row per figure, each broker's `ours` and `reference` next to each other; rows align by benchmark and figure."""
+    """One row per figure, each broker's `ours` and `reference` next to each other; rows align by benchmark and
+    figure."""
     keys = list(runs)
     order: list[tuple[str, str]] = []
     cells: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
@@ -204,8 +232,11 @@ def markdown(runs: dict[str, dict[str, Any]]) -> str:
     lines = ["# Benchmark results", ""]
     for key, run in runs.items():
         meta = run["meta"]
-        lines.append(f"- **{BROKERS[key]}**: {meta['broker']}; {meta['date']}; `{meta['command']}`"
-                     f"{' with BENCH_BROKER=apache-pulsar' if key == 'apache-pulsar' else ''}, wall time {meta['wall_seconds']} s")
+        lines.append(
+            f"- **{BROKERS[key]}**: {meta['broker']}; {meta['date']};"
+            f" `{meta['command']}`{' with BENCH_BROKER=apache-pulsar' if key == 'apache-pulsar' else ''}, wall time"
+            f" {meta['wall_seconds']} s"
+        )
         for rerun in meta.get("reruns", []):
             lines.append(f"  - re-run since: {', '.join(rerun['names'])}; {rerun['date']}; `{rerun['command']}`")
     lines += [
@@ -227,7 +258,12 @@ def markdown(runs: dict[str, dict[str, Any]]) -> str:
             if result["name"] not in seen:
                 seen.add(result["name"])
                 lines.append(f"- **{result['name']}** ({result['title']}): {result.get('reference_is', '-')}")
-    notes = [f"- **{r['name']}** on {BROKERS[key]}: {note}" for key, run in runs.items() for r in run["benchmarks"] for note in r.get("notes", [])]
+    notes = [
+        f"- **{r['name']}** on {BROKERS[key]}: {note}"
+        for key, run in runs.items()
+        for r in run["benchmarks"]
+        for note in r.get("notes", [])
+    ]
     if notes:
         lines += ["", "## Notes", "", *notes]
     return "\n".join(lines) + "\n"

@@ -37,7 +37,17 @@ def _rounded(seconds: float | None) -> float | None:
 class Rollout:
     """The fleet of `sim`, started wave by wave; `grow` to a size, `listed` until the store shows it all."""
 
-    def __init__(self, stack: Stack, sim: SimProcess, config: ConfigClient, *, per_service: int, tools: str, ttl: float, wave: int) -> None:
+    def __init__(
+        self,
+        stack: Stack,
+        sim: SimProcess,
+        config: ConfigClient,
+        *,
+        per_service: int,
+        tools: str,
+        ttl: float,
+        wave: int,
+    ) -> None:
         assert stack.metrics_port is not None
         self.port = stack.metrics_port
         self.sim, self.config = sim, config
@@ -96,18 +106,30 @@ class Rollout:
                     self.gave_up = True
                     break
                 await self._beat(nominal * (CATCH_UP if owed > 0 else 1.0), 0.5)
-            self.waves.append({
-                "started": self.started, "sent_s": answer["seconds"], "taken_in_s": _rounded(held_at), "merged_s": _rounded(merged_at),
-                "heartbeats_dropped": int(self.beats["sent"] - sent_before - (counters.heartbeats - at_wave.heartbeats)),
-                "expiries": int(counters.expiries - at_wave.expiries), "held": int(counters.held), **wave_meter.read(),
-            })
-            progress.update(f"{self.started:,} instances started; the last wave merged after {_rounded(merged_at)} s", force=True)
+            self.waves.append(
+                {
+                    "started": self.started,
+                    "sent_s": answer["seconds"],
+                    "taken_in_s": _rounded(held_at),
+                    "merged_s": _rounded(merged_at),
+                    "heartbeats_dropped": int(
+                        self.beats["sent"] - sent_before - (counters.heartbeats - at_wave.heartbeats)
+                    ),
+                    "expiries": int(counters.expiries - at_wave.expiries),
+                    "held": int(counters.held),
+                    **wave_meter.read(),
+                }
+            )
+            progress.update(
+                f"{self.started:,} instances started; the last wave merged after {_rounded(merged_at)} s", force=True
+            )
         self.seconds += time.perf_counter() - began
         await self._accounted(before)
         return not self.gave_up
 
     async def listed(self, timeout: float) -> float | None:
-        """Heartbeats at the fleet's rate until the store lists every tool started; seconds that took, None if it did not."""
+        """Heartbeats at the fleet's rate until the store lists every tool started; seconds that took, None if it did
+        not."""
         began, wanted, before = time.perf_counter(), self.tools(), await read_counters(self.port)
         try:
             while time.perf_counter() - began < timeout:
@@ -123,11 +145,21 @@ class Rollout:
         """The whole rollout: store versions and write batches, messages sent and taken in, expiries, CPU, memory."""
         self.load.append(load_average())
         return {
-            "started": self.started, "gave_up": self.gave_up, "waves": self.waves, "wave_rate": WAVE_RATE, "seconds": round(self.seconds, 1),
-            "tools": self.tools(), "tools_listed": len(await self.config.list("tool")),
-            "versions_total": await self.config.version() - self._version, "merges": int(self.taken["merges"]),
-            "announces_taken_in": int(self.taken["announces"]), "heartbeats_sent": self.beats["sent"],
+            "started": self.started,
+            "gave_up": self.gave_up,
+            "waves": self.waves,
+            "wave_rate": WAVE_RATE,
+            "seconds": round(self.seconds, 1),
+            "tools": self.tools(),
+            "tools_listed": len(await self.config.list("tool")),
+            "versions_total": await self.config.version() - self._version,
+            "merges": int(self.taken["merges"]),
+            "announces_taken_in": int(self.taken["announces"]),
+            "heartbeats_sent": self.beats["sent"],
             "heartbeats_dropped": int(self.beats["sent"] - self.beats["failed"] - self.taken["heartbeats"]),
-            "expiries": int(self.taken["expiries"]), "held": int((await read_counters(self.port)).held),
-            "rss_before_mb": self.rss_before, "rss_mb": CpuMeter(self.pid).read()["rss_mb"], "load_average": self.load,
+            "expiries": int(self.taken["expiries"]),
+            "held": int((await read_counters(self.port)).held),
+            "rss_before_mb": self.rss_before,
+            "rss_mb": CpuMeter(self.pid).read()["rss_mb"],
+            "load_average": self.load,
         }

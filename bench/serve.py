@@ -21,11 +21,13 @@ def echo_class(service_id: str, tool: str | None = None) -> type[DynamicToolServ
 
     class Echo(DynamicToolService):
         descriptor = {"id": service_id}
-        tools = [{
-            "name": tool or service_id,
-            "description": "Return the text it is given",
-            "arguments": [{"name": "text", "type": "string", "description": "The text to return"}],
-        }]
+        tools = [
+            {
+                "name": tool or service_id,
+                "description": "Return the text it is given",
+                "arguments": [{"name": "text", "type": "string", "description": "The text to return"}],
+            }
+        ]
         version = "bench"
 
         async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> str:

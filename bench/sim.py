@@ -49,18 +49,34 @@ TICK = 0.005
 class Instance:
     __slots__ = ("id", "service", "tools", "digest", "sequence", "ttl", "prefix")
 
-    def __init__(self, instance_id: str, service: ToolServiceDescriptor, tools: list[ToolDescriptor], digest: str, ttl: float) -> None:
+    def __init__(
+        self, instance_id: str, service: ToolServiceDescriptor, tools: list[ToolDescriptor], digest: str, ttl: float
+    ) -> None:
         self.id, self.service, self.tools, self.digest, self.ttl = instance_id, service, tools, digest, ttl
         self.sequence = 0
         # A heartbeat is tiny and fixed but for two numbers: format it, do not rebuild a model per message.
-        self.prefix = f'{{"kind":"heartbeat","instance":"{instance_id}","ttl":{ttl},"workspace":"default","digest":"{digest}","version":"sim",'
+        self.prefix = (
+            f'{{"kind":"heartbeat","instance":"{instance_id}","ttl":{ttl},'
+            f'"workspace":"default","digest":"{digest}","version":"sim",'
+        )
 
     def announce(self) -> bytes:
         self.sequence += 1
-        return Announcement(
-            kind="announce", instance=self.id, sequence=self.sequence, sent_at=time.time(), ttl=self.ttl,
-            digest=self.digest, service=self.service, tools=self.tools, version="sim",
-        ).to_json().encode()
+        return (
+            Announcement(
+                kind="announce",
+                instance=self.id,
+                sequence=self.sequence,
+                sent_at=time.time(),
+                ttl=self.ttl,
+                digest=self.digest,
+                service=self.service,
+                tools=self.tools,
+                version="sim",
+            )
+            .to_json()
+            .encode()
+        )
 
     def heartbeat(self, now: float) -> bytes:
         self.sequence += 1
@@ -82,17 +98,23 @@ def population(services: int, instances: int, tools: int | tuple[int, ...], ttl:
     out: list[Instance] = []
     for s in range(services):
         service_id = f"{prefix}-svc-{s}"
-        service = ToolServiceDescriptor.model_validate({
-            "id": service_id,
-            "request-queue": topics.DEFAULT.request_queue(service_id),
-            "response-queue": topics.DEFAULT.response_queue(service_id),
-        })
+        service = ToolServiceDescriptor.model_validate(
+            {
+                "id": service_id,
+                "request-queue": topics.DEFAULT.request_queue(service_id),
+                "response-queue": topics.DEFAULT.response_queue(service_id),
+            }
+        )
         tool_list = [
-            ToolDescriptor.model_validate({
-                "type": "tool-service", "name": f"{service_id}-tool-{t}", "service": service_id,
-                "description": f"Simulated tool {t} of {service_id}",
-                "arguments": [{"name": "text", "type": "string", "description": "Some text"}],
-            })
+            ToolDescriptor.model_validate(
+                {
+                    "type": "tool-service",
+                    "name": f"{service_id}-tool-{t}",
+                    "service": service_id,
+                    "description": f"Simulated tool {t} of {service_id}",
+                    "arguments": [{"name": "text", "type": "string", "description": "Some text"}],
+                }
+            )
             for t in range(counts[s % len(counts)])
         ]
         digest = descriptor_digest(service, tool_list)
@@ -186,8 +208,12 @@ class Simulator:
         started = time.perf_counter()
         sent = self._beat(rate, seconds)
         self.producer.flush()
-        return {"sent": sent, "failed": self.failed - failed_before, "seconds": round(time.perf_counter() - started, 3),
-                "probes_answered": self.probes_answered}
+        return {
+            "sent": sent,
+            "failed": self.failed - failed_before,
+            "seconds": round(time.perf_counter() - started, 3),
+            "probes_answered": self.probes_answered,
+        }
 
     def close(self) -> None:
         self.producer.flush()
@@ -202,7 +228,11 @@ def main() -> None:
     parser.add_argument("--tools", type=tool_counts, default=(5,), help="tools per service: N, or LO-HI taken in turn")
     parser.add_argument("--ttl", type=float, default=15.0)
     parser.add_argument("--prefix", default="sim")
-    parser.add_argument("--topic", default=topics.DEFAULT.tool_descriptors, help="where to publish (a scratch topic measures the broker alone)")
+    parser.add_argument(
+        "--topic",
+        default=topics.DEFAULT.tool_descriptors,
+        help="where to publish (a scratch topic measures the broker alone)",
+    )
     args = parser.parse_args()
     sim = Simulator(args.url, population(args.services, args.instances, args.tools, args.ttl, args.prefix), args.topic)
     print(json.dumps({"ready": len(sim.instances)}), flush=True)

@@ -19,15 +19,38 @@ class SimProcess:
 
     @classmethod
     async def start(
-        cls, url: str, data_dir: Path, *, services: int, instances: int, tools: int | str, ttl: float, prefix: str = "sim",
+        cls,
+        url: str,
+        data_dir: Path,
+        *,
+        services: int,
+        instances: int,
+        tools: int | str,
+        ttl: float,
+        prefix: str = "sim",
         topic: str | None = None,
     ) -> "SimProcess":
         """`tools`: per service, N or "LO-HI" (taken in turn)."""
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.sim", url, "--services", str(services), "--instances", str(instances),
-            "--tools", str(tools), "--ttl", str(ttl), "--prefix", prefix,
+            sys.executable,
+            "-m",
+            "bench.sim",
+            url,
+            "--services",
+            str(services),
+            "--instances",
+            str(instances),
+            "--tools",
+            str(tools),
+            "--ttl",
+            str(ttl),
+            "--prefix",
+            prefix,
             *(["--topic", topic] if topic else []),
-            cwd=ROOT, env=product_env(url, data_dir), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            cwd=ROOT,
+            env=product_env(url, data_dir),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
             start_new_session=True,
         )
         sim = cls(proc)

@@ -96,7 +96,10 @@ def main(argv: list[str]) -> int:
                 result = run_worker(stack, mode, f"trace-echo-{number}-{mode}", args.calls, args.warmup)
                 pooled[mode] += result["samples"]
                 spans[mode] += result["spans"]
-                print(f"round {number + 1}/{args.rounds} {mode}: p50 {summary_ms(result['samples'])['p50_ms']:.3f} ms", file=sys.stderr)
+                print(
+                    f"round {number + 1}/{args.rounds} {mode}: p50 {summary_ms(result['samples'])['p50_ms']:.3f} ms",
+                    file=sys.stderr,
+                )
     finally:
         stack.stop()
         work.cleanup()

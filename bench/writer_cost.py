@@ -97,15 +97,24 @@ class Fleet:
             n = next(self.next_id)
             sid = f"svc-{n:06d}"
             service = ToolServiceDescriptor.model_validate(
-                {"id": sid, "request-queue": f"non-persistent://tg/request/{sid}", "response-queue": f"non-persistent://tg/response/{sid}"}
+                {
+                    "id": sid,
+                    "request-queue": f"non-persistent://tg/request/{sid}",
+                    "response-queue": f"non-persistent://tg/response/{sid}",
+                }
             )
-            tools = [ToolDescriptor(name=f"{sid}.t{i}", description=f"tool {i} of {sid}", service=sid) for i in range(1 + n % 2)]
+            tools = [
+                ToolDescriptor(name=f"{sid}.t{i}", description=f"tool {i} of {sid}", service=sid)
+                for i in range(1 + n % 2)
+            ]
             digest = descriptor_digest(service, tools)
             key = ("default", sid)
             state = self.services[key] = ServiceState(key, next(self.order))
             state.offers[digest] = Offer(service, tuple(tools), digest)
             for i in range(INSTANCES):
-                self.leases.renew(f"{sid}-{i}", key, ttl=TTL, now=now, wall=wall, digest=digest, announced=next(self.announces))
+                self.leases.renew(
+                    f"{sid}-{i}", key, ttl=TTL, now=now, wall=wall, digest=digest, announced=next(self.announces)
+                )
             keys.append(key)
         return keys
 
@@ -129,12 +138,17 @@ def gauges(fleet: Fleet) -> float:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000, 10000, 20000], help="fleet sizes, in services")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=[1000, 5000, 10000, 20000], help="fleet sizes, in services"
+    )
     parser.add_argument("--batch", type=int, default=10, help="services per measured batch")
     parser.add_argument("--rounds", type=int, default=20, help="batches measured per size and kind")
     args = parser.parse_args()
     fleet = Fleet()
-    print(f"{'services':>9} {'instances':>9} {'join ms':>8} {'leave ms':>8} {'gauges ms':>9}   (p50 of {args.rounds} batches of {args.batch})")
+    print(
+        f"{'services':>9} {'instances':>9} {'join ms':>8} {'leave ms':>8} {'gauges ms':>9}   (p50 of {args.rounds}"
+        f" batches of {args.batch})"
+    )
     for size in sorted(args.sizes):
         while len(fleet.services) < size:
             await fleet.merge(fleet.join(min(500, size - len(fleet.services))))

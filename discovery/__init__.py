@@ -42,4 +42,17 @@ _EXPORTS = {
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
-__all__ = ["ConfigStore", "ConfigStoreService", "ExpectationFailed", "PolicyError", "Registry", "RegistryClient", "RegistryError", "RegistryOptions", "RegistryQueryError", "RegistryUnavailable", "StoreError", "TrustPolicy"]
+__all__ = [
+    "ConfigStore",
+    "ConfigStoreService",
+    "ExpectationFailed",
+    "PolicyError",
+    "Registry",
+    "RegistryClient",
+    "RegistryError",
+    "RegistryOptions",
+    "RegistryQueryError",
+    "RegistryUnavailable",
+    "StoreError",
+    "TrustPolicy",
+]

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROBE_BYTES = 4096
-"""What a probe writes: one page, as the smallest write SQLite makes; an empty file costs no space on some file systems."""
+"""What a probe writes: one page, as the smallest write SQLite makes; an empty file costs no space on some file
+systems."""
 LOW_SPACE = 64 * 1024
 """Below this many free bytes, `quick_check` confirms with a real write whether the disk is full."""
 ACCESS_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT})
@@ -48,7 +49,9 @@ class AccessProblem:
         then = "writes resume by themselves" if running else "then try again"
         if self.full:
             return f"the disk is full, not damaged: free space on it, {then}; do not restore a backup"
-        return f"a permission or mount problem, not damage: fix the mount or permissions, {then}; do not restore a backup"
+        return (
+            f"a permission or mount problem, not damage: fix the mount or permissions, {then}; do not restore a backup"
+        )
 
     def says(self, what: str, *, verb: str = "write", running: bool = False) -> str:
         """The one line: `cannot write the config store at DIR: read-only file system (...)`."""
@@ -75,7 +78,8 @@ def _refused(exc: OSError, where: Path) -> AccessProblem | None:
 
 
 def probe(directory: Path, files: Iterable[Path] = ()) -> AccessProblem | None:
-    """Write (and remove) one page in `directory`, and check each existing file of `files` may be written; None if all of it works.
+    """Write (and remove) one page in `directory`, and check each existing file of `files` may be written; None if all
+    of it works.
 
     Root is not stopped by permission bits, so writing is the only test that
     tells the truth for every user: it does what the store would do. The

@@ -47,7 +47,13 @@ VERSION = "4.0.8"  # newest 4.0.x (LTS, Java 17) whose server distribution Maven
 ARTIFACT = f"org.apache.pulsar:pulsar-server-distribution:{VERSION}:tar.gz:bin"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 CLUSTER = "standalone"
-PRODUCT_NAMESPACES = ("request", "response", "notify", "discovery", "state")  # every topic is <tenant>/<one of these>/<name>
+PRODUCT_NAMESPACES = (
+    "request",
+    "response",
+    "notify",
+    "discovery",
+    "state",
+)  # every topic is <tenant>/<one of these>/<name>
 UNLIMITED_RETENTION = {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
 NAMESPACE_POLICIES: dict[str, dict[str, Any]] = {"state": {"retention": UNLIMITED_RETENTION}}
 """Policies set on a namespace after it is created (what deploy/pulsar-init.sh sets): the replicated store's log and
@@ -151,7 +157,12 @@ def fetch(cache: Path | None = None) -> Path:
         if not (home / ".unpacked").exists():
             tarball, download_s = _download(cache)
             unpack_s = _unpack(tarball, home)
-            record = {"artifact": ARTIFACT, "bytes": tarball.stat().st_size, "download_s": download_s, "unpack_s": unpack_s}
+            record = {
+                "artifact": ARTIFACT,
+                "bytes": tarball.stat().st_size,
+                "download_s": download_s,
+                "unpack_s": unpack_s,
+            }
             tarball.unlink()
             (home / ".unpacked").write_text(json.dumps(record) + "\n")
     return home
@@ -160,11 +171,18 @@ def fetch(cache: Path | None = None) -> Path:
 def _download(cache: Path) -> tuple[Path, float]:
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise PulsarError("Maven (`mvn`) is not installed; install it (Debian: apt-get install maven) to fetch Apache Pulsar")
+        raise PulsarError(
+            "Maven (`mvn`) is not installed; install it (Debian: apt-get install maven) to fetch Apache Pulsar"
+        )
     out, repo = cache / "downloads", cache / "m2"
     command = [
-        mvn, "-B", *_maven_settings(cache), f"-Dmaven.repo.local={repo}",
-        f"{DEPENDENCY_PLUGIN}:copy", f"-Dartifact={ARTIFACT}", f"-DoutputDirectory={out}",
+        mvn,
+        "-B",
+        *_maven_settings(cache),
+        f"-Dmaven.repo.local={repo}",
+        f"{DEPENDENCY_PLUGIN}:copy",
+        f"-Dartifact={ARTIFACT}",
+        f"-DoutputDirectory={out}",
     ]
     log = cache / "maven.log"
     progress(f"downloading {ARTIFACT} (about 245 MB) with Maven; log {log}")
@@ -248,7 +266,10 @@ def _is_our_broker(pid: int, data_dir: Path) -> bool:
 def _java() -> str:
     java = Path(os.environ["JAVA_HOME"]) / "bin" / "java" if os.environ.get("JAVA_HOME") else shutil.which("java")
     if not java or not Path(java).exists():
-        raise PulsarError("Java 17 or newer is needed for Apache Pulsar 4.0; install it (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
+        raise PulsarError(
+            "Java 17 or newer is needed for Apache Pulsar 4.0; install it (Debian: apt-get install"
+            " openjdk-17-jre-headless) or set JAVA_HOME"
+        )
     return str(java)
 
 
@@ -310,7 +331,9 @@ class ApachePulsar:
         broker = cls(data_dir)
         state = broker._read_state()
         if state is None:
-            raise PulsarError(f"no Apache Pulsar recorded in {broker.data_dir}; start one with `scripts/apache-pulsar start`")
+            raise PulsarError(
+                f"no Apache Pulsar recorded in {broker.data_dir}; start one with `scripts/apache-pulsar start`"
+            )
         return broker
 
     def _read_state(self) -> dict[str, Any] | None:
@@ -318,7 +341,11 @@ class ApachePulsar:
             state = json.loads(self.state_file.read_text())
         except (OSError, ValueError):
             return None
-        self.broker_port, self.web_port, self.bookie_port = state["broker_port"], state["web_port"], state["bookie_port"]
+        self.broker_port, self.web_port, self.bookie_port = (
+            state["broker_port"],
+            state["web_port"],
+            state["bookie_port"],
+        )
         self.pid, self.token, self.auth = state.get("pid"), state.get("token"), bool(state.get("auth"))
         self.temporary = bool(state.get("temporary"))
         return state
@@ -351,9 +378,16 @@ class ApachePulsar:
                 shutil.rmtree(self.data_dir, ignore_errors=True)
             raise
         command = [
-            str(home / "bin" / "pulsar"), "standalone", "--no-functions-worker", "--no-stream-storage",
-            "--metadata-dir", str(self.data_dir / "metadata"), "--bookkeeper-dir", str(self.data_dir / "bookkeeper"),
-            "--advertised-address", "127.0.0.1",  # no --bookkeeper-port: 4.0 ignores it and picks a free one
+            str(home / "bin" / "pulsar"),
+            "standalone",
+            "--no-functions-worker",
+            "--no-stream-storage",
+            "--metadata-dir",
+            str(self.data_dir / "metadata"),
+            "--bookkeeper-dir",
+            str(self.data_dir / "bookkeeper"),
+            "--advertised-address",
+            "127.0.0.1",  # no --bookkeeper-port: 4.0 ignores it and picks a free one
         ]
         env = {
             **os.environ,
@@ -361,18 +395,28 @@ class ApachePulsar:
             "PULSAR_LOG_DIR": str(self.data_dir / "logs"),
             "PULSAR_MEM": HEAP,
             "PULSAR_GC": "-XX:+UseG1GC",
-            "PULSAR_EXTRA_OPTS": f"-Djava.io.tmpdir={self.data_dir / 'tmp'} -Dpulsar.allocator.exit_on_oom=true "
-            "-Dio.netty.recycler.maxCapacityPerThread=4096",
+            "PULSAR_EXTRA_OPTS": (
+                f"-Djava.io.tmpdir={self.data_dir / 'tmp'} -Dpulsar.allocator.exit_on_oom=true "
+                "-Dio.netty.recycler.maxCapacityPerThread=4096"
+            ),
         }
         started = time.monotonic()
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(
-                command, cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                command,
+                cwd=home,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C in a terminal reaches us; we stop the broker ourselves
             )
         self.pid = self.process.pid  # bin/pulsar execs the JVM: this is the broker's pid
         self._write_state()
-        progress(f"starting Apache Pulsar {VERSION} (pid {self.pid}, broker {self.url}, admin {self.admin_url}, log {self.log_file})")
+        progress(
+            f"starting Apache Pulsar {VERSION} (pid {self.pid}, broker {self.url}, admin {self.admin_url}, log"
+            f" {self.log_file})"
+        )
         try:
             self._wait_ready(started, timeout)
         except BaseException:
@@ -391,10 +435,14 @@ class ApachePulsar:
         return int(lines[-1].rsplit(marker, 1)[1].split()[0]) if lines else 0
 
     def _write_conf(self, home: Path) -> Path:
-        overrides = OVERRIDES.format(broker_port=self.broker_port, web_port=self.web_port, loopback=_loopback_interface())
+        overrides = OVERRIDES.format(
+            broker_port=self.broker_port, web_port=self.web_port, loopback=_loopback_interface()
+        )
         if self.auth:
             overrides += AUTH_OVERRIDES.format(
-                secret_key=self._secret_key(home), superuser=SUPERUSER, superuser_token=self._superuser_token_file(home),
+                secret_key=self._secret_key(home),
+                superuser=SUPERUSER,
+                superuser_token=self._superuser_token_file(home),
                 refresh_check=AUTH_REFRESH_CHECK,
             )
         conf = self.data_dir / "standalone.conf"
@@ -435,10 +483,15 @@ class ApachePulsar:
 
     def _tool(self, home: Path, *args: str) -> str:
         env = {
-            **os.environ, "PULSAR_LOG_DIR": str(self.data_dir / "logs"), "PULSAR_MEM": "-Xmx128m",
-            "PULSAR_GC": "-XX:+UseSerialGC", "PULSAR_EXTRA_OPTS": "-XX:TieredStopAtLevel=1",  # a one-shot JVM starts faster
+            **os.environ,
+            "PULSAR_LOG_DIR": str(self.data_dir / "logs"),
+            "PULSAR_MEM": "-Xmx128m",
+            "PULSAR_GC": "-XX:+UseSerialGC",
+            "PULSAR_EXTRA_OPTS": "-XX:TieredStopAtLevel=1",  # a one-shot JVM starts faster
         }
-        result = subprocess.run([str(home / "bin" / "pulsar"), *args], env=env, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [str(home / "bin" / "pulsar"), *args], env=env, capture_output=True, text=True, timeout=120
+        )
         if result.returncode != 0:
             said = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()[-1]
             raise PulsarError(f"bin/pulsar {' '.join(args[:2])} failed: {said}")
@@ -446,9 +499,17 @@ class ApachePulsar:
 
     def _write_state(self) -> None:
         state = {
-            "version": VERSION, "pid": self.pid, "broker_url": self.url, "admin_url": self.admin_url,
-            "broker_port": self.broker_port, "web_port": self.web_port, "bookie_port": self.bookie_port,
-            "auth": self.auth, "token": self.token, "temporary": self.temporary, "log": str(self.log_file),
+            "version": VERSION,
+            "pid": self.pid,
+            "broker_url": self.url,
+            "admin_url": self.admin_url,
+            "broker_port": self.broker_port,
+            "web_port": self.web_port,
+            "bookie_port": self.bookie_port,
+            "auth": self.auth,
+            "token": self.token,
+            "temporary": self.temporary,
+            "log": str(self.log_file),
         }
         self.state_file.write_text(json.dumps(state, indent=2) + "\n")
 
@@ -457,7 +518,9 @@ class ApachePulsar:
         while True:
             elapsed = time.monotonic() - started
             if self.process is not None and self.process.poll() is not None:
-                raise PulsarError(f"Apache Pulsar exited during start (code {self.process.returncode}); see {self.log_file}")
+                raise PulsarError(
+                    f"Apache Pulsar exited during start (code {self.process.returncode}); see {self.log_file}"
+                )
             if elapsed > timeout:
                 raise PulsarError(f"Apache Pulsar was not ready within {timeout:g}s; see {self.log_file}")
             if "public/default" in self.namespaces("public", quiet=True):
@@ -488,7 +551,7 @@ class ApachePulsar:
         self.process, self.pid = None, None
         if self.state_file.exists():
             self._write_state()  # the ports stay recorded, so a restart on this directory reuses them
-        if (self.temporary if remove is None else remove):
+        if self.temporary if remove is None else remove:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def _alive(self, pid: int, process: subprocess.Popen[bytes] | None) -> bool:
@@ -534,7 +597,9 @@ class ApachePulsar:
                 return []
             raise
 
-    def create_tenant(self, name: str, namespaces: Iterable[str] = PRODUCT_NAMESPACES, *, roles: Iterable[str] = ()) -> list[str]:
+    def create_tenant(
+        self, name: str, namespaces: Iterable[str] = PRODUCT_NAMESPACES, *, roles: Iterable[str] = ()
+    ) -> list[str]:
         """A tenant allowed on this cluster with the product's namespaces; `roles` may produce and consume on them."""
         self.admin("PUT", f"tenants/{name}", {"allowedClusters": [CLUSTER], "adminRoles": []})
         created = []
@@ -568,7 +633,9 @@ class ApachePulsar:
                 said.append(f"namespace {full}: created")
             for policy, value in NAMESPACE_POLICIES.get(namespace, {}).items():
                 self.admin("POST", f"namespaces/{full}/{policy}", value)
-                said.append(f"namespace {full}: {policy} {'unlimited' if value == UNLIMITED_RETENTION else json.dumps(value)}")
+                said.append(
+                    f"namespace {full}: {policy} {'unlimited' if value == UNLIMITED_RETENTION else json.dumps(value)}"
+                )
         return said
 
     def delete_tenant(self, name: str) -> None:
@@ -609,18 +676,26 @@ def _resolve_dir(given: str | None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="apache-pulsar", description=__doc__.split("\n\n")[0],
-        epilog="For toolreg on it: scripts/apache-pulsar start --topicspace tg, then PULSAR_URL=... toolreg up "
-               "(a broker without the topicspace's namespaces makes toolreg stop with \"no namespace tg/notify\").",
+        prog="apache-pulsar",
+        description=__doc__.split("\n\n")[0],
+        epilog=(
+            "For toolreg on it: scripts/apache-pulsar start --topicspace tg, then PULSAR_URL=... toolreg up "
+            '(a broker without the topicspace\'s namespaces makes toolreg stop with "no namespace tg/notify").'
+        ),
     )
     parser.add_argument("command", choices=["fetch", "start", "stop", "status", "env"])
     parser.add_argument("--dir", help="data directory (default: a temporary one, removed on stop)")
     parser.add_argument("--auth", action="store_true", help="token authentication and authorization on (start)")
     parser.add_argument(
-        "--topicspace", action="append", default=[], metavar="NAME",
-        help=f"with start: also create tenant NAME with toolreg's namespaces ({', '.join(PRODUCT_NAMESPACES)}; state kept "
-             f"without limit), as deploy/pulsar-init.sh does; repeatable. `toolreg up` uses {DEFAULT_TOPICSPACE!r} unless "
-             "TOOLREG_TOPICSPACE names another",
+        "--topicspace",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=(
+            f"with start: also create tenant NAME with toolreg's namespaces ({', '.join(PRODUCT_NAMESPACES)}; state"
+            f" kept without limit), as deploy/pulsar-init.sh does; repeatable. `toolreg up` uses {DEFAULT_TOPICSPACE!r}"
+            " unless TOOLREG_TOPICSPACE names another"
+        ),
     )
     args = parser.parse_args(argv)
     if args.topicspace and args.command != "start":
@@ -646,8 +721,10 @@ def main(argv: list[str] | None = None) -> int:
                 print("\n".join(f"{k}={v}" for k, v in broker.env().items()))
             elif args.command == "status":
                 ready = broker.running() and "public/default" in broker.namespaces("public", quiet=True)
-                print(f"{'ready' if ready else 'running, not ready' if broker.running() else 'stopped'} "
-                      f"pid={broker.pid} url={broker.url} admin={broker.admin_url} dir={broker.data_dir}")
+                print(
+                    f"{'ready' if ready else 'running, not ready' if broker.running() else 'stopped'} "
+                    f"pid={broker.pid} url={broker.url} admin={broker.admin_url} dir={broker.data_dir}"
+                )
                 return 0 if ready else 1
             else:
                 broker.stop()

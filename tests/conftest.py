@@ -59,12 +59,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "broker_kind" in metafunc.fixturenames:
         contract = metafunc.definition.get_closest_marker("contract") is not None
         every_real = metafunc.definition.get_closest_marker("brokers") is not None
-        metafunc.parametrize("broker_kind", CONTRACT_BROKERS if contract else [*REAL_BROKERS, "apache-pulsar"] if every_real else REAL_BROKERS)
+        metafunc.parametrize(
+            "broker_kind",
+            CONTRACT_BROKERS if contract else [*REAL_BROKERS, "apache-pulsar"] if every_real else REAL_BROKERS,
+        )
 
 
 @pytest.fixture(scope="session")
 def apache_pulsar() -> Iterator[ApachePulsar]:
-    """One Apache Pulsar standalone for the whole run, token authentication on; its start is in the first user's time."""
+    """One Apache Pulsar standalone for the whole run, token authentication on; its start is in the first user's
+    time."""
     broker = ApachePulsar(auth=True)
     broker.start()
     yield broker
@@ -95,7 +99,11 @@ def settings(broker_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -
         apache: ApachePulsar = request.getfixturevalue("apache_pulsar")
         space: str = request.getfixturevalue("tenant")
         chosen = Settings(
-            data_dir=tmp_path / "data", pulsar_url=apache.url, broker="apache-pulsar", topicspace=space, auth_token=apache.token
+            data_dir=tmp_path / "data",
+            pulsar_url=apache.url,
+            broker="apache-pulsar",
+            topicspace=space,
+            auth_token=apache.token,
         )
     else:
         broker: EmbeddedBroker = request.getfixturevalue("broker")
@@ -132,7 +140,10 @@ async def config_client(connection: Transport, config_store: ConfigStoreService)
 @pytest.fixture
 async def running(settings: Settings) -> AsyncIterator[dict[str, DynamicToolService]]:
     """The four example services, started without announcing (wired by hand), by id."""
-    services = [cls(settings=settings, announce=False) for cls in (JokeService, CalculatorService, CountdownService, EchoService)]
+    services = [
+        cls(settings=settings, announce=False)
+        for cls in (JokeService, CalculatorService, CountdownService, EchoService)
+    ]
     for service in services:
         await service.start()
     yield {s.id: s for s in services}

@@ -53,7 +53,9 @@ def test_every_public_error_is_a_tool_discovery_error_and_no_pulsar_error_is_exp
         assert not {name for name in names if "PULSAR" in name.upper() and name != "PULSAR"}
         errors = [getattr(package, name) for name in names if isinstance(getattr(package, name), type)]
         errors = [cls for cls in errors if issubclass(cls, BaseException)]
-        assert errors and all(issubclass(cls, ToolDiscoveryError) for cls in errors), [c for c in errors if not issubclass(c, ToolDiscoveryError)]
+        assert errors and all(issubclass(cls, ToolDiscoveryError) for cls in errors), [
+            c for c in errors if not issubclass(c, ToolDiscoveryError)
+        ]
 
 
 LIBRARY_USE = """
@@ -160,8 +162,13 @@ def test_the_registry_and_the_store_load_no_web_stack_and_not_each_other() -> No
 def test_a_command_loads_only_the_subsystems_it_uses() -> None:
     """Building the parser (every `toolreg` command does) loads no subsystem; `trust` loads no store and no web."""
     parser = _loaded_by("from discovery.cli.main import build_parser\nbuild_parser()")
-    assert not {"starlette", "uvicorn", "mcp", "discovery.store.service", "discovery.registry.service", "agent_bridge"} & parser
-    trust = _loaded_by("from discovery.cli.main import main\nmain(['trust', 'list', '--policy', '/nonexistent/policy.json'])")
+    assert (
+        not {"starlette", "uvicorn", "mcp", "discovery.store.service", "discovery.registry.service", "agent_bridge"}
+        & parser
+    )
+    trust = _loaded_by(
+        "from discovery.cli.main import main\nmain(['trust', 'list', '--policy', '/nonexistent/policy.json'])"
+    )
     assert not {"starlette", "uvicorn", "mcp", "discovery.store.service", "agent_bridge"} & trust
 
 

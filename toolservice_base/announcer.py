@@ -86,7 +86,9 @@ _BOUND = re.compile(r"instance (\S+) belongs to service '([^']*)' in workspace '
 Verdict = Literal["takeover", "not-mine", "mine"]
 
 
-def judge_refusal(refused: str, *, instance: str, sequence: int, service: str, workspace: str, withdrawn: bool = False) -> tuple[Verdict, str]:
+def judge_refusal(
+    refused: str, *, instance: str, sequence: int, service: str, workspace: str, withdrawn: bool = False
+) -> tuple[Verdict, str]:
     """Whose message a refusal told to `instance` was, and what it shows: a verdict and why.
 
     `sequence` is the last this instance sent. `takeover`: someone else took
@@ -186,7 +188,9 @@ class Announcer:
             except TransportError as exc:
                 log.warning("announce.send_failed", kind=kind, service=self.service.id, error=str(exc))
                 return False
-        log.debug("announce.sent", kind=kind, service=self.service.id, instance=self.instance, sequence=message.sequence)
+        log.debug(
+            "announce.sent", kind=kind, service=self.service.id, instance=self.instance, sequence=message.sequence
+        )
         return True
 
     async def start(self) -> None:
@@ -229,7 +233,13 @@ class Announcer:
             misfire_grace_time=None,
         )
         self._scheduler.start()
-        log.info("service.announced", service=self.service.id, instance=self.instance, tools=[t.name for t in self.tools], ttl=self.ttl)
+        log.info(
+            "service.announced",
+            service=self.service.id,
+            instance=self.instance,
+            tools=[t.name for t in self.tools],
+            ttl=self.ttl,
+        )
 
     async def _beat(self) -> None:
         """Send a heartbeat, in a task of its own, unless the last one is still on its way.
@@ -252,17 +262,29 @@ class Announcer:
         if probe.refused is not None:  # a notice, not a request to re-announce
             if probe.instance == self.instance:
                 verdict, why = judge_refusal(
-                    probe.refused, instance=self.instance, sequence=self._sequence, service=self.service.id,
-                    workspace=self.workspace, withdrawn=self.withdrawn,
+                    probe.refused,
+                    instance=self.instance,
+                    sequence=self._sequence,
+                    service=self.service.id,
+                    workspace=self.workspace,
+                    withdrawn=self.withdrawn,
                 )
                 if verdict == "not-mine":
-                    log.info("service.refused_other", service=self.service.id, instance=self.instance, reason=probe.refused, note=why)
+                    log.info(
+                        "service.refused_other",
+                        service=self.service.id,
+                        instance=self.instance,
+                        reason=probe.refused,
+                        note=why,
+                    )
                     return
                 log.warning("service.refused", service=self.service.id, instance=self.instance, reason=probe.refused)
                 if verdict == "takeover" and not self.withdrawn:
                     await self._start_again(why)
             return
-        if probe.instance in (None, self.instance) and self._announced and not self.withdrawn:  # before `announce`: it answers
+        if (
+            probe.instance in (None, self.instance) and self._announced and not self.withdrawn
+        ):  # before `announce`: it answers
             await self._send("announce")
 
     async def _start_again(self, why: str) -> None:
@@ -270,7 +292,11 @@ class Announcer:
         async with self._send_lock:  # no message of the old id goes out after this
             previous, self.instance, self._sequence = self.instance, new_instance_id(self.service.id), 0
         log.warning(
-            "service.instance_renewed", service=self.service.id, instance=self.instance, previous=previous, reason=why,
+            "service.instance_renewed",
+            service=self.service.id,
+            instance=self.instance,
+            previous=previous,
+            reason=why,
             note="another sender used this instance's id; announcing again under a fresh one",
         )
         await self._send("announce")

@@ -97,8 +97,12 @@ class CallStats:
         if len(text.encode()) > MAX_TOOL_STATS_BYTES:
             if not self._oversized:
                 self._oversized = True
-                log.debug("heartbeat.stats_dropped", bytes=len(text.encode()), limit=MAX_TOOL_STATS_BYTES,
-                          note="too many tools to carry their call counters; heartbeats go without them")
+                log.debug(
+                    "heartbeat.stats_dropped",
+                    bytes=len(text.encode()),
+                    limit=MAX_TOOL_STATS_BYTES,
+                    note="too many tools to carry their call counters; heartbeats go without them",
+                )
             return {}
         return {TOOL_STATS: text}
 

@@ -51,19 +51,21 @@ def _config_request(**fields: Any) -> ConfigRequest:
 
 
 def _check_size(request: ConfigRequest) -> None:
-    """`ConfigRefused` for a write the broker or the store would refuse for its size, said in one line before sending."""
+    """`ConfigRefused` for a write the broker or the store would refuse for its size, said in one line before
+    sending."""
     for item in request.values:
         size = len(json.dumps(item.value))
         if size > MAX_ITEM_BYTES:
             raise ConfigRefused(
-                f"refused before sending: {item.type}/{printable(item.key, 80)} is {size} bytes as JSON; the store takes items up to "
-                f"{MAX_ITEM_BYTES} bytes (the broker's message limit): store it in parts, or keep it elsewhere and store a reference"
+                f"refused before sending: {item.type}/{printable(item.key, 80)} is {size} bytes as JSON; the store"
+                f" takes items up to {MAX_ITEM_BYTES} bytes (the broker's message limit): store it in parts, or keep it"
+                " elsewhere and store a reference"
             )
     size = len(encode(request))
     if size > MAX_CONFIG_REQUEST_BYTES:
         raise ConfigRefused(
-            f"refused before sending: the write is {size} bytes; the store takes at most {MAX_CONFIG_REQUEST_BYTES} bytes per request: "
-            "write the items in smaller batches"
+            f"refused before sending: the write is {size} bytes; the store takes at most {MAX_CONFIG_REQUEST_BYTES}"
+            " bytes per request: write the items in smaller batches"
         )
 
 
@@ -77,7 +79,11 @@ class ConfigClient:
         self.page_limit = PAGE_LIMIT
         self._resend = connection.capabilities.resend_on_silence
         self._rpc = RequestClient(
-            connection, connection.topics.config_request, connection.topics.config_response, name="config-client", bulk=True
+            connection,
+            connection.topics.config_request,
+            connection.topics.config_response,
+            name="config-client",
+            bulk=True,
         )
 
     async def start(self) -> "ConfigClient":
@@ -193,7 +199,8 @@ class ConfigClient:
     async def read_types(
         self, item_types: Iterable[str], *, workspace: str | None = None, timeout: float | None = None
     ) -> tuple[int, dict[str, dict[str, str]]]:
-        """The items of each type and the one version they were all read at: what a reader of `tool` + `tool-service` needs.
+        """The items of each type and the one version they were all read at: what a reader of `tool` + `tool-service`
+        needs.
 
         Each type is read in pages (no answer has to fit the whole store in
         one message); if a write lands between pages, the read starts over,
@@ -211,9 +218,12 @@ class ConfigClient:
             read = await self._read_once(operation, item_types, workspace or self.workspace, deadline, total)
             if read is not None:
                 return read
-            log.debug("config.read_restarted", operation=operation, types=item_types, reason="version moved between pages")
+            log.debug(
+                "config.read_restarted", operation=operation, types=item_types, reason="version moved between pages"
+            )
         raise ConfigError(
-            f"the config store changed on every one of {READ_ATTEMPTS} attempts to read {', '.join(item_types)}; retry when writes calm down",
+            f"the config store changed on every one of {READ_ATTEMPTS} attempts to read {', '.join(item_types)}; retry"
+            " when writes calm down",
             "busy",
         )
 
@@ -243,19 +253,29 @@ class ConfigClient:
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise RequestTimeout(f"the config store did not answer within {total:g}s; is it running (`toolreg up`)?")
-            request = _config_request(operation=operation, workspace=workspace, type=item_type, limit=self.page_limit, after=after)
+                raise RequestTimeout(
+                    f"the config store did not answer within {total:g}s; is it running (`toolreg up`)?"
+                )
+            request = _config_request(
+                operation=operation, workspace=workspace, type=item_type, limit=self.page_limit, after=after
+            )
             response = await self._call(request, remaining)
             if version is None:
                 version = response.version
             elif response.version != version:
                 return None
-            page: Rows = [(k, None) for k in response.directory] if operation == "list" else [(v.key, v.value) for v in response.values]
+            page: Rows = (
+                [(k, None) for k in response.directory]
+                if operation == "list"
+                else [(v.key, v.value) for v in response.values]
+            )
             rows.extend(page)
             if not response.more:  # a store that does not page answers everything at once, without `more`
                 return version, rows
             if not page:
-                raise ConfigError("the config store said more items follow but sent none; it may be damaged", "bad-response")
+                raise ConfigError(
+                    "the config store said more items follow but sent none; it may be damaged", "bad-response"
+                )
             after = page[-1][0]
 
     async def version(self, *, workspace: str | None = None, timeout: float | None = None) -> int:
@@ -263,7 +283,9 @@ class ConfigClient:
         request = _config_request(operation="get", workspace=workspace or self.workspace)
         return (await self._call(request, timeout)).version or 0
 
-    async def config(self, *, workspace: str | None = None, timeout: float | None = None) -> tuple[int, dict[str, dict[str, str]]]:
+    async def config(
+        self, *, workspace: str | None = None, timeout: float | None = None
+    ) -> tuple[int, dict[str, dict[str, str]]]:
         """Everything in the workspace and the version it was read at."""
         request = _config_request(operation="config", workspace=workspace or self.workspace)
         response = await self._call(request, timeout)

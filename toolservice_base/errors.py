@@ -114,7 +114,8 @@ class Fenced(TransportError):
 
 
 class BrokerUnsupported(TransportError):
-    """The broker lacks a feature the operation needs (pulsar-lite has no exclusive producers); asking again cannot help."""
+    """The broker lacks a feature the operation needs (pulsar-lite has no exclusive producers); asking again cannot
+    help."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retriable=False)

@@ -48,7 +48,8 @@ class ServiceMetrics:
         )
         self.errors = Counter(
             "toolreg_tool_service_errors",
-            "Requests that failed: bad-request (unparseable), exception (invoke raised), cancelled (deadline or caller gone).",
+            "Requests that failed: bad-request (unparseable), exception (invoke raised), cancelled (deadline or caller"
+            " gone).",
             ["service", "tool", "kind"],
             registry=registry,
         )

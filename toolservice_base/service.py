@@ -172,16 +172,21 @@ def _call_limits(
 ) -> dict[str, float]:
     """The per-tool limits, checked: positive numbers, for tools the service has."""
     if not (isinstance(call_timeout, (int, float)) and call_timeout > 0):
-        raise ServiceDefinitionError(f"service {service_id!r}: call_timeout must be a positive number of seconds, got {call_timeout!r}")
+        raise ServiceDefinitionError(
+            f"service {service_id!r}: call_timeout must be a positive number of seconds, got {call_timeout!r}"
+        )
     names = {tool.name for tool in tools}
     limits: dict[str, float] = {}
     for name, seconds in tool_timeouts.items():
         if name not in names:
             raise ServiceDefinitionError(
-                f"service {service_id!r}: tool_timeouts names {name!r}, which is not one of its tools ({', '.join(sorted(names))})"
+                f"service {service_id!r}: tool_timeouts names {name!r}, which is not one of its tools"
+                f" ({', '.join(sorted(names))})"
             )
         if not (isinstance(seconds, (int, float)) and seconds > 0):
-            raise ServiceDefinitionError(f"service {service_id!r}: tool_timeouts[{name!r}] must be a positive number, got {seconds!r}")
+            raise ServiceDefinitionError(
+                f"service {service_id!r}: tool_timeouts[{name!r}] must be a positive number, got {seconds!r}"
+            )
         limits[name] = float(seconds)
     return limits
 
@@ -219,10 +224,13 @@ class DynamicToolService:
     ) -> None:
         self.settings = settings or Settings.from_env()
         topics = connection.topics if connection is not None else self.settings.topics
-        self.service_descriptor, self.tool_descriptors = build_descriptors(type(self).descriptor, type(self).tools, topics)
+        self.service_descriptor, self.tool_descriptors = build_descriptors(
+            type(self).descriptor, type(self).tools, topics
+        )
         self.call_limit = float(call_timeout if call_timeout is not None else type(self).call_timeout)
         self.tool_limits = _call_limits(self.id, self.call_limit, type(self).tool_timeouts, self.tool_descriptors)
-        # A request without a `tool` property (a TrustGraph agent, an older bridge) is for the only tool, if there is one.
+        # A request without a `tool` property (a TrustGraph agent, an older bridge) is for the only tool, if there is
+        # one.
         self.__only_tool = self.tool_descriptors[0].name if len(self.tool_descriptors) == 1 else ""
         self.__pass_tool = _takes_tool(self.invoke)
         self._connection = connection
@@ -299,7 +307,9 @@ class DynamicToolService:
         try:
             user, config, arguments = _parse_request(message.data, type(self).max_request_bytes)
             if tool == OTHER_TOOL and TOOL not in message.properties:
-                tool = self._labels.of(message.properties, config)  # a caller that does not name it: its config values may
+                tool = self._labels.of(
+                    message.properties, config
+                )  # a caller that does not name it: its config values may
                 span.set("tool.name", tool)
                 span.rename(f"serve {tool}")
             if self.__pass_tool:
@@ -319,7 +329,9 @@ class DynamicToolService:
         except Exception as exc:
             error, error_type = "exception", type(exc).__name__
             log.warning("invoke.failed", service=self.id, error=f"{type(exc).__name__}: {exc}")
-            await reply(ToolServiceResponse(error=ErrorBody(type=type(exc).__name__, message=str(exc)), end_of_stream=True))
+            await reply(
+                ToolServiceResponse(error=ErrorBody(type=type(exc).__name__, message=str(exc)), end_of_stream=True)
+            )
         except asyncio.CancelledError:
             error = "cancelled"  # a deadline, or the caller gave up; the request server answers if anyone waits
             error_type = "timeout" if past_deadline() else "cancelled"

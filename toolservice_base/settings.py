@@ -61,7 +61,8 @@ class Settings:
     operation_timeout: int = 10
     """Seconds pulsar-client waits for the broker on one operation (subscribe, create a producer)."""
     store: str | None = None
-    """`toolreg up`'s config store backend (TOOLREG_STORE): `sqlite` (the default) or `pulsar` (replicated on Apache Pulsar)."""
+    """`toolreg up`'s config store backend (TOOLREG_STORE): `sqlite` (the default) or `pulsar` (replicated on Apache
+    Pulsar)."""
 
     def __post_init__(self) -> None:
         check_topicspace(self.topicspace)
@@ -134,9 +135,7 @@ class Settings:
             url = ""
         if url:
             return url
-        raise NoBrokerError(
-            f"no broker: set PULSAR_URL, or run `toolreg up` (no {self.broker_url_file} found)"
-        )
+        raise NoBrokerError(f"no broker: set PULSAR_URL, or run `toolreg up` (no {self.broker_url_file} found)")
 
 
 # --- the rest of the environment: logging, trust, tracing ---------------------------
@@ -148,7 +147,8 @@ TRUST_POLICY_ENV = "TOOLREG_TRUST_POLICY"
 
 
 def env(name: str) -> str | None:
-    """One variable of the environment, stripped; None if unset or blank. Every other read of the environment goes through here."""
+    """One variable of the environment, stripped; None if unset or blank. Every other read of the environment goes
+    through here."""
     return os.environ.get(name, "").strip() or None
 
 
@@ -158,12 +158,14 @@ def log_level() -> str | None:
 
 
 def log_format() -> str:
-    """`TOOLREG_LOG_FORMAT`, lower-cased: `json` or `console`; "" when unset (then the stream decides: JSON off a terminal)."""
+    """`TOOLREG_LOG_FORMAT`, lower-cased: `json` or `console`; "" when unset (then the stream decides: JSON off a
+    terminal)."""
     return os.environ.get(LOG_FORMAT_ENV, "").lower()
 
 
 def no_color() -> bool:
-    """`NO_COLOR` set to anything but the empty string (no-color.org): console logs without colours, even on a terminal."""
+    """`NO_COLOR` set to anything but the empty string (no-color.org): console logs without colours, even on a
+    terminal."""
     return bool(os.environ.get(NO_COLOR_ENV))
 
 
@@ -172,7 +174,8 @@ EVENT_LOOPS = ("uvloop", "asyncio")
 
 
 def event_loop() -> str:
-    """`TOOLREG_EVENT_LOOP`: `uvloop` or `asyncio`; unset, uvloop where it is installed (`tool-discovery[uvloop]`), else asyncio.
+    """`TOOLREG_EVENT_LOOP`: `uvloop` or `asyncio`; unset, uvloop where it is installed (`tool-discovery[uvloop]`), else
+    asyncio.
 
     Raises `ToolDiscoveryError` for another value, or for `uvloop` when it is not installed.
     """
@@ -181,7 +184,9 @@ def event_loop() -> str:
         raise ToolDiscoveryError(f"{EVENT_LOOP_ENV}={chosen!r}: use uvloop or asyncio")
     installed = importlib.util.find_spec("uvloop") is not None
     if chosen == "uvloop" and not installed:
-        raise ToolDiscoveryError(f"{EVENT_LOOP_ENV}=uvloop, but uvloop is not installed: pip install 'tool-discovery[uvloop]'")
+        raise ToolDiscoveryError(
+            f"{EVENT_LOOP_ENV}=uvloop, but uvloop is not installed: pip install 'tool-discovery[uvloop]'"
+        )
     return chosen or ("uvloop" if installed else "asyncio")
 
 
@@ -208,7 +213,8 @@ class TracingEnv:
     traces_exporter: str = ""
     """`OTEL_TRACES_EXPORTER` as given: exporter names, comma-separated (`otlp`, `console`, `none`)."""
     otlp_endpoint: bool = False
-    """`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set (not blank): that alone asks for `otlp`."""
+    """`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set (not blank): that alone asks for
+    `otlp`."""
     otlp_protocol: str = "http/protobuf"
     """`OTEL_EXPORTER_OTLP_PROTOCOL`: `http/protobuf` (the default when unset or blank) or `grpc`."""
     service_name: str | None = None

@@ -83,7 +83,9 @@ class ServiceHarness(Generic[S]):
             transport = self._broker.transport(settings.topics)
             stack.push_async_callback(transport.close)
             descriptor = service.service_descriptor
-            client = RequestClient(transport, descriptor.request_queue, descriptor.response_queue, name="harness", cancels=True)
+            client = RequestClient(
+                transport, descriptor.request_queue, descriptor.response_queue, name="harness", cancels=True
+            )
             await client.start()
             stack.push_async_callback(client.close)
             self._service, self._client = service, client
@@ -111,7 +113,9 @@ class ServiceHarness(Generic[S]):
         request = ToolServiceRequest(
             user=user, config=json.dumps(descriptor.config_values), arguments=json.dumps(dict(arguments or {}))
         )
-        responses = self._client.stream(request, is_last=is_last_response, timeout=self.timeout, properties={TOOL: tool})
+        responses = self._client.stream(
+            request, is_last=is_last_response, timeout=self.timeout, properties={TOOL: tool}
+        )
         async with aclosing(responses) as bodies:
             async for body in bodies:
                 chunk = response_chunk(body, self.service.id)

@@ -32,7 +32,8 @@ class ToolLabels:
         """Config values no other tool of the service shares -> that tool."""
 
     def of(self, properties: Mapping[str, str], config: dict[str, Any] | None = None) -> str:
-        """The tool named in `properties` if the service declares it; else the only tool; else the one `config` matches; else `(other)`."""
+        """The tool named in `properties` if the service declares it; else the only tool; else the one `config` matches;
+        else `(other)`."""
         named = properties.get(TOOL)
         if named is not None:
             return named if named in self.names else OTHER_TOOL

@@ -40,7 +40,8 @@ SCOPE = "tool-discovery"
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 TOOL_PROPERTY = TOOL
-"""Message property naming the tool a request is for (`rpc_wire.TOOL`): the protocol has no field for it, and a service's metrics and spans want it."""
+"""Message property naming the tool a request is for (`rpc_wire.TOOL`): the protocol has no field for it, and a
+service's metrics and spans want it."""
 MAX_LINKS = 32
 """Links kept per merge: a burst of a thousand announcements is one merge, not a span with a thousand links."""
 
@@ -181,7 +182,9 @@ def _client_span(found: Tracer, tool: str, service: str, properties: dict[str, s
     _close(span, None, "ok")
 
 
-def server_call(properties: Mapping[str, str], tool: str, service: str, instance: str) -> AbstractContextManager[_Outcome]:
+def server_call(
+    properties: Mapping[str, str], tool: str, service: str, instance: str
+) -> AbstractContextManager[_Outcome]:
     """The service's span for one request: current while the handler runs, the caller's span as parent."""
     found = tracer()
     if found is None:
@@ -190,11 +193,18 @@ def server_call(properties: Mapping[str, str], tool: str, service: str, instance
 
 
 @contextmanager
-def _server_span(found: Tracer, properties: Mapping[str, str], tool: str, service: str, instance: str) -> Iterator[_Outcome]:
+def _server_span(
+    found: Tracer, properties: Mapping[str, str], tool: str, service: str, instance: str
+) -> Iterator[_Outcome]:
     parent = _PROPAGATOR.extract(properties) if TRACEPARENT in properties else None
     attributes = {"tool.name": tool, "tool.service": service, "tool.instance": instance}
     with found.start_as_current_span(
-        f"serve {tool}", context=parent, kind=SpanKind.SERVER, attributes=attributes, record_exception=False, set_status_on_exception=False
+        f"serve {tool}",
+        context=parent,
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
     ) as span:
         yield _Outcome(span, {})
 
@@ -203,7 +213,8 @@ _UNTRACED_SERVER = _Untraced(_Outcome(None, {}))
 
 
 def outcome(handle: _Outcome, error: str | None, error_type: str | None = None) -> None:
-    """Record how a served request ended: `ok`, or the error kind (`bad-request`, `exception`, `timeout`, `cancelled`) and type.
+    """Record how a served request ended: `ok`, or the error kind (`bad-request`, `exception`, `timeout`, `cancelled`)
+    and type.
 
     `cancelled` (its caller gave up, or the service is shutting down) is not the service's failure: the span
     says so without an error status. A `timeout` (the call's deadline passed) is an error.
@@ -237,7 +248,8 @@ def _announcement_span(found: Tracer, kind: str, service: str, instance: str) ->
 
 
 def registry_merge(services: int, links: Iterable[SpanContext]) -> AbstractContextManager[None]:
-    """The registry's merge of one batch, linked to the announcements that caused it; current, so writes nest under it."""
+    """The registry's merge of one batch, linked to the announcements that caused it; current, so writes nest under
+    it."""
     found = tracer()
     if found is None:
         return _Untraced(None)
@@ -247,7 +259,9 @@ def registry_merge(services: int, links: Iterable[SpanContext]) -> AbstractConte
 @contextmanager
 def _merge_span(found: Tracer, services: int, links: Iterable[SpanContext]) -> Iterator[None]:
     kept = [Link(context) for context, _ in zip(links, range(MAX_LINKS))]
-    with found.start_as_current_span("registry.merge", kind=SpanKind.INTERNAL, links=kept, attributes={"registry.services": services}):
+    with found.start_as_current_span(
+        "registry.merge", kind=SpanKind.INTERNAL, links=kept, attributes={"registry.services": services}
+    ):
         yield
 
 

@@ -26,7 +26,8 @@ def require(module: str, extra: str, distribution: str) -> ModuleType:
         if exc.name is None or exc.name.partition(".")[0] != top:
             raise
         raise ModuleNotFoundError(
-            f"agent_bridge.integrations needs {distribution} for this: pip install 'tool-discovery[{extra}]'", name=exc.name
+            f"agent_bridge.integrations needs {distribution} for this: pip install 'tool-discovery[{extra}]'",
+            name=exc.name,
         ) from None
 
 
@@ -57,14 +58,16 @@ class SpecCache:
         key = self.key()
         if key != self._key:
             self._specs = tuple(
-                Spec(f["name"], f["description"], f["parameters"]) for f in (t["function"] for t in self.toolset.as_openai_tools())
+                Spec(f["name"], f["description"], f["parameters"])
+                for f in (t["function"] for t in self.toolset.as_openai_tools())
             )
             self._key = key
         return self._specs
 
 
 def is_retry(exc: BaseException) -> bool:
-    """Whether the model should correct its call (bad arguments, a tool it may not call now) rather than be told of a failure."""
+    """Whether the model should correct its call (bad arguments, a tool it may not call now) rather than be told of a
+    failure."""
     return isinstance(exc, (BadArguments, UnknownToolError))
 
 

@@ -1,4 +1,5 @@
-"""`LiveToolsMiddleware`: a `create_agent` agent's tools follow the ToolSet (imported only with the `langchain` package)."""
+"""`LiveToolsMiddleware`: a `create_agent` agent's tools follow the ToolSet (imported only with the `langchain`
+package)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from langchain.agents.middleware import AgentMiddleware, ExtendedModelResponse, ModelRequest, ModelResponse, ToolCallRequest
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+    ToolCallRequest,
+)
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.types import Command
 
@@ -44,7 +51,9 @@ class LiveToolsMiddleware(AgentMiddleware[Any, Any, Any]):
     def _ours(self, tool: Any) -> bool:
         return isinstance(tool, LiveTool) and tool.toolset is self.toolset
 
-    def wrap_model_call(self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]) -> ModelResult:
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
+    ) -> ModelResult:
         return handler(self._offer(request))
 
     async def awrap_model_call(

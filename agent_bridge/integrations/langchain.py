@@ -19,8 +19,8 @@ and within one, with `live_tools_middleware(toolset)` (needs `langchain`):
     from agent_bridge.integrations.langchain import live_tools_middleware
 
     async with ToolSet(workspace="default") as tools:
-        agent = create_agent("openai:gpt-5-mini", middleware=[live_tools_middleware(tools)], checkpointer=InMemorySaver())
-        thread = {"configurable": {"thread_id": "1"}}
+        agent = create_agent("openai:gpt-5-mini", middleware=[live_tools_middleware(tools)],
+        checkpointer=InMemorySaver()) thread = {"configurable": {"thread_id": "1"}}
         await agent.ainvoke({"messages": [("user", "Tell me a joke about brokers")]}, thread)
         # ... a service starts ...
         await agent.ainvoke({"messages": [("user", "Now add 2 and 2")]}, thread)   # offered its tool
@@ -71,7 +71,9 @@ class LiveTool(StructuredTool):
     toolset: Any = Field(default=None, exclude=True)
     """The ToolSet this tool calls."""
 
-    def _to_args_and_kwargs(self, tool_input: str | dict[str, Any], tool_call_id: str | None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _to_args_and_kwargs(
+        self, tool_input: str | dict[str, Any], tool_call_id: str | None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if isinstance(tool_input, str):
             try:
                 tool_input = json.loads(tool_input) if tool_input.strip() else {}
@@ -82,7 +84,9 @@ class LiveTool(StructuredTool):
         return (dict(tool_input),), {}
 
 
-def as_langchain_tools(toolset: ToolSet, *, user: str = "", loop: asyncio.AbstractEventLoop | None = None) -> list[BaseTool]:
+def as_langchain_tools(
+    toolset: ToolSet, *, user: str = "", loop: asyncio.AbstractEventLoop | None = None
+) -> list[BaseTool]:
     """The ToolSet's tools now, as LangChain `StructuredTool`s (`LiveTool`), named as in `as_openai_tools()`.
 
     The list is a snapshot of the set; each tool calls the ToolSet by name, so
@@ -95,7 +99,9 @@ def as_langchain_tools(toolset: ToolSet, *, user: str = "", loop: asyncio.Abstra
     return [_live_tool(toolset, spec, user, home) for spec in SpecCache(toolset).current()]
 
 
-def live_tools_middleware(toolset: ToolSet, *, user: str = "", loop: asyncio.AbstractEventLoop | None = None) -> AgentMiddleware[Any, Any, Any]:
+def live_tools_middleware(
+    toolset: ToolSet, *, user: str = "", loop: asyncio.AbstractEventLoop | None = None
+) -> AgentMiddleware[Any, Any, Any]:
     """A `create_agent` middleware that offers the ToolSet's current tools at every model call and runs their calls.
 
     Pass it in `middleware=[...]`, with or without other tools; no tool of the
@@ -151,10 +157,14 @@ def _live_tool(toolset: ToolSet, spec: Spec, user: str, loop: asyncio.AbstractEv
     def call(arguments: dict[str, Any]) -> str:
         if loop is None:
             raise RuntimeError(
-                f"tool {name!r} was made outside an event loop: pass loop=<the ToolSet's loop> to make it callable synchronously, or use ainvoke"
+                f"tool {name!r} was made outside an event loop: pass loop=<the ToolSet's loop> to make it callable"
+                " synchronously, or use ainvoke"
             )
         if _running_loop() is loop:
-            raise RuntimeError(f"tool {name!r} was called synchronously on the ToolSet's own event loop, which would block it; use ainvoke")
+            raise RuntimeError(
+                f"tool {name!r} was called synchronously on the ToolSet's own event loop, which would block it; use"
+                " ainvoke"
+            )
         return asyncio.run_coroutine_threadsafe(acall(arguments), loop).result()
 
     return LiveTool(
@@ -177,7 +187,8 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 @cache
 def _writer_var() -> Any:
-    """LangGraph's per-tool-call writer of `tool-output-delta` events (what `ToolRuntime.emit_output_delta` uses), if LangGraph is there."""
+    """LangGraph's per-tool-call writer of `tool-output-delta` events (what `ToolRuntime.emit_output_delta` uses), if
+    LangGraph is there."""
     try:
         from langgraph.pregel._tools import _tool_call_writer
     except ImportError:

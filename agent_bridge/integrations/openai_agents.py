@@ -54,13 +54,21 @@ def as_function_tools(toolset: ToolSet, *, user: str = "") -> list[FunctionTool]
 
 
 def strict_compatible(schema: dict[str, Any]) -> bool:
-    """Whether OpenAI's strict mode takes `schema` as it is: a closed object, every property required, none an open object or array."""
+    """Whether OpenAI's strict mode takes `schema` as it is: a closed object, every property required, none an open
+    object or array."""
     properties = schema.get("properties")
-    if schema.get("type") != "object" or schema.get("additionalProperties") is not False or not isinstance(properties, dict):
+    if (
+        schema.get("type") != "object"
+        or schema.get("additionalProperties") is not False
+        or not isinstance(properties, dict)
+    ):
         return False
     if sorted(schema.get("required", ())) != sorted(properties):
         return False
-    return all(isinstance(p, dict) and p.get("type") in _SCALARS and set(p) <= {"type", "description"} for p in properties.values())
+    return all(
+        isinstance(p, dict) and p.get("type") in _SCALARS and set(p) <= {"type", "description"}
+        for p in properties.values()
+    )
 
 
 def _function_tool(toolset: ToolSet, spec: Spec, user: str) -> FunctionTool:

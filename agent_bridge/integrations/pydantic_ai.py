@@ -86,7 +86,9 @@ class LiveToolset(AbstractToolset[Any]):
             self._tools = {
                 spec.name: ToolsetTool(
                     toolset=self,
-                    tool_def=ToolDefinition(name=spec.name, description=spec.description, parameters_json_schema=spec.parameters),
+                    tool_def=ToolDefinition(
+                        name=spec.name, description=spec.description, parameters_json_schema=spec.parameters
+                    ),
                     max_retries=self.max_retries,
                     args_validator=_ARGUMENTS,
                 )
@@ -95,7 +97,9 @@ class LiveToolset(AbstractToolset[Any]):
             self._built_from = specs
         return dict(self._tools)
 
-    async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]) -> str:
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> str:
         user = self.user if isinstance(self.user, str) else self.user(ctx)
         try:
             return await self.toolset.invoke(name, tool_args, user=user)

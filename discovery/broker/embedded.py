@@ -50,7 +50,9 @@ def binary_path() -> Path:
 
     path = Path(pulsar_lite.__file__).parent / "bin" / "pulsar-lite"
     if not path.exists():
-        raise BrokerError(f"pulsar-lite binary missing at {path}; reinstall with `pip install --force-reinstall pulsar-lite`")
+        raise BrokerError(
+            f"pulsar-lite binary missing at {path}; reinstall with `pip install --force-reinstall pulsar-lite`"
+        )
     return path
 
 
@@ -312,7 +314,8 @@ class EmbeddedBroker:
             self._reservation = None
 
     def _unwritable(self, exc: OSError | None = None) -> BrokerError:
-        """Why the broker's data directory cannot be written, as the one line to stop with; a plain one if the cause is not that."""
+        """Why the broker's data directory cannot be written, as the one line to stop with; a plain one if the cause is
+        not that."""
         problem = (of_os_error(exc, self.data_dir) if exc is not None else None) or probe(self.data_dir)
         if problem is not None:
             return BrokerError(problem.says("the embedded broker's data"))
@@ -327,10 +330,14 @@ class EmbeddedBroker:
             self.process = subprocess.Popen(
                 [
                     str(binary_path()),
-                    "--config", str(self.config_file),
-                    "--addr", f"127.0.0.1:{port}",
-                    "--db-path", str(self.data_dir / "broker"),
-                    "--log-level", "warn",
+                    "--config",
+                    str(self.config_file),
+                    "--addr",
+                    f"127.0.0.1:{port}",
+                    "--db-path",
+                    str(self.data_dir / "broker"),
+                    "--log-level",
+                    "warn",
                 ],
                 stdout=logfile,
                 stderr=subprocess.STDOUT,
@@ -353,11 +360,17 @@ class EmbeddedBroker:
                 problem = probe(self.data_dir)  # a full disk takes the broker's log with it: ask the file system
                 if problem is not None:
                     raise BrokerError(problem.says("the embedded broker's data"))
-                raise BrokerError(f"pulsar-lite exited at start: {tail.strip().splitlines()[-1] if tail.strip() else 'no output'} (see {self.log_file})")
+                raise BrokerError(
+                    f"pulsar-lite exited at start: {tail.strip().splitlines()[-1] if tail.strip() else 'no output'}"
+                    f" (see {self.log_file})"
+                )
             if time.monotonic() > deadline:
                 terminate(self.process)
                 self.process = self.pid = None
-                raise BrokerError(f"pulsar-lite did not accept connections on 127.0.0.1:{port} within {timeout:g}s (see {self.log_file})")
+                raise BrokerError(
+                    f"pulsar-lite did not accept connections on 127.0.0.1:{port} within {timeout:g}s (see"
+                    f" {self.log_file})"
+                )
             time.sleep(0.01)
         self.url, self.port = f"pulsar://127.0.0.1:{port}", port
         try:

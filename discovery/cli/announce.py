@@ -76,7 +76,9 @@ def load_offer(service_path: str, tools_path: str, topics: Topics = DEFAULT_TOPI
     if isinstance(tools, dict):
         tools = [tools]
     if not isinstance(service, dict) or not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-        raise CommandError("--service must hold a JSON object (a tool-service descriptor) and --tools a JSON list of tool descriptors")
+        raise CommandError(
+            "--service must hold a JSON object (a tool-service descriptor) and --tools a JSON list of tool descriptors"
+        )
     if not tools:
         raise CommandError(f"{tools_path!r} lists no tools; a service with nothing to offer is not worth announcing")
     try:
@@ -105,7 +107,13 @@ async def cmd_announce(args: argparse.Namespace) -> int:
         connection = await open_transport(settings)
         stack.push_async_callback(connection.close)
         announcer = Announcer(
-            connection, service, tools, ttl=args.ttl, workspace=args.workspace, version=args.service_version, signing_key=signing_key
+            connection,
+            service,
+            tools,
+            ttl=args.ttl,
+            workspace=args.workspace,
+            version=args.service_version,
+            signing_key=signing_key,
         )
         stack.push_async_callback(announcer.stop)
         await announcer.start()
@@ -124,17 +132,40 @@ async def cmd_announce(args: argparse.Namespace) -> int:
 def add_command(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     """Register `toolreg announce` on the `toolreg` parser."""
     announce = subparsers.add_parser(
-        "announce", parents=[common_parent], help="announce a running service that cannot announce itself (a sidecar)",
-        description="Announce a tool service on its behalf until SIGTERM or Ctrl-C, then withdraw it: for services not built "
-        "on DynamicToolService, such as a stock TrustGraph one. Run it beside the service so both stop together.",
+        "announce",
+        parents=[common_parent],
+        help="announce a running service that cannot announce itself (a sidecar)",
+        description=(
+            "Announce a tool service on its behalf until SIGTERM or Ctrl-C, then withdraw it: for services not built "
+            "on DynamicToolService, such as a stock TrustGraph one. Run it beside the service so both stop together."
+        ),
     )
-    announce.add_argument("--service", required=True, metavar="SVC.JSON",
-                          help="the tool-service descriptor (id, request-queue, response-queue, config-params)")
-    announce.add_argument("--tools", required=True, metavar="TOOLS.JSON",
-                          help="a JSON list of its tool descriptors ('type' and 'service' may be left out)")
-    announce.add_argument("--ttl", type=float, default=DEFAULT_TTL, help=f"lease length in seconds, {MIN_TTL:g} to {MAX_TTL:g} (default {DEFAULT_TTL:g})")
+    announce.add_argument(
+        "--service",
+        required=True,
+        metavar="SVC.JSON",
+        help="the tool-service descriptor (id, request-queue, response-queue, config-params)",
+    )
+    announce.add_argument(
+        "--tools",
+        required=True,
+        metavar="TOOLS.JSON",
+        help="a JSON list of its tool descriptors ('type' and 'service' may be left out)",
+    )
+    announce.add_argument(
+        "--ttl",
+        type=float,
+        default=DEFAULT_TTL,
+        help=f"lease length in seconds, {MIN_TTL:g} to {MAX_TTL:g} (default {DEFAULT_TTL:g})",
+    )
     announce.add_argument("--workspace", default="default", help="workspace the tools belong to (default: default)")
-    announce.add_argument("--signing-key", default=None, metavar="PATH",
-                          help="Ed25519 private key to sign announcements with (env TOOLREG_SIGNING_KEY; make one with `toolreg keygen`)")
-    announce.add_argument("--service-version", default="", metavar="TEXT", help="the service's version, shown by `toolreg tools --json`")
+    announce.add_argument(
+        "--signing-key",
+        default=None,
+        metavar="PATH",
+        help="Ed25519 private key to sign announcements with (env TOOLREG_SIGNING_KEY; make one with `toolreg keygen`)",
+    )
+    announce.add_argument(
+        "--service-version", default="", metavar="TEXT", help="the service's version, shown by `toolreg tools --json`"
+    )
     announce.set_defaults(handler=cmd_announce)

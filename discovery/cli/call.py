@@ -40,10 +40,13 @@ def parse_arguments(pairs: list[str], types: dict[str, str]) -> dict[str, Any]:
 
 
 def resolve(tools: ToolSet, name: str) -> str:
-    """The tool's own name for `name`, which may be the form `as_openai_tools` gives it (`acme_search` for `acme.search`)."""
+    """The tool's own name for `name`, which may be the form `as_openai_tools` gives it (`acme_search` for
+    `acme.search`)."""
     if name in tools:
         return name
-    mapped: dict[str, str] = {spec["function"]["name"]: own["name"] for own, spec in zip(tools.describe(), tools.as_openai_tools())}
+    mapped: dict[str, str] = {
+        spec["function"]["name"]: own["name"] for own, spec in zip(tools.describe(), tools.as_openai_tools())
+    }
     if name in mapped:
         return mapped[name]
     skipped = tools.problems
@@ -52,7 +55,9 @@ def resolve(tools: ToolSet, name: str) -> str:
     names = tools.names()
     close = difflib.get_close_matches(name, [*names, *skipped], n=SUGGESTIONS)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise CommandError(f"no tool {name!r} in workspace {tools.workspace!r} ({len(names)} tool(s){hint}); `toolreg tools` lists them")
+    raise CommandError(
+        f"no tool {name!r} in workspace {tools.workspace!r} ({len(names)} tool(s){hint}); `toolreg tools` lists them"
+    )
 
 
 def flag_names(error: BridgeUnavailable) -> str:
@@ -60,7 +65,11 @@ def flag_names(error: BridgeUnavailable) -> str:
 
     Shared by every command that opens a `ToolSet` with `--static-dir` (`call`, `mcp`).
     """
-    return str(error).replace("pass static_dir=<dir", "pass --static-dir <dir").replace("no static_dir given", "no --static-dir given")
+    return (
+        str(error)
+        .replace("pass static_dir=<dir", "pass --static-dir <dir")
+        .replace("no static_dir given", "no --static-dir given")
+    )
 
 
 def _what_answers(tools: ToolSet, name: str) -> str:
@@ -78,8 +87,11 @@ async def cmd_call(args: argparse.Namespace) -> int:
     static_dir = Path(args.static_dir) if args.static_dir else None
     timeout = args.timeout
     tools = ToolSet(
-        workspace=args.workspace, settings=settings, static_dir=static_dir,
-        store_timeout=min(STORE_WAIT, timeout), call_timeout=timeout,
+        workspace=args.workspace,
+        settings=settings,
+        static_dir=static_dir,
+        store_timeout=min(STORE_WAIT, timeout),
+        call_timeout=timeout,
     )
     try:
         with waiting_for(f"the tools of workspace {args.workspace!r} from the config store"):

@@ -52,7 +52,9 @@ def waiting_for(what: str, after: float = NOTICE_AFTER) -> Iterator[None]:
     if not sys.stderr.isatty():
         yield
         return
-    handle = asyncio.get_running_loop().call_later(after, lambda: print(f"toolreg: waiting for {what}...", file=sys.stderr, flush=True))
+    handle = asyncio.get_running_loop().call_later(
+        after, lambda: print(f"toolreg: waiting for {what}...", file=sys.stderr, flush=True)
+    )
     try:
         yield
     finally:
@@ -143,7 +145,9 @@ class UpLock:
         except BlockingIOError:
             self._file.seek(0)
             pid = self._file.read().strip() or "?"
-            raise CommandError(f"`toolreg up` is already running for {self.path.parent} (pid {pid}); {what_to_do}") from None
+            raise CommandError(
+                f"`toolreg up` is already running for {self.path.parent} (pid {pid}); {what_to_do}"
+            ) from None
         self._file.seek(0)
         self._file.truncate()
         self._file.write(str(os.getpid()))
@@ -176,7 +180,8 @@ STORES = ("sqlite", "pulsar")
 
 
 def store_choice(args: argparse.Namespace) -> str:
-    """`--store`, else TOOLREG_STORE, else sqlite; one line for anything else. `up` and `store export|import` share it."""
+    """`--store`, else TOOLREG_STORE, else sqlite; one line for anything else. `up` and `store export|import` share
+    it."""
     chosen = getattr(args, "store", None) or settings_of(args).store or "sqlite"
     if chosen not in STORES:
         raise CommandError(f"TOOLREG_STORE={chosen!r} is not a store; use one of: {', '.join(STORES)}")

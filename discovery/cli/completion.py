@@ -58,7 +58,9 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
 
 
 async def cmd_completion(args: argparse.Namespace) -> int:
-    from .main import build_parser  # the parser this module is loaded by; imported here, not at the top, to avoid a cycle
+    from .main import (
+        build_parser,
+    )  # the parser this module is loaded by; imported here, not at the top, to avoid a cycle
 
     sys.stdout.write(script(build_parser(), args.shell))
     return 0

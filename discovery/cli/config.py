@@ -34,7 +34,9 @@ async def with_config(args: argparse.Namespace, action: Callable[[ConfigClient],
             with waiting_for("the config store to answer (is `toolreg up` running?)"):
                 return await action(client)
         except RequestTimeout:
-            raise CommandError(f"the config store did not answer within {args.timeout:g}s; is `toolreg up` running?") from None
+            raise CommandError(
+                f"the config store did not answer within {args.timeout:g}s; is `toolreg up` running?"
+            ) from None
 
 
 async def cmd_config_put(args: argparse.Namespace) -> int:
@@ -94,5 +96,3 @@ async def cmd_config_delete(args: argparse.Namespace) -> int:
         return 0
 
     return await with_config(args, delete)
-
-

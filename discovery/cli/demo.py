@@ -59,8 +59,13 @@ def start_service(target: str, settings: Settings, log_dir: Path, *extra: str) -
     name = target.rsplit(":", 1)[-1]
     log = open(log_dir / f"{name}.log", "ab")
     try:
-        return subprocess.Popen([sys.executable, "-m", "discovery.cli", "serve", target, *extra], env=env,
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [sys.executable, "-m", "discovery.cli", "serve", target, *extra],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     finally:
         log.close()
 
@@ -156,7 +161,10 @@ async def services_register(services: Services, tools: ToolSet, registry: Regist
     services.start("toolservice_base.examples.calculator:CalculatorService")
     await until(lambda: "calculate" in tools.names(), "calculate in the bridge")
     for status in (await registry.list()).tools:
-        say(f"    registry: {status.name:<10} service={status.service:<13} source={status.source} status={status.status} instances={status.instances}")
+        say(
+            f"    registry: {status.name:<10} service={status.service:<13} source={status.source}"
+            f" status={status.status} instances={status.instances}"
+        )
     return joke
 
 
@@ -179,23 +187,41 @@ async def service_withdraws(joke: subprocess.Popen[bytes], tools: ToolSet) -> No
     say(f"    tell-joke gone from the bridge   {took(t)}; tools now: {', '.join(sorted(tools.names()))}")
 
 
-COUNTDOWN_SERVICE = {"id": "countdown", "request-queue": "non-persistent://tg/request/countdown",
-                     "response-queue": "non-persistent://tg/response/countdown", "config-params": [{"name": "delay"}]}
-COUNTDOWN_TOOL = {"type": "tool-service", "name": "countdown", "service": "countdown", "delay": 0.05,
-                  "description": "Count down from a number to zero, streaming each number",
-                  "arguments": [{"name": "start", "type": "integer", "description": "The number to count down from"}]}
+COUNTDOWN_SERVICE = {
+    "id": "countdown",
+    "request-queue": "non-persistent://tg/request/countdown",
+    "response-queue": "non-persistent://tg/response/countdown",
+    "config-params": [{"name": "delay"}],
+}
+COUNTDOWN_TOOL = {
+    "type": "tool-service",
+    "name": "countdown",
+    "service": "countdown",
+    "delay": 0.05,
+    "description": "Count down from a number to zero, streaming each number",
+    "arguments": [{"name": "start", "type": "integer", "description": "The number to count down from"}],
+}
 
 
-async def wire_by_hand(services: Services, tools: ToolSet, config: ConfigClient, registry: RegistryClient, data_dir: Path) -> None:
+async def wire_by_hand(
+    services: Services, tools: ToolSet, config: ConfigClient, registry: RegistryClient, data_dir: Path
+) -> None:
     """Step 5: a service that does not announce, wired by two config writes; its streamed answer."""
     services.start("toolservice_base.examples.countdown:CountdownService", "--no-announce")
     t = time.perf_counter()
-    await config.put([("tool-service", "countdown", json.dumps(COUNTDOWN_SERVICE)), ("tool", "countdown", json.dumps(COUNTDOWN_TOOL))])
+    await config.put(
+        [
+            ("tool-service", "countdown", json.dumps(COUNTDOWN_SERVICE)),
+            ("tool", "countdown", json.dumps(COUNTDOWN_TOOL)),
+        ]
+    )
     await until(lambda: "countdown" in tools.names(), "countdown in the bridge")
     say(f"    toolreg config put tool-service/countdown + tool/countdown -> in the bridge   {took(t)}")
     # A hand-wired service does not announce, so nothing tells the bridge it is up: wait for its log line.
     log_file = data_dir / "CountdownService.log"
-    await until(lambda: log_file.exists() and "service.listening" in log_file.read_text(), "the countdown service to listen")
+    await until(
+        lambda: log_file.exists() and "service.listening" in log_file.read_text(), "the countdown service to listen"
+    )
     t = time.perf_counter()
     chunks = [chunk.strip() async for chunk in tools.stream("countdown", {"start": 3})]
     say(f"    countdown(start=3) streamed {[c for c in chunks if c]}   {took(t)}")
@@ -237,5 +263,3 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     if getattr(args, "log_level", None) is None:
         configure_logging("warning")  # the story is the output; --log-level info shows the events too
     return await demo(args.dir)
-
-

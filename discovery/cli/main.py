@@ -50,7 +50,9 @@ class _Version(argparse.Action):
     def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and exit")
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option: str | None = None) -> None:
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option: str | None = None
+    ) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -63,7 +65,10 @@ class _Version(argparse.Action):
 
 def _examples(*lines: str) -> dict[str, Any]:
     """A subcommand's `--help` ends with these examples, kept as written."""
-    return {"formatter_class": argparse.RawDescriptionHelpFormatter, "epilog": "examples:\n" + "".join(f"  {line}\n" for line in lines)}
+    return {
+        "formatter_class": argparse.RawDescriptionHelpFormatter,
+        "epilog": "examples:\n" + "".join(f"  {line}\n" for line in lines),
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,7 +113,9 @@ def _common_options() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="where the broker URL, store and snapshots live (env TOOLREG_DATA_DIR, default ./.toolreg)",
     )
-    common.add_argument("--log-level", default=argparse.SUPPRESS, help="debug, info, warning or error (env TOOLREG_LOG_LEVEL)")
+    common.add_argument(
+        "--log-level", default=argparse.SUPPRESS, help="debug, info, warning or error (env TOOLREG_LOG_LEVEL)"
+    )
     common.add_argument(
         "--topicspace",
         default=argparse.SUPPRESS,
@@ -119,49 +126,110 @@ def _common_options() -> argparse.ArgumentParser:
 
 def _add_up(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
     """`toolreg up`: broker, config store and registry in one process."""
-    up = sub.add_parser("up", parents=[common], help="run broker (embedded unless PULSAR_URL), config store and registry",
-                        description="Run the config store and the registry; without PULSAR_URL, also an embedded pulsar-lite broker on 127.0.0.1.",
-                        **_examples(
-                            "toolreg up",
-                            "toolreg up --data-dir /var/lib/toolreg --metrics-port 9464",
-                            "PULSAR_URL=pulsar://broker:6650 toolreg up --trust-policy trust.json",
-                        ))
-    up.add_argument("--port", type=int, default=None, help="port for the embedded broker (default: the one it used last time if free, else a free one)")
+    up = sub.add_parser(
+        "up",
+        parents=[common],
+        help="run broker (embedded unless PULSAR_URL), config store and registry",
+        description=(
+            "Run the config store and the registry; without PULSAR_URL, also an embedded pulsar-lite broker on"
+            " 127.0.0.1."
+        ),
+        **_examples(
+            "toolreg up",
+            "toolreg up --data-dir /var/lib/toolreg --metrics-port 9464",
+            "PULSAR_URL=pulsar://broker:6650 toolreg up --trust-policy trust.json",
+        ),
+    )
+    up.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="port for the embedded broker (default: the one it used last time if free, else a free one)",
+    )
     up.add_argument("--no-registry", action="store_true", help="run only the broker and the config store")
-    up.add_argument("--store", choices=("sqlite", "pulsar"), default=None,
-                    help="sqlite (default): a file in the data directory; pulsar: replicated on Apache Pulsar, in the topicspace's "
-                         "`state` namespace, so several `toolreg up` form one group with one active replica (env TOOLREG_STORE)")
-    up.add_argument("--takeover-after", type=float, default=10.0, metavar="SECONDS",
-                    help="--store pulsar: how long the active replica may be silent before a standby fences it and takes over (default 10)")
-    up.add_argument("--store-protocol", choices=STORE_PROTOCOLS, default="toolreg",
-                    help="toolreg (default): TrustGraph's config protocol plus our extensions; "
-                         "trustgraph: behave exactly like TrustGraph's config service, extensions ignored (for testing against it)")
+    up.add_argument(
+        "--store",
+        choices=("sqlite", "pulsar"),
+        default=None,
+        help=(
+            "sqlite (default): a file in the data directory; pulsar: replicated on Apache Pulsar, in the topicspace's "
+            "`state` namespace, so several `toolreg up` form one group with one active replica (env TOOLREG_STORE)"
+        ),
+    )
+    up.add_argument(
+        "--takeover-after",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help=(
+            "--store pulsar: how long the active replica may be silent before a standby fences it and takes over"
+            " (default 10)"
+        ),
+    )
+    up.add_argument(
+        "--store-protocol",
+        choices=STORE_PROTOCOLS,
+        default="toolreg",
+        help=(
+            "toolreg (default): TrustGraph's config protocol plus our extensions; "
+            "trustgraph: behave exactly like TrustGraph's config service, extensions ignored (for testing against it)"
+        ),
+    )
     cli_registry.add_registry_options(up)
-    up.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
-                    help=f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
-                         "off by default; bound to 127.0.0.1 unless TOOLREG_METRICS_HOST)")
+    up.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help=(
+            f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
+            "off by default; bound to 127.0.0.1 unless TOOLREG_METRICS_HOST)"
+        ),
+    )
     up.set_defaults(handler=lazy("up", "cmd_up"))
 
 
 def _add_serve(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
     """`toolreg serve MODULE:CLASS`: run a tool service."""
-    serve = sub.add_parser("serve", parents=[common], help="run a DynamicToolService subclass",
-                           description="Run a tool service until SIGTERM or Ctrl-C, announcing itself unless told not to.",
-                           **_examples(
-                               "toolreg serve toolservice_base.examples.joke:JokeService",
-                               "toolreg serve my_tools:SearchService --ttl 30 --workspace research --signing-key keys/search.key",
-                           ))
+    serve = sub.add_parser(
+        "serve",
+        parents=[common],
+        help="run a DynamicToolService subclass",
+        description="Run a tool service until SIGTERM or Ctrl-C, announcing itself unless told not to.",
+        **_examples(
+            "toolreg serve toolservice_base.examples.joke:JokeService",
+            "toolreg serve my_tools:SearchService --ttl 30 --workspace research --signing-key keys/search.key",
+        ),
+    )
     serve.add_argument("target", metavar="MODULE:CLASS", help="e.g. toolservice_base.examples.joke:JokeService")
     serve.add_argument("--ttl", type=float, default=None, help="lease length in seconds (default: the class's ttl, 15)")
     serve.add_argument("--no-announce", action="store_true", help="do not announce (for services wired by hand)")
-    serve.add_argument("--workspace", default=None, help="workspace the tools belong to (default: the class's, 'default')")
-    serve.add_argument("--call-timeout", type=float, default=None, metavar="SECONDS",
-                       help="the longest one call may run, whatever its caller would wait (default: the class's call_timeout, 120)")
-    serve.add_argument("--signing-key", default=None, metavar="PATH",
-                       help="Ed25519 private key to sign announcements with (env TOOLREG_SIGNING_KEY; make one with `toolreg keygen`)")
-    serve.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
-                       help=f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
-                            "off by default; bound to 127.0.0.1 unless TOOLREG_METRICS_HOST)")
+    serve.add_argument(
+        "--workspace", default=None, help="workspace the tools belong to (default: the class's, 'default')"
+    )
+    serve.add_argument(
+        "--call-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the longest one call may run, whatever its caller would wait (default: the class's call_timeout, 120)",
+    )
+    serve.add_argument(
+        "--signing-key",
+        default=None,
+        metavar="PATH",
+        help="Ed25519 private key to sign announcements with (env TOOLREG_SIGNING_KEY; make one with `toolreg keygen`)",
+    )
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help=(
+            f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
+            "off by default; bound to 127.0.0.1 unless TOOLREG_METRICS_HOST)"
+        ),
+    )
     serve.set_defaults(handler=lazy("serve", "cmd_serve"))
 
 
@@ -169,88 +237,138 @@ def _add_config(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     """`toolreg config put|get|list|delete`: config items by TYPE/KEY."""
     config_common = argparse.ArgumentParser(add_help=False, parents=[common])
     config_common.add_argument("--workspace", default="default", help="config workspace (default: default)")
-    config_common.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
-                               help="the longest to wait for the broker and the store's answer together (default 5)")
-    config = sub.add_parser("config", parents=[common], help="read and write config items",
-                            description="Read and write config items: TYPE/KEY -> JSON text.",
-                            **_examples(
-                                "toolreg config put tool-service/joke-service < joke-service.json",
-                                "toolreg config put tool/tell-joke --value '{\"type\": \"tool-service\", \"name\": \"tell-joke\", \"description\": \"Tell a joke\", \"service\": \"joke-service\"}'",
-                                "toolreg config get tool/tell-joke",
-                                "toolreg config list tool --json",
-                                "toolreg config delete tool/tell-joke",
-                            ))
+    config_common.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="the longest to wait for the broker and the store's answer together (default 5)",
+    )
+    config = sub.add_parser(
+        "config",
+        parents=[common],
+        help="read and write config items",
+        description="Read and write config items: TYPE/KEY -> JSON text.",
+        **_examples(
+            "toolreg config put tool-service/joke-service < joke-service.json",
+            'toolreg config put tool/tell-joke --value \'{"type": "tool-service", "name": "tell-joke", "description":'
+            ' "Tell a joke", "service": "joke-service"}\'',
+            "toolreg config get tool/tell-joke",
+            "toolreg config list tool --json",
+            "toolreg config delete tool/tell-joke",
+        ),
+    )
     config_sub = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
-    put = config_sub.add_parser("put", parents=[config_common], help="write TYPE/KEY (value from --value or stdin)",
-                                description="Write one item. `tool` and `tool-service` values are validated; a bad one is refused.")
+    put = config_sub.add_parser(
+        "put",
+        parents=[config_common],
+        help="write TYPE/KEY (value from --value or stdin)",
+        description="Write one item. `tool` and `tool-service` values are validated; a bad one is refused.",
+    )
     put.add_argument("item", metavar="TYPE/KEY")
-    put.add_argument("--value", default=None, help="the value (default: read stdin, up to end of file: Ctrl-D on a terminal)")
+    put.add_argument(
+        "--value", default=None, help="the value (default: read stdin, up to end of file: Ctrl-D on a terminal)"
+    )
     put.set_defaults(handler=lazy("config", "cmd_config_put"))
     get = config_sub.add_parser("get", parents=[config_common], help="print TYPE/KEY", description="Print one item.")
     get.add_argument("item", metavar="TYPE/KEY")
     get.set_defaults(handler=lazy("config", "cmd_config_get"))
-    listing = config_sub.add_parser("list", parents=[config_common], help="list the keys of TYPE", description="List the keys of a type.")
+    listing = config_sub.add_parser(
+        "list", parents=[config_common], help="list the keys of TYPE", description="List the keys of a type."
+    )
     listing.add_argument("type", metavar="TYPE")
     listing.add_argument("--json", action="store_true", help="print a JSON list of keys instead of one per line")
     listing.set_defaults(handler=lazy("config", "cmd_config_list"))
-    delete = config_sub.add_parser("delete", parents=[config_common], help="delete TYPE/KEY", description="Delete one item.")
+    delete = config_sub.add_parser(
+        "delete", parents=[config_common], help="delete TYPE/KEY", description="Delete one item."
+    )
     delete.add_argument("item", metavar="TYPE/KEY")
     delete.set_defaults(handler=lazy("config", "cmd_config_delete"))
 
 
 def _add_call(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
     """`toolreg call TOOL KEY=VALUE...`: a tool invoked through the agent bridge."""
-    call = sub.add_parser("call", parents=[common], help="invoke a tool through the agent bridge",
-                          description="Invoke a tool as an agent would and print the observation (streamed chunks as they come). "
-                                      "TOOL is its name or the name OpenAI function calling was given for it (`acme_search` for `acme.search`).",
-                          **_examples(
-                              "toolreg call tell-joke topic=cats",
-                              "toolreg call calculate expression='2 * (3 + 4)' --json",
-                              "toolreg call tell-joke topic=cats --timeout 5 --static-dir ./tools   # works with no config store",
-                          ))
+    call = sub.add_parser(
+        "call",
+        parents=[common],
+        help="invoke a tool through the agent bridge",
+        description=(
+            "Invoke a tool as an agent would and print the observation (streamed chunks as they come). "
+            "TOOL is its name or the name OpenAI function calling was given for it (`acme_search` for `acme.search`)."
+        ),
+        **_examples(
+            "toolreg call tell-joke topic=cats",
+            "toolreg call calculate expression='2 * (3 + 4)' --json",
+            "toolreg call tell-joke topic=cats --timeout 5 --static-dir ./tools   # works with no config store",
+        ),
+    )
     call.add_argument("tool", metavar="TOOL")
     call.add_argument("arguments", nargs="*", metavar="KEY=VALUE", help="tool arguments; non-string ones as JSON (n=3)")
     call.add_argument("--workspace", default="default", help="config workspace (default: default)")
     call.add_argument("--user", default="", help="the caller, passed to the service")
     call.add_argument("--static-dir", default=None, help="fallback directory of tool-service/*.json and tool/*.json")
-    call.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                      help="the longest to wait for the tool's answer (default 30); before the call, the config store "
-                           "is waited for at most 3 s (less if SECONDS is), then the snapshot or --static-dir is used")
-    call.add_argument("--json", action="store_true", help='print {"tool", "workspace", "observation"} as one JSON object once the answer is whole')
+    call.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help=(
+            "the longest to wait for the tool's answer (default 30); before the call, the config store "
+            "is waited for at most 3 s (less if SECONDS is), then the snapshot or --static-dir is used"
+        ),
+    )
+    call.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"tool", "workspace", "observation"} as one JSON object once the answer is whole',
+    )
     call.set_defaults(handler=lazy("call", "cmd_call"))
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """`toolreg demo`: the whole story on an embedded broker, in a directory of its own (so none of the common options)."""
-    demo = sub.add_parser("demo", help="run the whole story on an embedded broker, step by step, with timings",
-                          description="Start a broker, store and registry in a fresh directory (default ./.toolreg-demo, wiped first), "
-                                      "then register, call, remove and hand-wire tools, printing each step with its timing.")
-    demo.add_argument("--dir", default=None, help="the demo's own data directory (default ./.toolreg-demo; wiped first)")
+    """`toolreg demo`: the whole story on an embedded broker, in a directory of its own (so none of the common
+    options)."""
+    demo = sub.add_parser(
+        "demo",
+        help="run the whole story on an embedded broker, step by step, with timings",
+        description=(
+            "Start a broker, store and registry in a fresh directory (default ./.toolreg-demo, wiped first), "
+            "then register, call, remove and hand-wire tools, printing each step with its timing."
+        ),
+    )
+    demo.add_argument(
+        "--dir", default=None, help="the demo's own data directory (default ./.toolreg-demo; wiped first)"
+    )
     demo.set_defaults(handler=lazy("demo", "cmd_demo"))
 
 
 def _add_completion(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """`toolreg completion SHELL`: needs no broker and no data directory, so none of the common options."""
     completion = sub.add_parser(
-        "completion", help="print a shell completion script for bash, zsh or fish (source it: see --help)",
-        description="Print a completion script for SHELL on stdout: Tab then completes toolreg's commands, subcommands, "
-                    "flags, their choices and file names. It is generated from this toolreg's own command line, so "
-                    "regenerate it after an upgrade. Completing runs nothing and needs no broker.",
+        "completion",
+        help="print a shell completion script for bash, zsh or fish (source it: see --help)",
+        description=(
+            "Print a completion script for SHELL on stdout: Tab then completes toolreg's commands, subcommands, "
+            "flags, their choices and file names. It is generated from this toolreg's own command line, so "
+            "regenerate it after an upgrade. Completing runs nothing and needs no broker."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="load it:\n"
-               "  bash  eval \"$(toolreg completion bash)\"                    # in ~/.bashrc\n"
-               "        toolreg completion bash > ~/.local/share/bash-completion/completions/toolreg   # or once, with bash-completion\n"
-               "  zsh   eval \"$(toolreg completion zsh)\"                     # in ~/.zshrc, after compinit\n"
-               "        toolreg completion zsh > \"${fpath[1]}/_toolreg\"       # or once, into a directory of $fpath\n"
-               "  fish  toolreg completion fish > ~/.config/fish/completions/toolreg.fish\n"
-               "        toolreg completion fish | source                      # or for this shell only\n",
+        epilog=(
+            'load it:\n  bash  eval "$(toolreg completion bash)"                    # in ~/.bashrc\n        toolreg'
+            " completion bash > ~/.local/share/bash-completion/completions/toolreg   # or once, with bash-completion\n "
+            ' zsh   eval "$(toolreg completion zsh)"                     # in ~/.zshrc, after compinit\n        toolreg'
+            ' completion zsh > "${fpath[1]}/_toolreg"       # or once, into a directory of $fpath\n  fish  toolreg'
+            " completion fish > ~/.config/fish/completions/toolreg.fish\n        toolreg completion fish | source      "
+            "                # or for this shell only\n"
+        ),
     )
     completion.add_argument("shell", metavar="SHELL", choices=SHELLS, help="bash, zsh or fish")
     completion.set_defaults(handler=lazy("completion", "cmd_completion"))
 
 
 def run_loop(handler: Handler, args: argparse.Namespace) -> int:
-    """Run a command on uvloop where it is installed (`tool-discovery[uvloop]`; `TOOLREG_EVENT_LOOP` decides), else asyncio."""
+    """Run a command on uvloop where it is installed (`tool-discovery[uvloop]`; `TOOLREG_EVENT_LOOP` decides), else
+    asyncio."""
     loop = event_loop()
     log.debug("toolreg.event_loop", loop=loop)
     if loop == "uvloop":
@@ -304,4 +422,3 @@ put_config_item = _alias(["config", "put"], "tg-put-config-item TYPE/KEY < value
 get_config_item = _alias(["config", "get"], "tg-get-config-item TYPE/KEY")
 list_config_items = _alias(["config", "list"], "tg-list-config-items TYPE")
 delete_config_item = _alias(["config", "delete"], "tg-delete-config-item TYPE/KEY")
-

@@ -35,27 +35,67 @@ BROKER_CHECK_TIMEOUT = 2.0
 
 def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
     mcp = sub.add_parser(
-        "mcp", parents=[common], help="serve a workspace's live tools to MCP clients (stdio, or streamable HTTP)",
-        description="Serve the live tools of one workspace as an MCP server: stdio by default, streamable HTTP with --http. "
-                    "Clients are told of every change (tools/list_changed, or subscriptions/listen on 2026-07-28).",
+        "mcp",
+        parents=[common],
+        help="serve a workspace's live tools to MCP clients (stdio, or streamable HTTP)",
+        description=(
+            "Serve the live tools of one workspace as an MCP server: stdio by default, streamable HTTP with --http. "
+            "Clients are told of every change (tools/list_changed, or subscriptions/listen on 2026-07-28)."
+        ),
     )
     mcp.add_argument("--workspace", default="default", help="config workspace whose tools to serve (default: default)")
-    mcp.add_argument("--http", nargs="?", const=DEFAULT_HTTP, default=None, metavar="HOST:PORT",
-                     help=f"serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (default address {DEFAULT_HTTP}; "
-                          "port 0 picks a free one)")
-    mcp.add_argument("--token-file", default=None, metavar="PATH",
-                     help=f"with --http, require `Authorization: Bearer <token>` with the token in this file (env {TOKEN_ENV})")
-    mcp.add_argument("--allow-host", action="append", default=[], metavar="NAME",
-                     help="with --http, also answer to this Host name (a DNS name clients reach a non-loopback address by); "
-                          "the bound address, and on loopback localhost, always are. Any other Host or Origin gets 403 "
-                          "(DNS-rebinding defence)")
-    mcp.add_argument("--tools", action="extend", nargs="+", default=[], metavar="PATTERN",
-                     help="serve only tools whose name matches one of these shell patterns (default: all)")
-    mcp.add_argument("--exclude", action="extend", nargs="+", default=[], metavar="PATTERN",
-                     help="leave out tools whose name matches one of these shell patterns")
+    mcp.add_argument(
+        "--http",
+        nargs="?",
+        const=DEFAULT_HTTP,
+        default=None,
+        metavar="HOST:PORT",
+        help=(
+            f"serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (default address {DEFAULT_HTTP}; "
+            "port 0 picks a free one)"
+        ),
+    )
+    mcp.add_argument(
+        "--token-file",
+        default=None,
+        metavar="PATH",
+        help=f"with --http, require `Authorization: Bearer <token>` with the token in this file (env {TOKEN_ENV})",
+    )
+    mcp.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=(
+            "with --http, also answer to this Host name (a DNS name clients reach a non-loopback address by); "
+            "the bound address, and on loopback localhost, always are. Any other Host or Origin gets 403 "
+            "(DNS-rebinding defence)"
+        ),
+    )
+    mcp.add_argument(
+        "--tools",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="PATTERN",
+        help="serve only tools whose name matches one of these shell patterns (default: all)",
+    )
+    mcp.add_argument(
+        "--exclude",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="PATTERN",
+        help="leave out tools whose name matches one of these shell patterns",
+    )
     mcp.add_argument("--user", default="", help="the caller passed to tool services with every call")
-    mcp.add_argument("--call-timeout", type=float, default=30.0, metavar="SECONDS",
-                     help="seconds to wait for each answer of a tool service (default 30)")
+    mcp.add_argument(
+        "--call-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds to wait for each answer of a tool service (default 30)",
+    )
     mcp.add_argument("--static-dir", default=None, help="fallback directory of tool-service/*.json and tool/*.json")
     mcp.set_defaults(handler=cmd_mcp)
 
@@ -143,9 +183,16 @@ async def _serve(args: argparse.Namespace) -> int:
     if args.http is not None:
         address = parse_address(args.http)
         if token is None and not _is_loopback(address[0]):
-            log.warning("mcp.unprotected", host=address[0], hint=f"anyone who reaches it can call the tools; set {TOKEN_ENV} or --token-file")
+            log.warning(
+                "mcp.unprotected",
+                host=address[0],
+                hint=f"anyone who reaches it can call the tools; set {TOKEN_ENV} or --token-file",
+            )
     elif token is not None:
-        log.warning("mcp.token_ignored", reason="the bearer token applies to --http only; stdio is private to the client that spawned this process")
+        log.warning(
+            "mcp.token_ignored",
+            reason="the bearer token applies to --http only; stdio is private to the client that spawned this process",
+        )
     url = settings.resolve_pulsar_url()  # NoBrokerError (one line) when none is configured
 
     async with contextlib.AsyncExitStack() as stack:
@@ -158,17 +205,28 @@ async def _serve(args: argparse.Namespace) -> int:
                 stack.callback(stdin.stop)  # runs before the transport closes, which waits for its reader
         await check_broker(url)
         try:
-            tools = await stack.enter_async_context(ToolSet(
-                workspace=args.workspace, settings=settings, user=args.user, call_timeout=args.call_timeout,
-                static_dir=Path(args.static_dir) if args.static_dir else None,
-            ))
+            tools = await stack.enter_async_context(
+                ToolSet(
+                    workspace=args.workspace,
+                    settings=settings,
+                    user=args.user,
+                    call_timeout=args.call_timeout,
+                    static_dir=Path(args.static_dir) if args.static_dir else None,
+                )
+            )
         except BridgeUnavailable as exc:
             raise CommandError(flag_names(exc)) from None
         front = McpFront(tools, include=args.tools, exclude=args.exclude, user=args.user)
 
         def serving(**where: str) -> None:  # said once it does: for HTTP, after the port is bound
-            log.info("mcp.serving", workspace=tools.workspace, tools=len(front.listing().tools), source=tools.source,
-                     version=tools.version, **where)
+            log.info(
+                "mcp.serving",
+                workspace=tools.workspace,
+                tools=len(front.listing().tools),
+                source=tools.source,
+                version=tools.version,
+                **where,
+            )
 
         if streams is not None:
             serving(transport="stdio")

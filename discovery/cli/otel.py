@@ -67,7 +67,12 @@ def configure_tracing(default_service_name: str) -> str | None:
     for name in names:
         point = available.get(_entry_point_name(name, env))
         if point is None:
-            log.warning("otel.exporter_missing", exporter=name, installed=sorted(available), fix="install the exporter's package or change OTEL_TRACES_EXPORTER")
+            log.warning(
+                "otel.exporter_missing",
+                exporter=name,
+                installed=sorted(available),
+                fix="install the exporter's package or change OTEL_TRACES_EXPORTER",
+            )
             continue
         try:
             exporters.append(point.load()())

@@ -45,28 +45,52 @@ _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 def add_registry_options(parser: argparse.ArgumentParser) -> None:
     """The trust and bad-input options shared by `toolreg up` and `toolreg registry`."""
     parser.add_argument(
-        "--trust-policy", default=None, metavar="PATH",
-        help=f"accept only announcements signed by keys in this policy (env {TRUST_POLICY_ENV}; edit with `toolreg trust add`)",
+        "--trust-policy",
+        default=None,
+        metavar="PATH",
+        help=(
+            f"accept only announcements signed by keys in this policy (env {TRUST_POLICY_ENV}; edit with `toolreg trust"
+            " add`)"
+        ),
     )
     parser.add_argument(
-        "--allow-namespace", action="append", default=None, metavar="TENANT/NAMESPACE", dest="allow_namespace",
-        help=f"a namespace announced queues may live in; repeat for more (env {ALLOWED_NAMESPACES_ENV}, comma-separated; "
-        "default: the topicspace's request and response, e.g. tg/request tg/response)",
+        "--allow-namespace",
+        action="append",
+        default=None,
+        metavar="TENANT/NAMESPACE",
+        dest="allow_namespace",
+        help=(
+            f"a namespace announced queues may live in; repeat for more (env {ALLOWED_NAMESPACES_ENV}, comma-separated;"
+            " default: the topicspace's request and response, e.g. tg/request tg/response)"
+        ),
     )
     parser.add_argument(
-        "--max-clock-skew", type=float, default=None, metavar="SECONDS",
-        help=f"refuse announcements whose sent-at is further than this from the registry's clock (env {MAX_CLOCK_SKEW_ENV}; "
-        f"default {DEFAULT_MAX_SKEW:g})",
+        "--max-clock-skew",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=(
+            "refuse announcements whose sent-at is further than this from the registry's clock (env"
+            f" {MAX_CLOCK_SKEW_ENV}; default {DEFAULT_MAX_SKEW:g})"
+        ),
     )
     parser.add_argument(
-        "--max-instances", type=int, default=None, metavar="N",
-        help=f"instance leases the registry holds at once, all services together; a new instance past it is refused "
-        f"(capacity) so a flood of made-up ids stops there (env {MAX_INSTANCES_ENV}; default {RegistryOptions.max_instances:,})",
+        "--max-instances",
+        type=int,
+        default=None,
+        metavar="N",
+        help=(
+            "instance leases the registry holds at once, all services together; a new instance past it is refused"
+            f" (capacity) so a flood of made-up ids stops there (env {MAX_INSTANCES_ENV}; default"
+            f" {RegistryOptions.max_instances:,})"
+        ),
     )
     parser.add_argument(
-        "--pin-definitions", action="store_true", default=None,
+        "--pin-definitions",
+        action="store_true",
+        default=None,
         help="pin each announced tool's definition when first accepted; a changed definition is held until "
-        f"`toolreg approve` (env {PIN_DEFINITIONS_ENV}=1, or \"pin-definitions\": true in the trust policy)",
+        f'`toolreg approve` (env {PIN_DEFINITIONS_ENV}=1, or "pin-definitions": true in the trust policy)',
     )
 
 
@@ -98,12 +122,20 @@ def registry_options(args: argparse.Namespace) -> RegistryOptions:
             raise CommandError(f"{MAX_INSTANCES_ENV}={text!r} is not a whole number of instances") from None
     if max_instances < 1:
         raise CommandError(f"--max-instances must be at least 1, got {max_instances}")
-    pin = bool(getattr(args, "pin_definitions", None)) or (env(PIN_DEFINITIONS_ENV) or "").lower() in ("1", "true", "yes")
+    pin = bool(getattr(args, "pin_definitions", None)) or (env(PIN_DEFINITIONS_ENV) or "").lower() in (
+        "1",
+        "true",
+        "yes",
+    )
     try:
         return RegistryOptions(
-            trust=trust, allowed_namespaces=tuple(namespaces), max_clock_skew=skew, max_instances=max_instances,
+            trust=trust,
+            allowed_namespaces=tuple(namespaces),
+            max_clock_skew=skew,
+            max_instances=max_instances,
             max_instances_per_service=min(RegistryOptions.max_instances_per_service, max_instances),
-            pin_definitions=pin or bool(getattr(trust, "pin_definitions", False)), auto_approve=getattr(trust, "auto_approve", None),
+            pin_definitions=pin or bool(getattr(trust, "pin_definitions", False)),
+            auto_approve=getattr(trust, "auto_approve", None),
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from None
@@ -115,12 +147,15 @@ def trust_line(options: RegistryOptions) -> str:
     trust = options.trust
     if trust is None:
         return (
-            "no trust policy: every valid announcement is accepted, signed or not (--trust-policy PATH to require signatures); "
-            f"queues in {namespaces}{_pinning_note(options)}"
+            "no trust policy: every valid announcement is accepted, signed or not (--trust-policy PATH to require"
+            f" signatures); queues in {namespaces}{_pinning_note(options)}"
         )
     where = getattr(trust, "path", None)
     keys = len(getattr(trust, "keys", ()))
-    line = f"trust policy {where or '(in memory)'}: {keys} key(s); only their signed announcements are accepted; queues in {namespaces}"
+    line = (
+        f"trust policy {where or '(in memory)'}: {keys} key(s); only their signed announcements are accepted; queues in"
+        f" {namespaces}"
+    )
     return line + _pinning_note(options)
 
 
@@ -153,7 +188,9 @@ def answering(args: argparse.Namespace) -> Iterator[None]:
         with waiting_for("the registry to answer (is `toolreg up` or `toolreg registry` running?)"):
             yield
     except RegistryUnavailable:
-        raise RegistryUnavailable(f"the registry did not answer within {args.timeout:g}s; run `toolreg up` or `toolreg registry`") from None
+        raise RegistryUnavailable(
+            f"the registry did not answer within {args.timeout:g}s; run `toolreg up` or `toolreg registry`"
+        ) from None
 
 
 async def ask_registry(args: argparse.Namespace, action: Callable[[RegistryClient], Awaitable[int]]) -> int:
@@ -179,7 +216,9 @@ def age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h ago"
 
 
-def show(args: argparse.Namespace, items: Sequence[Any], empty: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+def show(
+    args: argparse.Namespace, items: Sequence[Any], empty: str, headers: Sequence[str], rows: Sequence[Sequence[str]]
+) -> int:
     """`--json`: the items as a JSON list; otherwise a table, or `empty` when there is nothing."""
     if args.json:
         print(json.dumps([item.model_dump(mode="json") for item in items], indent=2))
@@ -195,12 +234,21 @@ async def cmd_rejections(args: argparse.Namespace) -> int:
         rejections = [r for r in await client.rejections() if args.workspace is None or r.workspace == args.workspace]
         now = time.time()
         rows = [
-            (age(now - r.at), str(r.count), age(now - (r.first if r.first is not None else r.at)), r.service or "-", r.instance or "-",
-             r.workspace or "-", r.reason)
+            (
+                age(now - r.at),
+                str(r.count),
+                age(now - (r.first if r.first is not None else r.at)),
+                r.service or "-",
+                r.instance or "-",
+                r.workspace or "-",
+                r.reason,
+            )
             for r in rejections
         ]
         empty = "no rejected announcements" + ("" if args.workspace is None else f" in workspace {args.workspace!r}")
-        return show(args, rejections, empty, ("LAST", "COUNT", "FIRST", "SERVICE", "INSTANCE", "WORKSPACE", "REASON"), rows)
+        return show(
+            args, rejections, empty, ("LAST", "COUNT", "FIRST", "SERVICE", "INSTANCE", "WORKSPACE", "REASON"), rows
+        )
 
     return await ask_registry(args, action)
 
@@ -241,11 +289,25 @@ async def cmd_pending(args: argparse.Namespace) -> int:
             return 0
         now = time.time()
         rows = [
-            (c.tool, c.service, c.workspace, c.pinned[:SHORT], c.offered[:SHORT], c.version or "-", c.signer or "-",
-             age(now - c.first_seen), age(now - c.last_seen))
+            (
+                c.tool,
+                c.service,
+                c.workspace,
+                c.pinned[:SHORT],
+                c.offered[:SHORT],
+                c.version or "-",
+                c.signer or "-",
+                age(now - c.first_seen),
+                age(now - c.last_seen),
+            )
             for c in changes
         ]
-        print(table(("TOOL", "SERVICE", "WORKSPACE", "PINNED", "OFFERED", "VERSION", "SIGNER", "FIRST SEEN", "LAST SEEN"), rows))
+        print(
+            table(
+                ("TOOL", "SERVICE", "WORKSPACE", "PINNED", "OFFERED", "VERSION", "SIGNER", "FIRST SEEN", "LAST SEEN"),
+                rows,
+            )
+        )
         for change in changes:
             print()
             print(_decision_help(change))
@@ -258,8 +320,9 @@ async def cmd_pending(args: argparse.Namespace) -> int:
 def _decision_help(change: PendingChange) -> str:
     workspace = "" if change.workspace == "default" else f" --workspace {change.workspace}"
     return (
-        f"# {change.tool} ({change.service}, workspace {change.workspace}): pinned {change.pinned[:SHORT]}, offered {change.offered[:SHORT]}\n"
-        f"#   toolreg approve {change.tool} --digest {change.offered[:SHORT]}{workspace}    or    toolreg reject {change.tool}{workspace}"
+        f"# {change.tool} ({change.service}, workspace {change.workspace}): pinned {change.pinned[:SHORT]}, offered"
+        f" {change.offered[:SHORT]}\n#   toolreg approve {change.tool} --digest {change.offered[:SHORT]}{workspace}   "
+        f" or    toolreg reject {change.tool}{workspace}"
     )
 
 
@@ -269,7 +332,9 @@ def _digest_arg(args: argparse.Namespace) -> str | None:
         return None
     digest = digest.strip().lower()
     if not _HEX.match(digest):
-        raise CommandError(f"--digest {args.digest!r} is not a definition digest: 8 to 64 hex digits, as `toolreg pending` shows them")
+        raise CommandError(
+            f"--digest {args.digest!r} is not a definition digest: 8 to 64 hex digits, as `toolreg pending` shows them"
+        )
     return digest
 
 
@@ -315,55 +380,99 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
     """Register the registry's subcommands on the `toolreg` parser."""
     query = argparse.ArgumentParser(add_help=False, parents=[common_parent])
     query.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
         help=f"the longest to wait for the broker and the registry's answer together (default {DEFAULT_TIMEOUT:g})",
     )
 
     _add_registry_command(subparsers, common_parent)
 
     tools = subparsers.add_parser(
-        "tools", parents=[query], help="list tools: announced and static, with status and instances",
-        description="List the tools of a workspace: the announced ones the registry merged (with their service, "
-        "status, instance count and last heartbeat) and the static ones written by hand. "
-        "WHY says why a tool is not plainly live or configured; agents skip an `unavailable` one. "
-        "While self-preservation holds removals, a line on stderr says which (`toolreg release`).",
+        "tools",
+        parents=[query],
+        help="list tools: announced and static, with status and instances",
+        description=(
+            "List the tools of a workspace: the announced ones the registry merged (with their service, "
+            "status, instance count and last heartbeat) and the static ones written by hand. "
+            "WHY says why a tool is not plainly live or configured; agents skip an `unavailable` one. "
+            "While self-preservation holds removals, a line on stderr says which (`toolreg release`)."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  toolreg tools\n  toolreg tools --workspace research --json\n"
-        "  toolreg tools --json | jq -r '.[] | select(.status == \"unavailable\") | .name + \": \" + .detail'\n"
-        f"  toolreg tools --strict >/dev/null || echo \"held ({HELD_EXIT}) or no registry (1)\"\n"
+        '  toolreg tools --json | jq -r \'.[] | select(.status == "unavailable") | .name + ": " + .detail\'\n'
+        f'  toolreg tools --strict >/dev/null || echo "held ({HELD_EXIT}) or no registry (1)"\n'
         "  toolreg tools --watch                     # then a timestamped row per change, until Ctrl-C\n"
         "  toolreg tools --watch --json | jq -c 'select(.type == \"DELETED\") | .object.name'\n",
     )
-    tools.add_argument("--json", action="store_true",
-                       help="print a JSON list of objects instead of a table; with --watch, one JSON object per change (NDJSON)")
+    tools.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list of objects instead of a table; with --watch, one JSON object per change (NDJSON)",
+    )
     tools.add_argument("--workspace", default=None, help="config workspace (default: the registry's, 'default')")
     once = tools.add_mutually_exclusive_group()
-    once.add_argument("--strict", action="store_true",
-                      help=f"exit with code {HELD_EXIT} (after the listing) while self-preservation holds any removal; 1 stays for errors")
-    once.add_argument("-w", "--watch", action="store_true",
-                      help="keep watching: the listing, then a row for each tool that comes, changes (status, instances, WHY, "
-                      "definition) or goes, each with its time and ADDED/MODIFIED/DELETED, until Ctrl-C (exit 0). If the registry "
-                      "stops answering, one line on stderr says so and the watch keeps asking; another says when it is back")
-    tools.add_argument("--interval", type=_interval, default=None, metavar="SECONDS",
-                       help=f"with --watch: how often to ask the registry (default 1, at least {MIN_INTERVAL:g})")
+    once.add_argument(
+        "--strict",
+        action="store_true",
+        help=(
+            f"exit with code {HELD_EXIT} (after the listing) while self-preservation holds any removal; 1 stays for"
+            " errors"
+        ),
+    )
+    once.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help=(
+            "keep watching: the listing, then a row for each tool that comes, changes (status, instances, WHY,"
+            " definition) or goes, each with its time and ADDED/MODIFIED/DELETED, until Ctrl-C (exit 0). If the"
+            " registry stops answering, one line on stderr says so and the watch keeps asking; another says when it is"
+            " back"
+        ),
+    )
+    tools.add_argument(
+        "--interval",
+        type=_interval,
+        default=None,
+        metavar="SECONDS",
+        help=f"with --watch: how often to ask the registry (default 1, at least {MIN_INTERVAL:g})",
+    )
     tools.set_defaults(handler=lazy("tools", "cmd_tools"))
 
     rejections = subparsers.add_parser(
-        "rejections", parents=[query], help="list recently rejected announcements and why",
-        description="List the most recent announcements the registry refused (malformed, too large, stale, replayed, bad queues, "
-        "untrusted, tool names taken), one row per sender and reason with how often and since when.",
+        "rejections",
+        parents=[query],
+        help="list recently rejected announcements and why",
+        description=(
+            "List the most recent announcements the registry refused (malformed, too large, stale, replayed, bad"
+            " queues, untrusted, tool names taken), one row per sender and reason with how often and since when."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  toolreg rejections\n  toolreg rejections --workspace research\n  toolreg rejections --json | jq '.[0].excerpt'\n",
+        epilog=(
+            "examples:\n  toolreg rejections\n  toolreg rejections --workspace research\n  toolreg rejections --json |"
+            " jq '.[0].excerpt'\n"
+        ),
     )
     rejections.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    rejections.add_argument("--workspace", default=None,
-                            help="only the rejections of messages naming this workspace (default: all; "
-                            "a message too malformed to name one has none, shown as -)")
+    rejections.add_argument(
+        "--workspace",
+        default=None,
+        help=(
+            "only the rejections of messages naming this workspace (default: all; "
+            "a message too malformed to name one has none, shown as -)"
+        ),
+    )
     rejections.set_defaults(handler=cmd_rejections)
 
     conflicts = subparsers.add_parser(
-        "conflicts", parents=[query], help="list announced tools refused because the name is taken",
-        description="List announced tools the registry refused because a static item or an earlier service holds the name.",
+        "conflicts",
+        parents=[query],
+        help="list announced tools refused because the name is taken",
+        description=(
+            "List announced tools the registry refused because a static item or an earlier service holds the name."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  toolreg conflicts\n  toolreg conflicts --workspace research --json\n",
     )
@@ -372,9 +481,13 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
     conflicts.set_defaults(handler=cmd_conflicts)
 
     release = subparsers.add_parser(
-        "release", parents=[query], help="confirm the removals self-preservation is holding",
-        description="When many leases run out at once the registry holds their removal (self-preservation). "
-        "Run this to confirm those services are gone and remove their tools now.",
+        "release",
+        parents=[query],
+        help="confirm the removals self-preservation is holding",
+        description=(
+            "When many leases run out at once the registry holds their removal (self-preservation). "
+            "Run this to confirm those services are gone and remove their tools now."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  toolreg tools      # the held services are named on stderr\n  toolreg release\n",
     )
@@ -385,25 +498,40 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
 def _add_registry_command(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     """`toolreg registry`: the registry run on its own (beside TrustGraph's config service, say)."""
     registry = subparsers.add_parser(
-        "registry", parents=[common_parent], help="run the registry alone (broker and config store already running)",
-        description="Run the registry until SIGTERM or Ctrl-C: merge announced tool services into the config store "
-        "and remove them when their leases run out. `toolreg up` runs one for you; use this to run it separately.",
+        "registry",
+        parents=[common_parent],
+        help="run the registry alone (broker and config store already running)",
+        description=(
+            "Run the registry until SIGTERM or Ctrl-C: merge announced tool services into the config store "
+            "and remove them when their leases run out. `toolreg up` runs one for you; use this to run it separately."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  PULSAR_URL=pulsar://broker:6650 toolreg registry --trust-policy trust.json --metrics-port 9464\n",
+        epilog=(
+            "examples:\n  PULSAR_URL=pulsar://broker:6650 toolreg registry --trust-policy trust.json --metrics-port"
+            " 9464\n"
+        ),
     )
     add_registry_options(registry)
-    registry.add_argument("--metrics-port", type=int, default=None,
-                          help="serve /healthz, /readyz and /metrics on this port (env TOOLREG_METRICS_PORT; default off)")
+    registry.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve /healthz, /readyz and /metrics on this port (env TOOLREG_METRICS_PORT; default off)",
+    )
     registry.set_defaults(handler=lazy("up", "cmd_registry"))
 
 
 def _add_pin_commands(subparsers: Any, query: argparse.ArgumentParser) -> None:
     """`pending`, `approve`, `reject`: the operator's side of pinned definitions (`toolreg up --pin-definitions`)."""
     pending = subparsers.add_parser(
-        "pending", parents=[query], help="list held definition changes (with --pin-definitions) and their diffs",
-        description="With --pin-definitions the registry pins each announced tool's definition (description, arguments, "
-        "config values, its service's queues and params) when it first accepts it. A later announcement offering another "
-        "definition is held: agents keep the pinned one. This lists the held changes, each with a diff.",
+        "pending",
+        parents=[query],
+        help="list held definition changes (with --pin-definitions) and their diffs",
+        description=(
+            "With --pin-definitions the registry pins each announced tool's definition (description, arguments, config"
+            " values, its service's queues and params) when it first accepts it. A later announcement offering another"
+            " definition is held: agents keep the pinned one. This lists the held changes, each with a diff."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  toolreg pending\n  toolreg pending --json | jq -r '.[] | .tool + \" \" + .offered'\n",
     )
@@ -412,19 +540,37 @@ def _add_pin_commands(subparsers: Any, query: argparse.ArgumentParser) -> None:
     pending.set_defaults(handler=cmd_pending)
 
     for name, summary, effect in (
-        ("approve", "pin the definition offered for TOOL: agents see it within a second",
-         "Pin the held definition of TOOL: the registry writes it at once and agents reload it."),
-        ("reject", "keep TOOL's pinned definition and refuse the one offered",
-         "Keep the pinned definition of TOOL; announcements offering the rejected one are refused from now on "
-         "(`toolreg rejections`) and their senders told."),
+        (
+            "approve",
+            "pin the definition offered for TOOL: agents see it within a second",
+            "Pin the held definition of TOOL: the registry writes it at once and agents reload it.",
+        ),
+        (
+            "reject",
+            "keep TOOL's pinned definition and refuse the one offered",
+            (
+                "Keep the pinned definition of TOOL; announcements offering the rejected one are refused from now on "
+                "(`toolreg rejections`) and their senders told."
+            ),
+        ),
     ):
         command = subparsers.add_parser(
-            name, parents=[query], help=summary, description=effect,
+            name,
+            parents=[query],
+            help=summary,
+            description=effect,
             formatter_class=argparse.RawDescriptionHelpFormatter,
             epilog=f"examples:\n  toolreg pending\n  toolreg {name} tell-joke --digest 3f2a9c1b4d5e\n",
         )
         command.add_argument("tool", metavar="TOOL")
-        command.add_argument("--digest", default=None, metavar="D",
-                             help="only if the offered definition is this one (its digest, or 8+ leading hex digits, from `toolreg pending`)")
+        command.add_argument(
+            "--digest",
+            default=None,
+            metavar="D",
+            help=(
+                "only if the offered definition is this one (its digest, or 8+ leading hex digits, from `toolreg"
+                " pending`)"
+            ),
+        )
         command.add_argument("--workspace", default=None, help="config workspace (default: the registry's, 'default')")
         command.set_defaults(handler=cmd_approve if name == "approve" else cmd_reject)

@@ -26,11 +26,18 @@ LISTEN = 2.5
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     replicas = sub.add_parser(
-        "replicas", parents=[common], help="list the replicas of the replicated store and registry (--store pulsar)",
-        description="List every replica heard on the topicspace: id, group, role (active or standby), pid, host, version applied, since.",
+        "replicas",
+        parents=[common],
+        help="list the replicas of the replicated store and registry (--store pulsar)",
+        description=(
+            "List every replica heard on the topicspace: id, group, role (active or standby), pid, host, version"
+            " applied, since."
+        ),
     )
     replicas.add_argument("--json", action="store_true", help="print JSON: one object per replica")
-    replicas.add_argument("--listen", type=float, default=LISTEN, metavar="SECONDS", help=f"how long to listen (default {LISTEN:g})")
+    replicas.add_argument(
+        "--listen", type=float, default=LISTEN, metavar="SECONDS", help=f"how long to listen (default {LISTEN:g})"
+    )
     replicas.set_defaults(handler=lazy("replicas", "cmd_replicas"))
 
 
@@ -70,8 +77,14 @@ async def cmd_replicas(args: argparse.Namespace) -> int:
 
 def _row(status: ReplicaStatus) -> dict[str, Any]:
     return {
-        "id": status.id, "group": status.group, "role": status.role, "pid": status.pid, "host": status.host,
-        "version": status.version, "since": status.since, "term": status.term,
+        "id": status.id,
+        "group": status.group,
+        "role": status.role,
+        "pid": status.pid,
+        "host": status.host,
+        "version": status.version,
+        "since": status.since,
+        "term": status.term,
     }
 
 

@@ -27,7 +27,9 @@ def load_service_class(target: str) -> type[DynamicToolService]:
     except ImportError as exc:
         raise CommandError(f"cannot import {module_name!r}: {exc}") from None
     if not hasattr(module, class_name):
-        raise CommandError(f"module {module_name!r} has no {class_name!r} ({getattr(module, '__file__', None) or module_name})")
+        raise CommandError(
+            f"module {module_name!r} has no {class_name!r} ({getattr(module, '__file__', None) or module_name})"
+        )
     cls = getattr(module, class_name)
     if not (isinstance(cls, type) and issubclass(cls, DynamicToolService)):
         what = f"a {type(cls).__name__}" if not isinstance(cls, type) else f"the class {cls.__qualname__}"
@@ -56,5 +58,3 @@ async def cmd_serve(args: argparse.Namespace) -> int:
             health.add_check("service", service.readiness)
         await service.run()
     return 0
-
-

@@ -11,7 +11,8 @@ from .common import CommandError
 
 
 async def start_health(stack: AsyncExitStack, port: int | None) -> HealthServer | None:
-    """Serve /healthz, /readyz and /metrics if --metrics-port or TOOLREG_METRICS_PORT asks for it; stopped by `stack`."""
+    """Serve /healthz, /readyz and /metrics if --metrics-port or TOOLREG_METRICS_PORT asks for it; stopped by
+    `stack`."""
     try:
         address = metrics_address(port)
         return await stack.enter_async_context(HealthServer(*address)) if address is not None else None

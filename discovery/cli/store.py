@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 ACCESS_EXIT = 3
-"""`toolreg store check`: the store cannot be opened or written (read-only mount, permissions, full disk); 1 is for damage."""
+"""`toolreg store check`: the store cannot be opened or written (read-only mount, permissions, full disk); 1 is for
+damage."""
 
 
 def store_path(args: argparse.Namespace) -> Path:
@@ -54,7 +55,8 @@ def store_path(args: argparse.Namespace) -> Path:
 
 
 def _check(path: Path) -> str:
-    """The verdict on the store as one line; `StoreDamaged` for damage, `StoreAccessError` for a store the machine will not let us use.
+    """The verdict on the store as one line; `StoreDamaged` for damage, `StoreAccessError` for a store the machine will
+    not let us use.
 
     The store must also be writable, as `toolreg up` needs it: a whole store
     on a read-only mount is still reported, with its facts, and why it cannot run.
@@ -92,12 +94,16 @@ def _unmerged_log(path: Path) -> bool:
 
 
 def _whole(path: Path, facts: StoreFacts) -> str:
-    return f"{path}: whole (integrity check passed), version {facts.version}, {facts.items} item(s), store id {(facts.store_id or 'none')[:8]}"
+    return (
+        f"{path}: whole (integrity check passed), version {facts.version}, {facts.items} item(s), store id"
+        f" {(facts.store_id or 'none')[:8]}"
+    )
 
 
 @contextlib.contextmanager
 def _file_system(path: Path) -> Iterator[None]:
-    """A file system that refuses the command (read-only, full) is said in one line, not a traceback, and not as damage."""
+    """A file system that refuses the command (read-only, full) is said in one line, not a traceback, and not as
+    damage."""
     try:
         yield
     except (OSError, sqlite3.Error) as exc:
@@ -123,8 +129,10 @@ async def cmd_store_backup(args: argparse.Namespace) -> int:
     destination = Path(args.path) if args.path else None
     with _file_system(source):
         backup = await asyncio.to_thread(store_backup.take_backup, source, destination)
-    print(f"backed up {source} (version {backup.facts.version}, {backup.facts.items} item(s)) to {backup.path} "
-          f"in {backup.seconds * 1000:.0f} ms")
+    print(
+        f"backed up {source} (version {backup.facts.version}, {backup.facts.items} item(s)) to {backup.path} "
+        f"in {backup.seconds * 1000:.0f} ms"
+    )
     return 0
 
 
@@ -139,8 +147,10 @@ async def cmd_store_restore(args: argparse.Namespace) -> int:
             with contextlib.suppress(OSError):  # a lock file a full disk could not take
                 lock.release()
     facts = restored.facts
-    print(f"restored {target} from {args.path}: {facts.items} item(s), now at version {facts.version} "
-          f"(past every version the replaced store had, so readers reload)")
+    print(
+        f"restored {target} from {args.path}: {facts.items} item(s), now at version {facts.version} "
+        "(past every version the replaced store had, so readers reload)"
+    )
     if restored.replaced is not None:
         print(f"the replaced file is kept as {restored.replaced}")
     print(f"marker {marker_path(target)} updated; start `toolreg up` to serve it")
@@ -176,7 +186,9 @@ async def cmd_store_import(args: argparse.Namespace) -> int:
                 with contextlib.suppress(OSError):  # a lock file a full disk could not take
                     lock.release()
     else:
-        final = await _on_broker(args, lambda connection: transfer.replicated_load(connection, version, rows, force=args.force))
+        final = await _on_broker(
+            args, lambda connection: transfer.replicated_load(connection, version, rows, force=args.force)
+        )
     print(f"imported {len(rows)} item(s) from {args.path} into the {backend} store, now at version {final}")
     return 0
 
@@ -193,38 +205,78 @@ async def _on_broker(args: argparse.Namespace, action: Callable[[Transport], Awa
 def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     """Register `toolreg store ...` on the `toolreg` parser."""
     store = subparsers.add_parser(
-        "store", parents=[common_parent], help="check, back up or restore the config store's file",
-        description="Look after <data-dir>/config.sqlite directly (no broker needed). `toolreg up` also takes "
-        "backups by itself into <data-dir>/backups/.",
+        "store",
+        parents=[common_parent],
+        help="check, back up or restore the config store's file",
+        description=(
+            "Look after <data-dir>/config.sqlite directly (no broker needed). `toolreg up` also takes "
+            "backups by itself into <data-dir>/backups/."
+        ),
     )
     actions = store.add_subparsers(dest="store_command", metavar="ACTION", required=True)
-    check = actions.add_parser("check", parents=[common_parent], help="run the integrity check and compare with the marker",
-                               description="Check the store as `toolreg up` does at start; exit 1 with one line if it is damaged, "
-                               f"exit {ACCESS_EXIT} if it cannot be opened or written (read-only mount, permissions, full disk: "
-                               "not damage, do not restore a backup).")
+    check = actions.add_parser(
+        "check",
+        parents=[common_parent],
+        help="run the integrity check and compare with the marker",
+        description=(
+            "Check the store as `toolreg up` does at start; exit 1 with one line if it is damaged, "
+            f"exit {ACCESS_EXIT} if it cannot be opened or written (read-only mount, permissions, full disk: "
+            "not damage, do not restore a backup)."
+        ),
+    )
     check.set_defaults(handler=cmd_store_check)
-    backup = actions.add_parser("backup", parents=[common_parent], help="write a consistent, checked copy",
-                                description="Copy the store with SQLite's online backup API (safe while `toolreg up` runs) "
-                                "and check the copy.")
-    backup.add_argument("path", nargs="?", default=None, metavar="PATH",
-                        help="file or directory to write (default: <data-dir>/backups/config-<time>-v<version>.sqlite)")
+    backup = actions.add_parser(
+        "backup",
+        parents=[common_parent],
+        help="write a consistent, checked copy",
+        description="Copy the store with SQLite's online backup API (safe while `toolreg up` runs) and check the copy.",
+    )
+    backup.add_argument(
+        "path",
+        nargs="?",
+        default=None,
+        metavar="PATH",
+        help="file or directory to write (default: <data-dir>/backups/config-<time>-v<version>.sqlite)",
+    )
     backup.set_defaults(handler=cmd_store_backup)
-    restore = actions.add_parser("restore", parents=[common_parent], help="replace the store with a checked copy",
-                                 description="Replace <data-dir>/config.sqlite with PATH after checking PATH's integrity. "
-                                 "Refused while `toolreg up` runs, and for another store's backup unless --force. "
-                                 "The replaced file is kept beside it.")
+    restore = actions.add_parser(
+        "restore",
+        parents=[common_parent],
+        help="replace the store with a checked copy",
+        description=(
+            "Replace <data-dir>/config.sqlite with PATH after checking PATH's integrity. "
+            "Refused while `toolreg up` runs, and for another store's backup unless --force. "
+            "The replaced file is kept beside it."
+        ),
+    )
     restore.add_argument("path", metavar="PATH", help="a backup, e.g. the newest file in <data-dir>/backups/")
-    restore.add_argument("--force", action="store_true",
-                         help="restore a backup of another store (another store id) than the one in this data directory")
+    restore.add_argument(
+        "--force",
+        action="store_true",
+        help="restore a backup of another store (another store id) than the one in this data directory",
+    )
     restore.set_defaults(handler=cmd_store_restore)
-    for name, verb, what in (("export", "write", "the store's items and version to PATH (JSON)"),
-                             ("import", "read", "PATH into an empty store (or replace it with --force), carrying the version over")):
-        action = actions.add_parser(name, parents=[common_parent], help=f"{verb} {what}",
-                                    description=f"{verb.capitalize()} {what}. --store (or TOOLREG_STORE) picks the SQLite file "
-                                    "(default) or the store replicated on Apache Pulsar; importing into the replicated store needs its "
-                                    "replicas stopped.")
+    for name, verb, what in (
+        ("export", "write", "the store's items and version to PATH (JSON)"),
+        ("import", "read", "PATH into an empty store (or replace it with --force), carrying the version over"),
+    ):
+        action = actions.add_parser(
+            name,
+            parents=[common_parent],
+            help=f"{verb} {what}",
+            description=(
+                f"{verb.capitalize()} {what}. --store (or TOOLREG_STORE) picks the SQLite file "
+                "(default) or the store replicated on Apache Pulsar; importing into the replicated store needs its "
+                "replicas stopped."
+            ),
+        )
         action.add_argument("path", metavar="PATH", help="the export file")
-        action.add_argument("--store", choices=("sqlite", "pulsar"), default=None, help="which store (default: TOOLREG_STORE, else sqlite)")
+        action.add_argument(
+            "--store",
+            choices=("sqlite", "pulsar"),
+            default=None,
+            help="which store (default: TOOLREG_STORE, else sqlite)",
+        )
         if name == "import":
             action.add_argument("--force", action="store_true", help="replace the items of a store that is not empty")
         action.set_defaults(handler=cmd_store_export if name == "export" else cmd_store_import)

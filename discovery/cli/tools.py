@@ -39,7 +39,16 @@ from .registry import HELD_EXIT, SHORT, age, answering, ask_registry, registry_c
 
 DEFAULT_INTERVAL = 1.0
 """Seconds between two questions of `toolreg tools --watch` (`--interval`)."""
-MIN_WIDTHS = {"TIME": 19, "EVENT": 8, "TOOL": 16, "SERVICE": 16, "SOURCE": 9, "STATUS": 11, "INSTANCES": 9, "DIGEST": SHORT}
+MIN_WIDTHS = {
+    "TIME": 19,
+    "EVENT": 8,
+    "TOOL": 16,
+    "SERVICE": 16,
+    "SOURCE": 9,
+    "STATUS": 11,
+    "INSTANCES": 9,
+    "DIGEST": SHORT,
+}
 """Columns of a watch start this wide (a time, MODIFIED, the longest source and status, typical names), so the rows
 printed later, one at a time, mostly line up with the first ones; a wider cell widens its column from then on."""
 WATCHED = ("service", "source", "status", "instances", "detail", "digest", "version", "workspace")
@@ -56,16 +65,32 @@ def held_notice(held: Sequence[str]) -> str:
 
 
 def tool_headers(pinning: bool, heartbeat: bool = True) -> list[str]:
-    """The columns of a tool's row; DIGEST (the pinned definition, before WHY) only when the registry pins definitions."""
-    return ["TOOL", "SERVICE", "SOURCE", "STATUS", "INSTANCES", *(["LAST HEARTBEAT"] if heartbeat else []), *(["DIGEST"] if pinning else []), "WHY"]
+    """The columns of a tool's row; DIGEST (the pinned definition, before WHY) only when the registry pins
+    definitions."""
+    return [
+        "TOOL",
+        "SERVICE",
+        "SOURCE",
+        "STATUS",
+        "INSTANCES",
+        *(["LAST HEARTBEAT"] if heartbeat else []),
+        *(["DIGEST"] if pinning else []),
+        "WHY",
+    ]
 
 
 def tool_row(tool: ToolStatus, pinning: bool, heartbeat: bool = True) -> list[str]:
     """One tool under `tool_headers(pinning, heartbeat)`."""
     instances = str(tool.instances) if tool.source == "announced" else "-"
     return [
-        tool.name, tool.service or "-", tool.source, tool.status, instances,
-        *([age(tool.last_heartbeat_age)] if heartbeat else []), *([(tool.digest or "-")[:SHORT]] if pinning else []), tool.detail,
+        tool.name,
+        tool.service or "-",
+        tool.source,
+        tool.status,
+        instances,
+        *([age(tool.last_heartbeat_age)] if heartbeat else []),
+        *([(tool.digest or "-")[:SHORT]] if pinning else []),
+        tool.detail,
     ]
 
 
@@ -80,7 +105,13 @@ async def cmd_tools(args: argparse.Namespace) -> int:
         if listing.held:
             print(f"toolreg: {held_notice(listing.held)}", file=sys.stderr)
         rows = [tool_row(t, listing.pinning) for t in listing.tools]
-        shown = show(args, listing.tools, f"no tools in workspace {args.workspace or 'default'!r}", tool_headers(listing.pinning), rows)
+        shown = show(
+            args,
+            listing.tools,
+            f"no tools in workspace {args.workspace or 'default'!r}",
+            tool_headers(listing.pinning),
+            rows,
+        )
         return HELD_EXIT if args.strict and listing.held else shown
 
     return await ask_registry(args, action)
@@ -102,7 +133,9 @@ def changes(before: dict[str, ToolStatus], after: dict[str, ToolStatus]) -> list
             events.append(("ADDED", new))
         elif new is None and old is not None:
             events.append(("DELETED", old))
-        elif old is not None and new is not None and any(getattr(old, field) != getattr(new, field) for field in WATCHED):
+        elif (
+            old is not None and new is not None and any(getattr(old, field) != getattr(new, field) for field in WATCHED)
+        ):
             events.append(("MODIFIED", new))
     return events
 
@@ -137,7 +170,9 @@ class WatchOutput:
         at = time.time()
         for event, tool in events:
             if self.as_json:  # DELETED: the tool as it was last seen, as kubectl gives a deleted object's last state
-                print(json.dumps({"type": event, "at": round(at, 3), "object": tool.model_dump(mode="json")}), flush=True)
+                print(
+                    json.dumps({"type": event, "at": round(at, 3), "object": tool.model_dump(mode="json")}), flush=True
+                )
             else:
                 self._line(self._cells(event, tool))
 
@@ -154,7 +189,8 @@ class WatchOutput:
         self._widths = [max(width, len(cell)) for width, cell in zip(self._widths, cells)]
 
     def _line(self, cells: list[str]) -> None:
-        """One row; a cell wider than its column so far widens it for the rows after (WHY, the last, is never padded)."""
+        """One row; a cell wider than its column so far widens it for the rows after (WHY, the last, is never
+        padded)."""
         self._widen(cells)
         print("  ".join(cell.ljust(width) for cell, width in zip(cells, self._widths)).rstrip(), flush=True)
 
@@ -178,7 +214,10 @@ class Watch:
         if initial:
             self.output.start(events)
             if not events:
-                _say(f"no tools in workspace {self.args.workspace or 'default'!r} yet; watching for them (Ctrl-C to stop)")
+                _say(
+                    f"no tools in workspace {self.args.workspace or 'default'!r} yet; watching for them (Ctrl-C to"
+                    " stop)"
+                )
         else:
             self.output.show(events)
         if listing.held != self.held:
@@ -198,8 +237,15 @@ class Watch:
             except (RegistryUnavailable, TransportError) as exc:
                 if not self.lost:
                     self.lost = True
-                    why = f"no answer within {self.args.timeout:g}s" if isinstance(exc, RegistryUnavailable) else _first_line(exc)
-                    _say(f"the registry stopped answering ({why}); still watching, and asking again until it answers (Ctrl-C to stop)")
+                    why = (
+                        f"no answer within {self.args.timeout:g}s"
+                        if isinstance(exc, RegistryUnavailable)
+                        else _first_line(exc)
+                    )
+                    _say(
+                        f"the registry stopped answering ({why}); still watching, and asking again until it answers"
+                        " (Ctrl-C to stop)"
+                    )
                 continue
             if self.lost:
                 self.lost = False
@@ -213,7 +259,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 async def watch_tools(args: argparse.Namespace) -> int:
-    """`toolreg tools --watch`: the first listing fails like `toolreg tools` (exit 1); after it, only Ctrl-C or SIGTERM ends it (exit 0)."""
+    """`toolreg tools --watch`: the first listing fails like `toolreg tools` (exit 1); after it, only Ctrl-C or SIGTERM
+    ends it (exit 0)."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None

@@ -47,8 +47,12 @@ def _key_text(value: str) -> str:
 async def cmd_trust_add(args: argparse.Namespace) -> int:
     path = policy_path(args)
     policy = _load_or_new(path)
-    entry = trusted_key(args.name, _key_text(args.public_key), args.services, args.tools, getattr(args, "workspaces", None))
-    replaced = [k for k in policy.keys.values() if k.name == entry.name or k.id == entry.id]  # one entry per name, and per key
+    entry = trusted_key(
+        args.name, _key_text(args.public_key), args.services, args.tools, getattr(args, "workspaces", None)
+    )
+    replaced = [
+        k for k in policy.keys.values() if k.name == entry.name or k.id == entry.id
+    ]  # one entry per name, and per key
     for old in replaced:
         del policy.keys[old.id]
     policy.add(entry)
@@ -79,8 +83,15 @@ async def cmd_trust_list(args: argparse.Namespace) -> int:
     keys = sorted(policy.keys.values(), key=lambda k: k.name)
     if getattr(args, "json", False):
         listed = [
-            {"name": k.name, "id": k.id, "public_key": k.text, "services": list(k.services), "tools": list(k.tools),
-             "workspaces": list(k.workspaces), "may": f"announce {k.scope()}"}
+            {
+                "name": k.name,
+                "id": k.id,
+                "public_key": k.text,
+                "services": list(k.services),
+                "tools": list(k.tools),
+                "workspaces": list(k.workspaces),
+                "may": f"announce {k.scope()}",
+            }
             for k in keys
         ]
         print(json.dumps(listed, indent=2))
@@ -114,31 +125,67 @@ TRUST_EXAMPLES = """examples:
 
 
 def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
-    keygen = sub.add_parser("keygen", parents=[common], help="write an Ed25519 key pair for signing announcements",
-                            description="Write PATH (private key, PEM, mode 0600) and PATH.pub (public key, base64).",
-                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=TRUST_EXAMPLES)
+    keygen = sub.add_parser(
+        "keygen",
+        parents=[common],
+        help="write an Ed25519 key pair for signing announcements",
+        description="Write PATH (private key, PEM, mode 0600) and PATH.pub (public key, base64).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=TRUST_EXAMPLES,
+    )
     keygen.add_argument("path", metavar="PATH", help="where to write the private key, e.g. keys/joke-service.key")
     keygen.set_defaults(handler=cmd_keygen)
 
     policy = argparse.ArgumentParser(add_help=False)
-    policy.add_argument("--policy", default=None, help=f"the policy file (env {TRUST_POLICY_ENV}, default ./trust.json)")
-    trust = sub.add_parser("trust", parents=[common], help="edit the registry's trust policy",
-                           description="Edit the trust policy: which public keys may announce which service ids and tool names, into which workspaces.",
-                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=TRUST_EXAMPLES)
+    policy.add_argument(
+        "--policy", default=None, help=f"the policy file (env {TRUST_POLICY_ENV}, default ./trust.json)"
+    )
+    trust = sub.add_parser(
+        "trust",
+        parents=[common],
+        help="edit the registry's trust policy",
+        description=(
+            "Edit the trust policy: which public keys may announce which service ids and tool names, into which"
+            " workspaces."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=TRUST_EXAMPLES,
+    )
     trust_sub = trust.add_subparsers(dest="trust_command", metavar="ACTION", required=True)
-    add = trust_sub.add_parser("add", parents=[common, policy], help="trust a public key for some services and tools",
-                               description="Add (or replace, by name) a trusted key with the service ids, tool names and workspaces it may claim.")
+    add = trust_sub.add_parser(
+        "add",
+        parents=[common, policy],
+        help="trust a public key for some services and tools",
+        description=(
+            "Add (or replace, by name) a trusted key with the service ids, tool names and workspaces it may claim."
+        ),
+    )
     add.add_argument("name", metavar="NAME", help="a name for the key, e.g. jokes-team")
     add.add_argument("--public-key", required=True, help="base64 public key, or a .pub file from `toolreg keygen`")
-    add.add_argument("--services", nargs="+", required=True, metavar="PATTERN", help="service ids it may announce (shell patterns)")
-    add.add_argument("--tools", nargs="+", required=True, metavar="PATTERN", help="tool names it may announce (shell patterns)")
-    add.add_argument("--workspaces", nargs="+", default=None, metavar="PATTERN",
-                     help="workspaces it may announce into (shell patterns; default: every workspace)")
+    add.add_argument(
+        "--services", nargs="+", required=True, metavar="PATTERN", help="service ids it may announce (shell patterns)"
+    )
+    add.add_argument(
+        "--tools", nargs="+", required=True, metavar="PATTERN", help="tool names it may announce (shell patterns)"
+    )
+    add.add_argument(
+        "--workspaces",
+        nargs="+",
+        default=None,
+        metavar="PATTERN",
+        help="workspaces it may announce into (shell patterns; default: every workspace)",
+    )
     add.set_defaults(handler=cmd_trust_add)
-    remove = trust_sub.add_parser("remove", parents=[common, policy], help="stop trusting a key", description="Remove a key by name or id.")
+    remove = trust_sub.add_parser(
+        "remove", parents=[common, policy], help="stop trusting a key", description="Remove a key by name or id."
+    )
     remove.add_argument("name", metavar="NAME")
     remove.set_defaults(handler=cmd_trust_remove)
-    listing = trust_sub.add_parser("list", parents=[common, policy], help="list trusted keys and what each may announce",
-                                   description="List the trusted keys: the services, tools and workspaces each may announce.")
+    listing = trust_sub.add_parser(
+        "list",
+        parents=[common, policy],
+        help="list trusted keys and what each may announce",
+        description="List the trusted keys: the services, tools and workspaces each may announce.",
+    )
     listing.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
     listing.set_defaults(handler=cmd_trust_list)

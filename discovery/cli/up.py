@@ -55,29 +55,39 @@ class ActiveRegistry:
     """
 
     def __init__(
-        self, connection: Transport, options: RegistryOptions, replicas: Callable[[], list[ReplicaStatus]] | None = None,
+        self,
+        connection: Transport,
+        options: RegistryOptions,
+        replicas: Callable[[], list[ReplicaStatus]] | None = None,
     ) -> None:
         self._connection = connection
         self._options = options
         self.registry: Registry | None = None
         self.replicas = replicas
-        """The group this registry runs in (`ReplicatedStore.replicas`, `Membership.replicas`), for the page; None: not replicated."""
+        """The group this registry runs in (`ReplicatedStore.replicas`, `Membership.replicas`), for the page; None: not
+        replicated."""
         self._ear: HeardLeases | None = None
         self._relistening: asyncio.Task[None] | None = None
 
     async def listen(self) -> None:
         """Hear the announcements while standby (for a registry that may be elected): call before joining the group."""
-        self._ear = HeardLeases(self._connection, capacity=self._options.max_instances, receiver_queue=DESCRIPTOR_PERMITS)
+        self._ear = HeardLeases(
+            self._connection, capacity=self._options.max_instances, receiver_queue=DESCRIPTOR_PERMITS
+        )
         await self._ear.start()
 
     async def start(self) -> None:
-        if self._relistening is not None:  # demoted and promoted again before the ear was back: this registry starts cold
+        if (
+            self._relistening is not None
+        ):  # demoted and promoted again before the ear was back: this registry starts cold
             await cancel_and_wait(self._relistening)
             self._relistening = None
         registry = Registry(self._connection, options=self._options, heard=self._ear)
         try:
             await registry.start()
-        except BaseException:  # whatever it had opened is closed before the failure goes on (`Registry.stop` is safe at any point)
+        except (
+            BaseException
+        ):  # whatever it had opened is closed before the failure goes on (`Registry.stop` is safe at any point)
             await registry.stop(flush=False)
             raise
         self.registry = registry
@@ -85,7 +95,8 @@ class ActiveRegistry:
             await self._ear.stop()
 
     async def stop(self) -> None:
-        """Stop, writing what the registry still has pending (briefly): for a registry that ends its own term; and stop listening."""
+        """Stop, writing what the registry still has pending (briefly): for a registry that ends its own term; and stop
+        listening."""
         registry, self.registry = self.registry, None
         if registry is not None:
             await registry.stop()
@@ -130,13 +141,15 @@ class ActiveRegistry:
         if self.replicas is None:
             return snapshot
         group = [
-            ReplicaView(id=r.id, group=r.group, role=r.role, pid=r.pid, host=r.host, version=r.version, since=r.since) for r in self.replicas()
+            ReplicaView(id=r.id, group=r.group, role=r.role, pid=r.pid, host=r.host, version=r.version, since=r.since)
+            for r in self.replicas()
         ]
         return snapshot.model_copy(update={"replicas": group})
 
 
 def shared_options(options: RegistryOptions) -> dict[str, object]:
-    """What every replica of a group must run with alike: the trusted keys and what each may do, and the registry's limits."""
+    """What every replica of a group must run with alike: the trusted keys and what each may do, and the registry's
+    limits."""
     keys = getattr(options.trust, "keys", {}) or {}
     return {
         "trust": sorted(repr(key) for key in keys.values()),
@@ -148,7 +161,8 @@ def shared_options(options: RegistryOptions) -> dict[str, object]:
 
 
 def store_backend(args: argparse.Namespace) -> str:
-    """`--store`, else TOOLREG_STORE, else sqlite (`common.store_choice`); for `up`, also a usable `--takeover-after`."""
+    """`--store`, else TOOLREG_STORE, else sqlite (`common.store_choice`); for `up`, also a usable
+    `--takeover-after`."""
     chosen = store_choice(args)
     if chosen == "pulsar" and not args.takeover_after > 0:
         raise CommandError(f"--takeover-after must be a positive number of seconds, got {args.takeover_after:g}")
@@ -171,7 +185,9 @@ async def cmd_up(args: argparse.Namespace) -> int:
         _lock(stack, settings.data_dir, backend)
         config: ConfigStore | None = None
         if backend == "sqlite":
-            config = ConfigStore(settings.data_dir / STORE_FILE)  # checked before anything starts: a damaged store stops us here
+            config = ConfigStore(
+                settings.data_dir / STORE_FILE
+            )  # checked before anything starts: a damaged store stops us here
             stack.callback(config.close)
         health = await start_health(stack, args.metrics_port)
         if health is not None:
@@ -181,7 +197,9 @@ async def cmd_up(args: argparse.Namespace) -> int:
         url = await _broker(stack, settings, args, health, watched)
         connection = await open_transport(settings, url=url)
         stack.push_async_callback(connection.close)
-        print(f"workarounds   {', '.join(connection.capabilities.enabled()) or 'none'} (for {settings.broker_kind(url)})")
+        print(
+            f"workarounds   {', '.join(connection.capabilities.enabled()) or 'none'} (for {settings.broker_kind(url)})"
+        )
         if config is not None:
             if (registry_group := await _sqlite_store(stack, connection, config, args, options, health)) is not None:
                 watched.append(registry_group)
@@ -196,7 +214,8 @@ async def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _lock(stack: AsyncExitStack, data_dir: Path, backend: str) -> None:
-    """Hold the data directory's lock, once the directory is known to take writes: else one line with the cause and the fix.
+    """Hold the data directory's lock, once the directory is known to take writes: else one line with the cause and the
+    fix.
 
     Everything `toolreg up` keeps (the lock, the store, the broker's data)
     is written there, so a read-only mount or a full disk is said at once,
@@ -228,7 +247,13 @@ def _release(lock: UpLock) -> None:
         lock.release()
 
 
-async def _broker(stack: AsyncExitStack, settings: Settings, args: argparse.Namespace, health: HealthServer | None, watched: list[asyncio.Future[Any]]) -> str:
+async def _broker(
+    stack: AsyncExitStack,
+    settings: Settings,
+    args: argparse.Namespace,
+    health: HealthServer | None,
+    watched: list[asyncio.Future[Any]],
+) -> str:
     """The broker's URL: `PULSAR_URL`, or an embedded pulsar-lite started (and supervised) here."""
     if settings.pulsar_url:
         print(f"broker        {settings.pulsar_url} (PULSAR_URL)")
@@ -248,7 +273,11 @@ async def _broker(stack: AsyncExitStack, settings: Settings, args: argparse.Name
 
 
 async def _sqlite_store(
-    stack: AsyncExitStack, connection: Transport, config: ConfigStore, args: argparse.Namespace, options: RegistryOptions,
+    stack: AsyncExitStack,
+    connection: Transport,
+    config: ConfigStore,
+    args: argparse.Namespace,
+    options: RegistryOptions,
     health: HealthServer | None,
 ) -> asyncio.Future[Any] | None:
     """The store, then the registry in its group (`_registry_group`); returns what `wait_for_signal` must watch."""
@@ -272,7 +301,11 @@ async def _sqlite_store(
 
 
 async def _replicated_store(
-    stack: AsyncExitStack, connection: Transport, args: argparse.Namespace, options: RegistryOptions, health: HealthServer | None,
+    stack: AsyncExitStack,
+    connection: Transport,
+    args: argparse.Namespace,
+    options: RegistryOptions,
+    health: HealthServer | None,
 ) -> asyncio.Future[Any]:
     """Join the group: a standby until the broker elects this replica; the active one also runs the registry."""
     registry = ActiveRegistry(connection, options)
@@ -281,15 +314,21 @@ async def _replicated_store(
         await registry.listen()
     group_settings = {"protocol": args.store_protocol, "registry": not args.no_registry, **shared_options(options)}
     replicated = ReplicatedStore(
-        connection, protocol=args.store_protocol, takeover_after=args.takeover_after, settings=group_settings,
-        on_active=None if args.no_registry else registry.start, on_standby=None if args.no_registry else registry.step_down,
+        connection,
+        protocol=args.store_protocol,
+        takeover_after=args.takeover_after,
+        settings=group_settings,
+        on_active=None if args.no_registry else registry.start,
+        on_standby=None if args.no_registry else registry.step_down,
     )
     registry.replicas = replicated.replicas
     await stack.enter_async_context(replicated)
     if health is not None:
         health.add_check("config-store", replicated.readiness)
         health.add_check("registry", registry.readiness)
-        health.add_fact("replica", lambda: {"id": replicated.replica_id, "role": replicated.role, "version": replicated.version})
+        health.add_fact(
+            "replica", lambda: {"id": replicated.replica_id, "role": replicated.role, "version": replicated.version}
+        )
         if not args.no_registry:
             print(f"page          {show_registry_page(health, registry)}")
     print(f"config store  {replicated.describe()}; {args.store_protocol} protocol")
@@ -327,7 +366,10 @@ async def cmd_registry(args: argparse.Namespace) -> int:
 
 
 async def _registry_group(
-    stack: AsyncExitStack, connection: Transport, registry: ActiveRegistry, options: RegistryOptions,
+    stack: AsyncExitStack,
+    connection: Transport,
+    registry: ActiveRegistry,
+    options: RegistryOptions,
 ) -> asyncio.Future[Any]:
     """Run `registry` as the one registry of the topicspace: elected where the broker can, alone on pulsar-lite.
 
@@ -341,9 +383,13 @@ async def _registry_group(
 
 
 async def _sole_registry(
-    stack: AsyncExitStack, connection: Transport, registry: ActiveRegistry, options: RegistryOptions,
+    stack: AsyncExitStack,
+    connection: Transport,
+    registry: ActiveRegistry,
+    options: RegistryOptions,
 ) -> asyncio.Future[Any]:
-    """On a broker that cannot elect (pulsar-lite): run, and refuse in one line if an older registry is heard on the topicspace.
+    """On a broker that cannot elect (pulsar-lite): run, and refuse in one line if an older registry is heard on the
+    topicspace.
 
     Each registry publishes its status in the registry group every second
     (`toolreg replicas` lists them); the one that started later stops
@@ -363,17 +409,24 @@ async def _sole_registry(
 async def _refuse_an_older_registry(members: Membership) -> None:
     own = members.status
     while True:
-        older = [r for r in members.replicas() if r.id != own.id and r.role == "active" and (r.since, r.id) < (own.since, own.id)]
+        older = [
+            r
+            for r in members.replicas()
+            if r.id != own.id and r.role == "active" and (r.since, r.id) < (own.since, own.id)
+        ]
         if older:
             other = older[0]
             raise CommandError(
-                f"another registry already runs on this topicspace ({other.id}, pid {other.pid} on {other.host}): run one "
-                "registry per topicspace (`toolreg up` runs one; use `toolreg up --no-registry` beside `toolreg registry`)"
+                f"another registry already runs on this topicspace ({other.id}, pid {other.pid} on {other.host}): run"
+                " one registry per topicspace (`toolreg up` runs one; use `toolreg up --no-registry` beside `toolreg"
+                " registry`)"
             )
         await asyncio.sleep(0.2)
 
 
-async def _elect_registry(stack: AsyncExitStack, connection: Transport, registry: ActiveRegistry, options: RegistryOptions) -> asyncio.Future[Any]:
+async def _elect_registry(
+    stack: AsyncExitStack, connection: Transport, registry: ActiveRegistry, options: RegistryOptions
+) -> asyncio.Future[Any]:
     """Join the registry group: run the registry while this process holds the registry lock."""
     replica_id = new_replica_id()
     members = await stack.enter_async_context(

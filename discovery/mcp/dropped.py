@@ -42,7 +42,9 @@ log = get_logger("discovery.mcp")
 SESSION_HEADER = b"mcp-session-id"
 CANCEL_WAIT = 2.0
 """Seconds the session gets to take a dropped call's cancellation (it waits only for the session's read loop)."""
-_KEPT_HEADERS = frozenset({b"host", b"origin", b"authorization", SESSION_HEADER, b"mcp-protocol-version", b"user-agent"})
+_KEPT_HEADERS = frozenset(
+    {b"host", b"origin", b"authorization", SESSION_HEADER, b"mcp-protocol-version", b"user-agent"}
+)
 
 
 def request_id_of(body: bytes) -> types.RequestId | None:
@@ -68,7 +70,11 @@ def answers(chunk: bytes, request_id: types.RequestId) -> bool:
             message = json.loads(line[5:])
         except (ValueError, UnicodeDecodeError, RecursionError):
             continue
-        if isinstance(message, dict) and message.get("id") == request_id and ("result" in message or "error" in message):
+        if (
+            isinstance(message, dict)
+            and message.get("id") == request_id
+            and ("result" in message or "error" in message)
+        ):
             return True
     return False
 
@@ -122,7 +128,8 @@ class CancelDroppedCalls:
                         await self._cancel(scope, request_id)
 
     async def _cancel(self, scope: Scope, request_id: types.RequestId) -> None:
-        """Post `notifications/cancelled` for `request_id` to the dropped request's session, as its client would have."""
+        """Post `notifications/cancelled` for `request_id` to the dropped request's session, as its client would
+        have."""
         notice = {
             "jsonrpc": "2.0",
             "method": "notifications/cancelled",
@@ -156,10 +163,16 @@ class CancelDroppedCalls:
         await self.app({**scope, "headers": headers}, receive, send)
         # No session id in the logs: on this wire it is what lets a request into the session.
         if status and status[0] == 202:
-            log.info("mcp.call_dropped", id=request_id, note="the client disconnected before the answer; its call was cancelled")
+            log.info(
+                "mcp.call_dropped",
+                id=request_id,
+                note="the client disconnected before the answer; its call was cancelled",
+            )
         else:
             log.warning(
-                "mcp.call_drop_not_cancelled", id=request_id, status=status[0] if status else None,
+                "mcp.call_drop_not_cancelled",
+                id=request_id,
+                status=status[0] if status else None,
                 hint="the session did not take the cancellation; the call runs until it ends or reaches its deadline",
             )
 

@@ -44,7 +44,13 @@ from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ServerEvent, SubscriptionBus, ToolsListChanged
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    ServerEvent,
+    SubscriptionBus,
+    ToolsListChanged,
+)
 from mcp.shared.exceptions import MCPError
 
 from agent_bridge import BadArguments, RequestTimeout, ToolError, ToolSet, UnknownToolError
@@ -107,11 +113,20 @@ class Listing:
     @classmethod
     def of(cls, tools: ToolSet, which: ToolFilter) -> Listing:
         mcp_names = openai_names(tools.names())  # the mapping `ToolSet.invoke` resolves, shared with as_openai_tools
-        chosen = [(mcp_names[spec["name"]], spec) for spec in tools.describe() if which.admits(spec["name"], mcp_names[spec["name"]])]
+        chosen = [
+            (mcp_names[spec["name"]], spec)
+            for spec in tools.describe()
+            if which.admits(spec["name"], mcp_names[spec["name"]])
+        ]
         chosen.sort(key=lambda pair: pair[0])
         return cls(
             tools=[
-                types.Tool(name=name, description=spec["description"], input_schema=spec["parameters"], _meta={DIGEST_META: spec["digest"]})
+                types.Tool(
+                    name=name,
+                    description=spec["description"],
+                    input_schema=spec["parameters"],
+                    _meta={DIGEST_META: spec["digest"]},
+                )
                 for name, spec in chosen
             ],
             own_names={name: spec["name"] for name, spec in chosen},
@@ -135,7 +150,10 @@ class Listing:
         except (binascii.Error, UnicodeError, ValueError):
             decoded = ""
         if not decoded.startswith(_CURSOR_PREFIX):
-            raise MCPError(types.INVALID_PARAMS, "invalid cursor: pass back a nextCursor from tools/list, or list again without one")
+            raise MCPError(
+                types.INVALID_PARAMS,
+                "invalid cursor: pass back a nextCursor from tools/list, or list again without one",
+            )
         after = decoded.removeprefix(_CURSOR_PREFIX)
         # By name, not by position: a tool added or removed between two pages shifts nothing.
         return bisect.bisect_right(self._names, after)
@@ -224,7 +242,9 @@ class McpFront:
             on_call_tool=self._call_tool,
             on_subscriptions_listen=self.listen,
         )
-        self.server.add_notification_handler("notifications/initialized", types.NotificationParams, self._follow_changes)
+        self.server.add_notification_handler(
+            "notifications/initialized", types.NotificationParams, self._follow_changes
+        )
         tools.on_change(self._on_change)
 
     def listing(self) -> Listing:
@@ -242,7 +262,14 @@ class McpFront:
         if listing.same_as(self._announced):
             return
         self._announced = listing
-        log.info("mcp.tools_changed", version=version, tools=len(listing.tools), added=added, removed=removed, changed=changed)
+        log.info(
+            "mcp.tools_changed",
+            version=version,
+            tools=len(listing.tools),
+            added=added,
+            removed=removed,
+            changed=changed,
+        )
         await self.bus.publish(ToolsListChanged())
 
     async def _follow_changes(self, ctx: ServerRequestContext[Any], params: types.NotificationParams) -> None:
@@ -257,17 +284,24 @@ class McpFront:
         tool = self._listing.tool(name)
         return None if tool is None else tool.input_schema
 
-    async def _list_tools(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         log.debug("mcp.list_tools", protocol=ctx.protocol_version, cursor=params.cursor if params is not None else None)
         return self._listing.page(params.cursor if params is not None else None, self.page_size)
 
-    async def _call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         listing = self._listing
         name = params.name
         log.debug("mcp.call_tool", protocol=ctx.protocol_version, tool=name)
         own_name = listing.own_names.get(name)
         if own_name is None:
-            raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: tools/list names the {len(listing.tools)} tools there are")
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"unknown tool {name!r}: tools/list names the {len(listing.tools)} tools there are",
+            )
         arguments = dict(params.arguments or {})
         chunks: list[str] = []
         try:
@@ -280,10 +314,15 @@ class McpFront:
             # A tool execution error, not -32602: the model sees it and can correct its call (SEP-1303). On every
             # protocol version, as the SDK's own MCPServer does; no version requires a protocol error here.
             log.info("mcp.bad_arguments", tool=name, argument=exc.argument)
-            return types.CallToolResult(content=[types.TextContent(type="text", text=f"bad arguments: {json_literals(exc.message)}")], is_error=True)
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=f"bad arguments: {json_literals(exc.message)}")],
+                is_error=True,
+            )
         except ToolError as exc:
             log.info("mcp.tool_failed", tool=name, error=str(exc))
-            return types.CallToolResult(content=[types.TextContent(type="text", text=f"{exc.type}: {exc.message}")], is_error=True)
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=f"{exc.type}: {exc.message}")], is_error=True
+            )
         except UnknownToolError as exc:  # removed between the lookup and the call
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: {one_line(exc)}") from None
         except RequestTimeout as exc:
@@ -292,4 +331,3 @@ class McpFront:
             log.warning("mcp.call_failed", tool=name, error=one_line(exc))
             raise MCPError(types.INTERNAL_ERROR, f"tool {name!r} could not be called: {one_line(exc)}") from None
         return types.CallToolResult(content=[types.TextContent(type="text", text="".join(chunks))])
-

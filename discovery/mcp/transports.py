@@ -68,7 +68,8 @@ SHUTDOWN_GRACE = 1.0
 # --- stdio -------------------------------------------------------------------
 
 MAX_LINE = 64 * 1024 * 1024
-"""Longest stdio message accepted (bytes); a line is one JSON-RPC message. A longer one is read past and answered with an error."""
+"""Longest stdio message accepted (bytes); a line is one JSON-RPC message. A longer one is read past and answered with
+an error."""
 ID_PREFIX = 4096
 """Bytes at the start of an over-long line searched for its `id`, so the error can name the request it answers."""
 
@@ -99,7 +100,9 @@ def screen_line(line: str) -> str:
         return line  # not JSON: the SDK says so
     if isinstance(message, dict) and "method" in message and "id" in message and not _valid_id(message["id"]):
         given = type(message["id"]).__name__ if message["id"] is not None else "null"
-        return _refused_line(types.INVALID_REQUEST, f"Invalid request: 'id' must be a string or an integer, not {given}")
+        return _refused_line(
+            types.INVALID_REQUEST, f"Invalid request: 'id' must be a string or an integer, not {given}"
+        )
     return line
 
 
@@ -223,7 +226,8 @@ class StdinLines:
         log.warning("mcp.line_too_long", bytes=size, limit=self.limit, id=request_id)
         return _refused_line(
             types.INVALID_REQUEST,
-            f"Invalid request: the message is {size} bytes, longer than the {self.limit} a line may have; it was not read",
+            f"Invalid request: the message is {size} bytes, longer than the {self.limit} a line may have; it was not"
+            " read",
             request_id,
         )
 
@@ -239,9 +243,13 @@ def malformed_reply(exc: Exception) -> types.JSONRPCError:
             echoed = refused.get("id")
             return types.JSONRPCError(jsonrpc="2.0", id=echoed if _valid_id(echoed) else None, error=error)
     if not errors or any(e["type"] == "json_invalid" for e in errors):
-        error = types.ErrorData(code=types.PARSE_ERROR, message="Parse error: the line is not JSON; send one JSON-RPC message per line")
+        error = types.ErrorData(
+            code=types.PARSE_ERROR, message="Parse error: the line is not JSON; send one JSON-RPC message per line"
+        )
     else:
-        error = types.ErrorData(code=types.INVALID_REQUEST, message="Invalid request: not a JSON-RPC 2.0 request, notification or response")
+        error = types.ErrorData(
+            code=types.INVALID_REQUEST, message="Invalid request: not a JSON-RPC 2.0 request, notification or response"
+        )
     request_id: types.RequestId | None = None
     for item in errors:
         given = item.get("input")
@@ -287,16 +295,20 @@ class BearerTokenGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._authorized(scope):
-            body = json.dumps({"error": "invalid_token", "error_description": "send Authorization: Bearer <token>"}).encode()
-            await send({
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b'Bearer error="invalid_token"'),
-                ],
-            })
+            body = json.dumps(
+                {"error": "invalid_token", "error_description": "send Authorization: Bearer <token>"}
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"www-authenticate", b'Bearer error="invalid_token"'),
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
         await self.app(scope, receive, send)
@@ -371,8 +383,16 @@ class HostOriginGuard:
             port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
         except ValueError:
             port = None
-        if port is None or parts.scheme not in ("http", "https") or not parts.hostname or not self.allows(parts.hostname, port):
-            return f"Origin {text[:100]!r} is another site than this server ({self.address}); cross-origin requests are refused"
+        if (
+            port is None
+            or parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or not self.allows(parts.hostname, port)
+        ):
+            return (
+                f"Origin {text[:100]!r} is another site than this server ({self.address}); cross-origin requests are"
+                " refused"
+            )
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -381,14 +401,21 @@ class HostOriginGuard:
             if reason is not None:
                 self._refused += 1
                 if time.monotonic() - self._said >= REFUSALS_LOGGED_EVERY:  # a page hammering us must not flood the log
-                    log.warning("mcp.http_refused", reason=reason, refused=self._refused, window_s=REFUSALS_LOGGED_EVERY)
+                    log.warning(
+                        "mcp.http_refused", reason=reason, refused=self._refused, window_s=REFUSALS_LOGGED_EVERY
+                    )
                     self._said, self._refused = time.monotonic(), 0
                 body = (json.dumps({"error": "forbidden", "error_description": reason}) + "\n").encode()
-                await send({
-                    "type": "http.response.start",
-                    "status": 403,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-                })
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 403,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
@@ -434,8 +461,15 @@ async def http_server(
         app = BearerTokenGuard(app, token)
     app = HostOriginGuard(app, host, bound_port, allowed_hosts)
     config = bounded_config(
-        app, header_timeout=header_timeout, write_timeout=write_timeout, max_connections=max_connections, event="mcp.slow_clients_dropped",
-        log_config=None, access_log=False, lifespan="on", log_level="warning",
+        app,
+        header_timeout=header_timeout,
+        write_timeout=write_timeout,
+        max_connections=max_connections,
+        event="mcp.slow_clients_dropped",
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        log_level="warning",
         timeout_graceful_shutdown=int(SHUTDOWN_GRACE) or 1,
     )
     server = BoundedServer(config)  # without uvicorn's signal handlers: the command decides when to stop

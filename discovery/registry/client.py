@@ -20,7 +20,15 @@ from toolservice_base.errors import (
 from toolservice_base.rpc import RequestClient
 from toolservice_base.transport import Transport
 
-from .protocol import NameConflict, PendingChange, RegistryOperation, RegistryRequest, RegistryResponse, Rejection, ToolStatus
+from .protocol import (
+    NameConflict,
+    PendingChange,
+    RegistryOperation,
+    RegistryRequest,
+    RegistryResponse,
+    Rejection,
+    ToolStatus,
+)
 
 DEFAULT_TIMEOUT = 5.0
 PAGE_LIMIT = 5_000
@@ -83,7 +91,9 @@ class RegistryClient:
         after: str | None = None,
         digest: str | None = None,
     ) -> RegistryResponse:
-        request = RegistryRequest(operation=operation, name=name, workspace=workspace, limit=limit, after=after, digest=digest)
+        request = RegistryRequest(
+            operation=operation, name=name, workspace=workspace, limit=limit, after=after, digest=digest
+        )
         try:
             body = await self._rpc.request(request, timeout=self.timeout)
         except RequestTimeout:
@@ -93,7 +103,9 @@ class RegistryClient:
         try:
             response = RegistryResponse.model_validate(body)
         except ValidationError as exc:
-            raise RegistryQueryError(f"the registry sent a malformed response: {exc.errors()[0]['msg']}", "bad-response") from None
+            raise RegistryQueryError(
+                f"the registry sent a malformed response: {exc.errors()[0]['msg']}", "bad-response"
+            ) from None
         if response.error is not None:
             raise RegistryQueryError(response.error.message, response.error.type)
         return response
@@ -140,7 +152,8 @@ class RegistryClient:
         return Pending(changes=response.pending or [], pinning=bool(response.pinning))
 
     async def approve(self, name: str, workspace: str | None = None, digest: str | None = None) -> Decision:
-        """Pin the definition offered for tool `name` (`digest`: only if it is that one); `RegistryQueryError` if nothing is pending."""
+        """Pin the definition offered for tool `name` (`digest`: only if it is that one); `RegistryQueryError` if
+        nothing is pending."""
         response = await self._call("approve", name=name, workspace=workspace, digest=digest)
         return Decision(change=_decided(response), applied=bool(response.applied))
 

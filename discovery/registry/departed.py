@@ -81,7 +81,9 @@ class Departed:
         self._next_due = float("inf")
 
     def withdrawn(self, instance: str, service: ServiceKey, sequence: int, until: float) -> None:
-        self.instances[instance] = WithdrawnInstance(service=service[1], workspace=service[0], sequence=sequence, until=until)
+        self.instances[instance] = WithdrawnInstance(
+            service=service[1], workspace=service[0], sequence=sequence, until=until
+        )
         _bounded(self.instances, self.limit)
         self.dirty = True
 

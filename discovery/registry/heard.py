@@ -42,7 +42,8 @@ from toolservice_base.transport import Envelope, Subscription, Transport, unique
 log = get_logger("discovery.registry")
 
 CHECK_EVERY = 0.5
-"""Seconds between two looks at the subscription: a disconnection is noticed (and listening restarted) this late at most."""
+"""Seconds between two looks at the subscription: a disconnection is noticed (and listening restarted) this late at
+most."""
 FROZEN = 3.0
 """A gap this long between two looks: the process did not run, so what it should have heard meanwhile is lost."""
 
@@ -69,12 +70,14 @@ class Heard:
 
 
 class HeardLeases:
-    """A standby's ear on `tool-descriptors`: the last time each instance spoke. `start()`, `stop()`, again after a demotion."""
+    """A standby's ear on `tool-descriptors`: the last time each instance spoke. `start()`, `stop()`, again after a
+    demotion."""
 
     def __init__(self, connection: Transport, *, capacity: int, receiver_queue: int) -> None:
         self._connection = connection
         self.capacity = capacity
-        """At most this many instances are kept (the registry's `max_instances`): a flood of made-up ids cannot grow it."""
+        """At most this many instances are kept (the registry's `max_instances`): a flood of made-up ids cannot grow
+        it."""
         self._receiver_queue = receiver_queue
         self._heard: dict[str, Heard] = {}
         self._subscription: Subscription | None = None
@@ -97,7 +100,10 @@ class HeardLeases:
         self._heard.clear()
         topic = self._connection.topics.tool_descriptors
         self._subscription = await self._connection.subscribe(
-            topic, self._on_message, subscription=unique_name("tool-registry-standby"), receiver_queue=self._receiver_queue,
+            topic,
+            self._on_message,
+            subscription=unique_name("tool-registry-standby"),
+            receiver_queue=self._receiver_queue,
         )
         self._since = time.monotonic()
         self._watch = asyncio.create_task(self._keep_watch(), name="registry:standby-ear")
@@ -113,8 +119,11 @@ class HeardLeases:
             subscription, self._subscription = self._subscription, None
             await self._connection.unsubscribe(subscription)
 
-    def restore_expiry(self, instance: str, workspace: str, ttl: float, now: float) -> tuple[float, float | None] | None:
-        """When a recorded lease ends by what was heard, and the wall clock it was last heard at; None: cannot tell (grace).
+    def restore_expiry(
+        self, instance: str, workspace: str, ttl: float, now: float
+    ) -> tuple[float, float | None] | None:
+        """When a recorded lease ends by what was heard, and the wall clock it was last heard at; None: cannot tell
+        (grace).
 
         Never later than `now + ttl` (what grace gives), whatever was heard;
         never earlier than one ttl after listening (re)started, as an
@@ -148,12 +157,16 @@ class HeardLeases:
             return True
         if not self._full_said:
             self._full_said = True
-            log.warning("registry.standby_table_full", instances=len(self._heard),
-                        note="more live instances than --max-instances: the ones beyond get a ttl of grace at a takeover")
+            log.warning(
+                "registry.standby_table_full",
+                instances=len(self._heard),
+                note="more live instances than --max-instances: the ones beyond get a ttl of grace at a takeover",
+            )
         return False
 
     async def _keep_watch(self) -> None:
-        """Restart listening from now after a disconnection or a freeze: what went unheard meanwhile must not count as silence."""
+        """Restart listening from now after a disconnection or a freeze: what went unheard meanwhile must not count as
+        silence."""
         last = time.monotonic()
         while True:
             await asyncio.sleep(CHECK_EVERY)
@@ -161,8 +174,11 @@ class HeardLeases:
             connected = self._subscription is not None and self._subscription.connected
             if not connected or now - last > FROZEN:
                 if self._since is not None:
-                    log.info("registry.standby_deaf", reason="disconnected" if not connected else "not running",
-                             note="listening again from when it is back")
+                    log.info(
+                        "registry.standby_deaf",
+                        reason="disconnected" if not connected else "not running",
+                        note="listening again from when it is back",
+                    )
                 self._since = None
             elif self._since is None:
                 self._since = now

@@ -60,7 +60,8 @@ class Lease:
     refused: str | None = None
     """Why the holder's messages are refused, if any arrived since the last accepted one: it is not silent."""
     calls: InstanceCalls | None = None
-    """The call counters its last two heartbeats carried (`usage`), for the page; None: none (yet). Gone with the lease."""
+    """The call counters its last two heartbeats carried (`usage`), for the page; None: none (yet). Gone with the
+    lease."""
 
     @property
     def state(self) -> str:
@@ -110,7 +111,8 @@ class LeaseTable:
         self._services: dict[ServiceKey, dict[str, Lease]] = {}
         """The same leases by service, kept in step: a service's leases cost its own size to find, not the fleet's."""
         self._holding = False
-        """A sweep held leases, and `held()` has not found them all gone since: only then is looking for them worth a pass."""
+        """A sweep held leases, and `held()` has not found them all gone since: only then is looking for them worth a
+        pass."""
 
     def _put(self, lease: Lease) -> None:
         old = self._leases.get(lease.instance)
@@ -186,7 +188,13 @@ class LeaseTable:
         return lease, created
 
     def restore(
-        self, instance: str, service: ServiceKey, *, ttl: float, now: float, digest: str | None,
+        self,
+        instance: str,
+        service: ServiceKey,
+        *,
+        ttl: float,
+        now: float,
+        digest: str | None,
         heard: tuple[float, float | None] | None = None,
     ) -> Lease:
         """A lease from an ownership record: one `ttl` of grace from now to be heard from (and never heard from yet).
@@ -198,7 +206,12 @@ class LeaseTable:
         """
         expires_at, last_seen = heard if heard is not None else (now + ttl, None)
         lease = Lease(
-            instance=instance, service=service, ttl=ttl, expires_at=expires_at, last_seen=last_seen, digest=digest,
+            instance=instance,
+            service=service,
+            ttl=ttl,
+            expires_at=expires_at,
+            last_seen=last_seen,
+            digest=digest,
             grace=last_seen is None,
         )
         self._put(lease)
@@ -260,7 +273,11 @@ class LeaseTable:
         refused ones (their holder is sending: the registry is not deaf);
         a held lease found refused goes at once.
         """
-        due = [lease for lease in self._leases.values() if lease.expires_at <= now and (not lease.held or lease.refused is not None)]
+        due = [
+            lease
+            for lease in self._leases.values()
+            if lease.expires_at <= now and (not lease.held or lease.refused is not None)
+        ]
         if not due:
             return SweepResult()
         candidates = [lease for lease in due if not lease.exempt and lease.refused is None]
@@ -268,8 +285,11 @@ class LeaseTable:
         silent = sum(
             1
             for lease in self._leases.values()
-            if not lease.held and not lease.exempt and lease.refused is None
-            and lease.expires_at > now and now - (lease.expires_at - lease.ttl) > lease.ttl / 2
+            if not lease.held
+            and not lease.exempt
+            and lease.refused is None
+            and lease.expires_at > now
+            and now - (lease.expires_at - lease.ttl) > lease.ttl / 2
         )
         failing, total = held_before + len(candidates) + silent, len(self._leases)
         if candidates and should_hold(failing, total, self.threshold, self.minimum):

@@ -170,7 +170,10 @@ def _refusal(key: Key, holder: str | None, kept_until: float | None = None) -> F
     if kept_until is not None:
         until = time.strftime("%H:%M:%S UTC", time.gmtime(kept_until))
         return Finding(
-            name, holder, f"tool/{name} is kept for service {holder!r} until {until}: it went less than its ttl ago, and may be restarting"
+            name,
+            holder,
+            f"tool/{name} is kept for service {holder!r} until {until}: it went less than its ttl ago, and may be"
+            " restarting",
         )
     return Finding(name, holder, f"tool/{name} belongs to service {holder!r}, which claimed it first")
 
@@ -202,7 +205,9 @@ def plan_service(
     return plan
 
 
-def _desired(view: Mapping[Key, str | None], owned: Mapping[Key, str], record: OwnershipRecord | None, offer: Offer | None) -> dict[Key, str]:
+def _desired(
+    view: Mapping[Key, str | None], owned: Mapping[Key, str], record: OwnershipRecord | None, offer: Offer | None
+) -> dict[Key, str]:
     """The items the service should have: its offer's; with no offer, those it owns still holding what it wrote."""
     if record is None:
         return {}
@@ -229,7 +234,9 @@ def _claim(
         if holder == service_id:
             holder = None
         if service_refused and key[0] == "tool":
-            plan.conflicts.append(Finding(key[1], STATIC, f"tool-service/{service_id} is a static item with another value; static wins"))
+            plan.conflicts.append(
+                Finding(key[1], STATIC, f"tool-service/{service_id} is a static item with another value; static wins")
+            )
             continue
         mine = key in owned and current is not None and value_hash(current) == owned[key]
         if mine or (current is None and holder is None):
@@ -282,13 +289,15 @@ class ClientNames:
             if key[0] == "tool" and value is not None:
                 self.add(key[1])
         self.size = len(owners)
-        """`len(owners)` when last in step: a caller that changed `owners` other than by `apply_plan` gets a new index."""
+        """`len(owners)` when last in step: a caller that changed `owners` other than by `apply_plan` gets a new
+        index."""
 
     def add(self, name: str) -> None:
         self.names.setdefault(client_name(name), set()).add(name)
 
     def first(self, name: str, service_id: str, owned: Mapping[Key, str]) -> tuple[str, str | None] | None:
-        """The other tool clients already know by `name`'s client name, and its holder (None: a static item); or None."""
+        """The other tool clients already know by `name`'s client name, and its holder (None: a static item); or
+        None."""
         shown = client_name(name)
         for other in sorted(self.names.get(shown, set()) | self.base.get(shown, set())):
             if other == name:
@@ -319,12 +328,19 @@ def _client_names(view: Mapping[Key, str | None], owners: Mapping[Key, str]) -> 
 def _client_refusal(name: str, other: str, holder: str | None, kept_until: float | None) -> Finding:
     """`name` would be listed to clients under the name they already call `other` by: the first keeps it."""
     shown = client_name(name)
-    said = f"tool/{name} would be listed to MCP and OpenAI clients as {shown!r}, the name they already call tool {other!r}"
+    said = (
+        f"tool/{name} would be listed to MCP and OpenAI clients as {shown!r}, the name they already call tool {other!r}"
+    )
     if holder is None:
         return Finding(name, STATIC, f"{said} by (a static item); static wins")
     if kept_until is not None:
         until = time.strftime("%H:%M:%S UTC", time.gmtime(kept_until))
-        return Finding(name, holder, f"{said} of service {holder!r} by, kept for it until {until}: it went less than its ttl ago, and may be restarting")
+        return Finding(
+            name,
+            holder,
+            f"{said} of service {holder!r} by, kept for it until {until}: it went less than its ttl ago, and may be"
+            " restarting",
+        )
     return Finding(name, holder, f"{said} of service {holder!r} by; the tool that had the name first keeps it")
 
 
@@ -354,7 +370,9 @@ def _write_record(plan: Plan, view: Mapping[Key, str | None], record: OwnershipR
         plan.writes[rec_key] = value
 
 
-def apply_plan(view: MutableMapping[Key, str | None], owners: MutableMapping[Key, str], plan: Plan, previously_owned: Iterable[Key]) -> None:
+def apply_plan(
+    view: MutableMapping[Key, str | None], owners: MutableMapping[Key, str], plan: Plan, previously_owned: Iterable[Key]
+) -> None:
     """Fold a plan into the batch's working view, so later plans see its claims."""
     before = len(owners)
     for key, value in plan.writes.items():
@@ -371,9 +389,9 @@ def apply_plan(view: MutableMapping[Key, str | None], owners: MutableMapping[Key
         _INDEX[0].size = len(owners)
 
 
-def combine(original: Mapping[Key, str | None], view: Mapping[Key, str | None], plans: Iterable[Plan]) -> tuple[
-    list[tuple[str, str, str]], list[tuple[str, str]], list[tuple[str, str, str | None]]
-]:
+def combine(
+    original: Mapping[Key, str | None], view: Mapping[Key, str | None], plans: Iterable[Plan]
+) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]], list[tuple[str, str, str | None]]]:
     """One transaction for a batch: final values, guarded by the values originally read.
 
     The store applies puts before deletes, so a key one plan deletes and a

@@ -76,25 +76,48 @@ class RegistryMetrics:
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         self.registry = registry
         self.live_services = Gauge(
-            "toolreg_registry_live_services", "Announced services with at least one instance holding a lease.", registry=registry
+            "toolreg_registry_live_services",
+            "Announced services with at least one instance holding a lease.",
+            registry=registry,
         )
-        self.live_tools = Gauge("toolreg_registry_live_tools", "Tools the registry has merged into the store and owns (announced tools; removed once their service is gone and the store written).", registry=registry)
-        self.instances = Gauge("toolreg_registry_instances", "Instance leases the registry holds (live, in grace or held).", registry=registry)
+        self.live_tools = Gauge(
+            "toolreg_registry_live_tools",
+            "Tools the registry has merged into the store and owns (announced tools; removed once their service is gone"
+            " and the store written).",
+            registry=registry,
+        )
+        self.instances = Gauge(
+            "toolreg_registry_instances",
+            "Instance leases the registry holds (live, in grace or held).",
+            registry=registry,
+        )
         self.held_instances = Gauge(
             "toolreg_registry_held_instances",
             "Leases held by self-preservation: expired together, removal waiting for heartbeats or `toolreg release`.",
             registry=registry,
         )
         self.announcements = Counter(
-            "toolreg_registry_announcements", "Valid messages read from tool-descriptors, by kind.", ["kind"], registry=registry
+            "toolreg_registry_announcements",
+            "Valid messages read from tool-descriptors, by kind.",
+            ["kind"],
+            registry=registry,
         )
-        self.rejections = Counter("toolreg_registry_rejections", "Messages refused, by reason.", ["reason"], registry=registry)
+        self.rejections = Counter(
+            "toolreg_registry_rejections", "Messages refused, by reason.", ["reason"], registry=registry
+        )
         self.conflicts = Counter(
-            "toolreg_registry_conflicts", "Announced tools refused because a static item or another service holds the name.", registry=registry
+            "toolreg_registry_conflicts",
+            "Announced tools refused because a static item or another service holds the name.",
+            registry=registry,
         )
-        self.expiries = Counter("toolreg_registry_expiries", "Instance leases that ran out and were dropped.", registry=registry)
+        self.expiries = Counter(
+            "toolreg_registry_expiries", "Instance leases that ran out and were dropped.", registry=registry
+        )
         self.merge_seconds = Histogram(
-            "toolreg_registry_merge_seconds", "Time to merge one batch of changes into the config store.", buckets=MERGE_BUCKETS, registry=registry
+            "toolreg_registry_merge_seconds",
+            "Time to merge one batch of changes into the config store.",
+            buckets=MERGE_BUCKETS,
+            registry=registry,
         )
         self._announcements = {kind: self.announcements.labels(kind) for kind in ANNOUNCEMENT_KINDS}
         self._rejections = {reason: self.rejections.labels(reason) for reason in REJECTION_REASONS}
@@ -136,5 +159,3 @@ class RegistryMetrics:
         self.live_tools.set(tools)
         self.instances.set(instances)
         self.held_instances.set(held)
-
-

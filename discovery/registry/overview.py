@@ -37,7 +37,8 @@ class InstanceView(BaseModel):
     workspace: str
     version: str
     signer: str
-    """The trust policy's name for the key that signed the last announce; its key id if the policy does not know it; '' unsigned."""
+    """The trust policy's name for the key that signed the last announce; its key id if the policy does not know it; ''
+    unsigned."""
     state: str
     """`live`, `grace` (restored at start, not heard from yet) or `held` (self-preservation)."""
     ttl: float
@@ -60,8 +61,8 @@ class ToolView(BaseModel):
     digest: str | None = None
     """sha256 of the tool's definition as the store holds it (`definition_digest`), as `toolreg tools` shows it."""
     usage: ToolUsage | None = None
-    """Calls/s, errors/s and p95 from its live instances' heartbeats (`usage`); None: not known (static tools, older services).
-    Not signed: what the services say of themselves, for the page only."""
+    """Calls/s, errors/s and p95 from its live instances' heartbeats (`usage`); None: not known (static tools, older
+    services). Not signed: what the services say of themselves, for the page only."""
 
 
 class ReplicaView(BaseModel):
@@ -83,7 +84,8 @@ class TrustView(BaseModel):
     """Whether announcements must be signed: what `toolreg up` prints on its `trust` line."""
 
     policy: str | None = None
-    """The trust policy's file ('(in memory)' for one built in code); None: no policy, every valid announcement is accepted."""
+    """The trust policy's file ('(in memory)' for one built in code); None: no policy, every valid announcement is
+    accepted."""
     keys: int = 0
     """Keys the policy trusts."""
     auto_approve: str | None = None
@@ -96,7 +98,8 @@ def trust_view(trust: object | None) -> TrustView:
         return TrustView()
     path = getattr(trust, "path", None)
     return TrustView(
-        policy=str(path) if path else "(in memory)", keys=len(getattr(trust, "keys", None) or ()),
+        policy=str(path) if path else "(in memory)",
+        keys=len(getattr(trust, "keys", None) or ()),
         auto_approve=getattr(trust, "auto_approve", None),
     )
 
@@ -141,7 +144,9 @@ def _identity(config: ConfigClient) -> RegistryIdentity:
     topics = getattr(connection, "topics", None)
     url = getattr(connection, "url", "")
     return RegistryIdentity(
-        broker=url if isinstance(url, str) else "", topicspace=str(getattr(topics, "topicspace", "") or ""), host=socket.gethostname(),
+        broker=url if isinstance(url, str) else "",
+        topicspace=str(getattr(topics, "topicspace", "") or ""),
+        host=socket.gethostname(),
     )
 
 
@@ -197,7 +202,8 @@ class Overview:
         """Held definition changes; None: the registry does not pin definitions."""
         self.workspace_default = workspace_default
         self.trust = trust
-        """`trust_view(options.trust)`: whether the registry checks signatures, and against what; None: not told (the page says nothing)."""
+        """`trust_view(options.trust)`: whether the registry checks signatures, and against what; None: not told (the
+        page says nothing)."""
         self.started = time.time()
         """The registry is built just before it starts; a promoted replica builds a fresh one."""
         self.identity = _identity(config)
@@ -212,7 +218,8 @@ class Overview:
             self.config_version = version
 
     async def _static_items(self, workspace: str) -> dict[str, dict[str, str]]:
-        """The workspace's `tool` and `tool-service` items, read at one version: a static tool's status needs its service's item."""
+        """The workspace's `tool` and `tool-service` items, read at one version: a static tool's status needs its
+        service's item."""
         cached = self._static.get(workspace)
         if cached is not None and self.config_version is not None and cached[0] >= self.config_version:
             return cached[1]
@@ -231,25 +238,45 @@ class Overview:
             leases = grouped.get(key, [])
             announced = [lease for lease in leases if lease.announced and lease.digest in state.offers]
             newest = max(announced, key=lambda lease: lease.announced).digest if announced else None
-            offer = state.offers.get(newest) if newest is not None else None  # what the merge uses, read without its pruning
+            offer = (
+                state.offers.get(newest) if newest is not None else None
+            )  # what the merge uses, read without its pruning
             if self._pending is not None:
                 offer = state.merged  # pinned: the newest offer may be held; show what was written
             described = {tool.name: tool.description for tool in offer.tools} if offer is not None else {}
             traffic = tool_usage(lease.calls for lease in leases if lease.calls is not None and lease.state == "live")
             for status in state.tool_statuses(leases, wall):
                 tools[(state.workspace, status.name)] = ToolView(
-                    name=status.name, service=status.service, workspace=state.workspace, source="announced", status=status.status,
-                    instances=status.instances, description=_description(described.get(status.name, "")), detail=status.detail,
-                    digest=status.digest, usage=traffic.get(status.name),
+                    name=status.name,
+                    service=status.service,
+                    workspace=state.workspace,
+                    source="announced",
+                    status=status.status,
+                    instances=status.instances,
+                    description=_description(described.get(status.name, "")),
+                    detail=status.detail,
+                    digest=status.digest,
+                    usage=traffic.get(status.name),
                 )
             for lease in sorted(leases, key=lambda lease: lease.instance):
                 held_offer = state.offers.get(lease.digest) if lease.digest is not None else None
-                version = held_offer.version if held_offer is not None else (state.record.version if state.record is not None else "")
-                instances.append(InstanceView(
-                    id=lease.instance, service=state.service_id, workspace=state.workspace, version=version,
-                    signer=names.get(lease.signer, lease.signer) if lease.signer else "", state=lease.state,
-                    ttl=lease.ttl, last_seen=lease.last_seen,
-                ))
+                version = (
+                    held_offer.version
+                    if held_offer is not None
+                    else (state.record.version if state.record is not None else "")
+                )
+                instances.append(
+                    InstanceView(
+                        id=lease.instance,
+                        service=state.service_id,
+                        workspace=state.workspace,
+                        version=version,
+                        signer=names.get(lease.signer, lease.signer) if lease.signer else "",
+                        state=lease.state,
+                        ttl=lease.ttl,
+                        last_seen=lease.last_seen,
+                    )
+                )
         workspaces = {self.workspace_default} | {key[0] for key in self._services}
         for workspace in sorted(workspaces):
             items = await self._static_items(workspace)

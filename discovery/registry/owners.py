@@ -1,4 +1,5 @@
-"""Who owns each key the registry wrote: kept in step with every service's `owned`, so a write costs its batch, not the fleet.
+"""Who owns each key the registry wrote: kept in step with every service's `owned`, so a write costs its batch, not the
+fleet.
 
 The merge rules need, for every service they plan, the owner of each key it
 wants and every tool already known by a client name it would take

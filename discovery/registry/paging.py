@@ -7,8 +7,11 @@ from toolservice_base.schemas import PAGE_BYTES
 from .protocol import ToolStatus
 
 
-def page_of(tools: list[ToolStatus], after: str | None, limit: int, budget: int = PAGE_BYTES) -> tuple[list[ToolStatus], bool]:
-    """Tools named after `after` (`tools` is in name order), up to `limit` and about `budget` bytes; and whether more follow.
+def page_of(
+    tools: list[ToolStatus], after: str | None, limit: int, budget: int = PAGE_BYTES
+) -> tuple[list[ToolStatus], bool]:
+    """Tools named after `after` (`tools` is in name order), up to `limit` and about `budget` bytes; and whether more
+    follow.
 
     A page holds at least one tool if any is left: one status is far below
     any message limit, so a listing always makes progress.

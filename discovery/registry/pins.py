@@ -68,7 +68,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from toolservice_base.logs import get_logger
-from toolservice_base.schemas import Announcement, ToolDescriptor, ToolServiceDescriptor, canonical_json, descriptor_digest
+from toolservice_base.schemas import (
+    Announcement,
+    ToolDescriptor,
+    ToolServiceDescriptor,
+    canonical_json,
+    descriptor_digest,
+)
 from toolservice_base.schemas.tools import definition_digest, service_definition, tool_definition
 
 from .merge import Key, Offer
@@ -182,21 +188,36 @@ def hold(offers: Sequence[Offer], pins: Mapping[str, Pin], taken: Callable[[str]
         pin = pins.get(name)
         return pin is None or taken(name) or pin.digest == offer.digests[name]
 
-    service, base = _pinned_service(offers, [pin for tool in newest.tools if (pin := pins.get(tool.name)) is not None and not taken(tool.name)])
+    service, base = _pinned_service(
+        offers, [pin for tool in newest.tools if (pin := pins.get(tool.name)) is not None and not taken(tool.name)]
+    )
     result = Hold(None)
     for tool in newest.tools:
         name = tool.name
-        source = next((offer for offer in offers if offer.service == service and offer.tool(name) is not None and admissible(offer, name)), None)
+        source = next(
+            (
+                offer
+                for offer in offers
+                if offer.service == service and offer.tool(name) is not None and admissible(offer, name)
+            ),
+            None,
+        )
         if source is not None:
             found = source.tool(name)
             assert found is not None
             result.admitted[name] = Candidate(source, found)
-        offered = next((offer for offer in offers if offer.tool(name) is not None and not admissible(offer, name)), None)
+        offered = next(
+            (offer for offer in offers if offer.tool(name) is not None and not admissible(offer, name)), None
+        )
         if offered is not None:
             found = offered.tool(name)
             assert found is not None
             result.held[name] = Candidate(offered, found)
-    if service == newest.service and len(result.admitted) == len(newest.tools) and all(c.offer is newest for c in result.admitted.values()):
+    if (
+        service == newest.service
+        and len(result.admitted) == len(newest.tools)
+        and all(c.offer is newest for c in result.admitted.values())
+    ):
         result.offer = newest
     else:
         tools = tuple(candidate.tool for candidate in result.admitted.values())
@@ -247,8 +268,12 @@ def pretty(definition: Mapping[str, Any]) -> list[str]:
 def definition_diff(pinned: Pin, offered: Pending) -> str:
     """A unified diff from the pinned definition to the offered one, as indented JSON."""
     lines = difflib.unified_diff(
-        pretty(pinned.definition), pretty(offered.definition),
-        fromfile=f"pinned {pinned.digest[:12]}", tofile=f"offered {offered.offered[:12]}", lineterm="", n=2,
+        pretty(pinned.definition),
+        pretty(offered.definition),
+        fromfile=f"pinned {pinned.digest[:12]}",
+        tofile=f"offered {offered.offered[:12]}",
+        lineterm="",
+        n=2,
     )
     return "\n".join(lines)
 
@@ -309,7 +334,8 @@ class PinBook:
         return {(PIN_TYPE, tool) for ws, tool in self._dirty_pins if ws == workspace}
 
     def refusal(self, announcement: Announcement) -> str | None:
-        """Why an announce must be refused: it offers a definition an operator rejected for one of its tools; else None."""
+        """Why an announce must be refused: it offers a definition an operator rejected for one of its tools; else
+        None."""
         workspace = announcement.workspace
         if not self._rejected or announcement.service is None or announcement.tools is None:
             return None
@@ -330,9 +356,17 @@ class PinBook:
             return None
         signer = key_names.get(pending.signer, pending.signer) if pending.signer else None
         return PendingChange(
-            tool=pending.tool, service=pending.service, workspace=pending.workspace, pinned=pin.digest, offered=pending.offered,
-            diff=definition_diff(pin, pending), signer=signer, version=pending.version, pinned_version=pin.version,
-            first_seen=pending.first_seen, last_seen=max(pending.last_seen, live_seen or 0.0),
+            tool=pending.tool,
+            service=pending.service,
+            workspace=pending.workspace,
+            pinned=pin.digest,
+            offered=pending.offered,
+            diff=definition_diff(pin, pending),
+            signer=signer,
+            version=pending.version,
+            pinned_version=pin.version,
+            first_seen=pending.first_seen,
+            last_seen=max(pending.last_seen, live_seen or 0.0),
         )
 
     # --- what the store said ----------------------------------------------------------
@@ -350,7 +384,12 @@ class PinBook:
             try:
                 pin = Pin.model_validate_json(value)
             except ValidationError as exc:
-                log.warning("registry.record_unreadable", key=f"{PIN_TYPE}/{tool}", workspace=workspace, reason=str(exc).splitlines()[0])
+                log.warning(
+                    "registry.record_unreadable",
+                    key=f"{PIN_TYPE}/{tool}",
+                    workspace=workspace,
+                    reason=str(exc).splitlines()[0],
+                )
                 continue
             pins[tool] = pin
             if pin.rejected:
@@ -371,19 +410,33 @@ class PinBook:
 
     # --- merging ----------------------------------------------------------------
 
-    def effective(self, workspace: str, offers: Sequence[Offer], taken: Callable[[str], bool], wall: float, note: bool) -> Hold:
+    def effective(
+        self, workspace: str, offers: Sequence[Offer], taken: Callable[[str], bool], wall: float, note: bool
+    ) -> Hold:
         """`hold` over this workspace's pins; with `note`, also record what is held (and auto-approve what may be)."""
         result = hold(offers, self.of(workspace), taken)
         if not note:
             return result
         if self.auto_approve is not None:
-            approved = [candidate for name, candidate in result.held.items() if self._auto_approvable(workspace, name, candidate)]
+            approved = [
+                candidate
+                for name, candidate in result.held.items()
+                if self._auto_approvable(workspace, name, candidate)
+            ]
             for candidate in approved:
                 old = self.get(workspace, candidate.tool.name)
                 self._set_pin(workspace, candidate, wall, by="auto-approve")
-                log.warning("definition.auto_approved", tool=candidate.tool.name, service=candidate.offer.service.id, workspace=workspace,
-                            digest=candidate.digest, pinned=old.digest if old else None, version=candidate.offer.version,
-                            pinned_version=old.version if old else None, rule=self.auto_approve)
+                log.warning(
+                    "definition.auto_approved",
+                    tool=candidate.tool.name,
+                    service=candidate.offer.service.id,
+                    workspace=workspace,
+                    digest=candidate.digest,
+                    pinned=old.digest if old else None,
+                    version=candidate.offer.version,
+                    pinned_version=old.version if old else None,
+                    rule=self.auto_approve,
+                )
             if approved:
                 result = hold(offers, self.of(workspace), taken)
         for name, candidate in result.held.items():
@@ -399,8 +452,12 @@ class PinBook:
     def _auto_approvable(self, workspace: str, name: str, candidate: Candidate) -> bool:
         pin = self.get(workspace, name)
         return (
-            self.auto_approve == "same-key-higher-version" and pin is not None and candidate.digest not in pin.rejected
-            and pin.signer is not None and candidate.offer.signer == pin.signer and higher(candidate.offer.version, pin.version)
+            self.auto_approve == "same-key-higher-version"
+            and pin is not None
+            and candidate.digest not in pin.rejected
+            and pin.signer is not None
+            and candidate.offer.signer == pin.signer
+            and higher(candidate.offer.version, pin.version)
         )
 
     def _note_pending(self, workspace: str, pin: Pin, candidate: Candidate, wall: float) -> None:
@@ -409,16 +466,35 @@ class PinBook:
         if known is not None and known.offered == candidate.digest and known.pinned == pin.digest:
             return
         self.pending[key] = Pending(
-            tool=candidate.tool.name, workspace=workspace, service=candidate.offer.service.id, pinned=pin.digest, offered=candidate.digest,
-            definition=tool_definition(candidate.tool, candidate.offer.service), version=candidate.offer.version,
-            signer=candidate.offer.signer, first_seen=wall, last_seen=wall,
+            tool=candidate.tool.name,
+            workspace=workspace,
+            service=candidate.offer.service.id,
+            pinned=pin.digest,
+            offered=candidate.digest,
+            definition=tool_definition(candidate.tool, candidate.offer.service),
+            version=candidate.offer.version,
+            signer=candidate.offer.signer,
+            first_seen=wall,
+            last_seen=wall,
         )
         self._dirty_pending.add(key)
-        log.warning("definition.held", tool=candidate.tool.name, service=candidate.offer.service.id, workspace=workspace,
-                    pinned=pin.digest, offered=candidate.digest, version=candidate.offer.version,
-                    note="agents keep the pinned definition; `toolreg pending` shows the diff, `toolreg approve` or `toolreg reject` decides")
+        log.warning(
+            "definition.held",
+            tool=candidate.tool.name,
+            service=candidate.offer.service.id,
+            workspace=workspace,
+            pinned=pin.digest,
+            offered=candidate.digest,
+            version=candidate.offer.version,
+            note=(
+                "agents keep the pinned definition; `toolreg pending` shows the diff, `toolreg approve` or `toolreg"
+                " reject` decides"
+            ),
+        )
 
-    def first_pins(self, workspace: str, service: str, offer: Offer, names: Iterable[str], wall: float) -> dict[str, Pin]:
+    def first_pins(
+        self, workspace: str, service: str, offer: Offer, names: Iterable[str], wall: float
+    ) -> dict[str, Pin]:
         """Pins for tools the merge is about to own that have none yet (not kept until the write succeeds)."""
         pins: dict[str, Pin] = {}
         for name in names:
@@ -426,8 +502,14 @@ class PinBook:
             if tool is None or self.get(workspace, name) is not None:
                 continue
             pins[name] = Pin(
-                tool=name, workspace=workspace, service=service, digest=offer.digests[name], definition=tool_definition(tool, offer.service),
-                version=offer.version, signer=offer.signer, at=round(wall, 3),
+                tool=name,
+                workspace=workspace,
+                service=service,
+                digest=offer.digests[name],
+                definition=tool_definition(tool, offer.service),
+                version=offer.version,
+                signer=offer.signer,
+                at=round(wall, 3),
             )
         return pins
 
@@ -445,7 +527,14 @@ class PinBook:
         pins = self._pins.setdefault(workspace, {})
         for name, pin in fresh.items():
             pins.setdefault(name, pin)
-            log.info("definition.pinned", tool=name, service=pin.service, workspace=workspace, digest=pin.digest, version=pin.version)
+            log.info(
+                "definition.pinned",
+                tool=name,
+                service=pin.service,
+                workspace=workspace,
+                digest=pin.digest,
+                version=pin.version,
+            )
         for (_, name), value in values.items():
             current = pins.get(name)
             if current is not None and current.to_value() == value:
@@ -454,7 +543,11 @@ class PinBook:
     def pending_writes(self) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]], set[ToolKey]]:
         """(puts, deletes) for `_toolreg`, and the keys they cover (`pending_written` once they are in)."""
         keys = set(self._dirty_pending)
-        puts = [(PENDING_TYPE, pending_key(*key), self.pending[key].to_value()) for key in sorted(keys) if key in self.pending]
+        puts = [
+            (PENDING_TYPE, pending_key(*key), self.pending[key].to_value())
+            for key in sorted(keys)
+            if key in self.pending
+        ]
         deletes = [(PENDING_TYPE, pending_key(*key)) for key in sorted(keys) if key not in self.pending]
         return puts, deletes, keys
 
@@ -464,16 +557,22 @@ class PinBook:
     # --- decisions ----------------------------------------------------------------
 
     def decide(self, workspace: str, tool: str, digest: str | None) -> Pending:
-        """The pending change an operator's `approve`/`reject` is about; PinError if there is none, or `digest` is not it."""
+        """The pending change an operator's `approve`/`reject` is about; PinError if there is none, or `digest` is not
+        it."""
         pending = self.pending.get((workspace, tool))
         pin = self.get(workspace, tool)
         if pending is None or pin is None:
-            where = f"pinned at {pin.digest[:12]}; no other definition is offered" if pin is not None else "no definition of it is pinned yet"
+            where = (
+                f"pinned at {pin.digest[:12]}; no other definition is offered"
+                if pin is not None
+                else "no definition of it is pinned yet"
+            )
             raise PinError("nothing-pending", f"nothing pending for tool {tool!r} in workspace {workspace!r}: {where}")
         if not matches(pending.offered, digest):
             raise PinError(
                 "digest-mismatch",
-                f"--digest {digest} is not the definition offered for {tool!r} (offered: {pending.offered[:12]}); see `toolreg pending`",
+                f"--digest {digest} is not the definition offered for {tool!r} (offered: {pending.offered[:12]}); see"
+                " `toolreg pending`",
             )
         return pending
 
@@ -483,8 +582,16 @@ class PinBook:
         old = self.get(*key)
         rejected = tuple(d for d in (old.rejected if old else ()) if d != pending.offered)
         pin = Pin(
-            tool=pending.tool, workspace=pending.workspace, service=pending.service, digest=pending.offered, definition=pending.definition,
-            version=pending.version, signer=pending.signer, at=round(wall, 3), by="operator", rejected=rejected,
+            tool=pending.tool,
+            workspace=pending.workspace,
+            service=pending.service,
+            digest=pending.offered,
+            definition=pending.definition,
+            version=pending.version,
+            signer=pending.signer,
+            at=round(wall, 3),
+            by="operator",
+            rejected=rejected,
         )
         self._put_pin(pin)
         self._drop_pending(key)
@@ -495,7 +602,7 @@ class PinBook:
         key = (pending.workspace, pending.tool)
         old = self.get(*key)
         assert old is not None
-        rejected = tuple(d for d in old.rejected if d != pending.offered)[-(MAX_REJECTED - 1):] + (pending.offered,)
+        rejected = tuple(d for d in old.rejected if d != pending.offered)[-(MAX_REJECTED - 1) :] + (pending.offered,)
         pin = old.model_copy(update={"rejected": rejected})
         self._put_pin(pin)
         self._drop_pending(key)
@@ -503,11 +610,20 @@ class PinBook:
 
     def _set_pin(self, workspace: str, candidate: Candidate, wall: float, by: PinnedBy) -> None:
         old = self.get(workspace, candidate.tool.name)
-        self._put_pin(Pin(
-            tool=candidate.tool.name, workspace=workspace, service=candidate.offer.service.id, digest=candidate.digest,
-            definition=tool_definition(candidate.tool, candidate.offer.service), version=candidate.offer.version,
-            signer=candidate.offer.signer, at=round(wall, 3), by=by, rejected=old.rejected if old else (),
-        ))
+        self._put_pin(
+            Pin(
+                tool=candidate.tool.name,
+                workspace=workspace,
+                service=candidate.offer.service.id,
+                digest=candidate.digest,
+                definition=tool_definition(candidate.tool, candidate.offer.service),
+                version=candidate.offer.version,
+                signer=candidate.offer.signer,
+                at=round(wall, 3),
+                by=by,
+                rejected=old.rejected if old else (),
+            )
+        )
         self._drop_pending((workspace, candidate.tool.name))
 
     def _put_pin(self, pin: Pin) -> None:

@@ -84,7 +84,9 @@ class Prober:
         """Tell `instance` what was refused and why; it logs `service.refused`."""
         if len(refused) > NOTICE_LIMIT:
             refused = refused[: NOTICE_LIMIT - 1] + "…"
-        if self._notices.allow(instance, time.monotonic()) and await self._send(Probe(instance=instance, refused=refused)):
+        if self._notices.allow(instance, time.monotonic()) and await self._send(
+            Probe(instance=instance, refused=refused)
+        ):
             log.debug("notice.sent", instance=instance, refused=refused)
 
     async def _send(self, probe: Probe) -> bool:

@@ -22,7 +22,8 @@ from toolservice_base.schemas import (
 RegistryOperation = Literal["list", "get", "rejections", "conflicts", "release", "pending", "approve", "reject"]
 
 DIGEST_PATTERN = r"^[0-9a-f]{8,64}$"
-"""A definition digest as `toolreg approve --digest` takes it: the whole sha256 in hex, or its first 8 or more digits."""
+"""A definition digest as `toolreg approve --digest` takes it: the whole sha256 in hex, or its first 8 or more
+digits."""
 
 
 class RegistryRequest(BaseModel):
@@ -36,7 +37,8 @@ class RegistryRequest(BaseModel):
     after: str | None = Field(default=None, pattern=NAME_PATTERN)
     """`list` only: tools named after this one (the last name of the previous page)."""
     digest: str | None = Field(default=None, pattern=DIGEST_PATTERN)
-    """`approve`, `reject`: the offered definition's digest (or a prefix) the operator decided on; refused if another is offered."""
+    """`approve`, `reject`: the offered definition's digest (or a prefix) the operator decided on; refused if another is
+    offered."""
 
 
 class ToolStatus(BaseModel):
@@ -52,8 +54,8 @@ class ToolStatus(BaseModel):
     detail: str = ""
     """Why the status is not plain `live`/`configured` (refused, held, grace, unavailable), in one line."""
     digest: str | None = None
-    """sha256 of the tool's definition as the store holds it (`definition_digest`); None if unknown (its item does not parse,
-    or a service restored at start has not re-announced yet)."""
+    """sha256 of the tool's definition as the store holds it (`definition_digest`); None if unknown (its item does not
+    parse, or a service restored at start has not re-announced yet)."""
 
 
 class Rejection(BaseModel):

@@ -86,7 +86,16 @@ from .state import ServiceState, static_status
 from .store_writes import PROBE_WORKSPACE
 from .usage import InstanceCalls
 from .usage import sample as usage_sample
-from .validation import FRESHNESS, SEQUENCE_MEMORY, TAKEOVER, AnnouncementValidator, Category, Rejected, RejectionLog, excerpt
+from .validation import (
+    FRESHNESS,
+    SEQUENCE_MEMORY,
+    TAKEOVER,
+    AnnouncementValidator,
+    Category,
+    Rejected,
+    RejectionLog,
+    excerpt,
+)
 from .writer import StoreWriter
 
 __all__ = ["ProbeLimiter", "Registry", "RegistryOptions"]
@@ -98,7 +107,8 @@ STALL = 3.0
 what a busy loop takes between two sweeps, so a loaded machine never turns expiry off."""
 STALL_PAUSE = 5.0
 """Seconds no lease expires after such a gap: longer than heartbeats take to come in again (one every ttl/3), and than a
-deposed replica takes to learn it was replaced meanwhile (a newer term heard within a second, its lock seen lost within two)."""
+deposed replica takes to learn it was replaced meanwhile (a newer term heard within a second, its lock seen lost within
+two)."""
 
 TOPIC_CHECK = 1.0
 """Seconds between two looks at what the transport says of the registry's topics (`_report_topics`)."""
@@ -121,7 +131,8 @@ class Registry:
         metrics: RegistryMetrics | None = None,
         heard: HeardLeases | None = None,
     ) -> None:
-        """`heard`: what this process heard as a standby (`heard`); the recorded leases start from it, not from a ttl of grace."""
+        """`heard`: what this process heard as a standby (`heard`); the recorded leases start from it, not from a ttl of
+        grace."""
         self._connection = connection
         self._heard = heard
         self.workspace_default = workspace_default
@@ -130,7 +141,9 @@ class Registry:
         opts = self.options
         self.leases = LeaseTable(threshold=opts.self_preservation_share, minimum=opts.self_preservation_min)
         self.validator = AnnouncementValidator(
-            opts.allowed_namespaces or connection.topics.queue_namespaces, max_skew=opts.max_clock_skew, memory=max(SEQUENCE_MEMORY, 2 * opts.max_instances)
+            opts.allowed_namespaces or connection.topics.queue_namespaces,
+            max_skew=opts.max_clock_skew,
+            memory=max(SEQUENCE_MEMORY, 2 * opts.max_instances),
         )
         self.rejection_log = RejectionLog(opts.max_rejections)
         self.departed = Departed()
@@ -147,7 +160,9 @@ class Registry:
             workspace_default=workspace_default,
             max_retry_delay=opts.max_retry_delay,
             metrics=self.metrics,
-            on_refused=lambda key, reason: self._reject(reason, b"", time.time(), service=key[1], workspace=key[0], category="store"),
+            on_refused=lambda key, reason: self._reject(
+                reason, b"", time.time(), service=key[1], workspace=key[0], category="store"
+            ),
             on_merged=self._report_state,
             departed=self.departed,
             on_conflicts=self._tell_conflicts,
@@ -155,9 +170,15 @@ class Registry:
         )
         self._prober = Prober(connection, interval=opts.probe_interval, per_second=opts.max_probes_per_second)
         self.overview = Overview(
-            services=self._services, leases=self.leases, config=self._config, rejections=self.rejection_log,
-            conflicts=self.conflicts, key_names=self._key_names, workspace_default=workspace_default,
-            pending=self.pending if self.pins is not None else None, trust=trust_view(opts.trust),
+            services=self._services,
+            leases=self.leases,
+            config=self._config,
+            rejections=self.rejection_log,
+            conflicts=self.conflicts,
+            key_names=self._key_names,
+            workspace_default=workspace_default,
+            pending=self.pending if self.pins is not None else None,
+            trust=trust_view(opts.trust),
         )
         """What the registry page shows (`await registry.overview.snapshot()`), read-only."""
         self._descriptors: Subscription | None = None
@@ -168,7 +189,9 @@ class Registry:
             connection.topics.registry_response,
             self._handle,
             subscription="tool-registry",
-            too_large=lambda reason: error_body("answer-too-large", f"{reason}; ask for `list` in pages (`limit`, `after`)"),
+            too_large=lambda reason: error_body(
+                "answer-too-large", f"{reason}; ask for `list` in pages (`limit`, `after`)"
+            ),
         )
         self._scheduler: AsyncIOScheduler | None = None
         self._running = False
@@ -195,7 +218,9 @@ class Registry:
             await self._prober.start()
             stack.push_async_callback(self._prober.stop)
             self._descriptors = await connection.subscribe(
-                topics.tool_descriptors, self._on_message, subscription=unique_name("tool-registry"),
+                topics.tool_descriptors,
+                self._on_message,
+                subscription=unique_name("tool-registry"),
                 receiver_queue=DESCRIPTOR_PERMITS,
             )
             stack.push_async_callback(self._stop_intake)
@@ -207,9 +232,21 @@ class Registry:
             stack.push_async_callback(self._finish_writes)
             scheduler = AsyncIOScheduler()
             scheduler.add_job(
-                self._sweep, "interval", seconds=self.options.sweep_interval, max_instances=1, coalesce=True, misfire_grace_time=None
+                self._sweep,
+                "interval",
+                seconds=self.options.sweep_interval,
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=None,
             )
-            scheduler.add_job(self._report_topics, "interval", seconds=TOPIC_CHECK, max_instances=1, coalesce=True, misfire_grace_time=None)
+            scheduler.add_job(
+                self._report_topics,
+                "interval",
+                seconds=TOPIC_CHECK,
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=None,
+            )
             scheduler.start()
             self._scheduler = scheduler
             stack.callback(self._stop_sweeps)
@@ -217,11 +254,23 @@ class Registry:
             await self._prober.probe(None, "registry started")
             self._resources = stack.pop_all()
         warm = None if self._heard is None else sum(1 for lease in self.leases if not lease.grace)
-        log.info("registry.started", services=len(self._services), leases=len(self.leases), warm=warm, workspaces=sorted(self.writer.indexed))
+        log.info(
+            "registry.started",
+            services=len(self._services),
+            leases=len(self.leases),
+            warm=warm,
+            workspaces=sorted(self.writer.indexed),
+        )
         if self.options.trust is None:
-            log.warning("registry.untrusted", note="no trust policy: every valid announcement is accepted, signed or not")
+            log.warning(
+                "registry.untrusted", note="no trust policy: every valid announcement is accepted, signed or not"
+            )
         else:
-            log.info("registry.trusted", keys=len(getattr(self.options.trust, "keys", ())), path=str(getattr(self.options.trust, "path", "")))
+            log.info(
+                "registry.trusted",
+                keys=len(getattr(self.options.trust, "keys", ())),
+                path=str(getattr(self.options.trust, "path", "")),
+            )
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -274,14 +323,20 @@ class Registry:
         return self.writer.store_writes
 
     async def _restore(self) -> None:
-        """Read ownership records back and give every recorded instance one ttl of grace (or what a standby heard); read back `departed`."""
+        """Read ownership records back and give every recorded instance one ttl of grace (or what a standby heard); read
+        back `departed`."""
         await self.writer.read_index()
         now, wall = time.monotonic(), time.time()
         found = await self._config.get([DEPARTED_KEY], workspace=PROBE_WORKSPACE)
         try:
             self.departed.load(found.get(DEPARTED_KEY), wall)
         except ValueError as exc:
-            log.warning("registry.record_unreadable", key=f"{DEPARTED_KEY[0]}/{DEPARTED_KEY[1]}", workspace=PROBE_WORKSPACE, reason=str(exc))
+            log.warning(
+                "registry.record_unreadable",
+                key=f"{DEPARTED_KEY[0]}/{DEPARTED_KEY[1]}",
+                workspace=PROBE_WORKSPACE,
+                reason=str(exc),
+            )
         for instance, withdrawn in self.departed.instances.items():
             self.validator.ended(instance, withdrawn.sequence, withdrawn.until)
         if self.pins is not None:
@@ -293,7 +348,12 @@ class Registry:
                     record = OwnershipRecord.from_value(value)
                     owned = record.owned_keys()
                 except ValueError as exc:
-                    log.warning("registry.record_unreadable", key=f"{RECORD_TYPE}/{service_id}", workspace=workspace, reason=str(exc).splitlines()[0])
+                    log.warning(
+                        "registry.record_unreadable",
+                        key=f"{RECORD_TYPE}/{service_id}",
+                        workspace=workspace,
+                        reason=str(exc).splitlines()[0],
+                    )
                     continue
                 key = (workspace, service_id)
                 state = ServiceState(key, next(self._order), record=record, owned=owned)
@@ -301,10 +361,20 @@ class Registry:
                 self._services[key] = state
                 self.writer.adopt(state)
                 for instance, item in record.instances.items():
-                    heard = self._heard.restore_expiry(instance, workspace, item.ttl, now) if self._heard is not None else None
+                    heard = (
+                        self._heard.restore_expiry(instance, workspace, item.ttl, now)
+                        if self._heard is not None
+                        else None
+                    )
                     self.leases.restore(instance, key, ttl=item.ttl, now=now, digest=record.digest, heard=heard)
-                if self.pins is not None:  # what the store holds for a pinned tool is its pin, until the service re-announces
-                    state.digests = {name: pin.digest for name in state.tool_names() if (pin := self.pins.get(workspace, name)) is not None}
+                if (
+                    self.pins is not None
+                ):  # what the store holds for a pinned tool is its pin, until the service re-announces
+                    state.digests = {
+                        name: pin.digest
+                        for name in state.tool_names()
+                        if (pin := self.pins.get(workspace, name)) is not None
+                    }
                 if not record.instances:
                     self._mark(key)
 
@@ -325,10 +395,26 @@ class Registry:
             announcement = self.validator.check(data, wall, self._authorize)
             if announcement.kind == "announce" and (refusal := self._over_capacity(announcement)) is not None:
                 service = announcement.service.id if announcement.service else None
-                raise Rejected(refusal, instance=announcement.instance, service=service, category="capacity", announcement=announcement)
-            if announcement.kind == "announce" and self.pins is not None and (refusal := self.pins.refusal(announcement)) is not None:
+                raise Rejected(
+                    refusal,
+                    instance=announcement.instance,
+                    service=service,
+                    category="capacity",
+                    announcement=announcement,
+                )
+            if (
+                announcement.kind == "announce"
+                and self.pins is not None
+                and (refusal := self.pins.refusal(announcement)) is not None
+            ):
                 service = announcement.service.id if announcement.service else None
-                raise Rejected(refusal, instance=announcement.instance, service=service, category="definition", announcement=announcement)
+                raise Rejected(
+                    refusal,
+                    instance=announcement.instance,
+                    service=service,
+                    category="definition",
+                    announcement=announcement,
+                )
         except Rejected as exc:
             await self._refused(exc, data, wall)
             return
@@ -350,7 +436,15 @@ class Registry:
         the trust policy, signed by the same key; an unsigned lease cannot
         tell its holder from anyone else, so any refusal naming it counts.
         """
-        new = self._reject(exc.reason, data, wall, instance=exc.instance, service=exc.service, workspace=exc.workspace, category=exc.category)
+        new = self._reject(
+            exc.reason,
+            data,
+            wall,
+            instance=exc.instance,
+            service=exc.service,
+            workspace=exc.workspace,
+            category=exc.category,
+        )
         if exc.instance is None:
             return
         if exc.category in TAKEOVER:
@@ -362,14 +456,28 @@ class Registry:
             await self._prober.notify(exc.instance, exc.reason)
             return
         lease = self.leases.get(exc.instance)
-        holder = exc.category not in FRESHNESS and lease is not None and (
-            lease.signer is None
-            or (exc.announcement is not None and self.options.trust is not None and self.options.trust.signed_by(exc.announcement, lease.signer))
+        holder = (
+            exc.category not in FRESHNESS
+            and lease is not None
+            and (
+                lease.signer is None
+                or (
+                    exc.announcement is not None
+                    and self.options.trust is not None
+                    and self.options.trust.signed_by(exc.announcement, lease.signer)
+                )
+            )
         )
         if holder and lease is not None and lease.refused is None:
             self.leases.refuse(exc.instance, exc.reason)
-            log.warning("instance.refused", service=lease.service[1], workspace=lease.service[0], instance=exc.instance, reason=exc.reason,
-                        note="its holder is sending but refused: removed when its lease runs out, never held")
+            log.warning(
+                "instance.refused",
+                service=lease.service[1],
+                workspace=lease.service[0],
+                instance=exc.instance,
+                reason=exc.reason,
+                note="its holder is sending but refused: removed when its lease runs out, never held",
+            )
         # Tell the sender, once per entry of the log: the holder of a lease, or a new instance whose
         # announce was refused. Not an unknown instance's heartbeat: outsiders must not spend notices.
         newcomer = lease is None and exc.announcement is not None and exc.announcement.kind == "announce"
@@ -405,11 +513,23 @@ class Registry:
             return None
         if announcement.kind == "announce":
             assert announcement.service is not None and announcement.tools is not None
-            refusal = trust.check(announcement, announcement.service.id, [tool.name for tool in announcement.tools], announcement.workspace)
-            if refusal is None and lease is not None and lease.service != (announcement.workspace, announcement.service.id):
+            refusal = trust.check(
+                announcement,
+                announcement.service.id,
+                [tool.name for tool in announcement.tools],
+                announcement.workspace,
+            )
+            if (
+                refusal is None
+                and lease is not None
+                and lease.service != (announcement.workspace, announcement.service.id)
+            ):
                 moved = trust.check(announcement, lease.service[1], [], lease.service[0])
                 if moved is not None:
-                    return f"instance {announcement.instance} serves {lease.service[1]!r} in workspace {lease.service[0]!r}: {moved}"
+                    return (
+                        f"instance {announcement.instance} serves {lease.service[1]!r} in workspace"
+                        f" {lease.service[0]!r}: {moved}"
+                    )
             return refusal
         if lease is None:
             return trust.check(announcement, None, [])
@@ -417,12 +537,15 @@ class Registry:
 
     @staticmethod
     def _check_binding(announcement: Announcement, lease: Lease) -> None:
-        """`Rejected` (`identity`) if an unverified message names `lease`'s instance for another workspace or service."""
+        """`Rejected` (`identity`) if an unverified message names `lease`'s instance for another workspace or
+        service."""
         workspace, service = lease.service
         claimed = announcement.service.id if announcement.service is not None else service
         if (announcement.workspace, claimed) != (workspace, service):
             reason = bound_refusal(announcement.instance, service, workspace, claimed, announcement.workspace)
-            raise Rejected(reason, instance=announcement.instance, service=claimed, category="identity", announcement=announcement)
+            raise Rejected(
+                reason, instance=announcement.instance, service=claimed, category="identity", announcement=announcement
+            )
 
     def _over_capacity(self, announcement: Announcement) -> str | None:
         """Why a new instance cannot get a lease (the caps on per-instance state), or None.
@@ -447,26 +570,47 @@ class Registry:
         return None
 
     def _reject(
-        self, reason: str, data: bytes, wall: float, *, instance: str | None = None, service: str | None = None,
-        workspace: str | None = None, category: Category = "malformed",
+        self,
+        reason: str,
+        data: bytes,
+        wall: float,
+        *,
+        instance: str | None = None,
+        service: str | None = None,
+        workspace: str | None = None,
+        category: Category = "malformed",
     ) -> bool:
         """Log and count a refusal; True when it is new in the rejection log (not a repeat of the same sender)."""
         new = self.rejection_log.add(
-            Rejection(at=wall, reason=reason, instance=instance, service=service, workspace=workspace, excerpt=excerpt(data))
+            Rejection(
+                at=wall, reason=reason, instance=instance, service=service, workspace=workspace, excerpt=excerpt(data)
+            )
         )
         self.metrics.rejection(reason)
-        log.warning("announcement.rejected", reason=reason, instance=instance, service=service, workspace=workspace, bytes=len(data),
-                    category=category, repeated=not new)
+        log.warning(
+            "announcement.rejected",
+            reason=reason,
+            instance=instance,
+            service=service,
+            workspace=workspace,
+            bytes=len(data),
+            category=category,
+            repeated=not new,
+        )
         return new
 
     async def _tell_conflicts(self, key: ServiceKey, conflicts: list[NameConflict]) -> None:
         """A service was refused tool names: list it with the rejections and tell its instances, in their log."""
         reason = "; ".join(conflict.reason for conflict in conflicts)
-        self.rejection_log.add(Rejection(at=time.time(), reason=f"conflict: {reason}", service=key[1], workspace=key[0]))
+        self.rejection_log.add(
+            Rejection(at=time.time(), reason=f"conflict: {reason}", service=key[1], workspace=key[0])
+        )
         for lease in self.leases.of_service(key):
             await self._prober.notify(lease.instance, f"conflict: {reason}")
 
-    async def _on_announce(self, announcement: Announcement, now: float, wall: float, link: SpanContext | None = None) -> None:
+    async def _on_announce(
+        self, announcement: Announcement, now: float, wall: float, link: SpanContext | None = None
+    ) -> None:
         assert announcement.service is not None and announcement.tools is not None  # the model guarantees it
         key = (announcement.workspace, announcement.service.id)
         state = self._services.get(key)
@@ -474,13 +618,21 @@ class Registry:
             state = self._services[key] = ServiceState(key, next(self._order))
         known = announcement.digest in state.offers
         signer = signature_key_id(announcement) if self.options.trust is not None else None
-        state.offers[announcement.digest] = Offer(announcement.service, tuple(announcement.tools), announcement.digest, announcement.version, signer)
+        state.offers[announcement.digest] = Offer(
+            announcement.service, tuple(announcement.tools), announcement.digest, announcement.version, signer
+        )
         if len(state.offers) > 2 * self.options.max_instances_per_service:
             self._forget_unused_offers(state, keep=announcement.digest)
         previous = self.leases.get(announcement.instance)
         lease, _ = self.leases.renew(
-            announcement.instance, key, ttl=announcement.ttl, now=now, wall=wall,
-            digest=announcement.digest, announced=next(self._announces), **self._provenance(announcement),
+            announcement.instance,
+            key,
+            ttl=announcement.ttl,
+            now=now,
+            wall=wall,
+            digest=announcement.digest,
+            announced=next(self._announces),
+            **self._provenance(announcement),
         )
         state.since.setdefault(announcement.instance, wall)
         if previous is not None and previous.service != key:
@@ -491,14 +643,23 @@ class Registry:
         # the store even if the record says nothing changed: conflicts live in memory.
         self._mark(key, force=not known, link=link)
 
-    async def _on_heartbeat(self, announcement: Announcement, now: float, wall: float, stats: str | None = None) -> None:
+    async def _on_heartbeat(
+        self, announcement: Announcement, now: float, wall: float, stats: str | None = None
+    ) -> None:
         """Renew the lease; `stats`, the heartbeat's `tool-stats` property, goes on it for the page (`usage`)."""
         lease = self.leases.get(announcement.instance)
         if lease is None or lease.service[0] != announcement.workspace:
             await self._prober.probe(announcement.instance, "heartbeat from an unknown instance")
             return
         was_held = lease.held
-        self.leases.renew(announcement.instance, lease.service, ttl=announcement.ttl, now=now, wall=wall, **self._provenance(announcement))
+        self.leases.renew(
+            announcement.instance,
+            lease.service,
+            ttl=announcement.ttl,
+            now=now,
+            wall=wall,
+            **self._provenance(announcement),
+        )
         if was_held:
             self._resume(now)
         state = self._services.get(lease.service)
@@ -571,7 +732,8 @@ class Registry:
             self._mark(key, force=True)
 
     def _stalled(self, now: float) -> bool:
-        """Whether this process has just come back from not running (SIGSTOP, a paused VM): then no lease expires for a while.
+        """Whether this process has just come back from not running (SIGSTOP, a paused VM): then no lease expires for a
+        while.
 
         A registry that did not run heard no heartbeat meanwhile; the silence
         is its own, not the services'. Sweeps stay off for `STALL_PAUSE`, long
@@ -580,13 +742,18 @@ class Registry:
         """
         gap, self._last_sweep = now - self._last_sweep, now
         if gap > max(STALL, 4 * self.options.sweep_interval):
-            log.warning("registry.sweeps_paused", stalled_s=round(gap, 1), paused_s=STALL_PAUSE,
-                        note="this process did not run for a while: no lease expires on silence it could not hear")
+            log.warning(
+                "registry.sweeps_paused",
+                stalled_s=round(gap, 1),
+                paused_s=STALL_PAUSE,
+                note="this process did not run for a while: no lease expires on silence it could not hear",
+            )
             self._sweeps_paused_until = now + STALL_PAUSE
         return now < self._sweeps_paused_until
 
     async def _deaf(self, now: float) -> bool:
-        """Whether the registry cannot reach the broker now, or did so less than `STALL_PAUSE` ago: then no lease expires.
+        """Whether the registry cannot reach the broker now, or did so less than `STALL_PAUSE` ago: then no lease
+        expires.
 
         During a broker outage no heartbeat can arrive, and the registry's
         deletions could not be written anyway: expiring then would only
@@ -597,8 +764,11 @@ class Registry:
         if not self._prober.connected:
             if not self._disconnected:
                 self._disconnected = True
-                log.warning("registry.sweeps_paused", reason="not connected to the broker",
-                            note="no lease expires while no heartbeat can be heard")
+                log.warning(
+                    "registry.sweeps_paused",
+                    reason="not connected to the broker",
+                    note="no lease expires while no heartbeat can be heard",
+                )
             self._sweeps_paused_until = now + STALL_PAUSE
             return True
         if self._disconnected:
@@ -613,7 +783,9 @@ class Registry:
         if self._stalled(now) or await self._deaf(now):
             return
         result = self.leases.sweep(now)
-        if not result.expired and not result.held:  # the usual sweep: nothing ran out, so only the instance count may have moved
+        if (
+            not result.expired and not result.held
+        ):  # the usual sweep: nothing ran out, so only the instance count may have moved
             self.metrics.instances.set(len(self.leases))
             return
         gone: dict[ServiceKey, list[Lease]] = defaultdict(list)
@@ -625,22 +797,38 @@ class Registry:
             self._mark(key)
             event = "instance.expired" if self.leases.has_service(key) else "service.expired"
             refused = next((lease.refused for lease in leases if lease.refused), None)
-            log.info(event, service=key[1], workspace=key[0], instances=[lease.instance for lease in leases], ttl=leases[0].ttl, refused=refused)
+            log.info(
+                event,
+                service=key[1],
+                workspace=key[0],
+                instances=[lease.instance for lease in leases],
+                ttl=leases[0].ttl,
+                refused=refused,
+            )
         if result.held:
             services = sorted({lease.service[1] for lease in result.held})
             if len(result.held) < len(self.leases.held()):  # already holding: say it once, loudly
-                log.info("registry.self_preservation_extended", held=services, reason="more leases ran out while holding")
+                log.info(
+                    "registry.self_preservation_extended", held=services, reason="more leases ran out while holding"
+                )
                 return
             log.warning(
                 "registry.self_preservation",
-                reason=f"{result.failing} of {result.total} leases stopped renewing at once "
-                f"({result.share:.0%} > {self.options.self_preservation_share:.0%}): suspecting the registry or the broker, not the services",
+                reason=(
+                    f"{result.failing} of {result.total} leases stopped renewing at once ({result.share:.0%} >"
+                    f" {self.options.self_preservation_share:.0%}): suspecting the registry or the broker, not the"
+                    " services"
+                ),
                 held=services,
-                action="their tools stay listed as 'held'; they are released when heartbeats resume, or run `toolreg release` to delete them",
+                action=(
+                    "their tools stay listed as 'held'; they are released when heartbeats resume, or run `toolreg"
+                    " release` to delete them"
+                ),
             )
 
     def _report_state(self) -> None:
-        """The gauges, after every write and every sweep that expired something: from counts kept as they change, not a pass over the fleet."""
+        """The gauges, after every write and every sweep that expired something: from counts kept as they change, not a
+        pass over the fleet."""
         self.metrics.set_state(
             services=self.leases.service_count(),
             tools=self.writer.owners.tools,
@@ -649,7 +837,8 @@ class Registry:
         )
 
     def readiness(self) -> str | None:
-        """None while the registry hears announcements and answers queries; else why not, in the broker's words. For `/readyz`.
+        """None while the registry hears announcements and answers queries; else why not, in the broker's words. For
+        `/readyz`.
 
         A topic the broker will not let it use (a revoked permission, an
         expired token, a deleted namespace: what the transport found, see
@@ -715,7 +904,11 @@ class Registry:
                 unwritten = self.writer.failure if self.writer.waiting(state.key) else None
                 for status in state.tool_statuses(self.leases.of_service(state.key), wall, unwritten):
                     tools[status.name] = status
-        static = {name: value for name, value in (await self._config.getvalues("tool", workspace=workspace)).items() if name not in tools}
+        static = {
+            name: value
+            for name, value in (await self._config.getvalues("tool", workspace=workspace)).items()
+            if name not in tools
+        }
         if static:
             services = await self._config.getvalues("tool-service", workspace=workspace)
             for name, value in static.items():
@@ -726,7 +919,12 @@ class Registry:
         return self.rejection_log.items()
 
     def conflicts(self) -> list[NameConflict]:
-        found = [conflict for key in self.writer.conflicted if (state := self._services.get(key)) for conflict in state.conflicts.values()]
+        found = [
+            conflict
+            for key in self.writer.conflicted
+            if (state := self._services.get(key))
+            for conflict in state.conflicts.values()
+        ]
         return sorted(found, key=lambda c: (c.at, c.workspace, c.tool, c.service))
 
     def held_services(self) -> list[str]:
@@ -747,7 +945,10 @@ class Registry:
         if self.pins is None:
             return []
         names = self._key_names()
-        found = [self.pins.change(key, self._last_offered(key, pending), names) for key, pending in sorted(self.pins.pending.items())]
+        found = [
+            self.pins.change(key, self._last_offered(key, pending), names)
+            for key, pending in sorted(self.pins.pending.items())
+        ]
         return [change for change in found if change is not None]
 
     def _last_offered(self, key: tuple[str, str], pending: Pending) -> float | None:
@@ -756,13 +957,19 @@ class Registry:
         if state is None:
             return None
         seen = [
-            lease.last_seen for lease in self.leases.of_service(state.key)
-            if lease.last_seen is not None and (offer := state.offers.get(lease.digest or "")) is not None and offer.digests.get(key[1]) == pending.offered
+            lease.last_seen
+            for lease in self.leases.of_service(state.key)
+            if lease.last_seen is not None
+            and (offer := state.offers.get(lease.digest or "")) is not None
+            and offer.digests.get(key[1]) == pending.offered
         ]
         return max(seen, default=None)
 
-    async def approve(self, tool: str, workspace: str | None = None, digest: str | None = None, *, wait: float = 2.0) -> tuple[PendingChange, bool]:
-        """Pin the definition offered for `tool` and write it; returns the change and whether it was written within `wait` seconds.
+    async def approve(
+        self, tool: str, workspace: str | None = None, digest: str | None = None, *, wait: float = 2.0
+    ) -> tuple[PendingChange, bool]:
+        """Pin the definition offered for `tool` and write it; returns the change and whether it was written within
+        `wait` seconds.
 
         Raises `PinError` (its `code` is the query API's error type) for an unknown
         tool, a tool with nothing pending, or a `digest` that is not the offered one.
@@ -770,7 +977,15 @@ class Registry:
         workspace = workspace or self.workspace_default
         pins, pending, change = await self._decision(tool, workspace, digest)
         pin = pins.approve(pending, time.time())
-        log.warning("definition.approved", tool=tool, workspace=workspace, service=pending.service, digest=pin.digest, previous=change.pinned, by="operator")
+        log.warning(
+            "definition.approved",
+            tool=tool,
+            workspace=workspace,
+            service=pending.service,
+            digest=pin.digest,
+            previous=change.pinned,
+            by="operator",
+        )
         for state in self._services.values():
             if state.workspace == workspace and any(tool in offer.digests for offer in state.offers.values()):
                 self._mark(state.key, force=True)
@@ -782,12 +997,21 @@ class Registry:
         return change, True
 
     async def reject(self, tool: str, workspace: str | None = None, digest: str | None = None) -> PendingChange:
-        """Keep `tool`'s pin and refuse the offered definition from now on; its instances are told. Same errors as `approve`."""
+        """Keep `tool`'s pin and refuse the offered definition from now on; its instances are told. Same errors as
+        `approve`."""
         workspace = workspace or self.workspace_default
         pins, pending, change = await self._decision(tool, workspace, digest)
         pins.reject(pending)
         reason = rejected_reason(tool, pending.offered, change.pinned)
-        log.warning("definition.rejected", tool=tool, workspace=workspace, service=pending.service, digest=pending.offered, pinned=change.pinned, by="operator")
+        log.warning(
+            "definition.rejected",
+            tool=tool,
+            workspace=workspace,
+            service=pending.service,
+            digest=pending.offered,
+            pinned=change.pinned,
+            by="operator",
+        )
         state = self._services.get((workspace, pending.service))
         if state is not None:
             for lease in self.leases.of_service(state.key):
@@ -804,14 +1028,19 @@ class Registry:
     async def _decision(self, tool: str, workspace: str, digest: str | None) -> tuple[PinBook, Pending, PendingChange]:
         """The pending change an operator decides on, or `PinError` saying why there is none."""
         if self.pins is None:
-            raise PinError("not-pinning", "this registry does not pin definitions (start it with --pin-definitions): nothing is ever pending")
+            raise PinError(
+                "not-pinning",
+                "this registry does not pin definitions (start it with --pin-definitions): nothing is ever pending",
+            )
         pins = self.pins
         if pins.get(workspace, tool) is None and (workspace, tool) not in pins.pending:
             if self.writer.owners.owner(workspace, ("tool", tool)) is None:
                 item = (await self._config.get([("tool", tool)], workspace=workspace)).get(("tool", tool))
                 if item is None:
                     raise PinError("not-found", f"no tool {tool!r} in workspace {workspace!r}")
-                raise PinError("static", f"tool {tool!r} is static (written by hand, not announced): static tools are not pinned")
+                raise PinError(
+                    "static", f"tool {tool!r} is static (written by hand, not announced): static tools are not pinned"
+                )
         pending = pins.decide(workspace, tool, digest)
         change = pins.change((workspace, tool), None, self._key_names())
         assert change is not None
@@ -821,20 +1050,31 @@ class Registry:
         data = message.data
         if len(data) > MAX_QUERY_BYTES:
             log.warning("registry.query_rejected", reason="too large", bytes=len(data))
-            await reply(RegistryResponse(error=ErrorBody(type="bad-request", message=f"bad registry request: {len(data)} bytes; the limit is {MAX_QUERY_BYTES}")))
+            await reply(
+                RegistryResponse(
+                    error=ErrorBody(
+                        type="bad-request",
+                        message=f"bad registry request: {len(data)} bytes; the limit is {MAX_QUERY_BYTES}",
+                    )
+                )
+            )
             return
         try:
             request = RegistryRequest.model_validate_json(data)
         except ValidationError as exc:
             reason = describe_validation_error(exc)
             log.warning("registry.query_rejected", reason=reason)
-            await reply(RegistryResponse(error=ErrorBody(type="bad-request", message=f"bad registry request: {reason}")))
+            await reply(
+                RegistryResponse(error=ErrorBody(type="bad-request", message=f"bad registry request: {reason}"))
+            )
             return
         workspace = request.workspace or self.workspace_default
         try:
             response = await self._answer(request, workspace)
         except (RequestTimeout, ConfigError) as exc:
-            response = RegistryResponse(error=ErrorBody(type="store-unavailable", message=f"the config store did not answer: {exc}"))
+            response = RegistryResponse(
+                error=ErrorBody(type="store-unavailable", message=f"the config store did not answer: {exc}")
+            )
         except PinError as exc:
             response = RegistryResponse(error=ErrorBody(type=exc.code, message=str(exc)))
         await reply(response)
@@ -853,7 +1093,9 @@ class Registry:
                 return RegistryResponse(error=ErrorBody(type="bad-request", message="operation 'get' needs 'name'"))
             match = [tool for tool in await self.list_tools(workspace) if tool.name == request.name]
             if not match:
-                return RegistryResponse(error=ErrorBody(type="not-found", message=f"no tool {request.name!r} in workspace {workspace!r}"))
+                return RegistryResponse(
+                    error=ErrorBody(type="not-found", message=f"no tool {request.name!r} in workspace {workspace!r}")
+                )
             return RegistryResponse(tool=match[0], held=self.held_services())
         if op == "rejections":
             return RegistryResponse(rejections=self.rejections())
@@ -869,4 +1111,3 @@ class Registry:
             change, applied = await self.approve(request.name, workspace, request.digest)
             return RegistryResponse(decided=change, applied=applied)
         return RegistryResponse(released=self.release(), held=self.held_services())
-

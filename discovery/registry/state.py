@@ -68,7 +68,9 @@ def static_status(name: str, value: str, services: Mapping[str, str], workspace:
     """
 
     def unavailable(service: str | None, detail: str) -> ToolStatus:
-        return ToolStatus(name=name, service=service, source="static", status="unavailable", workspace=workspace, detail=detail)
+        return ToolStatus(
+            name=name, service=service, source="static", status="unavailable", workspace=workspace, detail=detail
+        )
 
     try:
         tool = validate_config_item("tool", name, value)
@@ -82,7 +84,9 @@ def static_status(name: str, value: str, services: Mapping[str, str], workspace:
         text = services.get(tool.service)
         if text is None:
             return unavailable(
-                tool.service, f"no tool-service/{tool.service} in the store: its service went away or was never configured; agents skip it"
+                tool.service,
+                f"no tool-service/{tool.service} in the store: its service went away or was never configured; agents"
+                " skip it",
             )
         try:
             parsed = validate_config_item("tool-service", tool.service, text)
@@ -92,7 +96,12 @@ def static_status(name: str, value: str, services: Mapping[str, str], workspace:
             return unavailable(tool.service, f"agents skip it: {str(exc).splitlines()[0]}")
         service = parsed
     return ToolStatus(
-        name=name, service=tool.service, source="static", status="configured", workspace=workspace, digest=definition_digest(tool, service)
+        name=name,
+        service=tool.service,
+        source="static",
+        status="configured",
+        workspace=workspace,
+        digest=definition_digest(tool, service),
     )
 
 
@@ -118,7 +127,8 @@ class ServiceState:
     since: dict[str, float] = field(default_factory=dict)
     conflicts: dict[str, NameConflict] = field(default_factory=dict)
     merged: Offer | None = None
-    """The offer last written (pinned definitions only, under `--pin-definitions`); None before, or restored at start."""
+    """The offer last written (pinned definitions only, under `--pin-definitions`); None before, or restored at
+    start."""
     digests: dict[str, str] = field(default_factory=dict)
     """Tool name -> definition digest of what was last written for it (`definition_digest`)."""
 
@@ -159,10 +169,14 @@ class ServiceState:
         elif self.record is not None:
             digest, version = self.record.digest, self.record.version
         instances = {
-            lease.instance: InstanceRecord(ttl=lease.ttl, since=round(self.since.get(lease.instance, lease.last_seen or 0.0), 3))
+            lease.instance: InstanceRecord(
+                ttl=lease.ttl, since=round(self.since.get(lease.instance, lease.last_seen or 0.0), 3)
+            )
             for lease in sorted(leases, key=lambda lease: lease.instance)
         }
-        return OwnershipRecord(service=self.service_id, workspace=self.workspace, digest=digest, version=version, instances=instances)
+        return OwnershipRecord(
+            service=self.service_id, workspace=self.workspace, digest=digest, version=version, instances=instances
+        )
 
     def record_is_current(self, desired: OwnershipRecord | None) -> bool:
         """True when writing `desired` would change nothing but (possibly) ownership."""
@@ -189,7 +203,11 @@ class ServiceState:
         note = "" if unwritten is None else f"not in the config store yet, agents do not see this change: {unwritten}"
         names = {name: status for name in self.tool_names()}
         if unwritten is not None:
-            names.update((name, UNWRITTEN) for name in self._offered_names(leases) if name not in names and name not in self.conflicts)
+            names.update(
+                (name, UNWRITTEN)
+                for name in self._offered_names(leases)
+                if name not in names and name not in self.conflicts
+            )
         return [
             ToolStatus(
                 name=name,

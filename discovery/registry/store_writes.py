@@ -52,7 +52,8 @@ PROBE_TYPE = "expect-probe"
 PROBE_UNMATCHABLE = "the probe item never holds this value"
 MAX_RACES = 100
 PUSH_MEMORY = 10_000
-"""Versions whose push is remembered (what each write touched), to tell a foreign write in our scope from one elsewhere."""
+"""Versions whose push is remembered (what each write touched), to tell a foreign write in our scope from one
+elsewhere."""
 PUSH_WAIT = 0.25
 """Seconds to wait for the pushes of a version range after a read-back showed foreign writes."""
 
@@ -69,7 +70,8 @@ class WriteRace:
     workspace: str
     keys: tuple[str, ...]
     foreign_writes: int
-    """Other writers' writes to our types in our workspace between the check and the read-back (or whose push was lost)."""
+    """Other writers' writes to our types in our workspace between the check and the read-back (or whose push was
+    lost)."""
 
 
 class StoreWrites:
@@ -81,7 +83,8 @@ class StoreWrites:
         """True: the store honours `expect`; False: it ignores it; None: not asked yet."""
         self.races: deque[WriteRace] = deque(maxlen=MAX_RACES)
         self.windows: deque[float] = deque(maxlen=1000)
-        """Seconds from the check's answer to the last write's answer, per read-compare-write: the race window, measured."""
+        """Seconds from the check's answer to the last write's answer, per read-compare-write: the race window,
+        measured."""
         self._pushed: dict[int, set[tuple[str, str]]] = {}
         self._pushed_event = asyncio.Event()
 
@@ -98,7 +101,9 @@ class StoreWrites:
         key = f"probe-{uuid.uuid4().hex}"
         try:
             await self._config.apply(
-                puts=[(PROBE_TYPE, key, "probe")], expect=[(PROBE_TYPE, key, PROBE_UNMATCHABLE)], workspace=PROBE_WORKSPACE
+                puts=[(PROBE_TYPE, key, "probe")],
+                expect=[(PROBE_TYPE, key, PROBE_UNMATCHABLE)],
+                workspace=PROBE_WORKSPACE,
             )
         except ConfigConflict:
             self.conditional = True
@@ -107,9 +112,11 @@ class StoreWrites:
             self.conditional = False
             log.warning(
                 "registry.store_without_conditional_writes",
-                note="the config store ignores `expect` (TrustGraph's does): writing by read-compare-write; "
-                "an operator's write landing within one store round trip of the registry's can be overwritten, "
-                "and is reported as registry.write_race",
+                note=(
+                    "the config store ignores `expect` (TrustGraph's does): writing by read-compare-write; "
+                    "an operator's write landing within one store round trip of the registry's can be overwritten, "
+                    "and is reported as registry.write_race"
+                ),
             )
         log.info("registry.store_protocol", conditional=self.conditional)
         return self.conditional
@@ -126,14 +133,17 @@ class StoreWrites:
         expect: Iterable[Expectation] = (),
         workspace: str,
     ) -> int:
-        """Puts and deletes guarded by `expect`; raises `ConfigConflict` when a precondition fails. Returns the version."""
+        """Puts and deletes guarded by `expect`; raises `ConfigConflict` when a precondition fails. Returns the
+        version."""
         if self.conditional is None:
             await self.detect()
         if self.conditional:
             return await self._config.apply(puts=puts, deletes=deletes, expect=expect, workspace=workspace)
         return await self._read_compare_write(list(puts), list(deletes), list(expect), workspace)
 
-    async def _read_compare_write(self, puts: list[Item], deletes: list[ItemKey], expect: list[Expectation], workspace: str) -> int:
+    async def _read_compare_write(
+        self, puts: list[Item], deletes: list[ItemKey], expect: list[Expectation], workspace: str
+    ) -> int:
         watched = list(dict.fromkeys([(t, k) for t, k, _ in expect] + [(t, k) for t, k, _ in puts] + deletes))
         before, current = await self._config.snapshot(watched, workspace=workspace)
         checked = time.monotonic()
@@ -153,7 +163,9 @@ class StoreWrites:
         after, now = await self._config.snapshot(watched, workspace=workspace)
         scope = {(t, workspace) for t, _, _ in puts} | {(t, workspace) for t, _ in deletes}
         if after - before > ours and (touching := await self._writes_touching(scope, before, after)) > ours:
-            exposed = [f"{t}/{k}" for t, k, v in puts if now.get((t, k)) == v] + [f"{t}/{k}" for t, k in deletes if (t, k) not in now]
+            exposed = [f"{t}/{k}" for t, k, v in puts if now.get((t, k)) == v] + [
+                f"{t}/{k}" for t, k in deletes if (t, k) not in now
+            ]
             race = WriteRace(at=time.time(), workspace=workspace, keys=tuple(exposed), foreign_writes=touching - ours)
             self.races.append(race)
             log.warning(
@@ -161,12 +173,16 @@ class StoreWrites:
                 workspace=workspace,
                 keys=list(exposed),
                 foreign_writes=race.foreign_writes,
-                note="another writer wrote while the registry did; if it wrote one of these keys, its value was overwritten",
+                note=(
+                    "another writer wrote while the registry did; if it wrote one of these keys, its value was"
+                    " overwritten"
+                ),
             )
         return after
 
     async def _writes_touching(self, scope: set[tuple[str, str]], before: int, after: int) -> int:
-        """Writes in versions (before, after] that touched `scope`, ours included; a version whose push is missing counts as touching it."""
+        """Writes in versions (before, after] that touched `scope`, ours included; a version whose push is missing
+        counts as touching it."""
         versions = range(before + 1, after + 1)
         if any(is_reserved_workspace(w) for _, w in scope):
             return len(versions)  # pushes never name reserved workspaces: every write counts

@@ -98,7 +98,12 @@ class TrustedKey:
 
     def to_entry(self) -> dict[str, object]:
         """Its entry in the policy file; `workspaces` only when it is not every workspace."""
-        entry: dict[str, object] = {"name": self.name, "public-key": self.text, "services": list(self.services), "tools": list(self.tools)}
+        entry: dict[str, object] = {
+            "name": self.name,
+            "public-key": self.text,
+            "services": list(self.services),
+            "tools": list(self.tools),
+        }
         if self.workspaces != EVERY_WORKSPACE:
             entry["workspaces"] = list(self.workspaces)
         return entry
@@ -124,7 +129,7 @@ class TrustPolicy:
             raise PolicyError(f"trust policy {path} is not readable JSON: {exc}") from None
         entries = data.get("keys") if isinstance(data, dict) else None
         if not isinstance(entries, list):
-            raise PolicyError(f"trust policy {path}: expected {{\"keys\": [...]}}")
+            raise PolicyError(f'trust policy {path}: expected {{"keys": [...]}}')
         policy = cls(path=path)
         _parse_pinning(policy, data, str(path))
         for number, entry in enumerate(entries, 1):
@@ -134,7 +139,9 @@ class TrustPolicy:
     def add(self, key: TrustedKey) -> None:
         self.keys[key.id] = key
 
-    def check(self, announcement: Announcement, service_id: str | None, tool_names: list[str], workspace: str | None = None) -> str | None:
+    def check(
+        self, announcement: Announcement, service_id: str | None, tool_names: list[str], workspace: str | None = None
+    ) -> str | None:
         """None if the announcement may claim `service_id` and `tool_names` in `workspace`, else why not.
 
         `workspace` None: the one the announcement names. `service_id` None (a
@@ -211,7 +218,11 @@ def _parse_entry(entry: object, where: str) -> TrustedKey:
             raise PolicyError(f"{where}: '{kind}' must be a non-empty list of name patterns like \"{example}\"")
         patterns[kind] = tuple(value)
     return TrustedKey(
-        name=name, public_key=public, services=patterns["services"], tools=patterns["tools"], text=text.strip(),
+        name=name,
+        public_key=public,
+        services=patterns["services"],
+        tools=patterns["tools"],
+        text=text.strip(),
         workspaces=_every_if_any(patterns["workspaces"]),
     )
 
@@ -221,7 +232,9 @@ def _every_if_any(workspaces: tuple[str, ...]) -> tuple[str, ...]:
     return EVERY_WORKSPACE if "*" in workspaces else tuple(dict.fromkeys(workspaces))
 
 
-def trusted_key(name: str, public_key_text: str, services: list[str], tools: list[str], workspaces: list[str] | None = None) -> TrustedKey:
+def trusted_key(
+    name: str, public_key_text: str, services: list[str], tools: list[str], workspaces: list[str] | None = None
+) -> TrustedKey:
     """Build an entry from CLI input, with the same checks as a file entry; `workspaces` None: every workspace."""
     entry: dict[str, object] = {"name": name, "public-key": public_key_text, "services": services, "tools": tools}
     if workspaces is not None:

@@ -38,7 +38,8 @@ class ToolUsage(BaseModel):
     calls_per_s: float | None = None
     errors_per_s: float | None = None
     p95_ms: float | None = None
-    """The highest p95 (milliseconds) among the live instances' last windows: an upper bound, not a merged percentile."""
+    """The highest p95 (milliseconds) among the live instances' last windows: an upper bound, not a merged
+    percentile."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,8 @@ class InstanceCalls:
 
 
 def sample(text: str, sent_at: float, tools: Collection[str]) -> CallSample:
-    """A heartbeat's `tool-stats` property as a sample of the `tools` its instance offers; `ValueError` if it is garbage."""
+    """A heartbeat's `tool-stats` property as a sample of the `tools` its instance offers; `ValueError` if it is
+    garbage."""
     return CallSample(sent_at, parse_tool_stats(text, tools))
 
 

@@ -37,7 +37,13 @@ from pydantic import ValidationError
 
 from toolservice_base.announcer import replay_refusal, withdrawn_refusal
 from toolservice_base.names import client_name
-from toolservice_base.schemas import MAX_MESSAGE_BYTES, Announcement, describe_validation_error, printable, queue_namespace
+from toolservice_base.schemas import (
+    MAX_MESSAGE_BYTES,
+    Announcement,
+    describe_validation_error,
+    printable,
+    queue_namespace,
+)
 from toolservice_base.topics import DEFAULT as DEFAULT_TOPICS
 
 from .protocol import Rejection
@@ -57,7 +63,9 @@ Authorize = Callable[[Announcement], "str | None"]
 class TrustCheck(Protocol):
     """What the registry needs of a trust policy (`discovery.trust.TrustPolicy` is one)."""
 
-    def check(self, announcement: Announcement, service_id: str | None, tool_names: list[str], workspace: str | None = None) -> str | None:
+    def check(
+        self, announcement: Announcement, service_id: str | None, tool_names: list[str], workspace: str | None = None
+    ) -> str | None:
         """None to accept; else the reason. `service_id` None: only the signature is judged;
         `workspace` None: the workspace the announcement names."""
         ...
@@ -67,7 +75,9 @@ class TrustCheck(Protocol):
         ...
 
 
-Category = Literal["too-large", "malformed", "namespace", "stale", "replay", "identity", "untrusted", "capacity", "store", "definition"]
+Category = Literal[
+    "too-large", "malformed", "namespace", "stale", "replay", "identity", "untrusted", "capacity", "store", "definition"
+]
 TAKEOVER: frozenset[str] = frozenset({"replay", "identity"})
 """Refusals a real instance gets when another sender took its id over (its sequence memory pushed ahead,
 a forged withdraw, its id bound elsewhere): the registry tells the instance, whose announcer tells a takeover
@@ -130,7 +140,10 @@ def _client_clash(names: list[str]) -> str | None:
     for name in sorted(names):
         shown = client_name(name)
         if shown in seen:
-            return f"not a valid announcement: tools {seen[shown]!r} and {name!r} would both be listed to MCP and OpenAI clients as {shown!r}; rename one"
+            return (
+                f"not a valid announcement: tools {seen[shown]!r} and {name!r} would both be listed to MCP and OpenAI"
+                f" clients as {shown!r}; rename one"
+            )
         seen[shown] = name
     return None
 
@@ -188,18 +201,27 @@ class AnnouncementValidator:
         """
         if len(data) > self.max_bytes:
             instance, service = _guess_ids(data)
-            raise Rejected(f"message is {len(data)} bytes; the limit is {self.max_bytes}", instance=instance, service=service, category="too-large")
+            raise Rejected(
+                f"message is {len(data)} bytes; the limit is {self.max_bytes}",
+                instance=instance,
+                service=service,
+                category="too-large",
+            )
         try:
             announcement = Announcement.model_validate_json(data)
         except ValidationError as exc:
             instance, service = _guess_ids(data)
-            raise Rejected(f"not a valid announcement: {describe_validation_error(exc)}", instance=instance, service=service) from None
+            raise Rejected(
+                f"not a valid announcement: {describe_validation_error(exc)}", instance=instance, service=service
+            ) from None
         except ValueError as exc:  # e.g. recursion limits inside the JSON parser
             raise Rejected(f"not a valid announcement: {printable(str(exc))}") from None
         service_id = announcement.service.id if announcement.service else None
 
         def refuse(reason: str, category: Category) -> Rejected:
-            return Rejected(reason, instance=announcement.instance, service=service_id, category=category, announcement=announcement)
+            return Rejected(
+                reason, instance=announcement.instance, service=service_id, category=category, announcement=announcement
+            )
 
         if announcement.service is not None:
             for queue in (announcement.service.request_queue, announcement.service.response_queue):
@@ -214,14 +236,20 @@ class AnnouncementValidator:
         ahead = announcement.sent_at - now
         if ahead > self.max_skew:
             raise refuse(
-                f"stale: sent-at is {ahead:.1f}s ahead of the registry's clock, more than the allowed skew of {self.max_skew:g}s"
-                " (a forged time, or the sender's clock is ahead)",
+                f"stale: sent-at is {ahead:.1f}s ahead of the registry's clock, more than the allowed skew of"
+                f" {self.max_skew:g}s (a forged time, or the sender's clock is ahead)",
                 "stale",
             )
         window = min(announcement.ttl, self.max_skew)
         if -ahead > window:
-            limit = f"its ttl of {announcement.ttl:g}s" if announcement.ttl <= self.max_skew else f"the allowed skew of {self.max_skew:g}s"
-            raise refuse(f"stale: sent {-ahead:.1f}s ago, more than {limit} (a replay, or the sender's clock is behind)", "stale")
+            limit = (
+                f"its ttl of {announcement.ttl:g}s"
+                if announcement.ttl <= self.max_skew
+                else f"the allowed skew of {self.max_skew:g}s"
+            )
+            raise refuse(
+                f"stale: sent {-ahead:.1f}s ago, more than {limit} (a replay, or the sender's clock is behind)", "stale"
+            )
         until = self._ended.get(announcement.instance)
         if until is not None and now < until:
             raise refuse(withdrawn_refusal(announcement.instance), "replay")
@@ -267,7 +295,11 @@ class RejectionLog:
         known = self._items.pop(key, None)
         if known is not None:
             rejection = rejection.model_copy(
-                update={"count": known.count + rejection.count, "first": known.first, "service": rejection.service or known.service}
+                update={
+                    "count": known.count + rejection.count,
+                    "first": known.first,
+                    "service": rejection.service or known.service,
+                }
             )
         elif rejection.first is None:
             rejection = rejection.model_copy(update={"first": rejection.at})

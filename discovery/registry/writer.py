@@ -137,15 +137,18 @@ class StoreWriter:
         self.owners = Owners()
         """Who owns each key, kept in step with every service's `owned` (`adopt`, `_commit`)."""
         self.conflicted: set[ServiceKey] = set()
-        """Services refused a tool name now: a change in the store may let them have it (`Registry._recheck_conflicts`)."""
+        """Services refused a tool name now: a change in the store may let them have it
+        (`Registry._recheck_conflicts`)."""
         self.indexed: set[str] = {workspace_default}
         self.store_writes = 0
         """Transactions sent to the store (tests use it to prove batching)."""
         self.waits: deque[float] = deque(maxlen=100)
         """Seconds from the first change of each recent batch being marked to the writer taking the batch,
-        oldest first: nothing but a write in flight, a retry's back-off or the rest of a burst (`_caught_up`) should be in them."""
+        oldest first: nothing but a write in flight, a retry's back-off or the rest of a burst (`_caught_up`) should be
+        in them."""
         self.failure: str | None = None
-        """Why the last write to the store failed (the store cannot write, or does not answer); None once one succeeds."""
+        """Why the last write to the store failed (the store cannot write, or does not answer); None once one
+        succeeds."""
         self._noted: float | None = None
         self._marks = 0
         self._dirty: set[ServiceKey] = set()
@@ -198,7 +201,13 @@ class StoreWriter:
     async def settle(self, timeout: float = 5.0) -> None:
         """Wait until every pending change has been written."""
         deadline = time.monotonic() + timeout
-        while self._dirty or self._busy or self._wake.is_set() or self.departed.dirty or (self.pins is not None and self.pins.dirty):
+        while (
+            self._dirty
+            or self._busy
+            or self._wake.is_set()
+            or self.departed.dirty
+            or (self.pins is not None and self.pins.dirty)
+        ):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"registry still has {len(self._dirty)} service(s) to write after {timeout:g}s")
             await asyncio.sleep(0.01)
@@ -302,7 +311,8 @@ class StoreWriter:
         await self._save_pending()
 
     async def _save_pending(self) -> None:
-        """Write the pending definition changes that came or were decided: in the reserved workspace, never where agents read."""
+        """Write the pending definition changes that came or were decided: in the reserved workspace, never where agents
+        read."""
         if self.pins is None or not self.pins.dirty:
             return
         puts, deletes, keys = self.pins.pending_writes()
@@ -336,7 +346,9 @@ class StoreWriter:
             except ConfigRefused as exc:
                 self._on_refused(key, f"the config store refused service {key[1]!r}: {exc}")
 
-    def _entries(self, workspace: str, keys: list[ServiceKey], forced: set[ServiceKey], *, note: bool = False) -> list[Entry]:
+    def _entries(
+        self, workspace: str, keys: list[ServiceKey], forced: set[ServiceKey], *, note: bool = False
+    ) -> list[Entry]:
         """What each service should have now; those whose record says nothing changed are left out unless forced."""
         owners = self.owners.of(workspace)
         wall = time.time()
@@ -350,8 +362,10 @@ class StoreWriter:
             if leases and self.pins is None:
                 offer = state.active_offer(leases)
             elif leases and self.pins is not None:
+
                 def taken(name: str, service: str = state.service_id) -> bool:
                     return owners.get(("tool", name), service) != service
+
                 offer = self.pins.effective(workspace, state.live_offers(leases), taken, wall, note).offer
             record = state.desired_record(leases, offer)
             if key not in forced and not note and state.record_is_current(record):
@@ -376,7 +390,8 @@ class StoreWriter:
         original: dict[Key, str | None] = {key: found.get(key) for key in wanted}
         if self.pins is not None:  # the store's pins are the truth: decide again on them, and note what is held
             self.pins.load_pins(workspace, {key[1]: value for key, value in original.items() if key[0] == PIN_TYPE})
-            # A key the first look did not read counts as absent: the conditional write fails if it is not, and is planned again.
+            # A key the first look did not read counts as absent: the conditional write fails if it is not, and is
+            # planned again.
             entries = self._entries(workspace, [entry[0].key for entry in entries], forced, note=True)
         view = dict(original)
         wall = time.time()
@@ -389,7 +404,9 @@ class StoreWriter:
         entries.sort(key=lambda entry: (entry[2] is not None, entry[0].order))  # departures free names first
         plans: list[Plan] = []
         for state, offer, record in entries:
-            plan = plan_service(view, owners, service_id=state.service_id, owned=state.owned, record=record, offer=offer, kept=until)
+            plan = plan_service(
+                view, owners, service_id=state.service_id, owned=state.owned, record=record, offer=offer, kept=until
+            )
             apply_plan(view, owners, plan, state.owned)
             if plan.record is None:  # gone: its names stay with it for one ttl, in this batch too
                 for key in state.owned:
@@ -413,7 +430,8 @@ class StoreWriter:
     def _pin_plan(
         self, workspace: str, entries: list[Entry], plans: list[Plan], view: dict[Key, str | None], wall: float
     ) -> tuple[dict[str, Pin], dict[Key, str], Plan]:
-        """The pins this transaction writes: one for each tool a plan owns that has none yet, and those an operator changed.
+        """The pins this transaction writes: one for each tool a plan owns that has none yet, and those an operator
+        changed.
 
         Only tools the merge owns are pinned (a refused tool, or a static item
         that already says the same, is not); the pins go into `view`, so the
@@ -435,7 +453,9 @@ class StoreWriter:
                 view[key] = pinned.writes[key] = value
         return fresh, values, pinned
 
-    def _commit(self, entries: list[Entry], plans: list[Plan], version: int | None, wall: float) -> dict[ServiceKey, list[NameConflict]]:
+    def _commit(
+        self, entries: list[Entry], plans: list[Plan], version: int | None, wall: float
+    ) -> dict[ServiceKey, list[NameConflict]]:
         """Take the written plans as the new truth; returns the conflicts that are new, by service."""
         refused: dict[ServiceKey, list[NameConflict]] = {}
         for (state, offer, _), plan in zip(entries, plans):
@@ -443,13 +463,17 @@ class StoreWriter:
             if plan.record is None and names:
                 self.departed.keep(state.workspace, names, state.service_id, wall + state.ttl())
             elif plan.record is not None:
-                self.departed.claimed(state.workspace, [key[1] for key in plan.owned if key[0] == "tool"], state.service_id)
+                self.departed.claimed(
+                    state.workspace, [key[1] for key in plan.owned if key[0] == "tool"], state.service_id
+                )
             state.record = plan.record
             self.owners.update(state.workspace, state.service_id, state.owned, plan.owned)
             state.owned = dict(plan.owned)
             if offer is not None:
                 state.merged = offer
-                state.digests = {key[1]: offer.digests[key[1]] for key in plan.owned if key[0] == "tool" and key[1] in offer.digests}
+                state.digests = {
+                    key[1]: offer.digests[key[1]] for key in plan.owned if key[0] == "tool" and key[1] in offer.digests
+                }
             elif plan.record is None:
                 state.merged, state.digests = None, {}
             fields: dict[str, Any] = {"service": state.service_id, "workspace": state.workspace, "version": version}
@@ -478,12 +502,24 @@ class StoreWriter:
             if known is not None and (known.held_by, known.reason) == (finding.held_by, finding.reason):
                 continue
             state.conflicts[name] = NameConflict(
-                at=wall, tool=name, service=state.service_id, held_by=finding.held_by, workspace=state.workspace, reason=finding.reason
+                at=wall,
+                tool=name,
+                service=state.service_id,
+                held_by=finding.held_by,
+                workspace=state.workspace,
+                reason=finding.reason,
             )
             if known is None:
                 self.metrics.conflict()
             new.append(state.conflicts[name])
-            log.warning("tool.conflict", tool=name, service=state.service_id, held_by=finding.held_by, workspace=state.workspace, reason=finding.reason)
+            log.warning(
+                "tool.conflict",
+                tool=name,
+                service=state.service_id,
+                held_by=finding.held_by,
+                workspace=state.workspace,
+                reason=finding.reason,
+            )
         for name in [n for n in state.conflicts if n not in current]:
             del state.conflicts[name]
             log.info("tool.conflict_resolved", tool=name, service=state.service_id, workspace=state.workspace)
@@ -504,7 +540,9 @@ class StoreWriter:
             if workspace not in known:
                 value = canonical_json(sorted(known | {workspace}))
                 try:
-                    await self.writes.apply(puts=[(*INDEX_KEY, value)], expect=[(*INDEX_KEY, current)], workspace=self.workspace_default)
+                    await self.writes.apply(
+                        puts=[(*INDEX_KEY, value)], expect=[(*INDEX_KEY, current)], workspace=self.workspace_default
+                    )
                 except ConfigConflict:
                     continue
             self.indexed.add(workspace)

@@ -90,7 +90,9 @@ class ElectedWriter:
 
     async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> bytes:
         if self._revoked:
-            raise NotActive(f"replica {self._election.replica_id} is no longer active; it may not write on {self.topic}")
+            raise NotActive(
+                f"replica {self._election.replica_id} is no longer active; it may not write on {self.topic}"
+            )
         try:
             return await self._publisher.send(payload, properties)
         except Fenced:
@@ -98,7 +100,10 @@ class ElectedWriter:
             raise
         except TransportClosed:
             if self._revoked:  # stepped down (and closed) while this send was on its way
-                raise NotActive(f"replica {self._election.replica_id} stepped down; its write on {self.topic} may not have been made") from None
+                raise NotActive(
+                    f"replica {self._election.replica_id} stepped down; its write on {self.topic} may not have been"
+                    " made"
+                ) from None
             raise
 
     @property
@@ -209,7 +214,8 @@ class Election:
             self._demoted.append(on_demoted)
 
     async def wait_active(self, timeout: float | None = None) -> None:
-        """Return once this replica is active and its promotion listeners are done; raises the election's failure, or TimeoutError."""
+        """Return once this replica is active and its promotion listeners are done; raises the election's failure, or
+        TimeoutError."""
         async with asyncio.timeout(timeout):
             while not self._active.is_set():
                 if self._failure is not None:
@@ -253,7 +259,8 @@ class Election:
         return writer
 
     def deposed(self, reason: str) -> None:
-        """Step down now (a writer met `Fenced`, say): writers are revoked at once, the rest follows in the election's task."""
+        """Step down now (a writer met `Fenced`, say): writers are revoked at once, the rest follows in the election's
+        task."""
         if not self.is_active or self._lost.is_set():
             return
         for writer in self._writers:
@@ -264,7 +271,9 @@ class Election:
     # --- lifecycle ----------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        self._transport.capabilities.require_replicated_state(f"electing one active replica on {self.lock_topic}", self._transport.url)
+        self._transport.capabilities.require_replicated_state(
+            f"electing one active replica on {self.lock_topic}", self._transport.url
+        )
         async with AsyncExitStack() as stack:
             # Open for the election's life (at the last marker): reading on from there at a promotion costs a
             # round trip, where opening a reader at the latest message costs about 100 ms (pulsar-client seeks).
@@ -275,7 +284,12 @@ class Election:
             self._task = asyncio.create_task(self._run(), name=f"election:{self.lock_topic}:{self.replica_id}")
             stack.push_async_callback(self._stop)
             if not await wait_event(self._settled, self._startup_timeout):
-                log.warning("election.start_unsettled", lock=self.lock_topic, replica=self.replica_id, waited=self._startup_timeout)
+                log.warning(
+                    "election.start_unsettled",
+                    lock=self.lock_topic,
+                    replica=self.replica_id,
+                    waited=self._startup_timeout,
+                )
             if self._failure is not None:
                 raise self._failure
             self._stack = stack.pop_all()
@@ -330,7 +344,9 @@ class Election:
                 log.warning("election.retry", lock=self.lock_topic, replica=self.replica_id, error=str(exc))
             finally:
                 self._settled.set()
-        patience = self.takeover_after + random.uniform(0, min(1.0, self.takeover_after / 10))  # two standbys seldom fence at once
+        patience = self.takeover_after + random.uniform(
+            0, min(1.0, self.takeover_after / 10)
+        )  # two standbys seldom fence at once
         waiting: asyncio.Future[ExclusivePublisher] | None = None
         try:
             while True:
@@ -345,7 +361,9 @@ class Election:
                         continue  # one wait ended (the client's operation timeout): wait again at once
                 if (silent := self._silent_for()) > patience:
                     lock = await self._attempt("fence")
-                    log.warning("election.takeover", lock=self.lock_topic, replica=self.replica_id, silent_s=round(silent, 2))
+                    log.warning(
+                        "election.takeover", lock=self.lock_topic, replica=self.replica_id, silent_s=round(silent, 2)
+                    )
                     return lock, "fence"
         except TransportError as exc:
             if not exc.retriable:
@@ -387,7 +405,9 @@ class Election:
             try:
                 self._term_seen = max(self._term_seen, int(json.loads(marker.data)["term"]))
             except (ValueError, KeyError, TypeError):
-                log.warning("election.bad_marker", lock=self.lock_topic, data=marker.data[:100].decode(errors="replace"))
+                log.warning(
+                    "election.bad_marker", lock=self.lock_topic, data=marker.data[:100].decode(errors="replace")
+                )
         return self._term_seen
 
     async def _serve(self, lock: ExclusivePublisher, mode: ExclusiveMode) -> None:
@@ -473,8 +493,13 @@ class Election:
         if self._membership is not None:
             self._membership.set_role(role, self._term)
         level = log.info if role == "active" or reason == "closing" else log.warning
-        level(f"election.{'promoted' if role == 'active' else 'demoted'}", lock=self.lock_topic, replica=self.replica_id,
-              term=self._term, reason=reason)
+        level(
+            f"election.{'promoted' if role == 'active' else 'demoted'}",
+            lock=self.lock_topic,
+            replica=self.replica_id,
+            term=self._term,
+            reason=reason,
+        )
         change = RoleChange(role, self._term, reason, self._since)
         for queue in self._watchers:
             queue.put_nowait(change)

@@ -51,7 +51,14 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, Self
 
-from toolservice_base.errors import LogIncomplete, NewerFormat, NotActive, ReplicationError, TransportClosed, TransportError
+from toolservice_base.errors import (
+    LogIncomplete,
+    NewerFormat,
+    NotActive,
+    ReplicationError,
+    TransportClosed,
+    TransportError,
+)
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import MESSAGE_LIMIT, Envelope, Reader, ReaderStart, Transport, unique_name
@@ -94,7 +101,8 @@ class StateMachine(Protocol):
         """Apply one entry (its version is above every one applied before)."""
 
     def snapshot(self) -> Iterable[Any]:
-        """The whole state as JSON values, as of the last entry applied; iterated without a pause (so nothing changes meanwhile)."""
+        """The whole state as JSON values, as of the last entry applied; iterated without a pause (so nothing changes
+        meanwhile)."""
 
     def restore(self, version: int, items: Iterable[Any]) -> None:
         """Replace the whole state with a snapshot's items, as of `version`."""
@@ -121,9 +129,17 @@ class Manifest:
 
     def to_wire(self) -> dict[str, Any]:
         return {
-            "format": self.format, "snapshot": self.snapshot, "version": self.version, "term": self.term,
-            "position": _b64(self.position), "first_chunk": _b64(self.first_chunk), "chunks": self.chunks,
-            "items": self.items, "bytes": self.size, "sha256": self.sha256, "written_at": self.written_at,
+            "format": self.format,
+            "snapshot": self.snapshot,
+            "version": self.version,
+            "term": self.term,
+            "position": _b64(self.position),
+            "first_chunk": _b64(self.first_chunk),
+            "chunks": self.chunks,
+            "items": self.items,
+            "bytes": self.size,
+            "sha256": self.sha256,
+            "written_at": self.written_at,
         }
 
     @classmethod
@@ -131,14 +147,22 @@ class Manifest:
         raw = json.loads(envelope.data)
         if int(raw["format"]) > SNAPSHOT_FORMAT:
             raise NewerFormat(
-                f"the snapshot on {envelope.topic} was written by a newer version (format {raw['format']}, this one reads up to "
-                f"{SNAPSHOT_FORMAT}); upgrade tool-discovery on this replica"
+                f"the snapshot on {envelope.topic} was written by a newer version (format {raw['format']}, this one"
+                f" reads up to {SNAPSHOT_FORMAT}); upgrade tool-discovery on this replica"
             )
         return cls(
-            snapshot=str(raw["snapshot"]), version=int(raw["version"]), term=int(raw.get("term", 0)),
-            position=_unb64(raw["position"]), first_chunk=_unb64(raw["first_chunk"]), chunks=int(raw["chunks"]),
-            items=int(raw["items"]), size=int(raw["bytes"]), sha256=str(raw["sha256"]), written_at=float(raw["written_at"]),
-            format=int(raw["format"]), message_id=envelope.message_id,
+            snapshot=str(raw["snapshot"]),
+            version=int(raw["version"]),
+            term=int(raw.get("term", 0)),
+            position=_unb64(raw["position"]),
+            first_chunk=_unb64(raw["first_chunk"]),
+            chunks=int(raw["chunks"]),
+            items=int(raw["items"]),
+            size=int(raw["bytes"]),
+            sha256=str(raw["sha256"]),
+            written_at=float(raw["written_at"]),
+            format=int(raw["format"]),
+            message_id=envelope.message_id,
         )
 
 
@@ -197,7 +221,8 @@ class ReplicatedLog:
         self.manifest: Manifest | None = None
         """The last complete snapshot known (restored, or written by this replica)."""
         self.history_deleted: str | None = None
-        """Set (the line logged) when the broker deleted entries the last snapshot covers: nothing lost yet, retention missing."""
+        """Set (the line logged) when the broker deleted entries the last snapshot covers: nothing lost yet, retention
+        missing."""
         self.stats = {"applied": 0, "ignored": 0, "appended": 0, "snapshots": 0, "restored_items": 0}
         """Counters: entries applied (read or appended); ignored (at or below the state's version: duplicates,
         stale ones, and on the active its own, read back); appended here; snapshots written here; items restored."""
@@ -218,21 +243,31 @@ class ReplicatedLog:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        self._transport.capabilities.require_replicated_state(f"the replicated log on {self.log_topic}", self._transport.url)
+        self._transport.capabilities.require_replicated_state(
+            f"the replicated log on {self.log_topic}", self._transport.url
+        )
         async with AsyncExitStack() as stack:
             started = time.monotonic()
             if self._use_snapshots:
                 await self._restore()
             restored = time.monotonic()
-            # From the snapshot's own entry, inclusive: whether the broker still holds it tells whether it deletes history.
+            # From the snapshot's own entry, inclusive: whether the broker still holds it tells whether it deletes
+            # history.
             self._wholeness = Wholeness(self.log_topic, self.version if self.position else None)
-            self._reader = await self._transport.reader(self.log_topic, self.position or "earliest", inclusive=bool(self.position))
+            self._reader = await self._transport.reader(
+                self.log_topic, self.position or "earliest", inclusive=bool(self.position)
+            )
             stack.push_async_callback(self._transport.close_reader, self._reader)
             await self.catch_up()
             self._found(self._wholeness.at_end())
             log.info(
-                "log.started", topic=self.log_topic, version=self.version, restored_items=self.stats["restored_items"],
-                replayed=self.stats["applied"], restore_s=round(restored - started, 3), replay_s=round(time.monotonic() - restored, 3),
+                "log.started",
+                topic=self.log_topic,
+                version=self.version,
+                restored_items=self.stats["restored_items"],
+                replayed=self.stats["applied"],
+                restore_s=round(restored - started, 3),
+                replay_s=round(time.monotonic() - restored, 3),
             )
             tail = asyncio.create_task(self._tail(), name=f"log-tail:{self.log_topic}")
             stack.push_async_callback(cancel_and_wait, tail)
@@ -268,7 +303,8 @@ class ReplicatedLog:
     # --- reading --------------------------------------------------------------------------
 
     async def catch_up(self) -> int:
-        """Apply every entry the log holds now; the version reached. After taking the writer's place, that is all there is."""
+        """Apply every entry the log holds now; the version reached. After taking the writer's place, that is all there
+        is."""
         self._check_failed()
         assert self._reader is not None
         async with self._reading:
@@ -314,13 +350,13 @@ class ReplicatedLog:
             previous = None if raw.get("previous") is None else int(raw["previous"])
         except (ValueError, KeyError, TypeError) as exc:
             raise ReplicationError(
-                f"the message after version {self.version} on {self.log_topic} is not a log entry ({exc}); only replicas may "
-                "write there: restore the topic from a backup"
+                f"the message after version {self.version} on {self.log_topic} is not a log entry ({exc}); only"
+                " replicas may write there: restore the topic from a backup"
             ) from None
         if entry_format > FORMAT:
             raise NewerFormat(
-                f"entry version {version} on {self.log_topic} was written by a newer version (format {entry_format}, this one "
-                f"reads up to {FORMAT}); upgrade tool-discovery on this replica"
+                f"entry version {version} on {self.log_topic} was written by a newer version (format {entry_format},"
+                f" this one reads up to {FORMAT}); upgrade tool-discovery on this replica"
             )
         return LogEntry(version, payload, term, entry_format, envelope.message_id, previous)
 
@@ -389,13 +425,17 @@ class ReplicatedLog:
         async with self._appending:
             writer = self._writer
             if writer is None:
-                raise NotActive(f"this replica is not the active one of {self.log_topic} (or is still catching up); write through the active one")
+                raise NotActive(
+                    f"this replica is not the active one of {self.log_topic} (or is still catching up); write through"
+                    " the active one"
+                )
             next_version = self.version + 1 if version is None else version
             if next_version <= self.version:
                 raise ValueError(f"version {next_version} is not above the log's {self.version}")
             term, previous = (self._election.term if self._election else 0), self.version
             data = json.dumps(
-                {"format": FORMAT, "version": next_version, "previous": previous, "term": term, "payload": payload}, separators=(",", ":"),
+                {"format": FORMAT, "version": next_version, "previous": previous, "term": term, "payload": payload},
+                separators=(",", ":"),
             ).encode()
             message_id = await writer.send(data, {"version": str(next_version)})
             # The payload as a standby will see it (JSON round trip), so every replica applies the very same value.
@@ -412,7 +452,9 @@ class ReplicatedLog:
     def _maybe_snapshot(self) -> None:
         entries, size = self._entries_total - self._snapshot_mark[0], self._bytes_total - self._snapshot_mark[1]
         if (entries >= self.snapshot_every or size >= self.snapshot_bytes) and self._snapshot_task is None:
-            self._snapshot_task = asyncio.create_task(self._snapshot_in_background(), name=f"snapshot:{self.snapshot_topic}")
+            self._snapshot_task = asyncio.create_task(
+                self._snapshot_in_background(), name=f"snapshot:{self.snapshot_topic}"
+            )
 
     async def _snapshot_in_background(self) -> None:
         try:
@@ -431,7 +473,12 @@ class ReplicatedLog:
                 raise NotActive(f"only the active replica writes snapshots on {self.snapshot_topic}")
             started = time.monotonic()
             # Captured in one go, with no await in between: exactly the state at `version`.
-            version, position, term, mark = self.version, self.position, self.term, (self._entries_total, self._bytes_total)
+            version, position, term, mark = (
+                self.version,
+                self.position,
+                self.term,
+                (self._entries_total, self._bytes_total),
+            )
             chunks, items = self._pack()
             snapshot_id = unique_name("snapshot")
             previous = _b64(self.manifest.message_id) if self.manifest else ""
@@ -443,8 +490,15 @@ class ReplicatedLog:
                 message_id = await writer.send(chunk, properties)
                 first_chunk = first_chunk or message_id
             manifest = Manifest(
-                snapshot=snapshot_id, version=version, term=term, position=position, first_chunk=first_chunk,
-                chunks=len(chunks), items=items, size=sum(len(chunk) for chunk in chunks), sha256=digest.hexdigest(),
+                snapshot=snapshot_id,
+                version=version,
+                term=term,
+                position=position,
+                first_chunk=first_chunk,
+                chunks=len(chunks),
+                items=items,
+                size=sum(len(chunk) for chunk in chunks),
+                sha256=digest.hexdigest(),
                 written_at=time.time(),
             )
             message_id = await writer.send(manifest.to_wire(), {"kind": "manifest", "snapshot": snapshot_id})
@@ -452,13 +506,19 @@ class ReplicatedLog:
             self._snapshot_mark = mark
             self.stats["snapshots"] += 1
             log.info(
-                "log.snapshot_written", topic=self.snapshot_topic, version=version, items=items, chunks=len(chunks),
-                bytes=manifest.size, seconds=round(time.monotonic() - started, 3),
+                "log.snapshot_written",
+                topic=self.snapshot_topic,
+                version=version,
+                items=items,
+                chunks=len(chunks),
+                bytes=manifest.size,
+                seconds=round(time.monotonic() - started, 3),
             )
             return self.manifest
 
     def _pack(self) -> tuple[list[bytes], int]:
-        """The state's items as JSON arrays of about `chunk_bytes` each (an item alone if larger); and how many items."""
+        """The state's items as JSON arrays of about `chunk_bytes` each (an item alone if larger); and how many
+        items."""
         chunks: list[bytes] = []
         current: list[bytes] = []
         size = count = 0
@@ -466,8 +526,8 @@ class ReplicatedLog:
             encoded = json.dumps(item, separators=(",", ":")).encode()
             if len(encoded) > ITEM_LIMIT:
                 raise ReplicationError(
-                    f"one item of the state is {len(encoded)} bytes, over the {ITEM_LIMIT}-byte limit of a snapshot chunk; "
-                    "store less in one item"
+                    f"one item of the state is {len(encoded)} bytes, over the {ITEM_LIMIT}-byte limit of a snapshot"
+                    " chunk; store less in one item"
                 )
             if current and size + len(encoded) + 1 > self._chunk_bytes:
                 chunks.append(b"[" + b",".join(current) + b"]")
@@ -488,7 +548,12 @@ class ReplicatedLog:
         if chunks is None:
             return
         self._state.restore(manifest.version, _items(chunks))
-        self.version, self.position, self.term, self.manifest = manifest.version, manifest.position, manifest.term, manifest
+        self.version, self.position, self.term, self.manifest = (
+            manifest.version,
+            manifest.position,
+            manifest.term,
+            manifest,
+        )
         self.stats["restored_items"] = manifest.items
 
     async def _last_manifest(self) -> Manifest | None:
@@ -525,15 +590,26 @@ class ReplicatedLog:
         try:
             for seq in range(manifest.chunks):
                 chunk = await reader.read_next(READ_TIMEOUT)
-                if chunk is None or chunk.properties.get("snapshot") != manifest.snapshot or chunk.properties.get("seq") != str(seq):
-                    log.warning("log.snapshot_skipped", topic=self.snapshot_topic, snapshot=manifest.snapshot, reason=f"chunk {seq} missing")
+                if (
+                    chunk is None
+                    or chunk.properties.get("snapshot") != manifest.snapshot
+                    or chunk.properties.get("seq") != str(seq)
+                ):
+                    log.warning(
+                        "log.snapshot_skipped",
+                        topic=self.snapshot_topic,
+                        snapshot=manifest.snapshot,
+                        reason=f"chunk {seq} missing",
+                    )
                     return None
                 digest.update(chunk.data)
                 chunks.append(chunk.data)
         finally:
             await self._transport.close_reader(reader)
         if digest.hexdigest() != manifest.sha256:
-            log.warning("log.snapshot_skipped", topic=self.snapshot_topic, snapshot=manifest.snapshot, reason="digest mismatch")
+            log.warning(
+                "log.snapshot_skipped", topic=self.snapshot_topic, snapshot=manifest.snapshot, reason="digest mismatch"
+            )
             return None
         return chunks
 
@@ -542,4 +618,3 @@ def _items(chunks: list[bytes]) -> Iterator[Any]:
     """The items of a snapshot, one chunk decoded at a time."""
     for chunk in chunks:
         yield from json.loads(chunk)
-

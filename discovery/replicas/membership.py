@@ -72,8 +72,16 @@ class ReplicaStatus:
 
     def to_wire(self) -> dict[str, Any]:
         return {
-            "format": STATUS_FORMAT, "id": self.id, "group": self.group, "role": self.role, "pid": self.pid,
-            "host": self.host, "version": self.version, "since": self.since, "term": self.term, "settings": self.settings,
+            "format": STATUS_FORMAT,
+            "id": self.id,
+            "group": self.group,
+            "role": self.role,
+            "pid": self.pid,
+            "host": self.host,
+            "version": self.version,
+            "since": self.since,
+            "term": self.term,
+            "settings": self.settings,
         }
 
     @classmethod
@@ -84,9 +92,16 @@ class ReplicaStatus:
             if not isinstance(raw, dict) or int(raw.get("format", 0)) > STATUS_FORMAT or raw.get("role") not in ROLES:
                 raise ValueError("not a status this version reads")
             return cls(
-                id=str(raw["id"]), group=str(raw["group"]), role=raw["role"], pid=int(raw["pid"]), host=str(raw["host"]),
-                version=int(raw["version"]), since=float(raw["since"]), term=int(raw.get("term", 0)),
-                settings=str(raw.get("settings", "")), heard=heard,
+                id=str(raw["id"]),
+                group=str(raw["group"]),
+                role=raw["role"],
+                pid=int(raw["pid"]),
+                host=str(raw["host"]),
+                version=int(raw["version"]),
+                since=float(raw["since"]),
+                term=int(raw.get("term", 0)),
+                settings=str(raw.get("settings", "")),
+                heard=heard,
             )
         except (ValueError, KeyError, TypeError) as exc:
             log.debug("membership.status_skipped", error=str(exc))
@@ -123,8 +138,14 @@ class Membership:
         self.expire_after = expire_after if expire_after is not None else 3.5 * interval
         self._version = version
         self._own = ReplicaStatus(
-            id=replica_id, group=group, role="standby", pid=os.getpid(), host=socket.gethostname(), version=0,
-            since=time.time(), settings=settings_digest(settings),
+            id=replica_id,
+            group=group,
+            role="standby",
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            version=0,
+            since=time.time(),
+            settings=settings_digest(settings),
         )
         self._others: dict[str, ReplicaStatus] = {}
         self._active_heard: float | None = None
@@ -234,4 +255,3 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
-

@@ -38,7 +38,10 @@ def namespace_of(topic: str) -> str:
 
 def retention_fix(namespace: str) -> str:
     """What an operator runs so the broker keeps `namespace`'s history for good."""
-    return f"set unlimited retention (deploy/pulsar-init.sh does: pulsar-admin namespaces set-retention {namespace} --size -1 --time -1)"
+    return (
+        f"set unlimited retention (deploy/pulsar-init.sh does: pulsar-admin namespaces set-retention {namespace} --size"
+        " -1 --time -1)"
+    )
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,8 @@ class Wholeness:
     """Follows one reader of `topic`, from its start (after the snapshot at `snapshot_version`, or the log's start)."""
 
     def __init__(self, topic: str, snapshot_version: int | None = None) -> None:
-        """`snapshot_version`: the snapshot restored, when the reader starts at its entry (inclusive); None otherwise."""
+        """`snapshot_version`: the snapshot restored, when the reader starts at its entry (inclusive); None
+        otherwise."""
         self.topic = topic
         self.namespace = namespace_of(topic)
         self._awaiting = snapshot_version
@@ -73,19 +77,22 @@ class Wholeness:
         """An entry above the state (at `state`) is about to be applied."""
         gone, self._gone = self._gone, None
         if previous is not None and previous > state:
-            return self._lost(f"the log {self.topic} lacks its entries after version {state} (up to version {previous})")
+            return self._lost(
+                f"the log {self.topic} lacks its entries after version {state} (up to version {previous})"
+            )
         if gone is None:
             return None
         if previous is None:
             return self._lost(
-                f"the log {self.topic} no longer holds the entry at version {gone} that its last snapshot names, and its next "
-                f"entry (version {version}, by an older writer) does not say which it follows, so writes in between may be gone"
+                f"the log {self.topic} no longer holds the entry at version {gone} that its last snapshot names, and"
+                f" its next entry (version {version}, by an older writer) does not say which it follows, so writes in"
+                " between may be gone"
             )
         return Finding(
             False,
-            f"the broker deleted the log {self.topic} up to version {gone} at least, as it does when the namespace {self.namespace} "
-            f"keeps no history (no retention); the last snapshot still holds those writes, but the next deletion can lose some: "
-            f"{retention_fix(self.namespace)}",
+            f"the broker deleted the log {self.topic} up to version {gone} at least, as it does when the namespace"
+            f" {self.namespace} keeps no history (no retention); the last snapshot still holds those writes, but the"
+            f" next deletion can lose some: {retention_fix(self.namespace)}",
             self.namespace,
         )
 
@@ -96,15 +103,17 @@ class Wholeness:
         if gone is None:
             return None
         return self._lost(
-            f"the log {self.topic} no longer holds the entry at version {gone} that its last snapshot names, nor any entry "
-            f"after it, so writes after version {gone} may be gone"
+            f"the log {self.topic} no longer holds the entry at version {gone} that its last snapshot names, nor any"
+            f" entry after it, so writes after version {gone} may be gone"
         )
 
     def behind(self, state: int, version: int, seen_by: str) -> Finding | None:
         """Read to its end, the log reached `state`; replica `seen_by` has applied `version` from it."""
         if state >= version:
             return None
-        return self._lost(f"replica {seen_by} has applied version {version}, but the log {self.topic} ends at version {state}")
+        return self._lost(
+            f"replica {seen_by} has applied version {version}, but the log {self.topic} ends at version {state}"
+        )
 
     def _lost(self, what: str) -> Finding:
         return Finding(

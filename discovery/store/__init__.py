@@ -30,4 +30,12 @@ _EXPORTS = {
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
-__all__ = ["ConfigStore", "ConfigStoreService", "ExpectationFailed", "STORE_FILE", "StoreAccessError", "StoreDamaged", "StoreError"]
+__all__ = [
+    "ConfigStore",
+    "ConfigStoreService",
+    "ExpectationFailed",
+    "STORE_FILE",
+    "StoreAccessError",
+    "StoreDamaged",
+    "StoreError",
+]

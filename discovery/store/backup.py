@@ -96,7 +96,8 @@ def inspect_copy(path: Path) -> StoreFacts:
 
 
 def take_backup(db_path: Path, destination: Path | None = None) -> Backup:
-    """Copy the store at `db_path` consistently to `destination` (a file or folder; default: the backups folder) and check the copy.
+    """Copy the store at `db_path` consistently to `destination` (a file or folder; default: the backups folder) and
+    check the copy.
 
     Blocking: call it in a worker thread from async code. The copy is written
     under a temporary name and renamed into place once checked, so a backup
@@ -134,7 +135,11 @@ def take_backup(db_path: Path, destination: Path | None = None) -> Backup:
     except BaseException as exc:
         if partial is not None:
             partial.unlink(missing_ok=True)
-        found = access_problem(exc, partial if partial is not None else db_path) if isinstance(exc, (OSError, sqlite3.Error)) else None
+        found = (
+            access_problem(exc, partial if partial is not None else db_path)
+            if isinstance(exc, (OSError, sqlite3.Error))
+            else None
+        )
         if found is not None:
             what = "the config store" if partial is None else "the backup"
             raise access_error(found, what, verb="open" if partial is None else "write") from None
@@ -148,7 +153,8 @@ def backups_of(db_path: Path) -> list[Path]:
 
 
 def prune(db_path: Path, keep: int = KEEP) -> list[Path]:
-    """Delete all but the newest `keep` automatic backups, and copies a crash left half-written; returns the backups deleted."""
+    """Delete all but the newest `keep` automatic backups, and copies a crash left half-written; returns the backups
+    deleted."""
     old = backups_of(db_path)[:-keep] if keep > 0 else []
     for path in old:
         path.unlink(missing_ok=True)
@@ -194,12 +200,14 @@ def restore(db_path: Path, source: Path, *, force: bool = False) -> Restored:
     if known and facts.store_id is not None and facts.store_id not in known and not force:
         mine = ", ".join(sorted(i[:8] for i in known))
         raise ForeignBackup(
-            f"{source} is a backup of another store (id {facts.store_id[:8]}) than the one in {db_path.parent} (id {mine}); "
-            "restoring it replaces this store's content with that one's: add --force if that is what you want"
+            f"{source} is a backup of another store (id {facts.store_id[:8]}) than the one in {db_path.parent} (id"
+            f" {mine}); restoring it replaces this store's content with that one's: add --force if that is what you"
+            " want"
         )
     floor = _last_known_version(db_path)
     partial = db_path.with_name(db_path.name + ".restoring")
-    try:  # the copy is made in full before the store is touched: a disk that fills up half-way leaves the store as it was
+    # The copy is made in full before the store is touched: a disk that fills up half-way leaves the store as it was.
+    try:
         partial.unlink(missing_ok=True)
         src, dst = _connect(source), _connect(partial)
         try:
@@ -207,7 +215,9 @@ def restore(db_path: Path, source: Path, *, force: bool = False) -> Restored:
             version = max(facts.version, floor) + 1
             dst.execute("UPDATE meta SET value=? WHERE name='version'", (version,))
             dst.execute("CREATE TABLE IF NOT EXISTS store_info (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            dst.execute("INSERT OR IGNORE INTO store_info (name, value) VALUES ('id', ?)", (uuid.uuid4().hex,))  # a copy from before ids
+            dst.execute(
+                "INSERT OR IGNORE INTO store_info (name, value) VALUES ('id', ?)", (uuid.uuid4().hex,)
+            )  # a copy from before ids
             restored = read_facts(dst)
         finally:
             src.close()
@@ -262,4 +272,15 @@ def _last_known_version(db_path: Path) -> int:
     return max(known, default=0)
 
 
-__all__ = ["Backup", "ForeignBackup", "Restored", "backups_of", "default_backup_path", "inspect_copy", "marker_path", "prune", "restore", "take_backup"]
+__all__ = [
+    "Backup",
+    "ForeignBackup",
+    "Restored",
+    "backups_of",
+    "default_backup_path",
+    "inspect_copy",
+    "marker_path",
+    "prune",
+    "restore",
+    "take_backup",
+]

@@ -42,7 +42,9 @@ log = get_logger("discovery.store")
 
 MARKER_SUFFIX = ".meta"
 BACKUP_DIR = "backups"
-CORRUPTION_CODES = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_CORRUPT_INDEX", "SQLITE_CORRUPT_SEQUENCE", "SQLITE_CORRUPT_VTAB"})
+CORRUPTION_CODES = frozenset(
+    {"SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_CORRUPT_INDEX", "SQLITE_CORRUPT_SEQUENCE", "SQLITE_CORRUPT_VTAB"}
+)
 ACCESS_CODES = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_PERM", "SQLITE_FULL")
 """SQLite's errors that may be the file system refusing us (checked with a probe), not the file being broken."""
 
@@ -83,7 +85,9 @@ def access_problem(exc: BaseException, db_path: Path) -> AccessProblem | None:
     return found
 
 
-def access_error(problem: AccessProblem, what: str = "the config store", *, verb: str = "write", running: bool = False) -> StoreAccessError:
+def access_error(
+    problem: AccessProblem, what: str = "the config store", *, verb: str = "write", running: bool = False
+) -> StoreAccessError:
     return StoreAccessError(problem, problem.says(what, verb=verb, running=running))
 
 
@@ -119,12 +123,16 @@ def backup_dir(db_path: Path) -> Path:
 
 
 def read_marker(db_path: Path) -> StoreMarker | None:
-    """The marker, or None if there is none. An unreadable marker is logged and ignored (the integrity check still runs)."""
+    """The marker, or None if there is none. An unreadable marker is logged and ignored (the integrity check still
+    runs)."""
     path = marker_path(db_path)
     try:
         raw = json.loads(path.read_text())
         return StoreMarker(
-            store_id=str(raw["store_id"]), version=int(raw["version"]), items=int(raw["items"]), written_at=float(raw["written_at"])
+            store_id=str(raw["store_id"]),
+            version=int(raw["version"]),
+            items=int(raw["items"]),
+            written_at=float(raw["written_at"]),
         )
     except FileNotFoundError:
         return None
@@ -245,11 +253,14 @@ def check_open_store(db: sqlite3.Connection, db_path: Path) -> StoreFacts:
         raise StoreDamaged(f"{where} is empty, but it had {known}; {how_to_recover(db_path)}")
     if facts.store_id != marker.store_id:
         raise StoreDamaged(
-            f"{where} is another store (id {(facts.store_id or 'none')[:8]}, expected {marker.store_id[:8]}) than the one that had {known}; "
-            f"{how_to_recover(db_path)}"
+            f"{where} is another store (id {(facts.store_id or 'none')[:8]}, expected {marker.store_id[:8]}) than the"
+            f" one that had {known}; {how_to_recover(db_path)}"
         )
     if facts.version < marker.version:
         raise StoreDamaged(f"{where} is at version {facts.version}, but it had {known}; {how_to_recover(db_path)}")
     if facts.version == marker.version and facts.items != marker.items:
-        raise StoreDamaged(f"{where} holds {facts.items} item(s) at version {facts.version}, but it had {known}; {how_to_recover(db_path)}")
+        raise StoreDamaged(
+            f"{where} holds {facts.items} item(s) at version {facts.version}, but it had {known};"
+            f" {how_to_recover(db_path)}"
+        )
     return facts

@@ -12,7 +12,17 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 # --- the config store's metrics -----------------------------------------------------
 
-CONFIG_OPERATIONS = ("get", "put", "delete", "list", "getvalues", "config", "getvalues-all-ws", "getkeys-all-ws", "invalid")
+CONFIG_OPERATIONS = (
+    "get",
+    "put",
+    "delete",
+    "list",
+    "getvalues",
+    "config",
+    "getvalues-all-ws",
+    "getkeys-all-ws",
+    "invalid",
+)
 """`invalid`: a request that could not be parsed, so has no operation."""
 CONFIG_ERRORS = ("bad-request", "bad-operation", "invalid", "store-error")
 CONFLICT = "conflict"
@@ -29,8 +39,12 @@ class ConfigStoreMetrics:
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         self.registry = registry
-        self.version = Gauge("toolreg_config_version", "The config store's version: bumped once per committed write.", registry=registry)
-        self.requests = Counter("toolreg_config_requests", "Config store requests answered, by operation.", ["operation"], registry=registry)
+        self.version = Gauge(
+            "toolreg_config_version", "The config store's version: bumped once per committed write.", registry=registry
+        )
+        self.requests = Counter(
+            "toolreg_config_requests", "Config store requests answered, by operation.", ["operation"], registry=registry
+        )
         self.errors = Counter(
             "toolreg_config_request_errors",
             "Config store requests answered with an error: bad-request, bad-operation (unknown operation), "
@@ -57,7 +71,8 @@ class ConfigStoreMetrics:
             return cls._default
 
     def request(self, operation: str, error: str | None = None) -> None:
-        """One answered request; `error` is the `type` of the error it was answered with, if any (a `conflict` is no error)."""
+        """One answered request; `error` is the `type` of the error it was answered with, if any (a `conflict` is no
+        error)."""
         self._requests[operation if operation in self._requests else "invalid"].inc()
         if error == CONFLICT:
             self.conflicts.inc()

@@ -128,7 +128,8 @@ class ConfigOperations:
         return sorted(w for w in declared if not is_reserved_workspace(w))
 
     def execute(self, request: ConfigRequest, queue_workspace: str | None = None) -> Outcome:
-        """Answer `request`; `queue_workspace` is set when it came on that workspace's own queue (its body's workspace is ignored)."""
+        """Answer `request`; `queue_workspace` is set when it came on that workspace's own queue (its body's workspace
+        is ignored)."""
         op = request.operation
         if op not in CONFIG_OPERATIONS or (queue_workspace is not None and op not in WORKSPACE_OPERATIONS):
             allowed = WORKSPACE_OPERATIONS if queue_workspace is not None else CONFIG_OPERATIONS
@@ -177,7 +178,9 @@ class ConfigOperations:
             if op == "list":
                 return ConfigResponse(version=store.version, directory=store.list(workspace, item_type))
             pairs = store.getvalues(workspace, item_type)
-            return ConfigResponse(version=store.version, values=[ConfigValue(type=item_type, key=k, value=v) for k, v in pairs])
+            return ConfigResponse(
+                version=store.version, values=[ConfigValue(type=item_type, key=k, value=v) for k, v in pairs]
+            )
         version, config = store.config(workspace)
         return ConfigResponse(version=version, config=config)
 
@@ -185,8 +188,13 @@ class ConfigOperations:
         """One page of a `list` or `getvalues`: keys after `after`, at most `limit` of them and about `PAGE_BYTES`."""
         listing = request.operation == "list"
         rows, more = self.store.page(
-            workspace, item_type, after=request.after, limit=request.limit or MAX_PAGE_ITEMS, budget=PAGE_BYTES,
-            size=answer_size, values=not listing,
+            workspace,
+            item_type,
+            after=request.after,
+            limit=request.limit or MAX_PAGE_ITEMS,
+            budget=PAGE_BYTES,
+            size=answer_size,
+            values=not listing,
         )
         if listing:
             return ConfigResponse(version=self.store.version, directory=[k for k, _ in rows], more=more)
@@ -204,7 +212,11 @@ class ConfigOperations:
             return self._write_as_trustgraph(request.operation, workspace, items, deletes)
         for item_type, key, value in items:
             refuse_oversize(item_type, key, value)
-        affected = {workspace} | self._declared(workspace, [k for _, k, _ in items] + [k for _, k in deletes], [t for t, _, _ in items] + [t for t, _ in deletes])
+        affected = {workspace} | self._declared(
+            workspace,
+            [k for _, k, _ in items] + [k for _, k in deletes],
+            [t for t, _, _ in items] + [t for t, _ in deletes],
+        )
         before = {w: self._exists(w) for w in affected}
         version, changes = self.store.apply(
             workspace, puts=items, deletes=deletes, expect=[(e.type, e.key, e.value) for e in request.expect]
@@ -214,11 +226,16 @@ class ConfigOperations:
         deleted = sorted(w for w in affected if before[w] and not after[w] and not is_reserved_workspace(w))
         lifecycle = WorkspaceChanges(created=created, deleted=deleted) if created or deleted else None
         visible = visible_changes(changes, pair_tools=True)
-        push = ConfigPush(version=version, changes=visible, workspace_changes=lifecycle) if visible or lifecycle else None
+        push = (
+            ConfigPush(version=version, changes=visible, workspace_changes=lifecycle) if visible or lifecycle else None
+        )
         return Outcome(ConfigResponse(version=version), push, opened=created, closed=deleted)
 
-    def _write_as_trustgraph(self, op: str, workspace: str, items: list[tuple[str, str, str]], deletes: list[tuple[str, str]]) -> Outcome:
-        """trustgraph-flow's `handle_put`/`handle_delete`: a put ignores `keys`, a delete ignores `values`, both always push."""
+    def _write_as_trustgraph(
+        self, op: str, workspace: str, items: list[tuple[str, str, str]], deletes: list[tuple[str, str]]
+    ) -> Outcome:
+        """trustgraph-flow's `handle_put`/`handle_delete`: a put ignores `keys`, a delete ignores `values`, both always
+        push."""
         if op == "put":
             version, _ = self.store.apply(workspace, puts=items, validate=False, bump_always=True)
             types = sorted({t for t, _, _ in items})
@@ -232,8 +249,12 @@ class ConfigOperations:
             lifecycle = WorkspaceChanges(created=named) if op == "put" else WorkspaceChanges(deleted=named)
         changes = visible_changes({t: [workspace] for t in types}, pair_tools=False)
         push = ConfigPush(version=version, changes=changes, workspace_changes=lifecycle)
-        queues = [w for w in (lifecycle.created + lifecycle.deleted if lifecycle else []) if not is_reserved_workspace(w)]
-        return Outcome(ConfigResponse(), push, opened=queues if op == "put" else [], closed=queues if op == "delete" else [])
+        queues = [
+            w for w in (lifecycle.created + lifecycle.deleted if lifecycle else []) if not is_reserved_workspace(w)
+        ]
+        return Outcome(
+            ConfigResponse(), push, opened=queues if op == "put" else [], closed=queues if op == "delete" else []
+        )
 
     def _declared(self, workspace: str, keys: list[str], types: list[str]) -> set[str]:
         """Workspaces a write to `__workspaces__/workspace/<id>` declares or retires."""
@@ -242,4 +263,6 @@ class ConfigOperations:
         return {key for key, item_type in zip(keys, types) if item_type == WORKSPACE_TYPE}
 
     def _exists(self, workspace: str) -> bool:
-        return self.store.has_items(workspace) or bool(self.store.get(WORKSPACES_NAMESPACE, [(WORKSPACE_TYPE, workspace)]))
+        return self.store.has_items(workspace) or bool(
+            self.store.get(WORKSPACES_NAMESPACE, [(WORKSPACE_TYPE, workspace)])
+        )

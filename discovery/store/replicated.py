@@ -1,4 +1,5 @@
-"""The config store replicated on Apache Pulsar: one active replica writes, standbys follow (`toolreg up --store pulsar`).
+"""The config store replicated on Apache Pulsar: one active replica writes, standbys follow (`toolreg up --store
+pulsar`).
 
 The store's items and version live in persistent topics of `<topicspace>/state`
 (`discovery.replicas`): every write is one entry of a log, snapshots keep
@@ -52,7 +53,8 @@ GROUP = "config-store"
 DEFAULT_TAKEOVER_AFTER = 10.0
 """Seconds the active replica may be silent to the group before a standby fences it (a frozen process)."""
 SETTINGS_WAIT = 2.5
-"""Status intervals a starting standby waits to hear the active replica's settings and version before it joins (it publishes every one)."""
+"""Status intervals a starting standby waits to hear the active replica's settings and version before it joins (it
+publishes every one)."""
 
 Hook = Callable[[], Awaitable[None]]
 
@@ -64,7 +66,11 @@ def new_replica_id() -> str:
 
 def entry_payload(write: Write) -> dict[str, Any]:
     """A `Write` as a log entry's payload (JSON)."""
-    return {"workspace": write.workspace, "puts": [list(item) for item in write.puts], "deletes": [list(key) for key in write.deletes]}
+    return {
+        "workspace": write.workspace,
+        "puts": [list(item) for item in write.puts],
+        "deletes": [list(key) for key in write.deletes],
+    }
 
 
 def write_of(entry: LogEntry) -> Write:
@@ -124,7 +130,8 @@ class ReplicatedStore:
         on_standby: Hook | None = None,
         snapshot_every: int = 10_000,
     ) -> None:
-        """`settings`: what every replica of the group must share (the trust policy's digest, say), compared across the group."""
+        """`settings`: what every replica of the group must share (the trust policy's digest, say), compared across the
+        group."""
         self._connection = connection
         self.protocol = protocol
         self.replica_id = replica_id or new_replica_id()
@@ -158,7 +165,8 @@ class ReplicatedStore:
         return self._members.replicas() if self._members is not None else []
 
     def readiness(self) -> str | None:
-        """None when this replica does its part: a standby that follows the log, or an active one whose store answers."""
+        """None when this replica does its part: a standby that follows the log, or an active one whose store
+        answers."""
         if self._failure is not None:
             return f"replica stopped: {self._failure}"
         if self._log is None or not self._started.is_set():
@@ -171,7 +179,10 @@ class ReplicatedStore:
 
     def describe(self) -> str:
         """One line for `toolreg up`: where the store lives, this replica's id and role."""
-        return f"replicated on {self._connection.topics.state_log} (replica {self.replica_id}, {self.role}, version {self.version})"
+        return (
+            f"replicated on {self._connection.topics.state_log} (replica {self.replica_id}, {self.role}, version"
+            f" {self.version})"
+        )
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -226,12 +237,23 @@ class ReplicatedStore:
             stack.callback(store.close)
             replicated_log: ReplicatedLog | None = None
             members = Membership(
-                connection, self.replica_id, GROUP, settings=self._settings,
+                connection,
+                self.replica_id,
+                GROUP,
+                settings=self._settings,
                 version=lambda: replicated_log.version if replicated_log is not None else 0,
             )
             await stack.enter_async_context(members)
-            election = Election(connection, connection.topics.state_lock, self.replica_id, membership=members, takeover_after=self.takeover_after)
-            replicated_log = ReplicatedLog(connection, StoreState(store), election=election, snapshot_every=self._snapshot_every)
+            election = Election(
+                connection,
+                connection.topics.state_lock,
+                self.replica_id,
+                membership=members,
+                takeover_after=self.takeover_after,
+            )
+            replicated_log = ReplicatedLog(
+                connection, StoreState(store), election=election, snapshot_every=self._snapshot_every
+            )
             await stack.enter_async_context(replicated_log)
             election.add_listener(self._promoted, self._demoted)
             self.store, self._log, self._election, self._members = store, replicated_log, election, members
@@ -240,7 +262,9 @@ class ReplicatedStore:
             if election.role == "standby":
                 await self._compare_with_the_active(members, replicated_log)
             self._started.set()
-            log.info("config.replica_started", replica=self.replica_id, role=election.role, version=replicated_log.version)
+            log.info(
+                "config.replica_started", replica=self.replica_id, role=election.role, version=replicated_log.version
+            )
             self._check_settings()
             stopped = asyncio.ensure_future(election.wait_stopped())
             over = asyncio.ensure_future(self._generation_over.wait())
@@ -252,7 +276,9 @@ class ReplicatedStore:
                 await asyncio.wait({stopped, over})  # so the failure `stopped` may hold is read, not left unretrieved
             if election.failure is not None:
                 raise election.failure
-        log.info("config.replica_restarting", replica=self.replica_id, note="deposed: state dropped, following the log again")
+        log.info(
+            "config.replica_restarting", replica=self.replica_id, note="deposed: state dropped, following the log again"
+        )
 
     def _forget(self) -> None:
         self.store = self.service = None
@@ -279,8 +305,9 @@ class ReplicatedStore:
             if active is not None:
                 if own and active.settings and active.settings != own:
                     raise ReplicationError(
-                        f"replica {self.replica_id} runs with other group settings (trust policy and limits, {own}) than the "
-                        f"active replica {active.id} ({active.settings}): start every replica of a group alike (`toolreg replicas` shows each)"
+                        f"replica {self.replica_id} runs with other group settings (trust policy and limits, {own})"
+                        f" than the active replica {active.id} ({active.settings}): start every replica of a group"
+                        " alike (`toolreg replicas` shows each)"
                     )
                 await replicated_log.expect_at_least(active.version, active.id)
                 return
@@ -293,7 +320,9 @@ class ReplicatedStore:
         for other in self._members.replicas():
             if other.settings and own and other.settings != own:
                 log.error(
-                    "config.replica_settings_differ", replica=self.replica_id, other=other.id,
+                    "config.replica_settings_differ",
+                    replica=self.replica_id,
+                    other=other.id,
                     note="replicas of one group must run with the same trust policy and options; restart them alike",
                 )
 
@@ -302,7 +331,11 @@ class ReplicatedStore:
         assert self.store is not None and self._log is not None and self._election is not None
         self._check_settings()
         service = ConfigStoreService(
-            self._connection, self.store, protocol=self.protocol, journal=LogJournal(self._log, self._election), close_store=False,
+            self._connection,
+            self.store,
+            protocol=self.protocol,
+            journal=LogJournal(self._log, self._election),
+            close_store=False,
         )
         await service.start()
         self.service = service

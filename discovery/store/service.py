@@ -63,7 +63,8 @@ SUBSCRIPTION = "config-store"
 
 
 def answer_too_large(reason: str) -> dict[str, Any]:
-    """The store's answer when its answer is over the broker's limit: an error a TrustGraph reader understands, not silence."""
+    """The store's answer when its answer is over the broker's limit: an error a TrustGraph reader understands, not
+    silence."""
     message = f"{reason}; read by type in pages (`getvalues` or `list` with `limit` and `after`)"
     return ConfigResponse(error=ErrorBody(type="answer-too-large", message=message)).to_trustgraph()
 
@@ -102,7 +103,8 @@ class ConfigStoreService:
         journal: Journal | None = None,
         close_store: bool = True,
     ) -> None:
-        """Backups: at start, then once the store changed and `backup_interval` seconds or `backup_versions` versions passed.
+        """Backups: at start, then once the store changed and `backup_interval` seconds or `backup_versions` versions
+        passed.
 
         With a `journal` (the replicated store), every write is appended to it
         before it is answered or pushed, and requests are served one at a time
@@ -123,13 +125,17 @@ class ConfigStoreService:
         self.damaged: str | None = None
         """Why the store is no longer served (SQLite found it corrupt), with how to recover; None while it is whole."""
         self.writability = Writability(store.path)
-        """Whether the file system takes the store's writes (read-only mount, permissions, full disk): not damage, reads are
-        still served, and it clears by itself once a write can succeed."""
+        """Whether the file system takes the store's writes (read-only mount, permissions, full disk): not damage, reads
+        are still served, and it clears by itself once a write can succeed."""
         self.last_backup: store_backup.Backup | None = None
         self._maintenance: asyncio.Task[None] | None = None
         self._server = RequestServer(
-            connection, connection.topics.config_request, connection.topics.config_response, self._on_system,
-            subscription=SUBSCRIPTION, too_large=answer_too_large,
+            connection,
+            connection.topics.config_request,
+            connection.topics.config_response,
+            self._on_system,
+            subscription=SUBSCRIPTION,
+            too_large=answer_too_large,
         )
         self._workspace_servers: dict[str, RequestServer] = {}
         self._queue_changes: asyncio.Queue[tuple[bool, str]] = asyncio.Queue()
@@ -142,7 +148,9 @@ class ConfigStoreService:
         return self.operations.protocol
 
     @classmethod
-    def in_data_dir(cls, connection: Transport, data_dir: str | Path, *, protocol: StoreProtocol = "toolreg") -> "ConfigStoreService":
+    def in_data_dir(
+        cls, connection: Transport, data_dir: str | Path, *, protocol: StoreProtocol = "toolreg"
+    ) -> "ConfigStoreService":
         return cls(connection, ConfigStore(Path(data_dir) / STORE_FILE), protocol=protocol)
 
     async def start(self) -> None:
@@ -161,7 +169,10 @@ class ConfigStoreService:
         if self.store.durable:
             self._maintenance = asyncio.create_task(self._maintain(), name="config-store-maintenance")
         log.info(
-            "config.store_started", path=str(self.store.path), version=self.store.version, protocol=self.protocol,
+            "config.store_started",
+            path=str(self.store.path),
+            version=self.store.version,
+            protocol=self.protocol,
             workspace_queues=sorted(self._workspace_servers),
         )
 
@@ -191,7 +202,8 @@ class ConfigStoreService:
         await self.stop()
 
     async def stop(self) -> None:
-        """Stop serving, close the queues and (unless told otherwise) the store. Safe twice, and after a failed start."""
+        """Stop serving, close the queues and (unless told otherwise) the store. Safe twice, and after a failed
+        start."""
         if self._stopped:
             return
         self._stopped = True
@@ -226,7 +238,12 @@ class ConfigStoreService:
             await self._handle(message, reply, workspace)
 
         server = RequestServer(
-            self._connection, request_queue, response_queue, on_request, subscription=SUBSCRIPTION, too_large=answer_too_large
+            self._connection,
+            request_queue,
+            response_queue,
+            on_request,
+            subscription=SUBSCRIPTION,
+            too_large=answer_too_large,
         )
         await server.start()
         self._workspace_servers[workspace] = server
@@ -265,7 +282,11 @@ class ConfigStoreService:
             reason = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
             log.warning("config.request_rejected", reason=reason)
             self.metrics.request("invalid", "bad-request")
-            await reply(ConfigResponse(error=ErrorBody(type="bad-request", message=f"bad config request: {reason}")).to_trustgraph())
+            await reply(
+                ConfigResponse(
+                    error=ErrorBody(type="bad-request", message=f"bad config request: {reason}")
+                ).to_trustgraph()
+            )
             return
         started = time.perf_counter()
         async with self._serial:
@@ -276,10 +297,15 @@ class ConfigStoreService:
             self.writability.wrote("a write succeeded")
         response = outcome.response
         if response.error is not None and response.error.type not in ("conflict", "bad-operation"):
-            log.info("config.write_refused" if request.operation in ("put", "delete") else "config.request_refused",
-                     operation=request.operation, reason=response.error.message)
-        self.metrics.request(request.operation if request.operation in CONFIG_OPERATIONS else "invalid",
-                             response.error.type if response.error else None)
+            log.info(
+                "config.write_refused" if request.operation in ("put", "delete") else "config.request_refused",
+                operation=request.operation,
+                reason=response.error.message,
+            )
+        self.metrics.request(
+            request.operation if request.operation in CONFIG_OPERATIONS else "invalid",
+            response.error.type if response.error else None,
+        )
         if outcome.push is not None:
             self.metrics.set_version(outcome.push.version)
             await self._push(outcome.push)
@@ -312,7 +338,9 @@ class ConfigStoreService:
         try:
             await self.journal.append(write)
         except Exception as exc:
-            reason = f"the write was not acknowledged by the replicated log ({exc}); retry, the active replica will answer"
+            reason = (
+                f"the write was not acknowledged by the replicated log ({exc}); retry, the active replica will answer"
+            )
             log.warning("config.write_not_durable", operation=operation, version=write.version, error=str(exc))
             self.journal.lost(reason)
             self.damaged = reason
@@ -345,7 +373,8 @@ class ConfigStoreService:
         return f"the config store could not {operation}: {exc} ({path}); see the `toolreg up` log"
 
     async def _maintain(self) -> None:
-        """Watch that the store can write, keep the marker current (every `mark_interval`) and take backups when they are due.
+        """Watch that the store can write, keep the marker current (every `mark_interval`) and take backups when they
+        are due.
 
         Nothing is written while the store cannot write; a backup that fails
         is tried again after `backup_interval`, not on every tick.
@@ -362,8 +391,15 @@ class ConfigStoreService:
                 if self.damaged is None and self.writability.reason is None and self._marked():
                     version = self.store.version
                     now = time.monotonic()
-                    if version > 0 and version != backed_up and now - failed_at >= self.backup_interval and (
-                        now - backed_up_at >= self.backup_interval or backed_up is None or abs(version - backed_up) >= self.backup_versions
+                    if (
+                        version > 0
+                        and version != backed_up
+                        and now - failed_at >= self.backup_interval
+                        and (
+                            now - backed_up_at >= self.backup_interval
+                            or backed_up is None
+                            or abs(version - backed_up) >= self.backup_versions
+                        )
                     ):
                         backed_up_at = now
                         try:
@@ -389,7 +425,8 @@ class ConfigStoreService:
         return True
 
     def _backup_failed(self, exc: OSError | sqlite3.Error | StoreDamaged | StoreAccessError) -> None:
-        """A backup is a whole copy: a disk too full for it may still take the store's writes, so it is logged, not served."""
+        """A backup is a whole copy: a disk too full for it may still take the store's writes, so it is logged, not
+        served."""
         if isinstance(exc, StoreAccessError):
             problem: AccessProblem | None = exc.problem
         else:
@@ -397,8 +434,13 @@ class ConfigStoreService:
         if problem is None:
             log.error("config.backup_failed", path=str(self.store.path), error=str(exc))
             return
-        log.error("config.backup_failed", path=str(self.store.path), error=str(exc), cause=problem.cause,
-                  fix=f"{problem.remedy(running=True)}; the next backup is tried in {self.backup_interval:g}s")
+        log.error(
+            "config.backup_failed",
+            path=str(self.store.path),
+            error=str(exc),
+            cause=problem.cause,
+            fix=f"{problem.remedy(running=True)}; the next backup is tried in {self.backup_interval:g}s",
+        )
 
     async def _backup(self) -> int:
         backup = await asyncio.to_thread(store_backup.take_backup, self.store.path)
@@ -415,7 +457,8 @@ class ConfigStoreService:
         return backup.facts.version
 
     def _execute(self, request: ConfigRequest, queue_workspace: str | None) -> Outcome:
-        """Every request gets an answer: a damaged store or a failing SQLite call is `store-error`, a bug `internal-error`."""
+        """Every request gets an answer: a damaged store or a failing SQLite call is `store-error`, a bug
+        `internal-error`."""
         try:
             if self.damaged is not None:
                 raise StoreDamaged(self.damaged)
@@ -423,12 +466,13 @@ class ConfigStoreService:
         except StoreDamaged as exc:
             return Outcome(ConfigResponse(error=ErrorBody(type="store-error", message=str(exc))))
         except sqlite3.Error as exc:
-            return Outcome(ConfigResponse(error=ErrorBody(type="store-error", message=self._store_failed(request.operation, exc))))
+            return Outcome(
+                ConfigResponse(error=ErrorBody(type="store-error", message=self._store_failed(request.operation, exc)))
+            )
         except Exception as exc:  # a bug: still an answer, so the caller is not left waiting for its timeout
             log.exception("config.request_failed", operation=request.operation)
             message = f"the config store failed: {type(exc).__name__}: {exc}"
             return Outcome(ConfigResponse(error=ErrorBody(type="internal-error", message=message)))
-
 
     async def _push(self, push: ConfigPush) -> None:
         if self._notify is None:

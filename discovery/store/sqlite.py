@@ -115,7 +115,8 @@ class ConfigStore:
         return store
 
     def __init__(self, path: str | Path) -> None:
-        """Open and check the store; `StoreDamaged` if its data is bad, `StoreAccessError` if the machine will not let us write it."""
+        """Open and check the store; `StoreDamaged` if its data is bad, `StoreAccessError` if the machine will not let
+        us write it."""
         self.path = Path(path)
         self._marked: StoreMarker | None = None
         try:
@@ -193,17 +194,30 @@ class ConfigStore:
         return found
 
     def list(self, workspace: str, item_type: str) -> Names:
-        rows = self._db.execute("SELECT key FROM items WHERE workspace=? AND type=? ORDER BY key", (workspace, item_type))
+        rows = self._db.execute(
+            "SELECT key FROM items WHERE workspace=? AND type=? ORDER BY key", (workspace, item_type)
+        )
         return [r[0] for r in rows]
 
     def getvalues(self, workspace: str, item_type: str) -> Pairs:
-        rows = self._db.execute("SELECT key, value FROM items WHERE workspace=? AND type=? ORDER BY key", (workspace, item_type))
+        rows = self._db.execute(
+            "SELECT key, value FROM items WHERE workspace=? AND type=? ORDER BY key", (workspace, item_type)
+        )
         return [(r[0], r[1]) for r in rows]
 
     def page(
-        self, workspace: str, item_type: str, *, after: str | None, limit: int, budget: int, size: Callable[[str, str | None], int], values: bool = True
+        self,
+        workspace: str,
+        item_type: str,
+        *,
+        after: str | None,
+        limit: int,
+        budget: int,
+        size: Callable[[str, str | None], int],
+        values: bool = True,
     ) -> tuple[Page, bool]:
-        """`(key, value)` of items after key `after` in key order, up to `limit` items and `budget` by `size`; and whether more follow.
+        """`(key, value)` of items after key `after` in key order, up to `limit` items and `budget` by `size`; and
+        whether more follow.
 
         A page always holds at least one item if any is left, whatever its
         size: the caller bounds single items at write time. `values=False`
@@ -230,7 +244,9 @@ class ConfigStore:
 
     def values_all_workspaces(self, item_type: str) -> Items:
         """`(workspace, key, value)` of every item of a type, in every workspace (TrustGraph's `getvalues-all-ws`)."""
-        rows = self._db.execute("SELECT workspace, key, value FROM items WHERE type=? ORDER BY workspace, key", (item_type,))
+        rows = self._db.execute(
+            "SELECT workspace, key, value FROM items WHERE type=? ORDER BY workspace, key", (item_type,)
+        )
         return [(r[0], r[1], r[2]) for r in rows]
 
     def keys_all_workspaces(self, item_type: str) -> Pairs:
@@ -320,7 +336,9 @@ class ConfigStore:
                 current = self._value(workspace, item_type, key)
                 if current != wanted:
                     state = "absent" if current is None else "different"
-                    raise ExpectationFailed(f"{item_type}/{key} is {state} (expected {'absent' if wanted is None else 'a known value'})")
+                    raise ExpectationFailed(
+                        f"{item_type}/{key} is {state} (expected {'absent' if wanted is None else 'a known value'})"
+                    )
             for item_type, key, value in puts:
                 if self._value(workspace, item_type, key) == value:
                     continue
@@ -365,7 +383,8 @@ class ConfigStore:
                 [(write.workspace, t, k, v) for t, k, v in write.puts],
             )
             self._db.executemany(
-                "DELETE FROM items WHERE workspace=? AND type=? AND key=?", [(write.workspace, t, k) for t, k in write.deletes]
+                "DELETE FROM items WHERE workspace=? AND type=? AND key=?",
+                [(write.workspace, t, k) for t, k in write.deletes],
             )
             self._db.execute("UPDATE meta SET value=? WHERE name='version'", (write.version,))
             self._db.execute("COMMIT")
@@ -379,7 +398,9 @@ class ConfigStore:
         """The version and every item `(workspace, type, key, value)`, read together: what a snapshot holds."""
         self._db.execute("BEGIN")
         try:
-            rows = self._db.execute("SELECT workspace, type, key, value FROM items ORDER BY workspace, type, key").fetchall()
+            rows = self._db.execute(
+                "SELECT workspace, type, key, value FROM items ORDER BY workspace, type, key"
+            ).fetchall()
             return self.version, [(r[0], r[1], r[2], r[3]) for r in rows]
         finally:
             if self._db.in_transaction:

@@ -52,7 +52,10 @@ def read_export(path: Path) -> tuple[int, Rows]:
     try:
         document = json.loads(path.read_text())
         if int(document["format"]) > EXPORT_FORMAT:
-            raise TransferError(f"{path} was exported by a newer version (format {document['format']}); upgrade tool-discovery to import it")
+            raise TransferError(
+                f"{path} was exported by a newer version (format {document['format']}); upgrade tool-discovery to"
+                " import it"
+            )
         rows = [(str(w), str(t), str(k), str(v)) for w, t, k, v in document["items"]]
         return int(document["version"]), rows
     except OSError as exc:
@@ -69,7 +72,10 @@ def sqlite_dump(path: Path) -> tuple[int, Rows]:
     try:
         db.execute("BEGIN")
         version = int(db.execute("SELECT value FROM meta WHERE name='version'").fetchone()[0])
-        rows = [(r[0], r[1], r[2], r[3]) for r in db.execute("SELECT workspace, type, key, value FROM items ORDER BY workspace, type, key")]
+        rows = [
+            (r[0], r[1], r[2], r[3])
+            for r in db.execute("SELECT workspace, type, key, value FROM items ORDER BY workspace, type, key")
+        ]
         return version, rows
     except sqlite3.DatabaseError as exc:
         raise TransferError(f"cannot read the config store {path}: {exc}; `toolreg store check` says more") from None
@@ -83,7 +89,10 @@ def sqlite_load(path: Path, version: int, rows: Rows, *, force: bool = False) ->
     try:
         current, existing = store.dump()
         if existing and not force:
-            raise TransferError(f"the config store {path} already holds {len(existing)} item(s); import into an empty one, or add --force to replace them")
+            raise TransferError(
+                f"the config store {path} already holds {len(existing)} item(s); import into an empty one, or add"
+                " --force to replace them"
+            )
         final = max(version, current + 1)
         store.load(final, rows)
         return final
@@ -107,7 +116,8 @@ async def replicated_load(connection: Transport, version: int, rows: Rows, *, fo
     async with AsyncExitStack() as stack:
         stack.callback(store.close)
         election = Election(connection, connection.topics.state_lock, new_replica_id())
-        # With --force the import replaces the whole state: it may (and after lost history, must) start from a log missing entries.
+        # With --force the import replaces the whole state: it may (and after lost history, must) start from a log
+        # missing entries.
         replicated = ReplicatedLog(connection, StoreState(store), election=election, require_whole=not force)
         await stack.enter_async_context(replicated)
         await stack.enter_async_context(election)
@@ -115,12 +125,14 @@ async def replicated_load(connection: Transport, version: int, rows: Rows, *, fo
             await replicated.wait_writable(LOCK_WAIT)
         except TimeoutError:
             raise TransferError(
-                f"a replica of the store holds {connection.topics.state_lock}: stop the group (`toolreg replicas` lists it) "
-                "before importing, or write through it with `toolreg config put`"
+                f"a replica of the store holds {connection.topics.state_lock}: stop the group (`toolreg replicas` lists"
+                " it) before importing, or write through it with `toolreg config put`"
             ) from None
         current, existing = store.dump()
         if existing and not force:
-            raise TransferError(f"the replicated store already holds {len(existing)} item(s); add --force to replace them")
+            raise TransferError(
+                f"the replicated store already holds {len(existing)} item(s); add --force to replace them"
+            )
         wanted = {(w, t, k) for w, t, k, _ in rows}
         payloads = list(_payloads(rows, [(w, t, k) for w, t, k, _ in existing if (w, t, k) not in wanted]))
         first = max(current + 1, version - len(payloads) + 1)
@@ -151,4 +163,3 @@ def _payloads(rows: Rows, deletes: list[tuple[str, str, str]]) -> Iterator[dict[
                 size += cost
         if chunk["puts"] or chunk["deletes"]:
             yield chunk
-

@@ -31,11 +31,18 @@ class Writability:
         self._free_when_full: int | None = None
 
     def refused(self, problem: AccessProblem, operation: str, error: str = "") -> str:
-        """A write was refused for `problem`: not writable until it clears. Logged once, when it starts; returns the line to answer."""
+        """A write was refused for `problem`: not writable until it clears. Logged once, when it starts; returns the
+        line to answer."""
         message = problem.says("the config store", running=True)
         if self.reason is None:
-            log.error("config.store_unwritable", path=str(problem.path), cause=problem.cause, operation=operation, error=error,
-                      fix=problem.remedy(running=True))
+            log.error(
+                "config.store_unwritable",
+                path=str(problem.path),
+                cause=problem.cause,
+                operation=operation,
+                error=error,
+                fix=problem.remedy(running=True),
+            )
         self.reason = message
         if problem.full:
             self._free_when_full = free_bytes(self.db_path.parent)

@@ -79,7 +79,8 @@ SHUTDOWN_GRACE = 2.0
 """Seconds uvicorn waits for open responses (a page's event stream) before cutting them at stop."""
 
 HEADER_TIMEOUT = 10.0
-"""Seconds a connection has to send its request headers, from opening or from its last answer; then it is closed (408)."""
+"""Seconds a connection has to send its request headers, from opening or from its last answer; then it is closed
+(408)."""
 MAX_HEADER_BYTES = 16 * 1024
 """The longest request head (request line and headers) read; a longer one is answered 400."""
 MAX_CONNECTIONS = 128
@@ -240,13 +241,19 @@ class _Dropped:
     def _flush(self) -> None:
         self._pending = None
         if self.timed_out or self.shed or self.stalled:
-            log.warning(self.event, headers_timed_out=self.timed_out, closed_over_cap=self.shed, stopped_reading=self.stalled,
-                        window_s=self.window)
+            log.warning(
+                self.event,
+                headers_timed_out=self.timed_out,
+                closed_over_cap=self.shed,
+                stopped_reading=self.stalled,
+                window_s=self.window,
+            )
         self.timed_out = self.shed = self.stalled = 0
 
 
 class BoundedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with what it lacks: deadlines for the request head and for a stalled reader, a cap on sockets.
+    """uvicorn's h11 protocol with what it lacks: deadlines for the request head and for a stalled reader, a cap on
+    sockets.
 
     Use `bounded_protocol()` to make one with its own limits (a class per
     server). The deadline runs from the connection's opening and again from
@@ -321,7 +328,9 @@ class BoundedH11Protocol(H11Protocol):
     def awaiting_headers(self) -> bool:
         """Open, and no request in progress: nothing is lost by closing it."""
         return (
-            self.transport is not None and not self.transport.is_closing() and self.conn.their_state is h11.IDLE
+            self.transport is not None
+            and not self.transport.is_closing()
+            and self.conn.their_state is h11.IDLE
             and (self.cycle is None or self.cycle.response_complete)
         )
 
@@ -337,7 +346,9 @@ class BoundedH11Protocol(H11Protocol):
     def _headers_late(self) -> None:
         self._header_timer = None
         if self.awaiting_headers():
-            self._close_with(408, "Request Timeout", f"the request headers did not arrive within {self.header_timeout:g}s")
+            self._close_with(
+                408, "Request Timeout", f"the request headers did not arrive within {self.header_timeout:g}s"
+            )
             self.dropped.count(self.loop, timed_out=1)
 
     def _close_with(self, status: int, reason: str, message: str) -> None:
@@ -348,26 +359,41 @@ class BoundedH11Protocol(H11Protocol):
             with contextlib.suppress(Exception):
                 self.transport.write(
                     f"HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                    f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode() + body
+                    f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+                    + body
                 )
         self.transport.close()
 
 
 def bounded_protocol(
-    *, header_timeout: float = HEADER_TIMEOUT, write_timeout: float = WRITE_TIMEOUT, max_connections: int = MAX_CONNECTIONS,
+    *,
+    header_timeout: float = HEADER_TIMEOUT,
+    write_timeout: float = WRITE_TIMEOUT,
+    max_connections: int = MAX_CONNECTIONS,
     event: str = "http.slow_clients_dropped",
 ) -> type[BoundedH11Protocol]:
     """A `BoundedH11Protocol` class with these limits, for one server (`uvicorn.Config(http=...)`)."""
     return type(
         "BoundedH11Protocol",
         (BoundedH11Protocol,),
-        {"header_timeout": header_timeout, "write_timeout": write_timeout, "max_connections": connection_cap(max_connections),
-         "dropped": _Dropped(event)},
+        {
+            "header_timeout": header_timeout,
+            "write_timeout": write_timeout,
+            "max_connections": connection_cap(max_connections),
+            "dropped": _Dropped(event),
+        },
     )
 
 
-def bounded_config(app: Any, *, header_timeout: float = HEADER_TIMEOUT, write_timeout: float = WRITE_TIMEOUT,
-                   max_connections: int = MAX_CONNECTIONS, event: str = "http.slow_clients_dropped", **options: Any) -> uvicorn.Config:
+def bounded_config(
+    app: Any,
+    *,
+    header_timeout: float = HEADER_TIMEOUT,
+    write_timeout: float = WRITE_TIMEOUT,
+    max_connections: int = MAX_CONNECTIONS,
+    event: str = "http.slow_clients_dropped",
+    **options: Any,
+) -> uvicorn.Config:
     """uvicorn's config with the limits above, for any of the product's HTTP servers.
 
     Why not uvicorn's `limit_concurrency`: it answers 503 to every new request
@@ -378,7 +404,9 @@ def bounded_config(app: Any, *, header_timeout: float = HEADER_TIMEOUT, write_ti
     flood take every file descriptor between two looks.
     """
     limit_log_repeats()
-    protocol = bounded_protocol(header_timeout=header_timeout, write_timeout=write_timeout, max_connections=max_connections, event=event)
+    protocol = bounded_protocol(
+        header_timeout=header_timeout, write_timeout=write_timeout, max_connections=max_connections, event=event
+    )
     return uvicorn.Config(
         app,
         http=protocol,
@@ -390,11 +418,13 @@ def bounded_config(app: Any, *, header_timeout: float = HEADER_TIMEOUT, write_ti
 
 
 LISTEN_QUEUE = 1024
-"""Connections the kernel holds for us to accept. Deep, so a probe behind a flood waits milliseconds, not a SYN retry."""
+"""Connections the kernel holds for us to accept. Deep, so a probe behind a flood waits milliseconds, not a SYN
+retry."""
 
 
 class BoundedServer(uvicorn.Server):
-    """uvicorn without its signal handlers (SIGTERM and SIGINT belong to the process, `toolreg`), and with a deep accept queue.
+    """uvicorn without its signal handlers (SIGTERM and SIGINT belong to the process, `toolreg`), and with a deep accept
+    queue.
 
     asyncio accepts as many connections at once as the backlog it was given
     (`bounded_config` keeps that at the connection cap); the kernel's queue
@@ -537,7 +567,8 @@ class HealthServer:
         self._checks[name] = check
 
     def add_fact(self, name: str, fact: Callable[[], object]) -> None:
-        """Add what `/readyz` should say beside its checks (a replica's role: a standby is ready, and says it is a standby)."""
+        """Add what `/readyz` should say beside its checks (a replica's role: a standby is ready, and says it is a
+        standby)."""
         self._facts[name] = fact
 
     def add_routes(self, routes: Sequence[BaseRoute]) -> None:
@@ -569,7 +600,9 @@ class HealthServer:
         try:
             sock = socket.create_server((self.host, self.requested_port), family=family, backlog=128)
         except OSError as exc:
-            raise HealthError(f"cannot serve health and metrics on {self.host}:{self.requested_port}: {exc.strerror}") from None
+            raise HealthError(
+                f"cannot serve health and metrics on {self.host}:{self.requested_port}: {exc.strerror}"
+            ) from None
         sock.setblocking(False)
         self._port = int(sock.getsockname()[1])
         config = bounded_config(
@@ -680,7 +713,9 @@ class HealthServer:
 
     async def _not_allowed(self, request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 405
-        return JSONResponse({"error": f"{request.method} is not allowed here: every route is read-only (GET)"}, status_code=status)
+        return JSONResponse(
+            {"error": f"{request.method} is not allowed here: every route is read-only (GET)"}, status_code=status
+        )
 
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""The registry page: tools, instances, conflicts, held definitions, rejections and replicas, live, on the registry's HTTP port.
+"""The registry page: tools, instances, conflicts, held definitions, rejections and replicas, live, on the registry's
+HTTP port.
 
 Its header says which registry it is (broker, topicspace, host, how long it
 has run) and whether it checks signatures; a filter box (JavaScript) narrows
@@ -82,8 +83,10 @@ BEATS_INTERVAL = 1.0
 """Seconds between `heartbeats` events at most: the page's bars move by themselves between them."""
 
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
-    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
@@ -122,7 +125,8 @@ def pending_key(change: PendingChange) -> str:
 
 
 SHORT_DIGEST = 12
-"""Hex digits of a digest the tables show (the whole one is the cell's title), as `toolreg tools` and `toolreg pending` do."""
+"""Hex digits of a digest the tables show (the whole one is the cell's title), as `toolreg tools` and `toolreg pending`
+do."""
 
 
 def short(digest: str) -> str:
@@ -130,16 +134,20 @@ def short(digest: str) -> str:
 
 
 CHANGE_EXCLUDES: dict[str, Any] = {
-    "at": True, "instances": {"__all__": {"last_seen"}}, "pending": {"__all__": {"last_seen"}}, "tools": {"__all__": {"usage"}},
+    "at": True,
+    "instances": {"__all__": {"last_seen"}},
+    "pending": {"__all__": {"last_seen"}},
+    "tools": {"__all__": {"usage"}},
 }
-"""What a change is not: the build time, the last-heard times of instances and of the instances offering a held definition,
-and the tools' traffic (it moves with every heartbeat of a busy service)."""
+"""What a change is not: the build time, the last-heard times of instances and of the instances offering a held
+definition, and the tools' traffic (it moves with every heartbeat of a busy service)."""
 Beats = tuple[dict[str, float | None], dict[str, float], dict[str, list[float | None]]]
 """What a `heartbeats` event carries: last-heard times of instances and of held changes, and the tools' traffic."""
 
 
 def beats_of(snapshot: RegistrySnapshot) -> Beats:
-    """The parts of `snapshot` that heartbeats move; the traffic as `[calls/s, errors/s, p95 ms]` by `tool_key`, known ones only."""
+    """The parts of `snapshot` that heartbeats move; the traffic as `[calls/s, errors/s, p95 ms]` by `tool_key`, known
+    ones only."""
     return (
         {instance_key(i): i.last_seen for i in snapshot.instances},
         {pending_key(p): p.last_seen for p in snapshot.pending},
@@ -276,7 +284,9 @@ class PageFeed:
                     continue
                 changed = asyncio.ensure_future(self._changed.wait())
                 try:
-                    done, _ = await asyncio.wait({changed, closed}, timeout=KEEPALIVE, return_when=asyncio.FIRST_COMPLETED)
+                    done, _ = await asyncio.wait(
+                        {changed, closed}, timeout=KEEPALIVE, return_when=asyncio.FIRST_COMPLETED
+                    )
                 finally:
                     changed.cancel()
                 if not done:
@@ -324,7 +334,13 @@ TEMPLATES = Jinja2Templates(
     )
 )
 TEMPLATES.env.globals.update(
-    age=_age, instance_key=instance_key, pending_key=pending_key, tool_key=tool_key, short=short, rate=rate, millis=millis,
+    age=_age,
+    instance_key=instance_key,
+    pending_key=pending_key,
+    tool_key=tool_key,
+    short=short,
+    rate=rate,
+    millis=millis,
     refresh=NO_SCRIPT_REFRESH,
 )
 PAGE_TEMPLATE = "page.html"
@@ -352,19 +368,30 @@ class PageAccess:
             parsed = split_host(given)
             if parsed is None or not is_loopback_host(parsed[0]):
                 return JSONResponse(
-                    {"error": f"the registry page answers only to Host localhost or a loopback address, not {given[:100]!r}"},
+                    {
+                        "error": (
+                            "the registry page answers only to Host localhost or a loopback address, not"
+                            f" {given[:100]!r}"
+                        )
+                    },
                     status_code=403,
                 )
             return None
         if self.token is None:
             return JSONResponse(
-                {"error": f"the registry page is not served off loopback without a token; set {TOKEN_ENV} and restart"}, status_code=403
+                {"error": f"the registry page is not served off loopback without a token; set {TOKEN_ENV} and restart"},
+                status_code=403,
             )
         presented = _bearer(request) or request.cookies.get(COOKIE) or ""
         if hmac.compare_digest(presented.encode(), self.token.encode()):
             return None
         return JSONResponse(
-            {"error": f"the registry page needs the token in {TOKEN_ENV}: send 'Authorization: Bearer <token>' or open /?token=<token>"},
+            {
+                "error": (
+                    f"the registry page needs the token in {TOKEN_ENV}: send 'Authorization: Bearer <token>' or open"
+                    " /?token=<token>"
+                )
+            },
             status_code=401,
             headers={"WWW-Authenticate": 'Bearer realm="toolreg"'},
         )
@@ -382,7 +409,8 @@ def _problem(exc: Exception) -> str:
 
 
 def _unavailable(exc: Exception) -> Response:
-    """The first snapshot needs the store (static tools, version) and a registry; without them there is nothing honest to show."""
+    """The first snapshot needs the store (static tools, version) and a registry; without them there is nothing honest
+    to show."""
     if isinstance(exc, RegistryUnavailable):
         return JSONResponse({"error": str(exc)}, status_code=503)
     message = f"the config store did not answer ({exc}); the page shows once it does, is `toolreg up` running?"
@@ -391,10 +419,14 @@ def _unavailable(exc: Exception) -> Response:
 
 def _asset(name: str, media_type: str) -> Response:
     body = (resources.files("discovery.web") / "static" / name).read_bytes()
-    return Response(body, media_type=media_type, headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"})
+    return Response(
+        body, media_type=media_type, headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+    )
 
 
-def page_routes(overview: SnapshotSource, access: PageAccess, closing: asyncio.Event, feed: PageFeed | None = None) -> list[BaseRoute]:
+def page_routes(
+    overview: SnapshotSource, access: PageAccess, closing: asyncio.Event, feed: PageFeed | None = None
+) -> list[BaseRoute]:
     """The page's routes, for `HealthServer.add_routes`; `feed` to share one (a test watching it)."""
     feed = feed if feed is not None else PageFeed(overview)
 
@@ -409,7 +441,9 @@ def page_routes(overview: SnapshotSource, access: PageAccess, closing: asyncio.E
         found = await snapshot_for(request)
         if isinstance(found, Response):
             return found
-        return TEMPLATES.TemplateResponse(request, PAGE_TEMPLATE, {"s": found, "problem": feed.problem}, headers=SECURITY_HEADERS)
+        return TEMPLATES.TemplateResponse(
+            request, PAGE_TEMPLATE, {"s": found, "problem": feed.problem}, headers=SECURITY_HEADERS
+        )
 
     async def snapshot_json(request: Request) -> Response:
         found = await snapshot_for(request)
@@ -433,8 +467,14 @@ def page_routes(overview: SnapshotSource, access: PageAccess, closing: asyncio.E
             return refused
         if not feed.join():
             return JSONResponse(
-                {"error": f"the registry page has {feed.max_viewers} viewers already, the most it serves; close one or try again"},
-                status_code=503, headers={"Retry-After": "10"},
+                {
+                    "error": (
+                        f"the registry page has {feed.max_viewers} viewers already, the most it serves; close one or"
+                        " try again"
+                    )
+                },
+                status_code=503,
+                headers={"Retry-After": "10"},
             )
         headers = {**SECURITY_HEADERS, "X-Accel-Buffering": "no"}
         return _EventStream(feed.events(closing), feed.leave, headers)
@@ -458,7 +498,11 @@ def serve_registry_page(health: HealthServer, overview: SnapshotSource) -> str:
     """Add the page to `health`'s routes (or not, off loopback without a token); returns one line saying where it is."""
     access = PageAccess(health.loopback, env(TOKEN_ENV))
     if not access.loopback and access.token is None:
-        log.info("page.off", reason=f"bound to {health.host} and {TOKEN_ENV} is not set", fix=f"set {TOKEN_ENV}, or bind to 127.0.0.1")
+        log.info(
+            "page.off",
+            reason=f"bound to {health.host} and {TOKEN_ENV} is not set",
+            fix=f"set {TOKEN_ENV}, or bind to 127.0.0.1",
+        )
         health.add_routes(page_routes(overview, access, health.closing))  # answers 403 saying what to set
         return f"off: bound to {health.host} without {TOKEN_ENV} (set it to serve the page there)"
     health.add_routes(page_routes(overview, access, health.closing))

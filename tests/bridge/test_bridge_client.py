@@ -37,7 +37,10 @@ class WhoAmIService(DynamicToolService):
 
 @pytest.fixture
 async def running(settings: Settings) -> AsyncIterator[dict[str, DynamicToolService]]:
-    services = [cls(settings=settings, announce=False) for cls in (JokeService, CalculatorService, CountdownService, EchoService, WhoAmIService)]
+    services = [
+        cls(settings=settings, announce=False)
+        for cls in (JokeService, CalculatorService, CountdownService, EchoService, WhoAmIService)
+    ]
     for service in services:
         await service.start()
     yield {s.id: s for s in services}
@@ -49,7 +52,9 @@ def impl_of(service: DynamicToolService, client: ToolServiceClient, user: str = 
     return ToolServiceImpl(service.tool_descriptors[0], service.service_descriptor, client, user=user, timeout=5)
 
 
-async def test_joke_and_calculator_answer_through_impl_invoke(connection: Transport, running: dict[str, DynamicToolService]) -> None:
+async def test_joke_and_calculator_answer_through_impl_invoke(
+    connection: Transport, running: dict[str, DynamicToolService]
+) -> None:
     joke_client = ToolServiceClient(connection, running["joke-service"].service_descriptor)
     calc_client = ToolServiceClient(connection, running["calculator"].service_descriptor)
     joke = impl_of(running["joke-service"], joke_client)
@@ -60,7 +65,9 @@ async def test_joke_and_calculator_answer_through_impl_invoke(connection: Transp
     await calc_client.close()
 
 
-async def test_impl_sends_the_tools_config_values_and_the_user(connection: Transport, running: dict[str, DynamicToolService]) -> None:
+async def test_impl_sends_the_tools_config_values_and_the_user(
+    connection: Transport, running: dict[str, DynamicToolService]
+) -> None:
     client = ToolServiceClient(connection, running["whoami"].service_descriptor)
     impl = impl_of(running["whoami"], client, user="agent-7")
     seen = json.loads(await impl.invoke(question="why", n=3))
@@ -70,7 +77,9 @@ async def test_impl_sends_the_tools_config_values_and_the_user(connection: Trans
     await client.close()
 
 
-async def test_stream_delivers_every_chunk_in_order(connection: Transport, running: dict[str, DynamicToolService]) -> None:
+async def test_stream_delivers_every_chunk_in_order(
+    connection: Transport, running: dict[str, DynamicToolService]
+) -> None:
     client = ToolServiceClient(connection, running["countdown"].service_descriptor)
     impl = impl_of(running["countdown"], client)
     chunks = [chunk async for chunk in impl.stream(start=25)]
@@ -99,10 +108,14 @@ async def test_an_exception_in_the_service_is_a_tool_error_and_it_keeps_serving(
     await countdown.client.close()
 
 
-async def test_100_concurrent_calls_each_get_their_own_answer(connection: Transport, running: dict[str, DynamicToolService]) -> None:
+async def test_100_concurrent_calls_each_get_their_own_answer(
+    connection: Transport, running: dict[str, DynamicToolService]
+) -> None:
     echo = impl_of(running["echo"], ToolServiceClient(connection, running["echo"].service_descriptor))
     calc = impl_of(running["calculator"], ToolServiceClient(connection, running["calculator"].service_descriptor))
-    calls = [echo.invoke(text=f"message {i}") if i % 2 else calc.invoke(expression=f"{i} * {i} + 1") for i in range(100)]
+    calls = [
+        echo.invoke(text=f"message {i}") if i % 2 else calc.invoke(expression=f"{i} * {i} + 1") for i in range(100)
+    ]
     expected = [f"message {i}" if i % 2 else str(i * i + 1) for i in range(100)]
     assert await asyncio.gather(*calls) == expected
     assert echo.client.in_flight == 0 and calc.client.in_flight == 0
@@ -113,7 +126,11 @@ async def test_100_concurrent_calls_each_get_their_own_answer(connection: Transp
 async def test_a_service_nobody_serves_times_out_with_a_clear_error(connection: Transport) -> None:
     topics = connection.topics
     nobody = ToolServiceDescriptor.model_validate(
-        {"id": "nobody", "request-queue": topics.request_queue("nobody"), "response-queue": topics.response_queue("nobody")}
+        {
+            "id": "nobody",
+            "request-queue": topics.request_queue("nobody"),
+            "response-queue": topics.response_queue("nobody"),
+        }
     )
     client = ToolServiceClient(connection, nobody)
     with pytest.raises(RequestTimeout, match=f"is a service consuming {topics.request_queue('nobody')}"):
@@ -122,7 +139,9 @@ async def test_a_service_nobody_serves_times_out_with_a_clear_error(connection: 
     await client.close()
 
 
-async def test_a_client_calls_inside_async_with_and_is_closed_after(connection: Transport, running: dict[str, DynamicToolService]) -> None:
+async def test_a_client_calls_inside_async_with_and_is_closed_after(
+    connection: Transport, running: dict[str, DynamicToolService]
+) -> None:
     async with ToolServiceClient(connection, running["calculator"].service_descriptor) as client:
         assert not client.closed
         assert await client.call("", {}, {"expression": "6 * 7"}, timeout=5) == "42"

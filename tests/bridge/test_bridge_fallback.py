@@ -24,8 +24,6 @@ pytestmark = pytest.mark.contract
 JOKE_ANSWER = "I would tell you a joke about cats, but it would be too punny."
 
 
-
-
 @pytest.fixture
 async def running(settings: Settings) -> AsyncIterator[dict[str, DynamicToolService]]:
     services = [cls(settings=settings, announce=False) for cls in (JokeService, CalculatorService)]
@@ -53,7 +51,11 @@ async def test_store_down_at_start_uses_the_snapshot_then_the_store_once_it_is_b
 
     # While the store is down, its content changes (the joke goes, the calculator comes).
     offline = ConfigStore(store_dir / "config.sqlite")
-    offline.apply("default", puts=static_items(running["calculator"]), deletes=[("tool", "tell-joke"), ("tool-service", "joke-service")])
+    offline.apply(
+        "default",
+        puts=static_items(running["calculator"]),
+        deletes=[("tool", "tell-joke"), ("tool-service", "joke-service")],
+    )
     offline.close()
 
     async with ToolSet(connection=connection, settings=settings, store_timeout=0.3, poll_interval=0.2) as tools:
@@ -85,9 +87,15 @@ async def test_static_directory_when_there_is_no_store_and_no_snapshot(
     static = tmp_path / "static"
     write_static(static, running["joke-service"], running["calculator"])
     (static / "tool" / "broken.json").write_text("{not json")
-    bad_service = {"id": "bad-service", "request-queue": "http://nope", "response-queue": "non-persistent://tg/response/x"}
+    bad_service = {
+        "id": "bad-service",
+        "request-queue": "http://nope",
+        "response-queue": "non-persistent://tg/response/x",
+    }
     (static / "tool-service" / "bad-service.json").write_text(json.dumps(bad_service))
-    (static / "tool" / "uses-bad.json").write_text(json.dumps({"name": "uses-bad", "description": "x", "service": "bad-service"}))
+    (static / "tool" / "uses-bad.json").write_text(
+        json.dumps({"name": "uses-bad", "description": "x", "service": "bad-service"})
+    )
     snapshot = settings.data_dir / "bridge-snapshot-default.json"
     snapshot.parent.mkdir(parents=True, exist_ok=True)
     snapshot.write_text("{half a snapsh")  # an unusable snapshot is passed over, not fatal
@@ -95,12 +103,17 @@ async def test_static_directory_when_there_is_no_store_and_no_snapshot(
         assert tools.source == "static" and tools.version == 0
         assert tools.names() == ["calculate", "tell-joke"]
         assert "not JSON" in tools.problems["broken"]
-        assert "its service 'bad-service' is invalid: tool-service/bad-service: request-queue" in tools.problems["uses-bad"]
+        assert (
+            "its service 'bad-service' is invalid: tool-service/bad-service: request-queue"
+            in tools.problems["uses-bad"]
+        )
         assert await tools.invoke("tell-joke", {"topic": "cats"}) == JOKE_ANSWER
     assert snapshot.read_text() == "{half a snapsh"  # static content is never written as a snapshot
 
 
-async def test_neither_store_nor_fallback_is_a_one_line_error_saying_what_to_do(connection: Transport, settings: Settings, tmp_path: Path) -> None:
+async def test_neither_store_nor_fallback_is_a_one_line_error_saying_what_to_do(
+    connection: Transport, settings: Settings, tmp_path: Path
+) -> None:
     with pytest.raises(BridgeUnavailable) as caught:
         await ToolSet(connection=connection, settings=settings, store_timeout=0.2).start()
     message = str(caught.value)
@@ -108,7 +121,9 @@ async def test_neither_store_nor_fallback_is_a_one_line_error_saying_what_to_do(
     assert "no snapshot at" in message and "toolreg up" in message and "static_dir=" in message
 
     with pytest.raises(BridgeUnavailable, match="static directory .* does not exist"):
-        await ToolSet(connection=connection, settings=settings, static_dir=tmp_path / "nowhere", store_timeout=0.2).start()
+        await ToolSet(
+            connection=connection, settings=settings, static_dir=tmp_path / "nowhere", store_timeout=0.2
+        ).start()
 
 
 async def test_a_first_read_that_times_out_while_start_falls_back_leaves_no_unread_error(

@@ -31,7 +31,6 @@ def tool_item(service: DynamicToolService, **changes: Any) -> tuple[str, str, st
     return ("tool", tool["name"], json.dumps(tool))
 
 
-
 def client_of(tools: ToolSet, name: str) -> Any:
     impl = tools.get(name)
     assert isinstance(impl, ToolServiceImpl)
@@ -63,7 +62,10 @@ async def test_100_reloads_while_calls_run_lose_no_call(
                         text = f"caller {k} call {i}"
                         got, want = await tools.invoke("echo", {"text": text}), text
                     else:
-                        got, want = await tools.invoke("calculate", {"expression": f"{k} * 1000 + {i}"}), str(k * 1000 + i)
+                        got, want = (
+                            await tools.invoke("calculate", {"expression": f"{k} * 1000 + {i}"}),
+                            str(k * 1000 + i),
+                        )
                 except Exception as exc:  # every failure counts, whatever it is
                     failures.append(f"{type(exc).__name__}: {exc}")
                     continue
@@ -77,7 +79,9 @@ async def test_100_reloads_while_calls_run_lose_no_call(
             if step == 0:  # a tool changes, its service stays
                 version = await config_client.put([tool_item(calc, description=f"Evaluate arithmetic, revision {n}")])
             elif step == 1:  # a service and its tool appear
-                version = await config_client.put([("tool-service", "echo-alias", json.dumps(alias)), ("tool", "echo-alias", json.dumps(alias_tool))])
+                version = await config_client.put(
+                    [("tool-service", "echo-alias", json.dumps(alias)), ("tool", "echo-alias", json.dumps(alias_tool))]
+                )
             else:  # and go again
                 version = await config_client.delete([("tool", "echo-alias"), ("tool-service", "echo-alias")])
             await tools.wait_for(lambda t, v=version: t.version == v, timeout=5)
@@ -121,7 +125,10 @@ async def test_clients_are_kept_while_a_service_keeps_its_queues_and_replaced_wh
         await tools.wait_for(lambda t, v=version: t.version == v, timeout=3)
         assert client_of(tools, "tell-joke") is clients["tell-joke"]
         assert [p.name for p in clients["tell-joke"].service.config_params] == ["style", "mood"]
-        assert await tools.invoke("tell-joke", {"topic": "owls"}) == "I would tell you a joke about owls, but it would be too punny."
+        assert (
+            await tools.invoke("tell-joke", {"topic": "owls"})
+            == "I would tell you a joke about owls, but it would be too punny."
+        )
 
         # Its queues change: the client is replaced and the old one closed; the other
         # services' clients are the same objects as at start.
@@ -153,7 +160,10 @@ async def test_a_call_in_flight_on_a_removed_tool_completes(
 
 
 async def test_a_lost_push_is_recovered_by_the_periodic_version_check(
-    connection: Transport, settings: Settings, config_client: ConfigClient, config_store: ConfigStoreService,
+    connection: Transport,
+    settings: Settings,
+    config_client: ConfigClient,
+    config_store: ConfigStoreService,
     running: dict[str, DynamicToolService],
 ) -> None:
     pushes: list[ConfigPush] = []
@@ -219,7 +229,10 @@ async def test_pushes_during_a_reload_make_one_follow_up_reload(
 
 
 async def test_a_reload_that_fails_keeps_the_set_and_retries(
-    connection: Transport, settings: Settings, config_client: ConfigClient, config_store: ConfigStoreService,
+    connection: Transport,
+    settings: Settings,
+    config_client: ConfigClient,
+    config_store: ConfigStoreService,
     running: dict[str, DynamicToolService],
 ) -> None:
     await config_client.put(static_items(running["echo"]))

@@ -29,9 +29,6 @@ from toolservice_base import (
 pytestmark = pytest.mark.contract
 
 
-
-
-
 def toolset(connection: Transport, settings: Settings, **options: Any) -> ToolSet:
     return ToolSet(connection=connection, settings=settings, **{"poll_interval": 60.0, **options})
 
@@ -43,7 +40,10 @@ async def test_put_config_then_invoke_joke_and_calculator(
     async with toolset(connection, settings) as tools:
         assert tools.names() == ["calculate", "tell-joke"]
         assert tools.version == version and tools.source == "store" and tools.problems == {}
-        assert await tools.invoke("tell-joke", {"topic": "Pulsar"}) == "I would tell you a joke about Pulsar, but it would be too punny."
+        assert (
+            await tools.invoke("tell-joke", {"topic": "Pulsar"})
+            == "I would tell you a joke about Pulsar, but it would be too punny."
+        )
         assert await tools.invoke("calculate", {"expression": "2 ** 10"}) == "1024"
         with pytest.raises(ToolError, match="division by zero"):
             await tools.invoke("calculate", {"expression": "1 % 0"})
@@ -56,14 +56,18 @@ async def test_100_concurrent_invocations_through_the_toolset_each_get_their_own
     await config_client.put(static_items(running["echo"], running["calculator"], running["joke-service"]))
     async with toolset(connection, settings) as tools:
         calls = [
-            tools.invoke("echo", {"text": f"echo {i}"}) if i % 3 == 0
-            else tools.invoke("calculate", {"expression": f"{i} * 3"}) if i % 3 == 1
+            tools.invoke("echo", {"text": f"echo {i}"})
+            if i % 3 == 0
+            else tools.invoke("calculate", {"expression": f"{i} * 3"})
+            if i % 3 == 1
             else tools.invoke("tell-joke", {"topic": f"topic {i}"})
             for i in range(100)
         ]
         expected = [
-            f"echo {i}" if i % 3 == 0
-            else str(i * 3) if i % 3 == 1
+            f"echo {i}"
+            if i % 3 == 0
+            else str(i * 3)
+            if i % 3 == 1
             else f"I would tell you a joke about topic {i}, but it would be too punny."
             for i in range(100)
         ]
@@ -76,7 +80,9 @@ async def test_stream_through_the_toolset_and_unknown_names(
     await config_client.put(static_items(running["countdown"], running["echo"]))
     async with toolset(connection, settings) as tools:
         assert [c async for c in tools.stream("countdown", {"start": 5})] == ["5\n", "4\n", "3\n", "2\n", "1\n", "0\n"]
-        with pytest.raises(UnknownToolError, match=r"no tool named 'tell-joke' in workspace 'default'; available: countdown, echo"):
+        with pytest.raises(
+            UnknownToolError, match=r"no tool named 'tell-joke' in workspace 'default'; available: countdown, echo"
+        ):
             await tools.invoke("tell-joke", {"topic": "x"})
         with pytest.raises(UnknownToolError):
             tools.stream("nope", {})
@@ -96,13 +102,26 @@ async def test_describe_openai_and_mcp_shapes(
         described = tools.describe()
         assert [d["name"] for d in described] == ["countdown", "tell-joke"]
         digest = described[1].pop("digest")
-        assert described[1] == {"name": "tell-joke", "description": "Tell a joke on a given topic", "parameters": joke_schema}
-        assert isinstance(digest, str) and len(digest) == 64  # the definition's digest, as pinned definitions compare it
+        assert described[1] == {
+            "name": "tell-joke",
+            "description": "Tell a joke on a given topic",
+            "parameters": joke_schema,
+        }
+        assert (
+            isinstance(digest, str) and len(digest) == 64
+        )  # the definition's digest, as pinned definitions compare it
         assert described[0]["parameters"]["properties"]["start"]["type"] == "integer"
         openai = tools.as_openai_tools()
-        assert openai[1] == {"type": "function", "function": {"name": "tell-joke", "description": "Tell a joke on a given topic", "parameters": joke_schema}}
+        assert openai[1] == {
+            "type": "function",
+            "function": {"name": "tell-joke", "description": "Tell a joke on a given topic", "parameters": joke_schema},
+        }
         mcp = tools.as_mcp_tools()
-        assert mcp[1] == {"name": "tell-joke", "description": "Tell a joke on a given topic", "inputSchema": joke_schema}
+        assert mcp[1] == {
+            "name": "tell-joke",
+            "description": "Tell a joke on a given topic",
+            "inputSchema": joke_schema,
+        }
         assert json.loads(json.dumps(openai)) == openai  # plain JSON, ready to send
 
 
@@ -112,7 +131,11 @@ async def test_openai_gets_names_it_accepts_and_invoke_takes_them_back(
     class Namespaced(DynamicToolService):
         descriptor = {"id": "acme"}
         tools = [
-            {"name": "acme.search.v2", "description": "Search", "arguments": [{"name": "q", "type": "string", "description": "q"}]},
+            {
+                "name": "acme.search.v2",
+                "description": "Search",
+                "arguments": [{"name": "q", "type": "string", "description": "q"}],
+            },
             {"name": "acme." + "long" * 20, "description": "A long name"},
         ]
 
@@ -195,7 +218,10 @@ async def test_bad_tools_are_skipped_and_reported_while_good_ones_work(
     connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService]
 ) -> None:
     orphan = {
-        "type": "tool-service", "name": "orphan", "description": "Its service is missing", "service": "missing-service",
+        "type": "tool-service",
+        "name": "orphan",
+        "description": "Its service is missing",
+        "service": "missing-service",
         "arguments": [{"name": "text", "type": "string", "description": "Echoed"}],
     }
     searcher = {"type": "web-search", "name": "searcher", "description": "A type nobody built"}
@@ -273,10 +299,15 @@ async def test_a_custom_tool_type_is_built_by_its_factory_and_survives_reloads(
 
 
 async def test_a_type_registered_after_start_is_used_from_the_next_reload(
-    connection: Transport, settings: Settings, config_client: ConfigClient, running: dict[str, DynamicToolService],
+    connection: Transport,
+    settings: Settings,
+    config_client: ConfigClient,
+    running: dict[str, DynamicToolService],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(agent_bridge.impls, "_FACTORIES", dict(agent_bridge.impls._FACTORIES))  # keep the registry per test
+    monkeypatch.setattr(
+        agent_bridge.impls, "_FACTORIES", dict(agent_bridge.impls._FACTORIES)
+    )  # keep the registry per test
     await config_client.put(static_items(running["echo"]) + [("tool", "ask-docs", knowledge_tool("manuals"))])
     async with toolset(connection, settings) as tools:
         assert "no factory for tool type 'knowledge-query'" in tools.problems["ask-docs"]

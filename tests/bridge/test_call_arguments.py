@@ -63,7 +63,9 @@ async def test_arguments_that_break_the_advertised_schema_are_refused_before_sen
     async with Typed(settings=settings, announce=False) as svc:
         await typed_tools(svc, config_client)
         async with ToolSet(connection=connection, settings=settings, poll_interval=60) as tools:
-            schema = next(t["function"]["parameters"] for t in tools.as_openai_tools() if t["function"]["name"] == "typed")
+            schema = next(
+                t["function"]["parameters"] for t in tools.as_openai_tools() if t["function"]["name"] == "typed"
+            )
             assert schema["required"] == ["count", "flag", "label"] and schema["additionalProperties"] is False
             with pytest.raises(BadArguments, match=refusal) as caught:
                 await tools.invoke("typed", arguments)
@@ -77,7 +79,9 @@ async def test_arguments_that_break_the_advertised_schema_are_refused_before_sen
             assert svc.calls == 1
 
 
-async def test_invoke_is_told_which_tool_was_called(settings: Settings, connection: Transport, config_client: ConfigClient) -> None:
+async def test_invoke_is_told_which_tool_was_called(
+    settings: Settings, connection: Transport, config_client: ConfigClient
+) -> None:
     async with Typed(settings=settings, announce=False) as svc:
         await typed_tools(svc, config_client)
         async with ToolSet(connection=connection, settings=settings, poll_interval=60) as tools:

@@ -6,7 +6,11 @@ from agent_bridge.llm_names import OPENAI_NAME, openai_names
 
 
 def test_valid_names_are_kept_as_they_are() -> None:
-    assert openai_names(["tell-joke", "calculate", "A_b-9"]) == {"tell-joke": "tell-joke", "calculate": "calculate", "A_b-9": "A_b-9"}
+    assert openai_names(["tell-joke", "calculate", "A_b-9"]) == {
+        "tell-joke": "tell-joke",
+        "calculate": "calculate",
+        "A_b-9": "A_b-9",
+    }
 
 
 def test_dots_become_underscores() -> None:

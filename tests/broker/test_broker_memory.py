@@ -51,7 +51,9 @@ async def _service_start_and_stop(settings: Settings) -> None:
     await service.stop()
 
 
-async def _growth_per_cycle(broker: EmbeddedBroker, cycle: Callable[[], Awaitable[None]], warm_up: int, cycles: int) -> float:
+async def _growth_per_cycle(
+    broker: EmbeddedBroker, cycle: Callable[[], Awaitable[None]], warm_up: int, cycles: int
+) -> float:
     """Bytes of broker RSS per cycle, after `warm_up` cycles (what every first one creates once)."""
     assert broker.pid is not None
     process = psutil.Process(broker.pid)
@@ -61,7 +63,10 @@ async def _growth_per_cycle(broker: EmbeddedBroker, cycle: Callable[[], Awaitabl
     for _ in range(cycles):
         await cycle()
     growth = (process.memory_info().rss - before) / cycles
-    print(f"\n{cycle.__name__}: {growth / KIB:.1f} KiB of broker RSS per cycle ({cycles} cycles, {time.monotonic() - started:.1f}s)")
+    print(
+        f"\n{cycle.__name__}: {growth / KIB:.1f} KiB of broker RSS per cycle ({cycles} cycles,"
+        f" {time.monotonic() - started:.1f}s)"
+    )
     return growth
 
 
@@ -75,9 +80,13 @@ async def test_a_short_lived_client_costs_the_broker_only_the_names_it_needs(
     assert growth < CLIENT_BOUND, f"{growth / KIB:.1f} KiB per client; bound {CLIENT_BOUND / KIB:.0f} KiB"
 
 
-async def test_a_service_start_and_stop_costs_the_broker_only_the_names_it_needs(broker: EmbeddedBroker, settings: Settings) -> None:
+async def test_a_service_start_and_stop_costs_the_broker_only_the_names_it_needs(
+    broker: EmbeddedBroker, settings: Settings
+) -> None:
     async def service() -> None:
         await _service_start_and_stop(settings)
 
     growth = await _growth_per_cycle(broker, service, warm_up=5, cycles=40)
-    assert growth < SERVICE_BOUND, f"{growth / KIB:.1f} KiB per service start and stop; bound {SERVICE_BOUND / KIB:.0f} KiB"
+    assert growth < SERVICE_BOUND, (
+        f"{growth / KIB:.1f} KiB per service start and stop; bound {SERVICE_BOUND / KIB:.0f} KiB"
+    )

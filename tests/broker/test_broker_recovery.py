@@ -47,7 +47,9 @@ class Deployment:
 
     async def up(self, name: str = "up", *args: str) -> subprocess.Popen[bytes]:
         process = self.start(name, "up", *args)
-        await eventually(lambda: "ready in" in self.log_text(name) or process.poll() is not None, timeout=START, interval=0.05)
+        await eventually(
+            lambda: "ready in" in self.log_text(name) or process.poll() is not None, timeout=START, interval=0.05
+        )
         assert process.poll() is None, self.log_text(name)
         return process
 
@@ -136,17 +138,22 @@ async def test_a_killed_broker_is_restarted_on_its_port_and_calls_resume_within_
     assert recovered < RECOVERY
 
     assert deployment.url == url and deployment.broker_pid != old_pid
-    died, = deployment.events("up", "broker.died")
+    (died,) = deployment.events("up", "broker.died")
     assert died["status"] == "killed by SIGKILL"
-    restarted, = deployment.events("up", "broker.restarted")
+    (restarted,) = deployment.events("up", "broker.restarted")
     assert restarted["url"] == url and restarted["attempt"] == 1 and 0 < restarted["downtime_ms"] < 2000
     assert deployment.processes["up"].poll() is None
 
     # The store, its pushes and the agent's watch came back too: a tool written now reaches the
     # ToolSet by push (it does not poll), and the registry still answers.
     put = toolreg(
-        "config", "put", "tool/by-hand", "--value",
-        json.dumps({"type": "tool-service", "name": "by-hand", "description": "Wired by hand", "service": "joke-service"}),
+        "config",
+        "put",
+        "tool/by-hand",
+        "--value",
+        json.dumps(
+            {"type": "tool-service", "name": "by-hand", "description": "Wired by hand", "service": "joke-service"}
+        ),
         env=deployment.env,
     )
     assert put.returncode == 0, put.stderr
@@ -156,14 +163,16 @@ async def test_a_killed_broker_is_restarted_on_its_port_and_calls_resume_within_
     assert {t["name"]: t["status"] for t in json.loads(listed.stdout)}["tell-joke"] == "live"
 
 
-async def test_a_restarted_toolreg_up_takes_the_previous_port_and_calls_resume(deployment: Deployment, tools: ToolSet) -> None:
+async def test_a_restarted_toolreg_up_takes_the_previous_port_and_calls_resume(
+    deployment: Deployment, tools: ToolSet
+) -> None:
     url = deployment.url
     kill9(deployment.processes["up"].pid)
     killed = kill9(deployment.broker_pid)  # everything `toolreg up` ran is gone, as after a power cut of that process
     await deployment.up("up-2")
     ready = time.monotonic()
     assert deployment.url == url
-    broker_line, = [line for line in deployment.log_text("up-2").splitlines() if line.startswith("broker ")]
+    (broker_line,) = [line for line in deployment.log_text("up-2").splitlines() if line.startswith("broker ")]
     assert "embedded pulsar-lite" in broker_line
     assert not [line for line in deployment.log_text("up-2").splitlines() if line.startswith("note ")]  # no port note
     assert await first_success_after(tools, ready) < RECOVERY  # the joke service and the ToolSet were never restarted

@@ -18,8 +18,18 @@ from discovery.store.service import ConfigStoreService
 from toolservice_base import ConfigClient, Transport, topics
 from toolservice_base.signing import Ed25519PrivateKey, public_key_text
 
-SERVICE = {"id": "lookup", "request-queue": topics.DEFAULT.request_queue("lookup"), "response-queue": topics.DEFAULT.response_queue("lookup")}
-TOOLS = [{"name": "lookup", "description": "Look someone up", "arguments": [{"name": "who", "type": "string", "description": "Whom"}]}]
+SERVICE = {
+    "id": "lookup",
+    "request-queue": topics.DEFAULT.request_queue("lookup"),
+    "response-queue": topics.DEFAULT.response_queue("lookup"),
+}
+TOOLS = [
+    {
+        "name": "lookup",
+        "description": "Look someone up",
+        "arguments": [{"name": "who", "type": "string", "description": "Whom"}],
+    }
+]
 
 
 def files(tmp_path: Path, service: object = SERVICE, tools: object = TOOLS) -> tuple[str, str]:
@@ -47,24 +57,44 @@ def test_bad_input_is_refused_in_one_line_before_anything_is_sent(
     broker: EmbeddedBroker, tmp_path: Path, service: object, tools: object, extra: list[str], says: str
 ) -> None:
     service_file, tools_file = files(tmp_path, service, tools)
-    result = toolreg("announce", "--service", service_file, "--tools", tools_file, *extra, env=toolreg_env(broker.url, tmp_path), timeout=30)
+    result = toolreg(
+        "announce",
+        "--service",
+        service_file,
+        "--tools",
+        tools_file,
+        *extra,
+        env=toolreg_env(broker.url, tmp_path),
+        timeout=30,
+    )
     assert result.returncode == 1
     assert result.stderr.startswith("toolreg: ") and says in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
 
 
 def test_a_missing_file_is_named(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    result = toolreg("announce", "--service", str(tmp_path / "nowhere.json"), "--tools", str(tmp_path / "t.json"),
-                     env=toolreg_env(broker.url, tmp_path), timeout=30)
+    result = toolreg(
+        "announce",
+        "--service",
+        str(tmp_path / "nowhere.json"),
+        "--tools",
+        str(tmp_path / "t.json"),
+        env=toolreg_env(broker.url, tmp_path),
+        timeout=30,
+    )
     assert result.returncode == 1 and "nowhere.json" in result.stderr
 
 
 @pytest.fixture
-async def guarded(connection: Transport, config_store: ConfigStoreService, tmp_path: Path) -> AsyncIterator[tuple[Registry, Path]]:
+async def guarded(
+    connection: Transport, config_store: ConfigStoreService, tmp_path: Path
+) -> AsyncIterator[tuple[Registry, Path]]:
     """A registry that trusts one key for the `lookup` service and tool; the key's PEM file beside it."""
     key = Ed25519PrivateKey.generate()
     pem = tmp_path / "lookup.key"
-    pem.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    pem.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     policy = TrustPolicy()
     policy.add(trusted_key("lookup-team", public_key_text(key.public_key()), ["lookup"], ["lookup"]))
     registry = Registry(connection, options=RegistryOptions(sweep_interval=0.1, trust=policy))
@@ -79,16 +109,29 @@ async def test_a_signed_sidecar_passes_the_trust_policy_and_an_unsigned_one_does
     registry, pem = guarded
     service_file, tools_file = files(tmp_path)
     env = toolreg_env(broker.url, tmp_path / "sidecar")
-    unsigned = toolreg_background("announce", "--service", service_file, "--tools", tools_file, env=env, log=tmp_path / "unsigned.log")
+    unsigned = toolreg_background(
+        "announce", "--service", service_file, "--tools", tools_file, env=env, log=tmp_path / "unsigned.log"
+    )
     try:
-        await eventually(lambda: [r for r in registry.rejections() if r.service == "lookup" and "unsigned" in r.reason], timeout=15)
+        await eventually(
+            lambda: [r for r in registry.rejections() if r.service == "lookup" and "unsigned" in r.reason], timeout=15
+        )
         assert await config_client.list("tool") == []
     finally:
         unsigned.send_signal(signal.SIGTERM)
         unsigned.wait(10)
     signed = toolreg_background(
-        "announce", "--service", service_file, "--tools", tools_file, "--signing-key", str(pem), "--service-version", "2.11.1",
-        env=env, log=tmp_path / "signed.log",
+        "announce",
+        "--service",
+        service_file,
+        "--tools",
+        tools_file,
+        "--signing-key",
+        str(pem),
+        "--service-version",
+        "2.11.1",
+        env=env,
+        log=tmp_path / "signed.log",
     )
     try:
         await eventually(lambda: _listed(config_client), timeout=15)
@@ -107,7 +150,9 @@ async def test_the_signing_key_can_come_from_the_environment(
     _, pem = guarded
     service_file, tools_file = files(tmp_path)
     env = toolreg_env(broker.url, tmp_path / "sidecar", TOOLREG_SIGNING_KEY=str(pem))
-    sidecar = toolreg_background("announce", "--service", service_file, "--tools", tools_file, env=env, log=tmp_path / "env.log")
+    sidecar = toolreg_background(
+        "announce", "--service", service_file, "--tools", tools_file, env=env, log=tmp_path / "env.log"
+    )
     try:
         await eventually(lambda: _listed(config_client), timeout=15)
     finally:

@@ -32,19 +32,30 @@ def fresh(apache_pulsar: ApachePulsar) -> Iterator[str]:
 
 @pytest.mark.apache_pulsar
 @pytest.mark.timeout(300)
-def test_ensure_topicspace_makes_what_toolreg_up_needs_and_is_safe_to_run_again(apache_pulsar: ApachePulsar, fresh: str, tmp_path: Path) -> None:
+def test_ensure_topicspace_makes_what_toolreg_up_needs_and_is_safe_to_run_again(
+    apache_pulsar: ApachePulsar, fresh: str, tmp_path: Path
+) -> None:
     first = apache_pulsar.ensure_topicspace(fresh)
     assert first[0] == f"tenant {fresh}: created (cluster standalone)"
     assert sorted(apache_pulsar.namespaces(fresh)) == sorted(f"{fresh}/{n}" for n in PRODUCT_NAMESPACES)
-    assert apache_pulsar.admin("GET", f"namespaces/{fresh}/state/retention") == {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
+    assert apache_pulsar.admin("GET", f"namespaces/{fresh}/state/retention") == {
+        "retentionTimeInMinutes": -1,
+        "retentionSizeInMB": -1,
+    }
     again = apache_pulsar.ensure_topicspace(fresh)
     assert again[0] == f"tenant {fresh}: exists" and f"namespace {fresh}/notify: exists" in again
     assert f"namespace {fresh}/state: retention unlimited" in again
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
     assert apache_pulsar.token is not None
-    env.update(PULSAR_URL=apache_pulsar.url, PULSAR_AUTH_TOKEN=apache_pulsar.token, TOOLREG_TOPICSPACE=fresh,
-               TOOLREG_DATA_DIR=str(tmp_path / "data"), TOOLREG_LOG_FORMAT="json", PYTHONUNBUFFERED="1")
+    env.update(
+        PULSAR_URL=apache_pulsar.url,
+        PULSAR_AUTH_TOKEN=apache_pulsar.token,
+        TOOLREG_TOPICSPACE=fresh,
+        TOOLREG_DATA_DIR=str(tmp_path / "data"),
+        TOOLREG_LOG_FORMAT="json",
+        PYTHONUNBUFFERED="1",
+    )
     log = tmp_path / "up.log"
     up = toolreg_background("up", env=env, log=log)
     try:
@@ -95,16 +106,23 @@ def test_start_creates_each_topicspace_named_once_and_says_so_on_stderr(
     (broker,) = FakeBroker.made
     assert broker.topicspaces == ["tg", "team-a"]
     out, err = capsys.readouterr()
-    assert out.splitlines() == ["PULSAR_URL=pulsar://127.0.0.1:1", "PULSAR_ADMIN_URL=http://127.0.0.1:2"]  # still `export`-able
+    assert out.splitlines() == [
+        "PULSAR_URL=pulsar://127.0.0.1:1",
+        "PULSAR_ADMIN_URL=http://127.0.0.1:2",
+    ]  # still `export`-able
     assert "apache-pulsar: tenant tg: created" in err and "apache-pulsar: tenant team-a: created" in err
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["stop", "--topicspace", "tg"], "--topicspace goes with start"),
-    (["start", "--topicspace", "a/b"], "'a/b' is not a valid Pulsar tenant name"),
-])
-def test_a_misused_topicspace_is_refused_before_anything_starts(argv: list[str], says: str, monkeypatch: pytest.MonkeyPatch,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["stop", "--topicspace", "tg"], "--topicspace goes with start"),
+        (["start", "--topicspace", "a/b"], "'a/b' is not a valid Pulsar tenant name"),
+    ],
+)
+def test_a_misused_topicspace_is_refused_before_anything_starts(
+    argv: list[str], says: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     FakeBroker.made.clear()
     monkeypatch.setattr(script, "ApachePulsar", FakeBroker)
     with pytest.raises(SystemExit) as exited:
@@ -115,7 +133,12 @@ def test_a_misused_topicspace_is_refused_before_anything_starts(argv: list[str],
 
 def test_the_wrapper_and_its_help_name_the_option() -> None:
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([str(root / "scripts" / "apache-pulsar"), "--help"], capture_output=True, text=True, timeout=30,
-                          env={**os.environ, "PYTHON": sys.executable})
+    done = subprocess.run(
+        [str(root / "scripts" / "apache-pulsar"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     assert done.returncode == 0 and "--topicspace NAME" in done.stdout and "no namespace tg/notify" in done.stdout
     assert "--topicspace tg" in (root / "README.md").read_text()

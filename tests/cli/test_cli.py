@@ -42,7 +42,9 @@ def all_commands() -> list[list[str]]:
 
 @pytest.mark.parametrize("command", all_commands(), ids=lambda c: " ".join(c))
 def test_every_command_has_help(command: list[str]) -> None:
-    result = subprocess.run([sys.executable, "-m", "discovery.cli", *command, "--help"], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "discovery.cli", *command, "--help"], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 0, result.stderr
     assert "usage: toolreg" in result.stdout
 
@@ -116,7 +118,11 @@ def test_serve_refuses_something_that_is_not_a_service(tmp_path: Path) -> None:
 class Counted(DynamicToolService):
     descriptor: ClassVar[dict[str, Any]] = {"id": "counted"}
     tools: ClassVar[list[dict[str, Any]]] = [
-        {"name": "count-to", "description": "Counts", "arguments": [{"name": "start", "type": "integer", "description": "From"}]}
+        {
+            "name": "count-to",
+            "description": "Counts",
+            "arguments": [{"name": "start", "type": "integer", "description": "From"}],
+        }
     ]
     calls = 0
 

@@ -12,7 +12,9 @@ from support import atoolreg, toolreg_env
 from discovery.broker import EmbeddedBroker
 
 
-async def test_a_key_too_long_for_the_store_is_refused_in_one_line(tmp_path: Path, broker: EmbeddedBroker, config_store) -> None:  # noqa: ANN001
+async def test_a_key_too_long_for_the_store_is_refused_in_one_line(
+    tmp_path: Path, broker: EmbeddedBroker, config_store
+) -> None:  # noqa: ANN001
     env = toolreg_env(broker.url, tmp_path)
     done = await atoolreg("config", "put", "note/" + "k" * 10_000, "--value", "{}", env=env)
     assert done.returncode == 1
@@ -30,14 +32,23 @@ async def test_a_broker_that_is_not_there_is_named_not_the_config_store(tmp_path
     assert "Traceback" not in done.stderr
 
 
-async def test_output_cut_short_by_the_reader_is_not_an_error(tmp_path: Path, broker: EmbeddedBroker, config_store) -> None:  # noqa: ANN001
+async def test_output_cut_short_by_the_reader_is_not_an_error(
+    tmp_path: Path, broker: EmbeddedBroker, config_store
+) -> None:  # noqa: ANN001
     env = toolreg_env(broker.url, tmp_path)
     big = '{"text": "' + "x" * 300_000 + '"}'
     assert (await atoolreg("config", "put", "note/big", env=env, input=big)).returncode == 0
     # `toolreg config get note/big | head -c 10`: the reader leaves after 10 bytes.
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "discovery.cli", "config", "get", "note/big", env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "discovery.cli",
+        "config",
+        "get",
+        "note/big",
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert proc.stdout is not None and proc.stderr is not None
     assert len(await proc.stdout.read(10)) == 10

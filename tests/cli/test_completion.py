@@ -28,7 +28,9 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
     return dict(action.choices) if action is not None else {}
 
 
-def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+def _walk(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     found = [(path, parser)]
     for name, sub in _subcommands(parser).items():
         found.extend(_walk(sub, (*path, name)))
@@ -63,7 +65,9 @@ def bash_complete(script: Path, line: str, cwd: Path | None = None) -> list[str]
         '[[ "$COMP_LINE" == *" " ]] && COMP_WORDS+=(""); COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 )); '
         'COMPREPLY=(); _shtab_toolreg; printf "%s\\n" "${COMPREPLY[@]}"'
     )
-    done = subprocess.run(["bash", "-c", driver, "bash", str(script), line], capture_output=True, text=True, timeout=30, cwd=cwd)
+    done = subprocess.run(
+        ["bash", "-c", driver, "bash", str(script), line], capture_output=True, text=True, timeout=30, cwd=cwd
+    )
     assert done.returncode == 0, done.stderr
     return [word for word in done.stdout.splitlines() if word]
 
@@ -102,7 +106,11 @@ def test_path_arguments_are_told_from_the_parser_alone() -> None:
     assert kinds[(("up",), "--trust-policy")] == "file" and kinds[(("serve",), "--signing-key")] == "file"
     assert kinds[(("call",), "--static-dir")] == "directory" and kinds[((), "--data-dir")] == "directory"
     assert kinds[(("keygen",), "path")] == "file" and kinds[(("announce",), "--service")] == "file"
-    assert kinds[(("tools",), "--workspace")] is None and kinds[(("up",), "--store")] is None and kinds[(("tools",), "--json")] is None
+    assert (
+        kinds[(("tools",), "--workspace")] is None
+        and kinds[(("up",), "--store")] is None
+        and kinds[(("tools",), "--json")] is None
+    )
 
 
 @pytest.mark.parametrize("shell", SHELLS)
@@ -120,9 +128,18 @@ def test_zsh_loads_the_script_and_binds_it_to_toolreg(scripts: dict[str, Path]) 
     check = subprocess.run(["zsh", "-n", str(scripts["zsh"])], capture_output=True, text=True, timeout=30)
     assert check.returncode == 0, check.stderr
     loaded = subprocess.run(
-        ["zsh", "-f", "-c", 'autoload -U compinit; compinit -u -d "$2"; eval "$(<$1)"; print -r -- $_comps[toolreg]', "zsh",
-         str(scripts["zsh"]), str(scripts["zsh"].with_suffix(".zcompdump"))],
-        capture_output=True, text=True, timeout=30,
+        [
+            "zsh",
+            "-f",
+            "-c",
+            'autoload -U compinit; compinit -u -d "$2"; eval "$(<$1)"; print -r -- $_comps[toolreg]',
+            "zsh",
+            str(scripts["zsh"]),
+            str(scripts["zsh"].with_suffix(".zcompdump")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == "_shtab_toolreg"
@@ -133,7 +150,9 @@ def test_fish_completes_subcommands_flags_and_choices(scripts: dict[str, Path]) 
     def offered(line: str) -> list[str]:
         done = subprocess.run(
             ["fish", "--no-config", "-c", f"source {scripts['fish']}; complete -C {json.dumps(line)}"],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         assert done.returncode == 0, done.stderr
         return [entry.split("\t")[0] for entry in done.stdout.splitlines()]
@@ -146,15 +165,26 @@ def test_fish_completes_subcommands_flags_and_choices(scripts: dict[str, Path]) 
 
 def test_the_completion_command_loads_no_subsystem_and_no_broker_client() -> None:
     loaded = subprocess.run(
-        [sys.executable, "-c",
-         "import contextlib, io, sys\nfrom discovery.cli.main import main\n"
-         "with contextlib.redirect_stdout(io.StringIO()):\n    code = main(['completion', 'zsh'])\n"
-         "print(code, ' '.join(sorted(sys.modules)))"],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-c",
+            "import contextlib, io, sys\nfrom discovery.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n    code = main(['completion', 'zsh'])\n"
+            "print(code, ' '.join(sorted(sys.modules)))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert loaded.returncode == 0, loaded.stderr
     code, modules = loaded.stdout.split(" ", 1)
     assert code == "0"
-    assert not {"pulsar", "_pulsar", "discovery.registry.service", "discovery.store.service", "agent_bridge", "starlette", "mcp"} & set(
-        modules.split()
-    )
+    assert not {
+        "pulsar",
+        "_pulsar",
+        "discovery.registry.service",
+        "discovery.store.service",
+        "agent_bridge",
+        "starlette",
+        "mcp",
+    } & set(modules.split())

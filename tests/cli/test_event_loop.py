@@ -1,4 +1,5 @@
-"""Which event loop a `toolreg` process runs on: uvloop where it is installed, asyncio on request, one line for nonsense.
+"""Which event loop a `toolreg` process runs on: uvloop where it is installed, asyncio on request, one line for
+nonsense.
 
 pulsar.asyncio completes its futures from the client's C++ threads through
 `call_soon_threadsafe`; a round trip through the config store on uvloop is
@@ -16,9 +17,15 @@ from support import atoolreg, toolreg, toolreg_env
 from discovery.broker import EmbeddedBroker
 from discovery.store.service import ConfigStoreService
 
-SERVICE = {"id": "loop-service", "request-queue": "non-persistent://tg/request/loop", "response-queue": "non-persistent://tg/response/loop"}
+SERVICE = {
+    "id": "loop-service",
+    "request-queue": "non-persistent://tg/request/loop",
+    "response-queue": "non-persistent://tg/response/loop",
+}
 
-pytest.importorskip("uvloop", reason="uvloop is in the test extra; this checks the loop toolreg picks when it is installed")
+pytest.importorskip(
+    "uvloop", reason="uvloop is in the test extra; this checks the loop toolreg picks when it is installed"
+)
 
 
 def _loop_of(stderr: str) -> str | None:
@@ -46,7 +53,9 @@ async def test_config_round_trips_on_the_loop_asked_for_and_on_uvloop_when_nothi
 
 
 def test_an_unknown_event_loop_is_one_line_naming_the_choices(tmp_path: Path) -> None:
-    result = toolreg("config", "list", "tool", env=toolreg_env("pulsar://127.0.0.1:1", tmp_path, TOOLREG_EVENT_LOOP="trio"))
+    result = toolreg(
+        "config", "list", "tool", env=toolreg_env("pulsar://127.0.0.1:1", tmp_path, TOOLREG_EVENT_LOOP="trio")
+    )
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0
     assert "TOOLREG_EVENT_LOOP='trio'" in result.stderr and "uvloop or asyncio" in result.stderr

@@ -28,8 +28,20 @@ def pip_install_command() -> list[str]:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     done = subprocess.run(
-        ["make", "-s", "-f", str(ROOT / "Makefile"), "--eval", "show-pip-install: ; @true $(info $(PIP_INSTALL))", "show-pip-install", "BIN=BIN"],
-        cwd=ROOT, capture_output=True, text=True, timeout=30,
+        [
+            "make",
+            "-s",
+            "-f",
+            str(ROOT / "Makefile"),
+            "--eval",
+            "show-pip-install: ; @true $(info $(PIP_INSTALL))",
+            "show-pip-install",
+            "BIN=BIN",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert done.returncode == 0, done.stderr
     command = shlex.split(done.stdout)
@@ -50,7 +62,11 @@ def install(command: list[str], tmp_path: Path, name: str) -> subprocess.Complet
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}
     return subprocess.run(
         [str(venv / "bin" / "python"), *command[1:], "--no-deps", "--disable-pip-version-check", "-e", str(source)],
-        cwd=tmp_path, env={**env, "PYTHONPATH": str(borrowed)}, capture_output=True, text=True, timeout=240,
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(borrowed)},
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
 
 

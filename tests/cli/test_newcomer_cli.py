@@ -72,12 +72,19 @@ async def put(connection: Transport, items: list[tuple[str, str, str]]) -> None:
 async def test_a_malformed_static_tool_on_a_trustgraph_store_is_one_unavailable_row_with_its_reason(
     tmp_path: Path, settings: Settings, connection: Transport, trustgraph_registry: Registry
 ) -> None:
-    await put(connection, [
-        ("tool-service", "static-service", json.dumps(SERVICE)),
-        ("tool", "good", json.dumps(GOOD)),
-        ("tool", "noname", json.dumps({"type": "tool-service", "description": "No name", "service": "static-service"})),
-        ("tool", "notjson", "{this is not json"),
-    ])
+    await put(
+        connection,
+        [
+            ("tool-service", "static-service", json.dumps(SERVICE)),
+            ("tool", "good", json.dumps(GOOD)),
+            (
+                "tool",
+                "noname",
+                json.dumps({"type": "tool-service", "description": "No name", "service": "static-service"}),
+            ),
+            ("tool", "notjson", "{this is not json"),
+        ],
+    )
     env = toolreg_env(settings.pulsar_url or "", tmp_path)
     listed = await atoolreg("tools", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
@@ -96,16 +103,22 @@ async def test_a_malformed_static_tool_on_a_trustgraph_store_is_one_unavailable_
 async def test_the_page_and_toolreg_tools_give_every_tool_the_same_status_and_reason(
     settings: Settings, connection: Transport, trustgraph_registry: Registry
 ) -> None:
-    await put(connection, [
-        ("tool-service", "static-service", json.dumps(SERVICE)),
-        ("tool", "good", json.dumps(GOOD)),
-        ("tool", "orphan", json.dumps({**GOOD, "name": "orphan", "service": "gone-service"})),
-        ("tool", "notjson", "{"),
-    ])
+    await put(
+        connection,
+        [
+            ("tool-service", "static-service", json.dumps(SERVICE)),
+            ("tool", "good", json.dumps(GOOD)),
+            ("tool", "orphan", json.dumps({**GOOD, "name": "orphan", "service": "gone-service"})),
+            ("tool", "notjson", "{"),
+        ],
+    )
     async with JokeService(settings=settings, ttl=5):
         await eventually(lambda: _has_announced(trustgraph_registry), timeout=5)
         cli = {t.name: (t.service, t.source, t.status, t.detail) for t in await trustgraph_registry.list_tools()}
-        page = {t.name: (t.service, t.source, t.status, t.detail) for t in (await trustgraph_registry.overview.snapshot()).tools}
+        page = {
+            t.name: (t.service, t.source, t.status, t.detail)
+            for t in (await trustgraph_registry.overview.snapshot()).tools
+        }
     assert page == cli
     assert cli["orphan"][2] == "unavailable" and "no tool-service/gone-service" in cli["orphan"][3]
     assert cli["tell-joke"][1:3] == ("announced", "live") and cli["good"][2] == "configured"
@@ -136,8 +149,11 @@ def refused_url() -> str:
     return f"pulsar://127.0.0.1:{port}"
 
 
-def on_a_terminal(args: list[str], env: dict[str, str], stdin_text: str | None = None, timeout: float = 60) -> tuple[int, str, str, float]:
-    """Run `toolreg args` with stderr (and, given `stdin_text`, stdin) on a pseudo-terminal: (code, stdout, stderr, seconds)."""
+def on_a_terminal(
+    args: list[str], env: dict[str, str], stdin_text: str | None = None, timeout: float = 60
+) -> tuple[int, str, str, float]:
+    """Run `toolreg args` with stderr (and, given `stdin_text`, stdin) on a pseudo-terminal: (code, stdout, stderr,
+    seconds)."""
     err_master, err_slave = pty.openpty()
     said: list[bytes] = []
 
@@ -156,7 +172,10 @@ def on_a_terminal(args: list[str], env: dict[str, str], stdin_text: str | None =
     in_master, in_slave = pty.openpty() if stdin_text is not None else (-1, -1)
     started = time.monotonic()
     process = subprocess.Popen(
-        [sys.executable, "-m", "discovery.cli", *args], env=env, stdout=subprocess.PIPE, stderr=err_slave,
+        [sys.executable, "-m", "discovery.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=err_slave,
         stdin=in_slave if stdin_text is not None else subprocess.DEVNULL,
     )
     os.close(err_slave)
@@ -209,14 +228,18 @@ async def test_call_takes_a_timeout_and_names_the_service_it_waits_for(
 ) -> None:
     service = NoConsumer(settings=settings, announce=False)
     await config_client.put(
-        [("tool-service", service.id, service.service_descriptor.to_json())] + [("tool", t.name, t.to_json()) for t in service.tool_descriptors]
+        [("tool-service", service.id, service.service_descriptor.to_json())]
+        + [("tool", t.name, t.to_json()) for t in service.tool_descriptors]
     )
     env = toolreg_env(settings.pulsar_url or "", tmp_path)
     code, out, said, elapsed = await asyncio.to_thread(on_a_terminal, ["call", "knock", "--timeout", "2"], env)
     assert code == 1 and out == ""
     assert elapsed < 8.0, f"took {elapsed:.1f}s (was 32 s, the bridge's default)"
     assert "waiting for knock's service 'nobody-home' to answer on non-persistent://" in said, said
-    assert said.strip().splitlines()[-1] == "toolreg: knock: no answer from its service within 2s; is it running (toolreg serve ...)?"
+    assert (
+        said.strip().splitlines()[-1]
+        == "toolreg: knock: no answer from its service within 2s; is it running (toolreg serve ...)?"
+    )
 
 
 # --- items 9 and 10: the call command ----------------------------------------------------------
@@ -225,7 +248,11 @@ async def test_call_takes_a_timeout_and_names_the_service_it_waits_for(
 class Acme(DynamicToolService):
     descriptor: ClassVar[dict[str, Any]] = {"id": "acme"}
     tools: ClassVar[list[dict[str, Any]]] = [
-        {"name": "acme.search", "description": "Search", "arguments": [{"name": "q", "type": "string", "description": "Query"}]},
+        {
+            "name": "acme.search",
+            "description": "Search",
+            "arguments": [{"name": "q", "type": "string", "description": "Query"}],
+        },
         *({"name": f"filler-{i:02}", "description": "Filler"} for i in range(40)),
     ]
 
@@ -238,19 +265,26 @@ async def test_call_accepts_the_mapped_name_prints_json_and_suggests_the_closest
 ) -> None:
     async with Acme(settings=settings, announce=False) as acme:
         await config_client.put(
-            [("tool-service", acme.id, acme.service_descriptor.to_json())] + [("tool", t.name, t.to_json()) for t in acme.tool_descriptors]
+            [("tool-service", acme.id, acme.service_descriptor.to_json())]
+            + [("tool", t.name, t.to_json()) for t in acme.tool_descriptors]
         )
         env = toolreg_env(settings.pulsar_url or "", tmp_path)
         mapped = await atoolreg("call", "acme_search", "q=cats", env=env)
         assert (mapped.returncode, mapped.stdout) == (0, "found cats\n"), mapped.stderr
         as_json = await atoolreg("call", "acme.search", "q=dogs", "--json", env=env)
-        assert json.loads(as_json.stdout) == {"tool": "acme.search", "workspace": "default", "observation": "found dogs"}
+        assert json.loads(as_json.stdout) == {
+            "tool": "acme.search",
+            "workspace": "default",
+            "observation": "found dogs",
+        }
         typo = await atoolreg("call", "acme.serch", env=env)
         assert typo.returncode == 1 and typo.stderr.count("\n") == 1
         assert "no tool 'acme.serch' in workspace 'default' (41 tool(s); did you mean acme.search" in typo.stderr
         assert "toolreg tools" in typo.stderr and "filler" not in typo.stderr
         near_many = await atoolreg("call", "filler-1", env=env)
-        assert "did you mean filler-" in near_many.stderr and near_many.stderr.count("filler-") <= 6, "a few close names, not every tool"
+        assert "did you mean filler-" in near_many.stderr and near_many.stderr.count("filler-") <= 6, (
+            "a few close names, not every tool"
+        )
         nothing_close = await atoolreg("call", "zzz", env=env)
         assert "no tool 'zzz' in workspace 'default' (41 tool(s)); `toolreg tools` lists them" in nothing_close.stderr
 
@@ -270,7 +304,8 @@ def test_version_comes_from_the_installed_distribution(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", [["--help"], ["up"], ["serve"], ["config"], ["call"], ["tools"], ["conflicts"], ["rejections"], ["trust"]]
+    "command",
+    [["--help"], ["up"], ["serve"], ["config"], ["call"], ["tools"], ["conflicts"], ["rejections"], ["trust"]],
 )
 def test_the_main_commands_show_examples_in_their_help(command: list[str], tmp_path: Path) -> None:
     done = toolreg(*command, *([] if command == ["--help"] else ["--help"]), env=toolreg_env("", tmp_path))
@@ -299,16 +334,33 @@ def test_no_color_turns_the_colours_of_console_logs_off(monkeypatch: pytest.Monk
         logging.getLogger("test.colour").handlers.clear()
 
 
-async def test_config_list_and_trust_list_print_json(tmp_path: Path, settings: Settings, config_client: ConfigClient) -> None:
-    await config_client.put([("tool-service", "static-service", json.dumps(SERVICE)), ("tool-service", "other", json.dumps({**SERVICE, "id": "other"}))])
+async def test_config_list_and_trust_list_print_json(
+    tmp_path: Path, settings: Settings, config_client: ConfigClient
+) -> None:
+    await config_client.put(
+        [
+            ("tool-service", "static-service", json.dumps(SERVICE)),
+            ("tool-service", "other", json.dumps({**SERVICE, "id": "other"})),
+        ]
+    )
     env = toolreg_env(settings.pulsar_url or "", tmp_path)
     listed = await atoolreg("config", "list", "tool-service", "--json", env=env)
     assert json.loads(listed.stdout) == ["other", "static-service"]
     policy = str(tmp_path / "trust.json")
     assert (await atoolreg("keygen", str(tmp_path / "k.key"), env=env)).returncode == 0
     added = await atoolreg(
-        "trust", "add", "team", "--public-key", str(tmp_path / "k.key.pub"), "--services", "joke-*", "--tools", "tell-*",
-        "--policy", policy, env=env,
+        "trust",
+        "add",
+        "team",
+        "--public-key",
+        str(tmp_path / "k.key.pub"),
+        "--services",
+        "joke-*",
+        "--tools",
+        "tell-*",
+        "--policy",
+        policy,
+        env=env,
     )
     assert added.returncode == 0, added.stderr
     keys = json.loads((await atoolreg("trust", "list", "--policy", policy, "--json", env=env)).stdout)
@@ -319,7 +371,15 @@ async def test_config_list_and_trust_list_print_json(tmp_path: Path, settings: S
 async def test_conflicts_take_a_workspace(
     tmp_path: Path, settings: Settings, connection: Transport, config_client: ConfigClient, registry: Registry
 ) -> None:
-    await config_client.put([("tool", "tell-joke", ToolDescriptor(name="tell-joke", description="By hand", service="joke-service").to_json())])
+    await config_client.put(
+        [
+            (
+                "tool",
+                "tell-joke",
+                ToolDescriptor(name="tell-joke", description="By hand", service="joke-service").to_json(),
+            )
+        ]
+    )
     env = toolreg_env(settings.pulsar_url or "", tmp_path)
     async with JokeService(settings=settings, ttl=5):
         await eventually(lambda: registry.conflicts(), timeout=5)
@@ -332,11 +392,16 @@ async def test_conflicts_take_a_workspace(
 # --- item 10: config put on a terminal says it is reading stdin ---------------------------------
 
 
-async def test_config_put_on_a_terminal_says_it_reads_stdin(tmp_path: Path, settings: Settings, config_client: ConfigClient) -> None:
+async def test_config_put_on_a_terminal_says_it_reads_stdin(
+    tmp_path: Path, settings: Settings, config_client: ConfigClient
+) -> None:
     env = toolreg_env(settings.pulsar_url or "", tmp_path)
     code, out, said, _ = await asyncio.to_thread(
         on_a_terminal, ["config", "put", "tool-service/static-service"], env, json.dumps(SERVICE)
     )
     assert said.startswith("toolreg: reading the value from stdin; end with Ctrl-D"), said
     assert code == 0 and "stored" in out, said
-    assert json.loads((await config_client.get([("tool-service", "static-service")]))[("tool-service", "static-service")]) == SERVICE
+    assert (
+        json.loads((await config_client.get([("tool-service", "static-service")]))[("tool-service", "static-service")])
+        == SERVICE
+    )

@@ -111,7 +111,12 @@ async def test_a_served_service_is_listed_within_a_second_and_kill_9_removes_it_
     listed_at = time.time()
     assert listed_at - procs.event_time("joke", "service.listening") < 1.0
     tool = (await tools_json(procs))["tell-joke"]
-    assert (tool["service"], tool["source"], tool["status"], tool["instances"]) == ("joke-service", "announced", "live", 1)
+    assert (tool["service"], tool["source"], tool["status"], tool["instances"]) == (
+        "joke-service",
+        "announced",
+        "live",
+        1,
+    )
     await asyncio.sleep(TTL)  # alive past one ttl: heartbeats work across processes
     assert await has(config_client, "tell-joke")
 
@@ -121,7 +126,9 @@ async def test_a_served_service_is_listed_within_a_second_and_kill_9_removes_it_
     assert await config_client.list("tool-service") == [] and await config_client.list("discovery") == []
 
 
-async def test_sigterm_withdraws_and_removes_within_a_second(procs: Processes, config_client: ConfigClient, registry: Registry) -> None:
+async def test_sigterm_withdraws_and_removes_within_a_second(
+    procs: Processes, config_client: ConfigClient, registry: Registry
+) -> None:
     service = procs.serve(JOKE, "joke", ttl=30)
     await eventually(lambda: has(config_client, "tell-joke"), timeout=START)
     service.send_signal(signal.SIGTERM)
@@ -177,8 +184,12 @@ async def test_the_registry_killed_and_restarted_keeps_static_and_live_tools_and
         procs.run("registry", name="registry-2")
         await eventually(lambda: lacks(config_client, "echo"), timeout=START + TTL)
         restarted = procs.event_time("registry-2", "registry.started")
-        removed = next(e for e in procs.log("registry-2") if e.get("event") == "tool.removed" and e.get("tool") == "echo")
-        assert datetime.fromisoformat(removed["timestamp"]).timestamp() - restarted < TTL + 1.0  # one ttl of grace, then gone
+        removed = next(
+            e for e in procs.log("registry-2") if e.get("event") == "tool.removed" and e.get("tool") == "echo"
+        )
+        assert (
+            datetime.fromisoformat(removed["timestamp"]).timestamp() - restarted < TTL + 1.0
+        )  # one ttl of grace, then gone
         tools = await tools_json(procs)
         assert (tools["tell-joke"]["source"], tools["tell-joke"]["status"]) == ("announced", "live")
         assert (tools["by-hand"]["source"], "echo" in tools) == ("static", False)
@@ -192,8 +203,11 @@ async def test_a_second_registry_on_pulsar_lite_refuses_in_one_line_naming_the_f
     procs: Processes, config_store: ConfigStoreService
 ) -> None:
     first = procs.run("registry", name="first")
-    await eventually(lambda: "registry listening" in (procs.logs / "first.log").read_text(), timeout=START,
-                     explain=lambda: (procs.logs / "first.log").read_text()[-2000:])
+    await eventually(
+        lambda: "registry listening" in (procs.logs / "first.log").read_text(),
+        timeout=START,
+        explain=lambda: (procs.logs / "first.log").read_text()[-2000:],
+    )
     second = await atoolreg("registry", env=procs.env, timeout=60)
     assert second.returncode == 1
     line = second.stderr.strip().splitlines()[-1]
@@ -204,7 +218,8 @@ async def test_a_second_registry_on_pulsar_lite_refuses_in_one_line_naming_the_f
 async def test_a_registry_pointed_at_pulsar_lite_as_if_it_were_apache_pulsar_says_to_set_toolreg_broker(
     procs: Processes, config_store: ConfigStoreService
 ) -> None:
-    """PULSAR_URL alone reads as Apache Pulsar; the registry group then needs what pulsar-lite lacks, and says which setting fixes it."""
+    """PULSAR_URL alone reads as Apache Pulsar; the registry group then needs what pulsar-lite lacks, and says which
+    setting fixes it."""
     env = {**procs.env}
     del env["TOOLREG_BROKER"]
     done = await atoolreg("registry", env=env, timeout=60)
@@ -226,7 +241,9 @@ async def test_a_broker_restart_longer_than_the_ttl_removes_no_tool_and_the_leas
     await asyncio.sleep(2 * TTL)  # every lease runs out unheard: the registry cannot hear, so it expires none
     broker.start(port=port)
     restarted = time.monotonic()
-    await eventually(lambda: _heard_since(procs, time.monotonic() - restarted, {"tell-joke", "echo"}), timeout=15.0, interval=0.2)
+    await eventually(
+        lambda: _heard_since(procs, time.monotonic() - restarted, {"tell-joke", "echo"}), timeout=15.0, interval=0.2
+    )
     assert (await config_client.snapshot([]))[0] == version  # nothing was removed and written again
     assert _expiries(registry) == expiries
 
@@ -242,7 +259,8 @@ async def _heard_since(procs: Processes, seconds: float, names: set[str]) -> boo
     except AssertionError:  # the registry's answers may still be lost while the broker comes back
         return False
     return all(
-        name in tools and tools[name]["status"] == "live" and tools[name]["last_heartbeat_age"] < seconds for name in names
+        name in tools and tools[name]["status"] == "live" and tools[name]["last_heartbeat_age"] < seconds
+        for name in names
     )
 
 
@@ -278,11 +296,22 @@ async def test_conflicts_and_rejections_are_shown_by_the_cli(
         await eventually(lambda: registry.conflicts(), timeout=1.0)
         result = await atoolreg("conflicts", "--json", env=procs.env)
         assert result.returncode == 0, result.stderr
-        assert [(c["tool"], c["service"], c["held_by"]) for c in json.loads(result.stdout)] == [("tell-joke", "joke-service", "static")]
+        assert [(c["tool"], c["service"], c["held_by"]) for c in json.loads(result.stdout)] == [
+            ("tell-joke", "joke-service", "static")
+        ]
         table = await atoolreg("conflicts", env=procs.env)
         assert "tell-joke" in table.stdout and "static wins" in table.stdout
         tools = await atoolreg("tools", env=procs.env)
-        assert tools.stdout.splitlines()[0].split() == ["TOOL", "SERVICE", "SOURCE", "STATUS", "INSTANCES", "LAST", "HEARTBEAT", "WHY"]
+        assert tools.stdout.splitlines()[0].split() == [
+            "TOOL",
+            "SERVICE",
+            "SOURCE",
+            "STATUS",
+            "INSTANCES",
+            "LAST",
+            "HEARTBEAT",
+            "WHY",
+        ]
         assert tools.stdout.splitlines()[1].split()[:4] == ["tell-joke", "joke-service", "static", "configured"]
     rejected = await atoolreg("rejections", "--json", env=procs.env)
     assert rejected.returncode == 0 and "not a valid announcement" in json.loads(rejected.stdout)[0]["reason"]
@@ -304,5 +333,7 @@ async def test_without_a_broker_the_cli_says_what_to_do_in_one_line(tmp_path: Pa
 
 
 async def test_a_missing_trust_policy_stops_the_registry_with_one_line(tmp_path: Path) -> None:
-    result = await atoolreg("registry", "--trust-policy", str(tmp_path / "nope.json"), env=toolreg_env("pulsar://127.0.0.1:1", tmp_path))
+    result = await atoolreg(
+        "registry", "--trust-policy", str(tmp_path / "nope.json"), env=toolreg_env("pulsar://127.0.0.1:1", tmp_path)
+    )
     assert result.returncode == 1 and result.stderr.count("\n") == 1 and "toolreg trust add" in result.stderr

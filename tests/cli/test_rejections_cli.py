@@ -19,11 +19,15 @@ async def test_rejections_carry_their_workspace_and_workspace_picks_them(
     env = toolreg_env(broker.url or "", settings.data_dir)
     publisher = await connection.publisher(connection.topics.tool_descriptors)
     await publisher.send(b"definitely not json")  # refused before it names any workspace
-    outside = announcement("stray", ("stray-tool",), instance="stray-1", workspace="research", namespace="elsewhere", ttl=30)
+    outside = announcement(
+        "stray", ("stray-tool",), instance="stray-1", workspace="research", namespace="elsewhere", ttl=30
+    )
     await publisher.send(outside.to_json())  # refused: its queues are outside the allowed namespaces
     static = ToolDescriptor(name="tell-joke", description="By hand", service="by-hand").to_json()
     await config_client.put([("tool", "tell-joke", static)])
-    await publisher.send(announcement("jokes", ("tell-joke",), instance="jokes-1", ttl=30).to_json())  # a conflict in default
+    await publisher.send(
+        announcement("jokes", ("tell-joke",), instance="jokes-1", ttl=30).to_json()
+    )  # a conflict in default
     await eventually(lambda: len(registry.rejections()) == 3, timeout=3.0, explain=registry.rejections)
 
     everything = await atoolreg("rejections", "--json", env=env)
@@ -43,6 +47,8 @@ async def test_rejections_carry_their_workspace_and_workspace_picks_them(
     header, *lines = table.stdout.splitlines()
     assert header.split() == ["LAST", "COUNT", "FIRST", "SERVICE", "INSTANCE", "WORKSPACE", "REASON"]
     # LAST and FIRST are two words each ("1.2s ago"): SERVICE, INSTANCE and WORKSPACE come 6th to 8th
-    assert any(line.split()[5:8] == ["-", "-", "-"] and "not a valid announcement" in line for line in lines)  # unreadable: none of them
+    assert any(
+        line.split()[5:8] == ["-", "-", "-"] and "not a valid announcement" in line for line in lines
+    )  # unreadable: none of them
     none = await atoolreg("rejections", "--workspace", "nowhere", env=env)
     assert none.returncode == 0 and none.stdout.strip() == "no rejected announcements in workspace 'nowhere'"

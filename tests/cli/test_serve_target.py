@@ -20,10 +20,13 @@ def test_a_name_the_module_does_not_have_is_said_so() -> None:
     assert "subclass" not in str(missing.value)
 
 
-@pytest.mark.parametrize(("target", "says"), [
-    ("json:JSONDecoder", "'json:JSONDecoder' is the class JSONDecoder, not a DynamicToolService subclass"),
-    ("json:dumps", "'json:dumps' is a function, not a DynamicToolService subclass"),
-])
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("json:JSONDecoder", "'json:JSONDecoder' is the class JSONDecoder, not a DynamicToolService subclass"),
+        ("json:dumps", "'json:dumps' is a function, not a DynamicToolService subclass"),
+    ],
+)
 def test_a_name_that_is_not_a_service_says_what_it_is(target: str, says: str) -> None:
     with pytest.raises(CommandError) as wrong:
         load_service_class(target)

@@ -42,10 +42,17 @@ def test_toolreg_up_fails_in_one_line_and_leaves_nothing_behind(step: str, tmp_p
     data_dir = tmp_path / "data"
     report = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
-    env.update(TOOLREG_DATA_DIR=str(data_dir), TOOLREG_LOG_LEVEL="error", PYTHONPATH=str(HERE) + os.pathsep + env.get("PYTHONPATH", ""))
+    env.update(
+        TOOLREG_DATA_DIR=str(data_dir),
+        TOOLREG_LOG_LEVEL="error",
+        PYTHONPATH=str(HERE) + os.pathsep + env.get("PYTHONPATH", ""),
+    )
     done = subprocess.run(
         [sys.executable, str(HERE.parent / "support" / "faults.py"), step, str(report), "--", "up"],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 1, (done.returncode, done.stderr[-2000:])  # 1, not a signal (abort is -6)
     errors = [line for line in done.stderr.splitlines() if line.startswith("toolreg:")]
@@ -61,7 +68,9 @@ def test_toolreg_up_fails_in_one_line_and_leaves_nothing_behind(step: str, tmp_p
 
 def test_toolreg_up_on_a_broker_that_refuses_us_fails_in_one_line(tmp_path: Path) -> None:
     env = toolreg_env("pulsar://127.0.0.1:1", tmp_path / "data", TOOLREG_LOG_LEVEL="error")
-    done = subprocess.run([sys.executable, "-m", "discovery.cli", "up"], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "discovery.cli", "up"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 1
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("toolreg: ") and "127.0.0.1:1" in lines[-1] and "Traceback" not in done.stderr

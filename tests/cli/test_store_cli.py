@@ -41,11 +41,15 @@ def test_restoring_another_stores_backup_is_refused_without_force(tmp_path: Path
     assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
     assert "another store" in refused.stderr and "--force" in refused.stderr
     assert foreign.facts.store_id[:8] in refused.stderr and before.store_id[:8] in refused.stderr
-    assert store_backup.inspect_copy(ours) == before and not list(ours.parent.glob("config.sqlite.replaced-*")), "nothing changed"
+    assert store_backup.inspect_copy(ours) == before and not list(ours.parent.glob("config.sqlite.replaced-*")), (
+        "nothing changed"
+    )
     marker = read_marker(ours)
     assert marker is not None and marker.store_id == before.store_id
 
-    assert toolreg("store", "restore", str(own.path), env=env, timeout=30).returncode == 0, "its own backup needs no --force"
+    assert toolreg("store", "restore", str(own.path), env=env, timeout=30).returncode == 0, (
+        "its own backup needs no --force"
+    )
 
     forced = toolreg("store", "restore", "--force", str(foreign.path), env=env, timeout=30)
     assert forced.returncode == 0, forced.stderr

@@ -91,8 +91,16 @@ async def watching(broker: EmbeddedBroker, settings: Settings) -> AsyncIterator[
 
     async def start(*args: str) -> Watch:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "discovery.cli", "tools", "--watch", *args, env=toolreg_env(broker.url or "", settings.data_dir),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            sys.executable,
+            "-m",
+            "discovery.cli",
+            "tools",
+            "--watch",
+            *args,
+            env=toolreg_env(broker.url or "", settings.data_dir),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         started.append(process)
         return Watch(process)
@@ -104,9 +112,22 @@ async def watching(broker: EmbeddedBroker, settings: Settings) -> AsyncIterator[
             await process.wait()
 
 
-async def announced(publisher: Publisher, service: str, tool: str, instance: str, *, kind: str = "announce", sequence: int = 1,
-                    ttl: float = 30.0, workspace: str = "default") -> None:
-    await publisher.send(announcement(service, (tool,), instance=instance, kind=kind, sequence=sequence, ttl=ttl, workspace=workspace).to_json())
+async def announced(
+    publisher: Publisher,
+    service: str,
+    tool: str,
+    instance: str,
+    *,
+    kind: str = "announce",
+    sequence: int = 1,
+    ttl: float = 30.0,
+    workspace: str = "default",
+) -> None:
+    await publisher.send(
+        announcement(
+            service, (tool,), instance=instance, kind=kind, sequence=sequence, ttl=ttl, workspace=workspace
+        ).to_json()
+    )
 
 
 async def listed(client: RegistryClient, *names: str) -> bool:
@@ -181,8 +202,12 @@ async def test_watch_json_is_one_object_per_change_and_the_watch_outlives_a_regi
         await registry.stop()
 
 
-async def test_a_watch_with_no_registry_fails_in_one_line_like_toolreg_tools(broker: EmbeddedBroker, settings: Settings) -> None:
-    result = await atoolreg("tools", "--watch", "--timeout", "0.5", env=toolreg_env(broker.url or "", settings.data_dir))
+async def test_a_watch_with_no_registry_fails_in_one_line_like_toolreg_tools(
+    broker: EmbeddedBroker, settings: Settings
+) -> None:
+    result = await atoolreg(
+        "tools", "--watch", "--timeout", "0.5", env=toolreg_env(broker.url or "", settings.data_dir)
+    )
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "toolreg up" in result.stderr
 
@@ -204,7 +229,9 @@ async def test_strict_exits_3_while_self_preservation_holds_a_removal_and_0_once
 
     strict = await atoolreg("tools", "--strict", env=env)
     assert strict.returncode == 3, strict.stderr
-    assert "self-preservation is holding" in strict.stderr and "tool-0" in strict.stdout  # the listing is printed all the same
+    assert (
+        "self-preservation is holding" in strict.stderr and "tool-0" in strict.stdout
+    )  # the listing is printed all the same
     as_json = await atoolreg("tools", "--strict", "--json", env=env)
     assert as_json.returncode == 3 and {t["status"] for t in json.loads(as_json.stdout)} == {"held"}
     assert (await atoolreg("tools", env=env)).returncode == 0  # without --strict, holding is no failure

@@ -11,7 +11,13 @@ import pytest
 from support import toolreg, toolreg_env
 
 from discovery.cli.common import CommandError
-from discovery.cli.registry import ALLOWED_NAMESPACES_ENV, MAX_CLOCK_SKEW_ENV, MAX_INSTANCES_ENV, registry_options, trust_line
+from discovery.cli.registry import (
+    ALLOWED_NAMESPACES_ENV,
+    MAX_CLOCK_SKEW_ENV,
+    MAX_INSTANCES_ENV,
+    registry_options,
+    trust_line,
+)
 from discovery.registry.trust import TrustPolicy
 
 
@@ -25,14 +31,22 @@ def test_flags_win_over_the_environment_which_wins_over_the_defaults(monkeypatch
     monkeypatch.delenv(MAX_INSTANCES_ENV, raising=False)
     monkeypatch.delenv("TOOLREG_TRUST_POLICY", raising=False)
     default = registry_options(args())
-    assert default.allowed_namespaces == ("tg/request", "tg/response") and default.max_clock_skew == 30 and default.trust is None
+    assert (
+        default.allowed_namespaces == ("tg/request", "tg/response")
+        and default.max_clock_skew == 30
+        and default.trust is None
+    )
     assert default.max_instances == 10_000
     assert "no trust policy" in trust_line(default) and "tg/request, tg/response" in trust_line(default)
     monkeypatch.setenv(ALLOWED_NAMESPACES_ENV, "acme/in, acme/out")
     monkeypatch.setenv(MAX_CLOCK_SKEW_ENV, "5")
     monkeypatch.setenv(MAX_INSTANCES_ENV, "150000")
     from_env = registry_options(args())
-    assert from_env.allowed_namespaces == ("acme/in", "acme/out") and from_env.max_clock_skew == 5 and from_env.max_instances == 150_000
+    assert (
+        from_env.allowed_namespaces == ("acme/in", "acme/out")
+        and from_env.max_clock_skew == 5
+        and from_env.max_instances == 150_000
+    )
     flags = registry_options(args(allow_namespace=["x/y"], max_clock_skew=2.5, max_instances=2))
     assert flags.allowed_namespaces == ("x/y",) and flags.max_clock_skew == 2.5 and flags.max_instances == 2
     assert flags.max_instances_per_service == 2  # one service may still use all of a small cap
@@ -50,7 +64,9 @@ def test_flags_win_over_the_environment_which_wins_over_the_defaults(monkeypatch
         ({"trust_policy": "/nonexistent/trust.json"}, {}, "toolreg trust add"),
     ],
 )
-def test_a_bad_option_is_one_line(values: dict[str, object], env: dict[str, str], phrase: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bad_option_is_one_line(
+    values: dict[str, object], env: dict[str, str], phrase: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     with pytest.raises(CommandError, match=phrase) as caught:
@@ -60,7 +76,9 @@ def test_a_bad_option_is_one_line(values: dict[str, object], env: dict[str, str]
 
 def test_toolreg_up_refuses_a_bad_namespace_in_one_line_before_starting_anything(tmp_path: Path) -> None:
     result = toolreg("up", "--allow-namespace", "not-a-namespace", env=toolreg_env("pulsar://127.0.0.1:1", tmp_path))
-    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "tenant/namespace" in result.stderr, result.stderr
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "tenant/namespace" in result.stderr, (
+        result.stderr
+    )
     assert not (tmp_path / "broker.url").exists()
 
 
@@ -75,9 +93,33 @@ def test_the_documented_rotation_commands_work_as_written(tmp_path: Path) -> Non
         return result.stdout
 
     assert "toolreg trust add" in run("keygen", str(tmp_path / "keys/jokes-2026.key"))
-    run("trust", "add", "jokes-2026", "--public-key", str(tmp_path / "keys/jokes-2026.key.pub"), "--services", "joke-*", "--tools", "tell-*", "--policy", policy)
+    run(
+        "trust",
+        "add",
+        "jokes-2026",
+        "--public-key",
+        str(tmp_path / "keys/jokes-2026.key.pub"),
+        "--services",
+        "joke-*",
+        "--tools",
+        "tell-*",
+        "--policy",
+        policy,
+    )
     run("keygen", str(tmp_path / "keys/jokes-2027.key"))
-    added = run("trust", "add", "jokes-2027", "--public-key", str(tmp_path / "keys/jokes-2027.key.pub"), "--services", "joke-*", "--tools", "tell-*", "--policy", policy)
+    added = run(
+        "trust",
+        "add",
+        "jokes-2027",
+        "--public-key",
+        str(tmp_path / "keys/jokes-2027.key.pub"),
+        "--services",
+        "joke-*",
+        "--tools",
+        "tell-*",
+        "--policy",
+        policy,
+    )
     assert added.startswith("added key 'jokes-2027'")
     assert sorted(k.name for k in TrustPolicy.load(policy).keys.values()) == ["jokes-2026", "jokes-2027"]
     listing = run("trust", "list", "--policy", policy)
@@ -86,8 +128,19 @@ def test_the_documented_rotation_commands_work_as_written(tmp_path: Path) -> Non
     assert [k.name for k in TrustPolicy.load(policy).keys.values()] == ["jokes-2027"]
     # the same name again replaces the key (the docs' warning)
     run("keygen", str(tmp_path / "keys/other.key"))
-    assert run("trust", "add", "jokes-2027", "--public-key", str(tmp_path / "keys/other.key.pub"), "--services", "joke-*", "--tools", "tell-*",
-               "--policy", policy).startswith("replaced")
+    assert run(
+        "trust",
+        "add",
+        "jokes-2027",
+        "--public-key",
+        str(tmp_path / "keys/other.key.pub"),
+        "--services",
+        "joke-*",
+        "--tools",
+        "tell-*",
+        "--policy",
+        policy,
+    ).startswith("replaced")
     assert len(json.loads(Path(policy).read_text())["keys"]) == 1
     missing = toolreg("trust", "remove", "nobody", "--policy", policy, env=env)
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1

@@ -21,15 +21,43 @@ def test_trust_add_takes_workspaces_and_trust_list_says_what_each_key_may_do(tmp
 
     run("keygen", str(tmp_path / "keys/research.key"))
     run("keygen", str(tmp_path / "keys/jokes.key"))
-    added = run("trust", "add", "research", "--public-key", str(tmp_path / "keys/research.key.pub"), "--services", "rs-*",
-                "--tools", "search*", "--workspaces", "research", "lab-*", "--policy", policy)
+    added = run(
+        "trust",
+        "add",
+        "research",
+        "--public-key",
+        str(tmp_path / "keys/research.key.pub"),
+        "--services",
+        "rs-*",
+        "--tools",
+        "search*",
+        "--workspaces",
+        "research",
+        "lab-*",
+        "--policy",
+        policy,
+    )
     assert "it may announce services rs-* with tools search* in workspaces research, lab-*" in added
-    added = run("trust", "add", "jokes", "--public-key", str(tmp_path / "keys/jokes.key.pub"), "--services", "joke-*",
-                "--tools", "tell-*", "--policy", policy)
+    added = run(
+        "trust",
+        "add",
+        "jokes",
+        "--public-key",
+        str(tmp_path / "keys/jokes.key.pub"),
+        "--services",
+        "joke-*",
+        "--tools",
+        "tell-*",
+        "--policy",
+        policy,
+    )
     assert "in every workspace" in added
     stored = {entry["name"]: entry for entry in json.loads(Path(policy).read_text())["keys"]}
     assert stored["research"]["workspaces"] == ["research", "lab-*"] and "workspaces" not in stored["jokes"]
-    assert {k.name: k.workspaces for k in TrustPolicy.load(policy).keys.values()} == {"research": ("research", "lab-*"), "jokes": ("*",)}
+    assert {k.name: k.workspaces for k in TrustPolicy.load(policy).keys.values()} == {
+        "research": ("research", "lab-*"),
+        "jokes": ("*",),
+    }
 
     listing = run("trust", "list", "--policy", policy)
     header = listing.splitlines()[0].split()
@@ -44,7 +72,25 @@ def test_trust_add_takes_workspaces_and_trust_list_says_what_each_key_may_do(tmp
 def test_a_bad_workspace_pattern_is_one_line(tmp_path: Path) -> None:
     env = toolreg_env("pulsar://127.0.0.1:1", tmp_path / "data")
     toolreg("keygen", str(tmp_path / "k.key"), env=env)
-    result = toolreg("trust", "add", "x", "--public-key", str(tmp_path / "k.key.pub"), "--services", "s", "--tools", "t",
-                     "--workspaces", "not a name", "--policy", str(tmp_path / "trust.json"), env=env)
-    assert result.returncode != 0 and "'workspaces' must be a non-empty list" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    result = toolreg(
+        "trust",
+        "add",
+        "x",
+        "--public-key",
+        str(tmp_path / "k.key.pub"),
+        "--services",
+        "s",
+        "--tools",
+        "t",
+        "--workspaces",
+        "not a name",
+        "--policy",
+        str(tmp_path / "trust.json"),
+        env=env,
+    )
+    assert (
+        result.returncode != 0
+        and "'workspaces' must be a non-empty list" in result.stderr
+        and result.stderr.count("\n") == 1
+    ), result.stderr
     assert not (tmp_path / "trust.json").exists()

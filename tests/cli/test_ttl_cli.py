@@ -19,7 +19,13 @@ NOWHERE = "pulsar://127.0.0.1:9"
 def command(name: str, tmp_path: Path) -> list[str]:
     if name == "serve":
         return ["serve", "toolservice_base.examples.joke:JokeService"]
-    return ["announce", "--service", str(tmp_path / "missing-service.json"), "--tools", str(tmp_path / "missing-tools.json")]
+    return [
+        "announce",
+        "--service",
+        str(tmp_path / "missing-service.json"),
+        "--tools",
+        str(tmp_path / "missing-tools.json"),
+    ]
 
 
 @pytest.mark.parametrize("name", ["serve", "announce"])
@@ -35,7 +41,9 @@ def command(name: str, tmp_path: Path) -> list[str]:
         ("0.5", "at least 1 second"),
     ],
 )
-def test_a_ttl_out_of_range_is_refused_in_one_line_before_anything_starts(name: str, ttl: str, says: str, tmp_path: Path) -> None:
+def test_a_ttl_out_of_range_is_refused_in_one_line_before_anything_starts(
+    name: str, ttl: str, says: str, tmp_path: Path
+) -> None:
     result = toolreg(*command(name, tmp_path), "--ttl", ttl, env=toolreg_env(NOWHERE, tmp_path), timeout=30)
     assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
     assert result.stderr.startswith("toolreg: --ttl ") and says in result.stderr, result.stderr[-2000:]
@@ -45,4 +53,6 @@ def test_a_ttl_out_of_range_is_refused_in_one_line_before_anything_starts(name: 
 def test_a_ttl_in_range_gets_past_the_check(tmp_path: Path) -> None:
     for ttl in ("1", "15", "3600"):
         result = toolreg(*command("announce", tmp_path), "--ttl", ttl, env=toolreg_env(NOWHERE, tmp_path), timeout=30)
-        assert result.returncode == 1 and "missing-service.json" in result.stderr and "--ttl" not in result.stderr, result.stderr
+        assert result.returncode == 1 and "missing-service.json" in result.stderr and "--ttl" not in result.stderr, (
+            result.stderr
+        )

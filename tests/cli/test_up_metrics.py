@@ -24,7 +24,9 @@ from discovery.broker import EmbeddedBroker
 def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     return {
         tuple(sorted(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text) for s in family.samples if s.name == name
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
     }
 
 
@@ -41,12 +43,17 @@ def fetch(url: str) -> str:
         return str(answer.read().decode())
 
 
-def test_the_registry_start_up_probe_counts_as_a_conflict_not_a_config_error(broker: EmbeddedBroker, tmp_path: Path) -> None:
+def test_the_registry_start_up_probe_counts_as_a_conflict_not_a_config_error(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
     log = tmp_path / "up.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "discovery.cli", "up", "--metrics-port", "0"],
-            env=toolreg_env(broker.url or "", tmp_path / "data"), stdout=subprocess.PIPE, stderr=out, stdin=subprocess.DEVNULL,
+            env=toolreg_env(broker.url or "", tmp_path / "data"),
+            stdout=subprocess.PIPE,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
         )
     try:
         assert process.stdout is not None

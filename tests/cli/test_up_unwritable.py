@@ -83,7 +83,9 @@ def brokers_on(data: Path) -> list[int]:
 def test_toolreg_up_on_a_read_only_data_directory_says_so_and_not_to_restore_a_backup(tmp_path: Path) -> None:
     with small_tmpfs(tmp_path / "data") as data:
         version = stored(data)
-        store_backup.take_backup(data / "config.sqlite")  # a backup at hand: restoring it would roll back every write since
+        store_backup.take_backup(
+            data / "config.sqlite"
+        )  # a backup at hand: restoring it would roll back every write since
         with read_only(data):
             line = the_line(toolreg("up", env=without_broker(data), timeout=60))
         assert str(data) in line and "read-only file system" in line and "mount or permissions" in line, line
@@ -143,10 +145,20 @@ async def test_a_disk_that_fills_up_under_toolreg_up_shows_on_readyz_in_writes_a
         log = tmp_path / "up.log"
         with open(log, "wb") as out:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "discovery.cli", "up", "--metrics-port", "0",
-                env=env, stdout=subprocess.PIPE, stderr=out, stdin=subprocess.DEVNULL,
+                sys.executable,
+                "-m",
+                "discovery.cli",
+                "up",
+                "--metrics-port",
+                "0",
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=out,
+                stdin=subprocess.DEVNULL,
             )
-        service = JokeService(settings=Settings(data_dir=tmp_path / "service", pulsar_url=broker.url, broker="pulsar-lite"))
+        service = JokeService(
+            settings=Settings(data_dir=tmp_path / "service", pulsar_url=broker.url, broker="pulsar-lite")
+        )
         try:
             assert process.stdout is not None
             found = re.search(r"(http://\S+)/metrics", (await process.stdout.readline()).decode())

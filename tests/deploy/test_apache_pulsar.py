@@ -93,7 +93,10 @@ def test_the_broker_is_ready_listens_on_loopback_only_and_records_itself(apache_
     assert "public/default" in apache_pulsar.namespaces("public")
     state = ApachePulsar.attach(apache_pulsar.data_dir)
     assert (state.url, state.admin_url, state.pid, state.token) == (
-        apache_pulsar.url, apache_pulsar.admin_url, apache_pulsar.pid, apache_pulsar.token,
+        apache_pulsar.url,
+        apache_pulsar.admin_url,
+        apache_pulsar.pid,
+        apache_pulsar.token,
     )
     assert state.running()
     assert apache_pulsar.bookie_port not in (0, apache_pulsar.broker_port, apache_pulsar.web_port)
@@ -123,23 +126,31 @@ def test_messages_flow_on_a_tenant_with_the_right_token(apache_pulsar: ApachePul
 # --- token authentication ------------------------------------------------------------------------
 
 
-def test_without_a_token_pulsar_client_gives_up_only_at_its_operation_timeout(apache_pulsar: ApachePulsar, tenant: str) -> None:
+def test_without_a_token_pulsar_client_gives_up_only_at_its_operation_timeout(
+    apache_pulsar: ApachePulsar, tenant: str
+) -> None:
     """The broker closes an unauthenticated connection; pulsar-client retries until the
     operation timeout and then says Timeout, not "authentication failed". The admin
     REST API, by contrast, answers 401 at once: that is where a clear error comes from."""
-    error, took = failure_of(lambda: round_trip(apache_pulsar, None, f"non-persistent://{tenant}/request/q", OPERATION_TIMEOUT))
+    error, took = failure_of(
+        lambda: round_trip(apache_pulsar, None, f"non-persistent://{tenant}/request/q", OPERATION_TIMEOUT)
+    )
     assert error in ("Timeout", "AuthenticationError"), error
     assert took < OPERATION_TIMEOUT + 1.5
     with pytest.raises(PulsarError, match="HTTP 401"):
         apache_pulsar.admin("GET", f"namespaces/{tenant}", token="")
 
 
-def test_a_token_signed_with_another_key_fails_like_no_token(apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path) -> None:
+def test_a_token_signed_with_another_key_fails_like_no_token(
+    apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path
+) -> None:
     other_key = tmp_path / "other.key"
     other_key.write_bytes(os.urandom(32))
     forged = apache_pulsar.mint_token("admin", secret_key=other_key)
     assert forged != apache_pulsar.token
-    error, took = failure_of(lambda: round_trip(apache_pulsar, forged, f"non-persistent://{tenant}/request/q", OPERATION_TIMEOUT))
+    error, took = failure_of(
+        lambda: round_trip(apache_pulsar, forged, f"non-persistent://{tenant}/request/q", OPERATION_TIMEOUT)
+    )
     assert error in ("Timeout", "AuthenticationError"), error
     assert took < OPERATION_TIMEOUT + 1.5
     with pytest.raises(PulsarError, match="HTTP 401"):
@@ -160,9 +171,12 @@ def test_the_init_script_prepares_the_cluster_and_is_idempotent(apache_pulsar: A
     tenant = "tg"  # the script's tenant
     token_file = apache_pulsar.data_dir / "auth" / "admin.token"
     env = {
-        "PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
-        "PULSAR_HOME": str(apache_pulsar.home), "PULSAR_ADMIN_URL": apache_pulsar.admin_url,
-        "PULSAR_ADMIN_TOKEN_FILE": str(token_file), "PULSAR_EXTRA_OPTS": SHORT_JVM,
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "PULSAR_HOME": str(apache_pulsar.home),
+        "PULSAR_ADMIN_URL": apache_pulsar.admin_url,
+        "PULSAR_ADMIN_TOKEN_FILE": str(token_file),
+        "PULSAR_EXTRA_OPTS": SHORT_JVM,
         "PULSAR_LOG_DIR": str(apache_pulsar.data_dir / "logs"),
     }
     if os.environ.get("JAVA_HOME"):
@@ -170,7 +184,11 @@ def test_the_init_script_prepares_the_cluster_and_is_idempotent(apache_pulsar: A
 
     def run(**extra: str) -> list[str]:
         result = subprocess.run(
-            ["sh", str(ROOT / "deploy" / "pulsar-init.sh")], env={**env, **extra}, capture_output=True, text=True, timeout=180
+            ["sh", str(ROOT / "deploy" / "pulsar-init.sh")],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=180,
         )
         assert result.returncode == 0, result.stderr[-2000:]
         return result.stdout.splitlines()
@@ -178,7 +196,9 @@ def test_the_init_script_prepares_the_cluster_and_is_idempotent(apache_pulsar: A
     try:
         first = run(TOOLREG_ROLE="toolreg")
         assert f"tenant {tenant}: created (cluster standalone)" in first
-        assert {line for line in first if line.endswith(": created")} == {f"namespace {tenant}/{ns}: created" for ns in PRODUCT_NAMESPACES}
+        assert {line for line in first if line.endswith(": created")} == {
+            f"namespace {tenant}/{ns}: created" for ns in PRODUCT_NAMESPACES
+        }
         second = run()
         assert f"tenant {tenant}: exists" in second
         assert not [line for line in second if "created" in line], second
@@ -189,6 +209,9 @@ def test_the_init_script_prepares_the_cluster_and_is_idempotent(apache_pulsar: A
             assert {role: sorted(actions) for role, actions in granted.items()} == {"toolreg": ["consume", "produce"]}
         role = apache_pulsar.mint_token("toolreg")
         assert len(round_trip(apache_pulsar, role, f"non-persistent://{tenant}/request/probe")) == 3
-        assert failure_of(lambda: round_trip(apache_pulsar, role, "non-persistent://public/default/probe"))[0] == "AuthorizationError"
+        assert (
+            failure_of(lambda: round_trip(apache_pulsar, role, "non-persistent://public/default/probe"))[0]
+            == "AuthorizationError"
+        )
     finally:
         apache_pulsar.delete_tenant(tenant)

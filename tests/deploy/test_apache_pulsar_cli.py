@@ -31,15 +31,23 @@ pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(420)]
 
 def env_for(apache: ApachePulsar, tenant: str, data_dir: Path, token: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
-    env.update(PULSAR_URL=apache.url, TOOLREG_TOPICSPACE=tenant, TOOLREG_DATA_DIR=str(data_dir),
-               TOOLREG_LOG_FORMAT="json", TOOLREG_LOG_LEVEL="info", PYTHONUNBUFFERED="1")
+    env.update(
+        PULSAR_URL=apache.url,
+        TOOLREG_TOPICSPACE=tenant,
+        TOOLREG_DATA_DIR=str(data_dir),
+        TOOLREG_LOG_FORMAT="json",
+        TOOLREG_LOG_LEVEL="info",
+        PYTHONUNBUFFERED="1",
+    )
     if token is not None:
         env["PULSAR_AUTH_TOKEN"] = token
     return env
 
 
 def run(*args: str, env: dict[str, str], timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "discovery.cli", *args], env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "discovery.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def wait_for(log: Path, marker: str, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
@@ -70,7 +78,9 @@ def product(apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path) -> Iterato
     serve = None
     try:
         wait_for(tmp_path / "up.log", "ready in", up)
-        serve = toolreg_background("serve", "toolservice_base.examples.joke:JokeService", env=env, log=tmp_path / "serve.log")
+        serve = toolreg_background(
+            "serve", "toolservice_base.examples.joke:JokeService", env=env, log=tmp_path / "serve.log"
+        )
         wait_for(tmp_path / "serve.log", "service.announced", serve)
         yield env
     finally:
@@ -96,7 +106,11 @@ def test_up_serve_and_call_work_with_a_token_in_their_own_topicspace(product: di
 def test_without_the_right_token_each_command_says_so_in_one_line(
     apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path, which: str
 ) -> None:
-    token = None if which == "no token" else apache_pulsar.mint_token("admin", secret_key=_other_key(apache_pulsar, tmp_path))
+    token = (
+        None
+        if which == "no token"
+        else apache_pulsar.mint_token("admin", secret_key=_other_key(apache_pulsar, tmp_path))
+    )
     env = env_for(apache_pulsar, tenant, tmp_path / "data", token)
     for command in (["config", "list", "tool"], ["up", "--no-registry"]):
         started = time.monotonic()
@@ -104,12 +118,17 @@ def test_without_the_right_token_each_command_says_so_in_one_line(
         took = time.monotonic() - started
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert done.returncode == 1, (command, done.stderr[-2000:])
-        assert lines and lines[-1].startswith("toolreg: ") and "PULSAR_AUTH_TOKEN" in lines[-1], (command, done.stderr[-2000:])
+        assert lines and lines[-1].startswith("toolreg: ") and "PULSAR_AUTH_TOKEN" in lines[-1], (
+            command,
+            done.stderr[-2000:],
+        )
         assert "Traceback" not in done.stderr
         assert took < 40, f"{command} took {took:.1f}s to fail"
 
 
-def test_a_topicspace_the_cluster_lacks_is_named_with_the_fix_in_one_line(apache_pulsar: ApachePulsar, tmp_path: Path) -> None:
+def test_a_topicspace_the_cluster_lacks_is_named_with_the_fix_in_one_line(
+    apache_pulsar: ApachePulsar, tmp_path: Path
+) -> None:
     env = env_for(apache_pulsar, "no-such-tenant", tmp_path / "data", apache_pulsar.token)
     started = time.monotonic()
     done = run("config", "list", "tool", env=env)
@@ -134,9 +153,16 @@ RESUME = 20.0
 async def test_after_the_broker_restarts_the_service_and_an_agent_call_again_unattended(
     product: dict[str, str], apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path
 ) -> None:
-    settings = Settings(data_dir=tmp_path / "agent", pulsar_url=apache_pulsar.url, broker="apache-pulsar",
-                        topicspace=tenant, auth_token=apache_pulsar.token)
-    async with ToolSet(settings=settings, poll_interval=3600, call_timeout=2.0) as tools:  # pushes only: the watch must recover
+    settings = Settings(
+        data_dir=tmp_path / "agent",
+        pulsar_url=apache_pulsar.url,
+        broker="apache-pulsar",
+        topicspace=tenant,
+        auth_token=apache_pulsar.token,
+    )
+    async with ToolSet(
+        settings=settings, poll_interval=3600, call_timeout=2.0
+    ) as tools:  # pushes only: the watch must recover
         await tools.wait_for(lambda t: "tell-joke" in t.names(), timeout=60)
         assert await _call(tools)
 
@@ -147,7 +173,9 @@ async def test_after_the_broker_restarts_the_service_and_an_agent_call_again_una
             await asyncio.sleep(0.05)
         print(f"broker away {away:.1f}s; first call ok {time.monotonic() - back:.2f}s after it was ready")
 
-        value = json.dumps({"type": "tool-service", "name": "by-hand", "description": "Wired by hand", "service": "joke-service"})
+        value = json.dumps(
+            {"type": "tool-service", "name": "by-hand", "description": "Wired by hand", "service": "joke-service"}
+        )
         put = await asyncio.to_thread(run, "config", "put", "tool/by-hand", "--value", value, env=product)
         assert put.returncode == 0, put.stderr[-2000:]
         await tools.wait_for(lambda t: "by-hand" in t.names(), timeout=10)  # the store's push reached the agent's watch

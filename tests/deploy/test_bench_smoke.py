@@ -24,7 +24,11 @@ def test_quick_bench_writes_results(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--only", "reload", "--only", "propagation", "--out", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=170,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     results = json.loads((tmp_path / "results-pulsar-lite.json").read_text())
@@ -46,7 +50,10 @@ def test_quick_bench_writes_results(tmp_path: Path) -> None:
             assert row["ours"] is not None and row["reference"] is not None
 
     markdown = (tmp_path / "RESULTS.md").read_text()
-    assert "| benchmark | figure | ours, pulsar-lite | reference, pulsar-lite |" in markdown and "python -m bench --quick" in markdown
+    assert (
+        "| benchmark | figure | ours, pulsar-lite | reference, pulsar-lite |" in markdown
+        and "python -m bench --quick" in markdown
+    )
     assert str(tmp_path) not in markdown and str(ROOT) not in json.dumps(results)
 
 
@@ -55,12 +62,20 @@ def test_quick_mcp_bench_writes_results(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--only", "mcp", "--out", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=110,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     (mcp,) = json.loads((tmp_path / "results-pulsar-lite.json").read_text())["benchmarks"]
     data = mcp["data"]
-    assert data["latency"]["count"] == 200 and data["latency"]["mcp"]["p50_ms"] > 0 and data["latency"]["invoke"]["p50_ms"] > 0
+    assert (
+        data["latency"]["count"] == 200
+        and data["latency"]["mcp"]["p50_ms"] > 0
+        and data["latency"]["invoke"]["p50_ms"] > 0
+    )
     assert data["hotplug"]["starts"] == 20 and data["hotplug"]["notified"]["n"] == 20
     assert 0 < data["hotplug"]["notified"]["p50_ms"] <= data["hotplug"]["first_call_ok"]["p50_ms"]
     assert all(row["ours"] is not None and row["reference"] is not None for row in mcp["rows"])
@@ -70,9 +85,19 @@ def test_results_of_two_brokers_sit_side_by_side_and_a_figure_one_lacks_says_so(
     from bench import report
 
     def run(broker: str, rows: list[dict[str, object]]) -> dict[str, object]:
-        meta = {"date": "d", "command": "python -m bench", "wall_seconds": 1.0, "broker": broker, "broker_key": broker,
-                "machine": report.machine(), "versions": report.versions()}
-        return {"meta": meta, "benchmarks": [{"name": "invoke", "title": "Invocation", "reference_is": "bare", "rows": rows}]}
+        meta = {
+            "date": "d",
+            "command": "python -m bench",
+            "wall_seconds": 1.0,
+            "broker": broker,
+            "broker_key": broker,
+            "machine": report.machine(),
+            "versions": report.versions(),
+        }
+        return {
+            "meta": meta,
+            "benchmarks": [{"name": "invoke", "title": "Invocation", "reference_is": "bare", "rows": rows}],
+        }
 
     p50 = {"figure": "p50", "ours": 1.5, "reference": 0.5, "unit": "ms", "target": "<= 3x", "met": True}
     lite = run("pulsar-lite", [p50, {"figure": "only here", "ours": 7, "reference": 7}])
@@ -87,13 +112,32 @@ def test_a_partial_run_replaces_only_its_own_benchmarks_and_is_noted_beside_the_
     from bench import report
 
     def result(name: str, ours: float) -> dict[str, object]:
-        return {"name": name, "title": name, "reference_is": "bare", "rows": [{"figure": "p50", "ours": ours, "reference": 1.0, "unit": "ms"}]}
+        return {
+            "name": name,
+            "title": name,
+            "reference_is": "bare",
+            "rows": [{"figure": "p50", "ours": ours, "reference": 1.0, "unit": "ms"}],
+        }
 
     order = ["propagation", "invoke", "stages"]
     report.write([result("propagation", 5.0), result("invoke", 2.0)], tmp_path, ["--quick"], 1.0, "lite", "pulsar-lite")
-    report.write([result("stages", 9.0), result("invoke", 3.0)], tmp_path, ["--only", "invoke", "--only", "stages"], 1.0, "lite",
-                 "pulsar-lite", partial=order)
+    report.write(
+        [result("stages", 9.0), result("invoke", 3.0)],
+        tmp_path,
+        ["--only", "invoke", "--only", "stages"],
+        1.0,
+        "lite",
+        "pulsar-lite",
+        partial=order,
+    )
     merged = json.loads((tmp_path / "results-pulsar-lite.json").read_text())
-    assert [(b["name"], b["rows"][0]["ours"]) for b in merged["benchmarks"]] == [("propagation", 5.0), ("invoke", 3.0), ("stages", 9.0)]
-    assert merged["meta"]["command"] == "python -m bench --quick" and merged["meta"]["reruns"][0]["names"] == ["invoke", "stages"]
+    assert [(b["name"], b["rows"][0]["ours"]) for b in merged["benchmarks"]] == [
+        ("propagation", 5.0),
+        ("invoke", 3.0),
+        ("stages", 9.0),
+    ]
+    assert merged["meta"]["command"] == "python -m bench --quick" and merged["meta"]["reruns"][0]["names"] == [
+        "invoke",
+        "stages",
+    ]
     assert "re-run since: invoke, stages" in (tmp_path / "RESULTS.md").read_text()

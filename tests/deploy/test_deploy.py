@@ -99,12 +99,21 @@ def k8s_find(kind: str, name: str) -> dict[str, Any]:
 
 
 def pod_specs() -> list[tuple[str, dict[str, Any]]]:
-    return [(f"{d['kind']}/{d['metadata']['name']}", d["spec"]["template"]["spec"]) for d in k8s_docs() if d["kind"] in ("Deployment", "Job")]
+    return [
+        (f"{d['kind']}/{d['metadata']['name']}", d["spec"]["template"]["spec"])
+        for d in k8s_docs()
+        if d["kind"] in ("Deployment", "Job")
+    ]
 
 
 def toolreg_containers() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(where, pod spec, container) for every k8s container running the toolreg image."""
-    return [(f"{where}/{c['name']}", pod, c) for where, pod in pod_specs() for c in pod["containers"] if c["image"] == TOOLREG_IMAGE]
+    return [
+        (f"{where}/{c['name']}", pod, c)
+        for where, pod in pod_specs()
+        for c in pod["containers"]
+        if c["image"] == TOOLREG_IMAGE
+    ]
 
 
 def compose_toolreg_services(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -145,7 +154,8 @@ def _string_value(node: ast.AST, constants: dict[str, str]) -> str | None:
 
 
 def env_vars_read_by_the_package() -> set[str]:
-    """Names passed to os.environ.get / os.getenv / os.environ[...] or settings.env anywhere in the three packages (constants resolved)."""
+    """Names passed to os.environ.get / os.getenv / os.environ[...] or settings.env anywhere in the three packages
+    (constants resolved)."""
     names: set[str] = set()
     for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
@@ -153,7 +163,9 @@ def env_vars_read_by_the_package() -> set[str]:
             constants = {
                 target.id: node.value.value
                 for node in tree.body
-                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+                if isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
                 for target in node.targets
                 if isinstance(target, ast.Name)
             }
@@ -250,7 +262,9 @@ def test_deployments_have_probes_resources_and_a_hardened_pod() -> None:
         spec = deployment["spec"]
         assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
         pod = spec["template"]["spec"]
-        assert pod["enableServiceLinks"] is False, "service links would inject *_PORT variables, e.g. TOOLREG_METRICS_PORT"
+        assert pod["enableServiceLinks"] is False, (
+            "service links would inject *_PORT variables, e.g. TOOLREG_METRICS_PORT"
+        )
         assert pod["securityContext"]["runAsNonRoot"] is True
         for container in pod["containers"]:
             assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -264,7 +278,6 @@ def test_deployments_have_probes_resources_and_a_hardened_pod() -> None:
         assert compose()["services"][service]["deploy"]["replicas"] == 2
 
 
-
 def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     """Whether a label selector (matchLabels only; the manifests use nothing else) selects these labels."""
     assert set(selector) == {"matchLabels"}, f"unexpected selector {selector}"
@@ -272,15 +285,24 @@ def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 
 
 def data_dir() -> str:
-    env = dict(pair.split("=", 1) for instruction, args in containerfile() if instruction == "ENV" for pair in args.split() if "=" in pair)
+    env = dict(
+        pair.split("=", 1)
+        for instruction, args in containerfile()
+        if instruction == "ENV"
+        for pair in args.split()
+        if "=" in pair
+    )
     return env["TOOLREG_DATA_DIR"]
 
 
 def test_the_registry_runs_as_a_replica_group_on_pulsar() -> None:
-    """`toolreg up` with TOOLREG_STORE=pulsar, several at once: state on the broker, nothing on a volume two would share."""
+    """`toolreg up` with TOOLREG_STORE=pulsar, several at once: state on the broker, nothing on a volume two would
+    share."""
     deployment = k8s_find("Deployment", "toolreg-registry")
     spec = deployment["spec"]
-    assert spec["replicas"] >= 3, "one active replica and two standbys, so one can be disrupted while another takes over"
+    assert spec["replicas"] >= 3, (
+        "one active replica and two standbys, so one can be disrupted while another takes over"
+    )
     assert spec["strategy"]["type"] == "RollingUpdate" and spec["strategy"]["rollingUpdate"]["maxUnavailable"] in (0, 1)
     pod = spec["template"]["spec"]
     labels = spec["template"]["metadata"]["labels"]
@@ -300,10 +322,16 @@ def test_the_registry_runs_as_a_replica_group_on_pulsar() -> None:
     covering = [b for b in budgets if selects(b["spec"]["selector"], labels)]
     assert len(covering) == 1, "one PodDisruptionBudget selects the registry's pods"
     budget = covering[0]
-    assert budget["apiVersion"] == "policy/v1" and budget["spec"]["maxUnavailable"] == 1 and "minAvailable" not in budget["spec"]
+    assert (
+        budget["apiVersion"] == "policy/v1"
+        and budget["spec"]["maxUnavailable"] == 1
+        and "minAvailable" not in budget["spec"]
+    )
     for doc in k8s_docs():  # and nothing else's
         if doc["kind"] == "Deployment" and doc["metadata"]["name"] != "toolreg-registry":
-            assert not selects(budget["spec"]["selector"], doc["spec"]["template"]["metadata"]["labels"]), doc["metadata"]["name"]
+            assert not selects(budget["spec"]["selector"], doc["spec"]["template"]["metadata"]["labels"]), doc[
+                "metadata"
+            ]["name"]
     service = k8s_find("Service", "toolreg-registry")["spec"]
     assert service["selector"].items() <= labels.items()
 
@@ -313,8 +341,11 @@ def test_the_registry_runs_as_a_replica_group_on_pulsar() -> None:
         assert registry["deploy"]["replicas"] >= 2, variant
         mounts = [str(v).split(":")[1] for v in registry.get("volumes", [])]
         assert data_dir() not in mounts, f"compose ({variant}): replicas sharing {data_dir()} would share one lock file"
-        assert all(str(v).endswith(":ro") for v in registry.get("volumes", [])), f"compose ({variant}): only read-only mounts"
+        assert all(str(v).endswith(":ro") for v in registry.get("volumes", [])), (
+            f"compose ({variant}): only read-only mounts"
+        )
     assert "toolreg-data" not in (compose().get("volumes") or {}), "no store volume is left behind"
+
 
 def test_the_broker_is_apache_pulsar_4_standalone_with_its_own_health_check() -> None:
     pulsar = compose()["services"]["pulsar"]
@@ -326,10 +357,16 @@ def test_the_broker_is_apache_pulsar_4_standalone_with_its_own_health_check() ->
     assert pulsar["healthcheck"]["test"] == ["CMD", "bin/pulsar-admin", "brokers", "healthcheck"]
     init = compose()["services"]["pulsar-init"]
     assert init["depends_on"] == {"pulsar": {"condition": "service_healthy"}}
-    assert init["image"] == pulsar["image"] == k8s_find("Job", "toolreg-pulsar-init")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert (
+        init["image"]
+        == pulsar["image"]
+        == k8s_find("Job", "toolreg-pulsar-init")["spec"]["template"]["spec"]["containers"][0]["image"]
+    )
     for name in compose_toolreg_services(compose()):
         depends = compose()["services"][name]["depends_on"]
-        assert depends.get("pulsar-init") == {"condition": "service_completed_successfully"} or "registry" in depends, name
+        assert depends.get("pulsar-init") == {"condition": "service_completed_successfully"} or "registry" in depends, (
+            name
+        )
 
 
 def test_compose_has_no_unintended_interpolation() -> None:
@@ -361,8 +398,12 @@ def test_every_toolreg_command_in_deploy_exists() -> None:
             check_toolreg_argv(argv, f"k8s {where}")
             checked += 1
     assert checked >= 16
-    commands = {tuple(argv[:1]) for service in compose()["services"].values() if service.get("image") == TOOLREG_IMAGE
-                for argv in toolreg_argvs(service.get("entrypoint"), service["command"])}
+    commands = {
+        tuple(argv[:1])
+        for service in compose()["services"].values()
+        if service.get("image") == TOOLREG_IMAGE
+        for argv in toolreg_argvs(service.get("entrypoint"), service["command"])
+    }
     assert {("up",), ("serve",), ("tools",), ("call",)} <= commands
 
 
@@ -381,7 +422,13 @@ def test_the_image_entry_point_is_the_toolreg_script() -> None:
 
 def test_every_environment_variable_named_is_read_by_the_code() -> None:
     read = env_vars_read_by_the_package()
-    assert {"PULSAR_URL", "PULSAR_AUTH_TOKEN", "PULSAR_AUTH_TOKEN_FILE", "TOOLREG_DATA_DIR", "TOOLREG_METRICS_PORT"} <= read
+    assert {
+        "PULSAR_URL",
+        "PULSAR_AUTH_TOKEN",
+        "PULSAR_AUTH_TOKEN_FILE",
+        "TOOLREG_DATA_DIR",
+        "TOOLREG_METRICS_PORT",
+    } <= read
     named: dict[str, str] = {}
     for variant in ("base", "auth"):
         for name, service in compose_toolreg_services(compose(variant)).items():
@@ -430,7 +477,10 @@ def test_ports_agree_with_the_code() -> None:
     assert (broker.scheme, broker.port) == ("pulsar", PULSAR_PORT)
     init_env = k8s_env(k8s_find("Job", "toolreg-pulsar-init")["spec"]["template"]["spec"]["containers"][0])
     init_admin = urlsplit(init_env["PULSAR_ADMIN_URL"])
-    assert (init_admin.hostname, init_admin.port) == (broker.hostname, PULSAR_ADMIN_PORT), "init and toolreg must target one cluster"
+    assert (init_admin.hostname, init_admin.port) == (
+        broker.hostname,
+        PULSAR_ADMIN_PORT,
+    ), "init and toolreg must target one cluster"
     for doc in k8s_docs():
         if doc["kind"] != "Deployment":
             continue
@@ -460,7 +510,11 @@ def persistent_namespaces_the_code_uses() -> set[str]:
     """tenant/namespace of every persistent topic of the default topicspace: the replicated store's state."""
     default = topics.DEFAULT
     uris = [getattr(default, name) for name in dir(topics.Topics) if isinstance(getattr(topics.Topics, name), property)]
-    return {"/".join(uri.split("://", 1)[1].split("/")[:2]) for uri in uris if isinstance(uri, str) and uri.startswith("persistent://")}
+    return {
+        "/".join(uri.split("://", 1)[1].split("/")[:2])
+        for uri in uris
+        if isinstance(uri, str) and uri.startswith("persistent://")
+    }
 
 
 def unlimited_namespaces() -> set[str]:
@@ -472,14 +526,21 @@ def unlimited_namespaces() -> set[str]:
 
 def test_the_init_step_creates_every_namespace_the_code_uses() -> None:
     _, created = init_script_layout()
-    assert created == namespaces_the_code_uses() == {"tg/request", "tg/response", "tg/notify", "tg/discovery", "tg/state"}
+    assert (
+        created == namespaces_the_code_uses() == {"tg/request", "tg/response", "tg/notify", "tg/discovery", "tg/state"}
+    )
     assert created == {f"tg/{namespace}" for namespace in topics.NAMESPACES}
     # the replicated store's log and snapshots must outlive every reader: their namespace keeps everything
     assert unlimited_namespaces() == persistent_namespaces_the_code_uses() == {"tg/state"}
     embedded = k8s_find("ConfigMap", "toolreg-pulsar-init")["data"]["pulsar-init.sh"]
-    assert embedded == (DEPLOY / "pulsar-init.sh").read_text(), "deploy/k8s/pulsar-init.yaml must embed deploy/pulsar-init.sh verbatim"
+    assert embedded == (DEPLOY / "pulsar-init.sh").read_text(), (
+        "deploy/k8s/pulsar-init.yaml must embed deploy/pulsar-init.sh verbatim"
+    )
     init = compose()["services"]["pulsar-init"]
-    assert "./pulsar-init.sh:/toolreg/pulsar-init.sh:ro" in init["volumes"] and init["command"] == ["sh", "/toolreg/pulsar-init.sh"]
+    assert "./pulsar-init.sh:/toolreg/pulsar-init.sh:ro" in init["volumes"] and init["command"] == [
+        "sh",
+        "/toolreg/pulsar-init.sh",
+    ]
 
 
 FAKE_ADMIN = """#!/bin/sh
@@ -510,7 +571,12 @@ def test_the_init_script_is_idempotent_and_passes_auth(tmp_path: Path, shell: st
     token = tmp_path / "admin.token"
     token.write_text("jwt")
     command = [argv0, str(DEPLOY / "pulsar-init.sh")]
-    env = {"PATH": os.environ["PATH"], "PULSAR_HOME": str(tmp_path), "STATE": str(tmp_path), "PULSAR_ADMIN_URL": "http://broker:8080"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "PULSAR_HOME": str(tmp_path),
+        "STATE": str(tmp_path),
+        "PULSAR_ADMIN_URL": "http://broker:8080",
+    }
 
     def run(**extra: str) -> list[str]:
         (tmp_path / "calls").unlink(missing_ok=True)
@@ -530,10 +596,14 @@ def test_the_init_script_is_idempotent_and_passes_auth(tmp_path: Path, shell: st
     assert {call.split()[-5] for call in grants} == init_script_layout()[1]
     assert all(call.endswith("--role toolreg --actions produce,consume") for call in grants)
     for calls in (first, second):  # set on every run: a namespace made before (or by hand) gets it too
-        retention = [call.split(" namespaces set-retention ", 1)[1] for call in calls if " namespaces set-retention " in call]
+        retention = [
+            call.split(" namespaces set-retention ", 1)[1] for call in calls if " namespaces set-retention " in call
+        ]
         assert retention == [f"{namespace} --size -1 --time -1" for namespace in sorted(unlimited_namespaces())]
     token.write_text("")
-    assert not any("--auth-params" in call for call in run(PULSAR_ADMIN_TOKEN_FILE=str(token))), "an empty token file means no auth"
+    assert not any("--auth-params" in call for call in run(PULSAR_ADMIN_TOKEN_FILE=str(token))), (
+        "an empty token file means no auth"
+    )
 
 
 def test_the_shell_scripts_parse() -> None:
@@ -561,16 +631,23 @@ def test_the_token_variant_authenticates_every_product_container_and_the_broker(
     env = pulsar["environment"]
     prefix = "PULSAR_PREFIX_"  # applied to conf/standalone.conf by apply-config-from-env.py in the broker's command
     assert env[prefix + "authenticationEnabled"] == "true"
-    assert env[prefix + "authenticationProviders"] == "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
+    assert (
+        env[prefix + "authenticationProviders"] == "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
+    )
     assert env[prefix + "brokerClientAuthenticationPlugin"] == "org.apache.pulsar.client.impl.auth.AuthenticationToken"
     for key in ("tokenSecretKey", "brokerClientAuthenticationParameters"):
         path = env[prefix + key].removeprefix("file://")
         assert any(v.endswith(":ro") and v.split(":")[1] == str(Path(path).parent) for v in pulsar["volumes"]), key
     assert env[prefix + "superUserRoles"] == "admin"
-    assert "--auth-params" in pulsar["healthcheck"]["test"] and pulsar["healthcheck"]["test"][-2:] == ["brokers", "healthcheck"]
+    assert "--auth-params" in pulsar["healthcheck"]["test"] and pulsar["healthcheck"]["test"][-2:] == [
+        "brokers",
+        "healthcheck",
+    ]
     assert pulsar["depends_on"]["pulsar-secrets"] == {"condition": "service_completed_successfully"}
     init = spec["services"]["pulsar-init"]["environment"]
-    assert init["PULSAR_ADMIN_TOKEN_FILE"] == env[prefix + "brokerClientAuthenticationParameters"].removeprefix("file://")
+    assert init["PULSAR_ADMIN_TOKEN_FILE"] == env[prefix + "brokerClientAuthenticationParameters"].removeprefix(
+        "file://"
+    )
     assert init["TOOLREG_ROLE"] == "toolreg"
 
     for where, pod, container in toolreg_containers():
@@ -602,27 +679,34 @@ def test_the_image_builds_from_exactly_what_it_copies(tmp_path: Path) -> None:
     out = tmp_path / "dist"
     build = subprocess.run(
         [sys.executable, "-c", f"import setuptools.build_meta as b; print(b.build_sdist({str(out)!r}))"],
-        cwd=work, capture_output=True, text=True, timeout=120,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert build.returncode == 0, build.stderr[-2000:]
     with tarfile.open(out / build.stdout.strip().splitlines()[-1]) as sdist:
         names = sdist.getnames()
         entry_points = next(n for n in names if n.endswith(".egg-info/entry_points.txt"))
         assert "toolreg = discovery.cli:main" in sdist.extractfile(entry_points).read().decode()  # type: ignore[union-attr]
-    for module in ("discovery/web/health.py", "discovery/cli/main.py", "discovery/web/static/page.js", "toolservice_base/metrics.py", "agent_bridge/__init__.py"):
+    for module in (
+        "discovery/web/health.py",
+        "discovery/cli/main.py",
+        "discovery/web/static/page.js",
+        "toolservice_base/metrics.py",
+        "agent_bridge/__init__.py",
+    ):
         assert any(n.endswith(module) for n in names), module
     probe = (
-        "import importlib, pkgutil, sys\n"
-        f"packages = {PACKAGES!r}\n"
-        "for name in packages:\n"
-        "    package = importlib.import_module(name)\n"
-        "    for info in pkgutil.walk_packages(package.__path__, name + '.'):\n"
-        "        importlib.import_module(info.name)\n"
-        "outside = [m for n, m in sys.modules.items() if n.split('.')[0] in packages and not m.__file__.startswith(sys.argv[1])]\n"
-        "assert not outside, outside\n"
-        "from discovery.cli.main import build_parser; build_parser()\n"
+        f"import importlib, pkgutil, sys\npackages = {PACKAGES!r}\nfor name in packages:\n    package ="
+        " importlib.import_module(name)\n    for info in pkgutil.walk_packages(package.__path__, name + '.'):\n       "
+        " importlib.import_module(info.name)\noutside = [m for n, m in sys.modules.items() if n.split('.')[0] in"
+        " packages and not m.__file__.startswith(sys.argv[1])]\nassert not outside, outside\nfrom discovery.cli.main"
+        " import build_parser; build_parser()\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe, str(work)], cwd=work, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", probe, str(work)], cwd=work, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
 
 
@@ -653,23 +737,34 @@ def running_stack(broker: EmbeddedBroker, tmp_path: Path) -> Any:
         proc.wait(timeout=20)
 
 
-def test_the_k8s_smoke_job_lists_and_calls_the_tools(running_stack: Any, broker: EmbeddedBroker, tmp_path: Path) -> None:
+def test_the_k8s_smoke_job_lists_and_calls_the_tools(
+    running_stack: Any, broker: EmbeddedBroker, tmp_path: Path
+) -> None:
     container = k8s_find("Job", "toolreg-smoke")["spec"]["template"]["spec"]["containers"][0]
     result = subprocess.run(
-        [*container["command"], script_of(container)], env=run_env(broker, tmp_path / "smoke"), capture_output=True, text=True, timeout=120
+        [*container["command"], script_of(container)],
+        env=run_env(broker, tmp_path / "smoke"),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "tell-joke" in result.stdout and "calculate" in result.stdout
     assert "pun" in result.stdout and "\n20\n" in result.stdout, result.stdout
 
 
-def test_the_compose_bridge_lists_and_calls_the_tools(running_stack: Any, broker: EmbeddedBroker, tmp_path: Path) -> None:
+def test_the_compose_bridge_lists_and_calls_the_tools(
+    running_stack: Any, broker: EmbeddedBroker, tmp_path: Path
+) -> None:
     bridge = compose()["services"]["bridge"]
     log = tmp_path / "bridge.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [*bridge["entrypoint"], script_of(bridge)], env=run_env(broker, tmp_path / "bridge"),
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [*bridge["entrypoint"], script_of(bridge)],
+            env=run_env(broker, tmp_path / "bridge"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         deadline = 90.0
@@ -714,7 +809,9 @@ def test_operator_docs_cover_every_setting_metric_and_topic() -> None:
     # every option of the long-running commands an operator starts, and of `toolreg replicas`
     subcommands = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction").choices
     for command in ("up", "registry", "replicas"):
-        flags = {o for a in subcommands[command]._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+        flags = {
+            o for a in subcommands[command]._actions for o in a.option_strings if o.startswith("--") and o != "--help"
+        }
         missing = [f for f in sorted(flags) if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", docs)]
         assert not missing, f"docs/operators.md does not mention `toolreg {command}`'s {missing}"
     readme = (ROOT / "README.md").read_text()

@@ -1,4 +1,5 @@
-"""Fixtures for the agent-framework tests (test_*_live_tools.py): announced services on a real broker, and a live ToolSet on them.
+"""Fixtures for the agent-framework tests (test_*_live_tools.py): announced services on a real broker, and a live
+ToolSet on them.
 
 Every framework test runs the framework's own agent loop with its own test
 model; only the model is scripted. The tools come from real services that

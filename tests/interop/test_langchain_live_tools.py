@@ -1,4 +1,5 @@
-"""LangChain's own agent loop (`create_agent`, on LangGraph) with a scripted fake chat model, over a real broker, registry and store.
+"""LangChain's own agent loop (`create_agent`, on LangGraph) with a scripted fake chat model, over a real broker,
+registry and store.
 
 The model is langchain-core's `GenericFakeChatModel` taught `bind_tools`: it
 records the tools each model call is bound with and the tool messages it
@@ -37,7 +38,9 @@ _ids = itertools.count(1)
 
 
 def call(tool: str, **arguments: Any) -> AIMessage:
-    return AIMessage(content="", tool_calls=[{"name": tool, "args": arguments, "id": f"call-{next(_ids)}", "type": "tool_call"}])
+    return AIMessage(
+        content="", tool_calls=[{"name": tool, "args": arguments, "id": f"call-{next(_ids)}", "type": "tool_call"}]
+    )
 
 
 def say(text: str) -> AIMessage:
@@ -75,14 +78,26 @@ class ScriptedChatModel(GenericFakeChatModel):
     messages: Any = iter(())
     disable_streaming: bool = True  # the fake's streaming would drop tool calls
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+    def bind_tools(
+        self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, AIMessage]:
         return self.model_copy(update={"bound": sorted(convert_to_openai_tool(t)["function"]["name"] for t in tools)})
 
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
         raise NotImplementedError("the tests run the agent asynchronously")
 
     async def _agenerate(
-        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
     ) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=await self.script.respond(messages, self.bound))])
 
@@ -95,7 +110,9 @@ def script() -> Script:
 async def test_a_create_agent_agent_with_the_middleware_follows_the_services_between_turns_and_within_one(
     script: Script, live_toolset: ToolSet, live_services: Services
 ) -> None:
-    agent = create_agent(ScriptedChatModel(script=script), middleware=[live_tools_middleware(live_toolset)], checkpointer=InMemorySaver())
+    agent = create_agent(
+        ScriptedChatModel(script=script), middleware=[live_tools_middleware(live_toolset)], checkpointer=InMemorySaver()
+    )
     thread = {"configurable": {"thread_id": "one conversation"}}
 
     async def turn(*plan: Step) -> str:
@@ -113,7 +130,8 @@ async def test_a_create_agent_agent_with_the_middleware_follows_the_services_bet
     assert script.offered == [["echo"], ["echo"]]
     assert script.told == [("success", "hello broker")]
 
-    # A second one starts: the next turn offers both, and a streaming tool's chunks come as LangGraph streams tool output.
+    # A second one starts: the next turn offers both, and a streaming tool's chunks come as LangGraph streams tool
+    # output.
     await live_services.start(CountdownService)
     script.run(call("countdown", start=3), say("done"))
     deltas = [
@@ -131,7 +149,11 @@ async def test_a_create_agent_agent_with_the_middleware_follows_the_services_bet
         return call("echo", text="and now?")
 
     await turn(start_calculator, call("calculate", expression="6 * 7"), say("done"))
-    assert script.offered == [["countdown", "echo"], ["calculate", "countdown", "echo"], ["calculate", "countdown", "echo"]]
+    assert script.offered == [
+        ["countdown", "echo"],
+        ["calculate", "countdown", "echo"],
+        ["calculate", "countdown", "echo"],
+    ]
     assert script.told == [("success", "and now?"), ("success", "42")]
 
     # A service stops, even mid-turn: a call already made is told so, and the next model call does not offer it.
@@ -145,13 +167,17 @@ async def test_a_create_agent_agent_with_the_middleware_follows_the_services_bet
     assert status == "error" and text.startswith("no tool named 'echo'")
 
 
-async def test_structured_tools_have_the_schemas_and_errors_go_back_to_the_model(script: Script, live_toolset: ToolSet, live_services: Services) -> None:
+async def test_structured_tools_have_the_schemas_and_errors_go_back_to_the_model(
+    script: Script, live_toolset: ToolSet, live_services: Services
+) -> None:
     await live_services.start(EchoService)
     await live_services.start(NapService)
     tools = as_langchain_tools(live_toolset)
     assert [t.name for t in tools] == ["acme_nap", "echo"]  # the dotted name, OpenAI-safe
     assert all(isinstance(t, LiveTool) and t.handle_tool_error for t in tools)
-    assert tools[1].args_schema == live_toolset.describe()[1]["parameters"]  # the ToolSet's JSON Schema, as the model gets it
+    assert (
+        tools[1].args_schema == live_toolset.describe()[1]["parameters"]
+    )  # the ToolSet's JSON Schema, as the model gets it
     assert convert_to_openai_tool(tools[0])["function"]["parameters"] == live_toolset.describe()[0]["parameters"]
 
     # Sync, from another thread (the agent's sync path runs tools so); the ToolSet's loop does the call.
@@ -168,7 +194,10 @@ async def test_structured_tools_have_the_schemas_and_errors_go_back_to_the_model
 
     # Bad arguments: an error message naming the argument; the model corrects its call.
     assert await turn(call("echo", txt="hi"), call("echo", text="hi"), say("fixed")) == "fixed"
-    assert script.told == [("error", "bad-arguments: tool 'echo': argument 'text' is missing (required, string) (tool service 'echo')"), ("success", "hi")]
+    assert script.told == [
+        ("error", "bad-arguments: tool 'echo': argument 'text' is missing (required, string) (tool service 'echo')"),
+        ("success", "hi"),
+    ]
 
     # A timing-out tool: an error message; the run goes on.
     assert await turn(call("acme_nap", seconds=30), say("gave up")) == "gave up"
@@ -190,4 +219,7 @@ def test_a_missing_framework_is_one_line_naming_the_extra(monkeypatch: pytest.Mo
     monkeypatch.setitem(sys.modules, "langchain_core", None)  # as if it were not installed
     with pytest.raises(ModuleNotFoundError) as caught:
         importlib.import_module("agent_bridge.integrations.langchain")
-    assert str(caught.value) == "agent_bridge.integrations needs langchain-core for this: pip install 'tool-discovery[langchain]'"
+    assert (
+        str(caught.value)
+        == "agent_bridge.integrations needs langchain-core for this: pip install 'tool-discovery[langchain]'"
+    )

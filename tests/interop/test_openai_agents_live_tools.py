@@ -44,14 +44,21 @@ class TagsService(DynamicToolService):
     """A tool with an array argument: strict mode cannot take its schema as it is."""
 
     descriptor = {"id": "tags"}
-    tools = [{"name": "count-tags", "description": "Count tags", "arguments": [{"name": "tags", "type": "array", "description": "Tags"}]}]
+    tools = [
+        {
+            "name": "count-tags",
+            "description": "Count tags",
+            "arguments": [{"name": "tags", "type": "array", "description": "Tags"}],
+        }
+    ]
 
     async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> str:
         return str(len(arguments["tags"]))
 
 
 class Script:
-    """The model's side: each step answers from a plan and records the tools it was given and the outputs it was sent."""
+    """The model's side: each step answers from a plan and records the tools it was given and the outputs it was
+    sent."""
 
     def __init__(self) -> None:
         self.offered: list[list[str]] = []
@@ -64,7 +71,11 @@ class Script:
         async def respond(call: ModelCall) -> Output:
             self.offered.append(sorted(t.name for t in call.tools if isinstance(t, FunctionTool)))
             for item in call.input if isinstance(call.input, list) else []:
-                if isinstance(item, dict) and item.get("type") == "function_call_output" and item["call_id"] not in self._seen:
+                if (
+                    isinstance(item, dict)
+                    and item.get("type") == "function_call_output"
+                    and item["call_id"] not in self._seen
+                ):
                     self._seen.add(item["call_id"])
                     self.told.append(str(item["output"]))
             step = steps.pop(0)
@@ -81,7 +92,9 @@ def script() -> Script:
     return Script()
 
 
-async def test_each_run_gets_the_services_running_then(script: Script, live_toolset: ToolSet, live_services: Services) -> None:
+async def test_each_run_gets_the_services_running_then(
+    script: Script, live_toolset: ToolSet, live_services: Services
+) -> None:
     agent: Agent[Any] = Agent(name="assistant", instructions="Use the tools.")
 
     def live() -> Agent[Any]:  # the tools of the moment, for each run
@@ -114,7 +127,9 @@ async def test_each_run_gets_the_services_running_then(script: Script, live_tool
     assert script.offered == [["calculate", "countdown"]]
 
 
-async def test_strict_schemas_where_allowed_and_errors_go_back_to_the_model(script: Script, live_toolset: ToolSet, live_services: Services) -> None:
+async def test_strict_schemas_where_allowed_and_errors_go_back_to_the_model(
+    script: Script, live_toolset: ToolSet, live_services: Services
+) -> None:
     await live_services.start(EchoService)
     await live_services.start(NapService)
     await live_services.start(TagsService)
@@ -124,12 +139,17 @@ async def test_strict_schemas_where_allowed_and_errors_go_back_to_the_model(scri
     assert tools["echo"].params_json_schema == live_toolset.describe()[2]["parameters"]
     assert tools["count-tags"].strict_json_schema is False  # an array of anything: sent non-strict, as it is
     assert tools["count-tags"].params_json_schema == live_toolset.describe()[1]["parameters"]
-    assert not strict_compatible({"type": "object", "properties": {"a": {"type": "string"}}, "required": [], "additionalProperties": False})
+    assert not strict_compatible(
+        {"type": "object", "properties": {"a": {"type": "string"}}, "required": [], "additionalProperties": False}
+    )
     agent: Agent[Any] = Agent(name="assistant", tools=list(tools.values()))
 
     # Bad arguments: a message naming the argument; the model corrects its call.
     assert await script.run(agent, call("echo", txt="hi"), call("echo", text="hi"), say("fixed")) == "fixed"
-    assert script.told == ["bad-arguments: tool 'echo': argument 'text' is missing (required, string) (tool service 'echo')", "hi"]
+    assert script.told == [
+        "bad-arguments: tool 'echo': argument 'text' is missing (required, string) (tool service 'echo')",
+        "hi",
+    ]
     assert await script.run(agent, call("count-tags", tags=["a", "b"]), say("two")) == "two"
     assert script.told == ["2"]
 
@@ -153,4 +173,7 @@ def test_a_missing_framework_is_one_line_naming_the_extra(monkeypatch: pytest.Mo
     monkeypatch.setitem(sys.modules, "agents", None)  # as if it were not installed
     with pytest.raises(ModuleNotFoundError) as caught:
         importlib.import_module("agent_bridge.integrations.openai_agents")
-    assert str(caught.value) == "agent_bridge.integrations needs openai-agents for this: pip install 'tool-discovery[openai-agents]'"
+    assert (
+        str(caught.value)
+        == "agent_bridge.integrations needs openai-agents for this: pip install 'tool-discovery[openai-agents]'"
+    )

@@ -1,4 +1,5 @@
-"""pydantic-ai's own agent loop (`Agent.run`, a `FunctionModel`) on `LiveToolset` over a real broker, registry and store.
+"""pydantic-ai's own agent loop (`Agent.run`, a `FunctionModel`) on `LiveToolset` over a real broker, registry and
+store.
 
 The scripted model records the tools each step offers it and what it was
 told about its last calls, so each test fails if the live set, the answers
@@ -76,7 +77,9 @@ def ask(script: Script, live_toolset: ToolSet) -> Callable[..., Awaitable[str]]:
     return run
 
 
-async def test_each_run_and_each_step_offers_the_services_running_then(ask: Callable[..., Awaitable[str]], script: Script, live_services: Services) -> None:
+async def test_each_run_and_each_step_offers_the_services_running_then(
+    ask: Callable[..., Awaitable[str]], script: Script, live_services: Services
+) -> None:
     await ask(say("nothing to call"))
     assert script.offered == [[]]
 
@@ -99,7 +102,11 @@ async def test_each_run_and_each_step_offers_the_services_running_then(ask: Call
         return call("echo", text="and now?")
 
     await ask(start_calculator, call("calculate", expression="6 * 7"), say("done"))
-    assert script.offered == [["countdown", "echo"], ["calculate", "countdown", "echo"], ["calculate", "countdown", "echo"]]
+    assert script.offered == [
+        ["countdown", "echo"],
+        ["calculate", "countdown", "echo"],
+        ["calculate", "countdown", "echo"],
+    ]
     assert script.told == [("success", "and now?"), ("success", "42")]
 
     # A service stops: the next run does not offer it.
@@ -125,7 +132,9 @@ async def test_bad_arguments_a_vanished_tool_and_a_timeout_go_back_to_the_model(
     assert output == "gave up"
     assert "acme_nap" in script.offered[0]
     [(outcome, text)] = script.told
-    assert outcome == "failed" and text.startswith("timeout:") and "nap" in text  # the caller's deadline, or the service's
+    assert (
+        outcome == "failed" and text.startswith("timeout:") and "nap" in text
+    )  # the caller's deadline, or the service's
 
     # A tool that leaves between the step that offered it and the call: a ModelRetry, then it is not offered.
     async def echo_leaves_first() -> ModelResponse:
@@ -141,8 +150,8 @@ async def test_bad_arguments_a_vanished_tool_and_a_timeout_go_back_to_the_model(
 
 def test_importing_the_bridge_loads_no_framework() -> None:
     code = (
-        "import sys, json, agent_bridge, agent_bridge.integrations\n"
-        "print(json.dumps(sorted(m for m in ('pydantic_ai', 'langchain_core', 'langchain', 'langgraph', 'agents', 'openai') if m in sys.modules)))"
+        "import sys, json, agent_bridge, agent_bridge.integrations\nprint(json.dumps(sorted(m for m in ('pydantic_ai',"
+        " 'langchain_core', 'langchain', 'langgraph', 'agents', 'openai') if m in sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
     assert json.loads(out) == []
@@ -153,4 +162,7 @@ def test_a_missing_framework_is_one_line_naming_the_extra(monkeypatch: pytest.Mo
     monkeypatch.setitem(sys.modules, "pydantic_ai", None)  # as if it were not installed
     with pytest.raises(ModuleNotFoundError) as caught:
         importlib.import_module("agent_bridge.integrations.pydantic_ai")
-    assert str(caught.value) == "agent_bridge.integrations needs pydantic-ai-slim for this: pip install 'tool-discovery[pydantic-ai]'"
+    assert (
+        str(caught.value)
+        == "agent_bridge.integrations needs pydantic-ai-slim for this: pip install 'tool-discovery[pydantic-ai]'"
+    )

@@ -34,23 +34,41 @@ def static_service(service_id: str, **extra: object) -> dict[str, object]:
 
 
 def static_tool(name: str, service: str) -> dict[str, object]:
-    return {"type": "tool-service", "name": name, "description": f"{name}, written by hand", "service": service, "arguments": []}
+    return {
+        "type": "tool-service",
+        "name": name,
+        "description": f"{name}, written by hand",
+        "service": service,
+        "arguments": [],
+    }
 
 
 async def put_static(config: ConfigClient, workspace: str, service_id: str, tool: str) -> None:
     await config.put(
-        [("tool-service", service_id, json.dumps(static_service(service_id))), ("tool", tool, json.dumps(static_tool(tool, service_id)))],
+        [
+            ("tool-service", service_id, json.dumps(static_service(service_id))),
+            ("tool", tool, json.dumps(static_tool(tool, service_id))),
+        ],
         workspace=workspace,
     )
 
 
 async def test_a_trustgraph_processor_loads_announced_and_static_tools_in_every_workspace_and_follows_changes(
-    broker: EmbeddedBroker, settings: Settings, config_client: ConfigClient, config_store: ConfigStoreService, registry: Registry
+    broker: EmbeddedBroker,
+    settings: Settings,
+    config_client: ConfigClient,
+    config_store: ConfigStoreService,
+    registry: Registry,
 ) -> None:
     await put_static(config_client, "default", "weather", "forecast")
     await put_static(config_client, "team", "directory", "lookup")
-    await put_static(config_client, "__template__", "template-service", "template-tool")  # reserved: stored, never loaded
-    async with JokeService(settings=settings, ttl=TTL) as joke, EchoService(settings=settings, ttl=TTL, workspace="team"):
+    await put_static(
+        config_client, "__template__", "template-service", "template-tool"
+    )  # reserved: stored, never loaded
+    async with (
+        JokeService(settings=settings, ttl=TTL) as joke,
+        EchoService(settings=settings, ttl=TTL, workspace="team"),
+    ):
         await eventually(lambda: config_client.list("tool"), timeout=5)
         await eventually(lambda: _has(config_client, "default", "tell-joke"))
         await eventually(lambda: _has(config_client, "team", "echo"))
@@ -100,8 +118,13 @@ async def test_a_trustgraph_processor_started_before_the_store_loads_once_it_ans
     import asyncio
 
     store = ConfigStoreService.in_data_dir(connection, settings.data_dir)
-    store.store.put("default", [("tool-service", "weather", json.dumps(static_service("weather"))),
-                                ("tool", "forecast", json.dumps(static_tool("forecast", "weather")))])
+    store.store.put(
+        "default",
+        [
+            ("tool-service", "weather", json.dumps(static_service("weather"))),
+            ("tool", "forecast", json.dumps(static_tool("forecast", "weather"))),
+        ],
+    )
     agent = ToolWatcher(id="late-store", pulsar_host=broker.url, config_timeout=1)
     starting = asyncio.create_task(agent.start())
     try:

@@ -16,13 +16,24 @@ import pytest
 from support import eventually
 from support.trustgraph import CONFIG_TIMEOUT
 from trustgraph.base import RequestResponseClient, get_async_pubsub
-from trustgraph.schema import ConfigKey, ConfigRequest, ConfigResponse, ConfigValue, config_request_queue, config_response_queue
+from trustgraph.schema import (
+    ConfigKey,
+    ConfigRequest,
+    ConfigResponse,
+    ConfigValue,
+    config_request_queue,
+    config_response_queue,
+)
 
 from discovery.broker import EmbeddedBroker
 from discovery.store.service import ConfigStoreService, workspace_queues
 from toolservice_base import ConfigClient, ConfigPush, RequestClient, Settings, Transport, topics, watch_config
 
-SERVICE = {"id": "weather", "request-queue": topics.DEFAULT.request_queue("weather"), "response-queue": topics.DEFAULT.response_queue("weather")}
+SERVICE = {
+    "id": "weather",
+    "request-queue": topics.DEFAULT.request_queue("weather"),
+    "response-queue": topics.DEFAULT.response_queue("weather"),
+}
 TOOL = {"type": "tool-service", "name": "forecast", "description": "The weather", "service": "weather"}
 
 
@@ -33,15 +44,22 @@ async def backend(broker: EmbeddedBroker) -> AsyncIterator[Any]:
     await pubsub.close()
 
 
-async def trustgraph_client(backend: Any, request_queue: str = config_request_queue, response_queue: str = config_response_queue) -> Any:
+async def trustgraph_client(
+    backend: Any, request_queue: str = config_request_queue, response_queue: str = config_response_queue
+) -> Any:
     return await RequestResponseClient.create(
-        backend=backend, request_topic=request_queue, response_topic=response_queue,
-        request_schema=ConfigRequest, response_schema=ConfigResponse, default_timeout=CONFIG_TIMEOUT,
+        backend=backend,
+        request_topic=request_queue,
+        response_topic=response_queue,
+        request_schema=ConfigRequest,
+        response_schema=ConfigResponse,
+        default_timeout=CONFIG_TIMEOUT,
     )
 
 
 async def until_receiving(connection: Transport, received: list[dict[str, Any]]) -> None:
-    """Return once our notify subscription is seen to receive (a non-persistent topic drops what comes before); empties `received`."""
+    """Return once our notify subscription is seen to receive (a non-persistent topic drops what comes before); empties
+    `received`."""
     publisher = await connection.publisher(topics.DEFAULT.config_notify)
     try:
         for _ in range(100):
@@ -58,19 +76,25 @@ async def until_receiving(connection: Transport, received: list[dict[str, Any]])
 
 
 async def put_tools(config: ConfigClient, workspace: str) -> None:
-    await config.put([("tool-service", "weather", json.dumps(SERVICE)), ("tool", "forecast", json.dumps(TOOL))], workspace=workspace)
+    await config.put(
+        [("tool-service", "weather", json.dumps(SERVICE)), ("tool", "forecast", json.dumps(TOOL))], workspace=workspace
+    )
 
 
 async def test_the_cross_workspace_reads_trustgraph_starts_with(backend: Any, config_client: ConfigClient) -> None:
     await put_tools(config_client, "alpha")
     await put_tools(config_client, "beta")
-    await config_client.put([("tool", "forecast", json.dumps(TOOL)), ("tool-service", "weather", json.dumps(SERVICE))], workspace="_hidden")
+    await config_client.put(
+        [("tool", "forecast", json.dumps(TOOL)), ("tool-service", "weather", json.dumps(SERVICE))], workspace="_hidden"
+    )
     client = await trustgraph_client(backend)
     try:
         keys = await client.request(ConfigRequest(operation="getkeys-all-ws", type="tool"))
         assert keys.error is None and keys.version == 3
         assert [(v.workspace, v.type, v.key, v.value) for v in keys.values] == [
-            ("_hidden", "tool", "forecast", ""), ("alpha", "tool", "forecast", ""), ("beta", "tool", "forecast", "")
+            ("_hidden", "tool", "forecast", ""),
+            ("alpha", "tool", "forecast", ""),
+            ("beta", "tool", "forecast", ""),
         ]
         values = await client.request(ConfigRequest(operation="getvalues-all-ws", type="tool-service"))
         assert {v.workspace for v in values.values} == {"_hidden", "alpha", "beta"}
@@ -84,18 +108,28 @@ async def test_the_cross_workspace_reads_trustgraph_starts_with(backend: Any, co
 async def test_trustgraph_writes_and_reads_one_workspace(backend: Any, config_client: ConfigClient) -> None:
     client = await trustgraph_client(backend)
     try:
-        put = await client.request(ConfigRequest(operation="put", workspace="alpha", values=[
-            ConfigValue(type="tool-service", key="weather", value=json.dumps(SERVICE)),
-            ConfigValue(type="tool", key="forecast", value=json.dumps(TOOL)),
-        ]))
+        put = await client.request(
+            ConfigRequest(
+                operation="put",
+                workspace="alpha",
+                values=[
+                    ConfigValue(type="tool-service", key="weather", value=json.dumps(SERVICE)),
+                    ConfigValue(type="tool", key="forecast", value=json.dumps(TOOL)),
+                ],
+            )
+        )
         assert put.error is None
-        got = await client.request(ConfigRequest(operation="get", workspace="alpha", keys=[ConfigKey(type="tool", key="forecast")]))
+        got = await client.request(
+            ConfigRequest(operation="get", workspace="alpha", keys=[ConfigKey(type="tool", key="forecast")])
+        )
         assert json.loads(got.values[0].value) == TOOL
         listed = await client.request(ConfigRequest(operation="list", workspace="alpha", type="tool"))
         assert listed.directory == ["forecast"]
         everything = await client.request(ConfigRequest(operation="config", workspace="alpha"))
         assert set(everything.config) == {"tool", "tool-service"} and everything.version == put.version == 1
-        deleted = await client.request(ConfigRequest(operation="delete", workspace="alpha", keys=[ConfigKey(type="tool", key="forecast")]))
+        deleted = await client.request(
+            ConfigRequest(operation="delete", workspace="alpha", keys=[ConfigKey(type="tool", key="forecast")])
+        )
         assert deleted.error is None and await config_client.list("tool", workspace="alpha") == []
     finally:
         await client.close()
@@ -106,7 +140,9 @@ async def test_errors_carry_trustgraphs_types(backend: Any, config_client: Confi
     try:
         unknown = await client.request(ConfigRequest(operation="explode", workspace="alpha"))
         assert unknown.error.type == "bad-operation" and "explode" in unknown.error.message
-        no_workspace = await client.request(ConfigRequest(operation="getvalues", type="tool"))  # TrustGraph sends workspace ""
+        no_workspace = await client.request(
+            ConfigRequest(operation="getvalues", type="tool")
+        )  # TrustGraph sends workspace ""
         assert no_workspace.error.type == "bad-request" and "workspace" in no_workspace.error.message
     finally:
         await client.close()
@@ -119,17 +155,39 @@ async def test_answers_have_every_field_as_trustgraph_serializes_them_and_unknow
     raw = RequestClient(connection, topics.DEFAULT.config_request, topics.DEFAULT.config_response)
     try:
         body = await raw.request(
-            {"operation": "getkeys-all-ws", "workspace": "", "type": "tool", "keys": [], "values": [], "flavour": "new in 2.12"}, timeout=5
+            {
+                "operation": "getkeys-all-ws",
+                "workspace": "",
+                "type": "tool",
+                "keys": [],
+                "values": [],
+                "flavour": "new in 2.12",
+            },
+            timeout=5,
         )
         assert body == {
-            "version": 1, "directory": [], "config": {}, "error": None,
+            "version": 1,
+            "directory": [],
+            "config": {},
+            "error": None,
             "values": [{"type": "tool", "key": "forecast", "value": "", "workspace": "alpha"}],
         }
-        put = await raw.request({"operation": "put", "workspace": "alpha", "keys": [], "type": "",
-                                 "values": [{"type": "note", "key": "n", "value": "v", "workspace": "", "colour": "red"}]}, timeout=5)
+        put = await raw.request(
+            {
+                "operation": "put",
+                "workspace": "alpha",
+                "keys": [],
+                "type": "",
+                "values": [{"type": "note", "key": "n", "value": "v", "workspace": "", "colour": "red"}],
+            },
+            timeout=5,
+        )
         assert put == {"version": 2, "values": [], "directory": [], "config": {}, "error": None}
         error = await raw.request({"operation": "explode"}, timeout=5)
-        assert set(error) == {"version", "values", "directory", "config", "error"} and set(error["error"]) == {"type", "message"}
+        assert set(error) == {"version", "values", "directory", "config", "error"} and set(error["error"]) == {
+            "type",
+            "message",
+        }
     finally:
         await raw.close()
 
@@ -149,24 +207,36 @@ async def test_pushes_start_empty_name_both_tool_types_announce_workspaces_and_h
     client = await ConfigClient(connection, timeout=5).start()
     try:
         await eventually(lambda: raw)
-        assert raw[0] == {"version": 0, "changes": {}, "workspace_changes": None}  # the start-up poke: everything may have changed
+        assert raw[0] == {
+            "version": 0,
+            "changes": {},
+            "workspace_changes": None,
+        }  # the start-up poke: everything may have changed
         await client.put([("tool-service", "weather", json.dumps(SERVICE))], workspace="alpha")
         await client.put([("note", "n", "v")], workspace="_private")  # reserved: stored, not announced at all
         await client.put([("note", "n", "v")], workspace="alpha")
         await client.delete([("tool-service", "weather"), ("note", "n")], workspace="alpha")
         await eventually(lambda: len(raw) == 4)
-        assert raw[1] == {"version": 1, "changes": {"tool": ["alpha"], "tool-service": ["alpha"]},
-                          "workspace_changes": {"created": ["alpha"], "deleted": []}}
+        assert raw[1] == {
+            "version": 1,
+            "changes": {"tool": ["alpha"], "tool-service": ["alpha"]},
+            "workspace_changes": {"created": ["alpha"], "deleted": []},
+        }
         assert raw[2] == {"version": 3, "changes": {"note": ["alpha"]}, "workspace_changes": None}
-        assert raw[3] == {"version": 4, "changes": {"note": ["alpha"], "tool": ["alpha"], "tool-service": ["alpha"]},
-                          "workspace_changes": {"created": [], "deleted": ["alpha"]}}
+        assert raw[3] == {
+            "version": 4,
+            "changes": {"note": ["alpha"], "tool": ["alpha"], "tool-service": ["alpha"]},
+            "workspace_changes": {"created": [], "deleted": ["alpha"]},
+        }
         assert await client.get([("note", "n")], workspace="_private") == {("note", "n"): "v"}
     finally:
         await client.close()
         await store.stop()
 
 
-async def test_trustgraphs_workspace_declarations_are_announced(connection: Transport, config_client: ConfigClient) -> None:
+async def test_trustgraphs_workspace_declarations_are_announced(
+    connection: Transport, config_client: ConfigClient
+) -> None:
     pushes: list[ConfigPush] = []
 
     async def on_push(push: ConfigPush) -> None:
@@ -177,7 +247,11 @@ async def test_trustgraphs_workspace_declarations_are_announced(connection: Tran
     await config_client.put([("note", "n", "v")], workspace="gamma")  # declared already: not created again
     await config_client.delete([("workspace", "gamma")], workspace="__workspaces__")  # still has an item: not deleted
     await eventually(lambda: len(pushes) == 2)
-    assert pushes[0].changes == {} and pushes[0].workspace_changes is not None and pushes[0].workspace_changes.created == ["gamma"]
+    assert (
+        pushes[0].changes == {}
+        and pushes[0].workspace_changes is not None
+        and pushes[0].workspace_changes.created == ["gamma"]
+    )
     assert pushes[1].changes == {"note": ["gamma"]} and pushes[1].workspace_changes is None
 
 
@@ -208,7 +282,9 @@ async def test_each_workspace_is_answered_on_its_own_queue_as_trustgraphs_gatewa
     await eventually(lambda: "fresh" not in config_store.workspace_queues)
 
 
-async def test_a_flow_processors_own_config_type_is_stored_and_read_across_workspaces(backend: Any, config_client: ConfigClient) -> None:
+async def test_a_flow_processors_own_config_type_is_stored_and_read_across_workspaces(
+    backend: Any, config_client: ConfigClient
+) -> None:
     """TrustGraph's flow processors keep their flows under `processor:<id>` and load it with getkeys-all-ws at start."""
     await config_client.put([("processor:kg-extract", "flow-a", '{"topics": {}}')], workspace="alpha")
     client = await trustgraph_client(backend)

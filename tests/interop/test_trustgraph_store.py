@@ -21,7 +21,16 @@ from support.registry import FAST, announcement
 from discovery.registry.service import Registry
 from discovery.registry.store_writes import StoreWrites
 from discovery.store.service import ConfigStoreService
-from toolservice_base import ConfigClient, ConfigConflict, ConfigPush, RequestClient, Settings, Transport, topics, watch_config
+from toolservice_base import (
+    ConfigClient,
+    ConfigConflict,
+    ConfigPush,
+    RequestClient,
+    Settings,
+    Transport,
+    topics,
+    watch_config,
+)
 from toolservice_base.examples.joke import JokeService
 
 
@@ -74,9 +83,13 @@ async def test_in_trustgraph_mode_the_store_ignores_every_extension_as_trustgrap
     assert pushes[-1].changes == {"tool-service": ["default"]}  # exactly the written types: no pairing
     raw = RequestClient(connection, topics.DEFAULT.config_request, topics.DEFAULT.config_response)
     try:
-        got = await raw.request({"operation": "get", "workspace": "default", "keys": [{"type": "note", "key": "missing"}]}, timeout=5)
+        got = await raw.request(
+            {"operation": "get", "workspace": "default", "keys": [{"type": "note", "key": "missing"}]}, timeout=5
+        )
         assert got["values"] == [{"type": "note", "key": "missing", "value": None, "workspace": ""}]
-        nowhere = await raw.request({"operation": "list", "type": "note"}, timeout=5)  # TrustGraph has no default workspace
+        nowhere = await raw.request(
+            {"operation": "list", "type": "note"}, timeout=5
+        )  # TrustGraph has no default workspace
         assert nowhere["error"]["type"] == "bad-request"
     finally:
         await raw.close()
@@ -108,7 +121,11 @@ async def test_the_registry_merges_and_removes_announced_tools_in_a_trustgraph_s
         await eventually(lambda: _value(tg_config, "tool", "tell-joke"))
         assert await _value(tg_config, "tool-service", "joke-service")
     # Withdrawn: TrustGraph's put ignores deletes riding on it, so these came from a delete of their own.
-    await eventually(lambda: _absent(tg_config, ("tool", "tell-joke"), ("tool-service", "joke-service"), ("discovery", "joke-service")))
+    await eventually(
+        lambda: _absent(
+            tg_config, ("tool", "tell-joke"), ("tool-service", "joke-service"), ("discovery", "joke-service")
+        )
+    )
 
 
 async def test_a_static_item_is_refused_and_an_operator_overwrite_is_kept_after_the_service_goes(
@@ -116,7 +133,9 @@ async def test_a_static_item_is_refused_and_an_operator_overwrite_is_kept_after_
 ) -> None:
     await tg_config.put([("tool", "tell-joke", static_tool("tell-joke"))])
     async with JokeService(settings=settings, ttl=5):
-        await eventually(lambda: [c for c in tg_registry.conflicts() if c.tool == "tell-joke" and c.held_by == "static"])
+        await eventually(
+            lambda: [c for c in tg_registry.conflicts() if c.tool == "tell-joke" and c.held_by == "static"]
+        )
         assert await _value(tg_config, "tool", "tell-joke") == static_tool("tell-joke")
     await tg_config.delete([("tool", "tell-joke")])
     async with JokeService(settings=settings, ttl=5):
@@ -158,17 +177,31 @@ async def test_read_compare_write_refuses_a_changed_item_and_reports_a_write_ins
         # Changed since the plan was made: refused before anything is written.
         await tg_config.put([("tool", "early", static_tool("early"))])
         with pytest.raises(ConfigConflict, match="tool/early"):
-            await writes.apply(puts=[("tool", "early", static_tool("early", "registry"))], expect=[("tool", "early", None)], workspace="default")
+            await writes.apply(
+                puts=[("tool", "early", static_tool("early", "registry"))],
+                expect=[("tool", "early", None)],
+                workspace="default",
+            )
         assert await _value(tg_config, "tool", "early") == static_tool("early")
         # Another writer's write elsewhere inside the window: no race.
         client.before_next_put = ("elsewhere", ("tool", "late", static_tool("late")))
-        await writes.apply(puts=[("tool", "late", static_tool("late", "registry"))], expect=[("tool", "late", None)], workspace="default")
+        await writes.apply(
+            puts=[("tool", "late", static_tool("late", "registry"))],
+            expect=[("tool", "late", None)],
+            workspace="default",
+        )
         assert list(writes.races) == []
         # An operator's write to the same key inside the window: overwritten (the window is real) and reported.
         client.before_next_put = ("default", ("tool", "raced", static_tool("raced")))
-        await writes.apply(puts=[("tool", "raced", static_tool("raced", "registry"))], expect=[("tool", "raced", None)], workspace="default")
+        await writes.apply(
+            puts=[("tool", "raced", static_tool("raced", "registry"))],
+            expect=[("tool", "raced", None)],
+            workspace="default",
+        )
         assert await _value(tg_config, "tool", "raced") == static_tool("raced", "registry")
-        assert [(race.workspace, race.keys, race.foreign_writes) for race in writes.races] == [("default", ("tool/raced",), 1)]
+        assert [(race.workspace, race.keys, race.foreign_writes) for race in writes.races] == [
+            ("default", ("tool/raced",), 1)
+        ]
     finally:
         await client.close()
 
@@ -204,14 +237,21 @@ async def test_race_the_registry_never_overwrites_an_operators_item_unless_it_re
     raced = {(race.workspace, key) for race in tg_registry.writer.writes.races for key in race.keys}
     after_announce = {ws: await _value(tg_config, "tool", f"tool-{ws}", ws) for ws in workspaces}
     overwritten = {ws for ws, value in after_announce.items() if value != mine[ws]}
-    assert {(ws, f"tool/tool-{ws}") for ws in overwritten} <= raced, "an operator's item was overwritten without a race report"
+    assert {(ws, f"tool/tool-{ws}") for ws in overwritten} <= raced, (
+        "an operator's item was overwritten without a race report"
+    )
     refused = {c.workspace for c in tg_registry.conflicts()}
-    registry_first = {ws for ws in workspaces if any(t.source == "announced" for t in await tg_registry.list_tools(ws))} - overwritten
-    # Both orders happened: the operator first (refused as a conflict) and the registry first (the operator overwrote it).
+    registry_first = {
+        ws for ws in workspaces if any(t.source == "announced" for t in await tg_registry.list_tools(ws))
+    } - overwritten
+    # Both orders happened: the operator first (refused as a conflict) and the registry first (the operator overwrote
+    # it).
     assert refused and registry_first, f"refused {len(refused)}, registry first {len(registry_first)}: not a race"
 
     for ws in workspaces:
-        await publisher.send(announcement(f"svc-{ws}", (f"tool-{ws}",), workspace=ws, kind="withdraw", sequence=2).to_json())
+        await publisher.send(
+            announcement(f"svc-{ws}", (f"tool-{ws}",), workspace=ws, kind="withdraw", sequence=2).to_json()
+        )
     await eventually(lambda: len(tg_registry.leases) == 0, timeout=20)
     await tg_registry.settle(timeout=20)
     await eventually(lambda: _absent_everywhere(tg_config, workspaces), timeout=20)
@@ -219,9 +259,11 @@ async def test_race_the_registry_never_overwrites_an_operators_item_unless_it_re
         value = await _value(tg_config, "tool", f"tool-{ws}", ws)
         assert value == mine[ws] or (ws, f"tool/tool-{ws}") in raced, f"{ws}: the operator's item is gone ({value!r})"
     windows = sorted(w * 1000 for w in tg_registry.writer.writes.windows)
-    print(f"\nrace: {ROUNDS} rounds, operator first {len(refused)}, registry first {len(registry_first)}, "
-          f"reported races {len(raced)}, overwritten {len(overwritten)}; window over {len(windows)} writes: "
-          f"p50 {windows[len(windows) // 2]:.2f} ms, max {windows[-1]:.2f} ms")
+    print(
+        f"\nrace: {ROUNDS} rounds, operator first {len(refused)}, registry first {len(registry_first)}, "
+        f"reported races {len(raced)}, overwritten {len(overwritten)}; window over {len(windows)} writes: "
+        f"p50 {windows[len(windows) // 2]:.2f} ms, max {windows[-1]:.2f} ms"
+    )
 
 
 async def _absent_everywhere(config: ConfigClient, workspaces: list[str]) -> bool:

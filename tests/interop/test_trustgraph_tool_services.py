@@ -56,7 +56,9 @@ async def test_trustgraphs_tool_service_client_calls_announced_services_includin
                 client = await trustgraph_tool_client(agent, joke["request-queue"], joke["response-queue"])
                 clients.append(client)
                 tool = agent.tools["default"]["tell-joke"]
-                answer = await client.call(config={"style": tool.get("style", "pun")}, arguments={"topic": "penguins"}, timeout=10)
+                answer = await client.call(
+                    config={"style": tool.get("style", "pun")}, arguments={"topic": "penguins"}, timeout=10
+                )
                 assert "penguins" in answer
 
                 countdown = agent.services["default"]["countdown"]
@@ -67,7 +69,9 @@ async def test_trustgraphs_tool_service_client_calls_announced_services_includin
                 async def on_chunk(chunk: str) -> None:
                     chunks.append(chunk)
 
-                whole = await streaming.call_streaming(config={"delay": 0}, arguments={"start": 3}, callback=on_chunk, timeout=10)
+                whole = await streaming.call_streaming(
+                    config={"delay": 0}, arguments={"start": 3}, callback=on_chunk, timeout=10
+                )
                 assert chunks == ["3\n", "2\n", "1\n", "0\n"] and whole == "3\n2\n1\n0\n"
             finally:
                 for client in clients:
@@ -78,10 +82,12 @@ async def test_our_toolset_calls_a_stock_trustgraph_tool_service_wired_by_hand(
     broker: EmbeddedBroker, settings: Settings, connection: Transport, config_client: ConfigClient
 ) -> None:
     async with shout_service(broker.url, topic="shout-by-hand"):
-        await config_client.put([
-            ("tool-service", "shout", json.dumps(shout_descriptor("shout-by-hand"))),
-            ("tool", "shout", json.dumps({"type": "tool-service", "service": "shout", **SHOUT_TOOL})),
-        ])
+        await config_client.put(
+            [
+                ("tool-service", "shout", json.dumps(shout_descriptor("shout-by-hand"))),
+                ("tool", "shout", json.dumps({"type": "tool-service", "service": "shout", **SHOUT_TOOL})),
+            ]
+        )
         async with ToolSet(settings=settings, connection=connection) as tools:
             assert await tools.invoke("shout", {"text": "hello"}) == "HELLO?!"
 
@@ -93,16 +99,28 @@ async def test_toolreg_announce_makes_a_stock_trustgraph_service_discoverable_an
     service_file.write_text(json.dumps(shout_descriptor("shout-announced")))
     tools_file.write_text(json.dumps([SHOUT_TOOL]))
     log = tmp_path / "announce.log"
-    async with shout_service(broker.url, topic="shout-announced"), ToolSet(settings=settings, connection=connection) as tools:
+    async with (
+        shout_service(broker.url, topic="shout-announced"),
+        ToolSet(settings=settings, connection=connection) as tools,
+    ):
         sidecar = toolreg_background(
-            "announce", "--service", str(service_file), "--tools", str(tools_file), "--ttl", "30",
-            env=toolreg_env(broker.url, tmp_path / "sidecar"), log=log,
+            "announce",
+            "--service",
+            str(service_file),
+            "--tools",
+            str(tools_file),
+            "--ttl",
+            "30",
+            env=toolreg_env(broker.url, tmp_path / "sidecar"),
+            log=log,
         )
         try:
             await tools.wait_for(lambda t: "shout" in t.names(), timeout=15)
             assert await tools.invoke("shout", {"text": "found you"}) == "FOUND YOU?!"
             statuses = await registry.list_tools()
-            assert [(s.name, s.service, s.source, s.instances) for s in statuses] == [("shout", "shout", "announced", 1)]
+            assert [(s.name, s.service, s.source, s.instances) for s in statuses] == [
+                ("shout", "shout", "announced", 1)
+            ]
             sidecar.send_signal(signal.SIGTERM)
             # Withdrawn, not expired: gone long before its 30 s lease would run out.
             await tools.wait_for(lambda t: "shout" not in t.names(), timeout=5)

@@ -26,8 +26,13 @@ def start_mcp(*args: str, env: dict[str, str]) -> tuple[subprocess.CompletedProc
     """Run `toolreg mcp ARGS` with stdin held open (as an MCP client does) until it exits by itself."""
     started = time.monotonic()
     process = subprocess.Popen(
-        [sys.executable, "-m", "discovery.cli", "mcp", *args], env=env, cwd=ROOT,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "discovery.cli", "mcp", *args],
+        env=env,
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         process.wait(timeout=30)
@@ -105,7 +110,9 @@ def test_a_broker_that_does_not_answer(mute_listener: int, tmp_path: Path) -> No
 def test_a_broker_without_a_config_store(broker: EmbeddedBroker, tmp_path: Path) -> None:
     done, took = start_mcp(env=toolreg_env(broker.url, tmp_path))
     # The flag the user passes, not the bridge's Python keyword (the same words as `toolreg call`'s).
-    assert_one_line_failure(done, "config store did not answer", "toolreg up", "no --static-dir given", "pass --static-dir <dir")
+    assert_one_line_failure(
+        done, "config store did not answer", "toolreg up", "no --static-dir given", "pass --static-dir <dir"
+    )
     assert "static_dir" not in done.stderr
     assert took < 25
 
@@ -114,25 +121,42 @@ def test_bad_options_are_one_line_too(broker: EmbeddedBroker, tmp_path: Path) ->
     env = toolreg_env(broker.url, tmp_path)
     assert_one_line_failure(start_mcp("--http", "localhost", env=env)[0], "HOST:PORT")
     assert_one_line_failure(start_mcp("--workspace", "two words", env=env)[0], "--workspace", "must match")
-    assert_one_line_failure(start_mcp("--http", "127.0.0.1:1", "--token-file", str(tmp_path / "absent"), env=env)[0], "--token-file")
+    assert_one_line_failure(
+        start_mcp("--http", "127.0.0.1:1", "--token-file", str(tmp_path / "absent"), env=env)[0], "--token-file"
+    )
     (tmp_path / "empty").write_text("\n")
-    assert_one_line_failure(start_mcp("--http", "127.0.0.1:1", "--token-file", str(tmp_path / "empty"), env=env)[0], "is empty")
+    assert_one_line_failure(
+        start_mcp("--http", "127.0.0.1:1", "--token-file", str(tmp_path / "empty"), env=env)[0], "is empty"
+    )
 
 
 async def test_a_taken_http_port(broker: EmbeddedBroker, config_store: object, tmp_path: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         # In a thread: the config store it reads first answers from this test's event loop.
-        done, _ = await asyncio.to_thread(start_mcp, "--http", f"127.0.0.1:{port}", env=toolreg_env(broker.url, tmp_path))
+        done, _ = await asyncio.to_thread(
+            start_mcp, "--http", f"127.0.0.1:{port}", env=toolreg_env(broker.url, tmp_path)
+        )
     assert_one_line_failure(done, f"cannot listen on 127.0.0.1:{port}")
     assert "mcp.serving" not in done.stderr  # it binds first, then says it serves
     assert "mcp.client" not in done.stderr and done.stderr.count("toolreg: ") == 1
 
 
-async def test_it_says_it_serves_over_http_once_the_port_is_bound(broker: EmbeddedBroker, config_store: object, tmp_path: Path) -> None:
+async def test_it_says_it_serves_over_http_once_the_port_is_bound(
+    broker: EmbeddedBroker, config_store: object, tmp_path: Path
+) -> None:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "discovery.cli", "mcp", "--http", "127.0.0.1:0", env=toolreg_env(broker.url, tmp_path), cwd=ROOT,
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "discovery.cli",
+        "mcp",
+        "--http",
+        "127.0.0.1:0",
+        env=toolreg_env(broker.url, tmp_path),
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert process.stdout is not None and process.stderr is not None
     try:

@@ -38,7 +38,9 @@ ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "appl
 
 
 @pytest.fixture
-async def announced(settings: Settings, registry: Registry, config_client: ConfigClient) -> AsyncIterator[list[DynamicToolService]]:
+async def announced(
+    settings: Settings, registry: Registry, config_client: ConfigClient
+) -> AsyncIterator[list[DynamicToolService]]:
     services = [cls(settings=settings) for cls in (CalculatorService, CountdownService)]
     for service in services:
         await service.start()
@@ -59,8 +61,17 @@ async def endpoint(broker: EmbeddedBroker, config_store: ConfigStoreService, tmp
     token_file.write_text(TOKEN + "\n")
     with open(tmp_path / "mcp.log", "ab") as log:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "discovery.cli", "mcp", "--http", "127.0.0.1:0", "--token-file", str(token_file),
-            env=toolreg_env(broker.url, tmp_path / "mcp"), stdout=asyncio.subprocess.PIPE, stderr=log,
+            sys.executable,
+            "-m",
+            "discovery.cli",
+            "mcp",
+            "--http",
+            "127.0.0.1:0",
+            "--token-file",
+            str(token_file),
+            env=toolreg_env(broker.url, tmp_path / "mcp"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
         )
     assert process.stdout is not None
     try:
@@ -75,15 +86,34 @@ async def endpoint(broker: EmbeddedBroker, config_store: ConfigStoreService, tmp
 def _sse_messages(response: httpx2.Response) -> list[dict]:
     if response.headers.get("content-type", "").startswith("application/json"):
         return [response.json()]
-    return [json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:") and line[5:].strip()]
+    return [
+        json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:") and line[5:].strip()
+    ]
 
 
-async def test_without_the_token_there_is_401_and_no_tool_list(announced: list[DynamicToolService], endpoint: str) -> None:
+async def test_without_the_token_there_is_401_and_no_tool_list(
+    announced: list[DynamicToolService], endpoint: str
+) -> None:
     listing = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
-    initialize = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+    initialize = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        }
+    )
     async with httpx2.AsyncClient() as http:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}, {"Authorization": TOKEN}):
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": f"Basic {TOKEN}"},
+            {"Authorization": TOKEN},
+        ):
             for body in (initialize, listing):
                 refused = await http.post(endpoint, content=body, headers={**ACCEPT, **headers})
                 assert refused.status_code == 401, (headers, refused.text)
@@ -145,21 +175,44 @@ async def test_a_thousand_tools_page_through_over_http(era: Era, endpoint: str, 
             assert first.ttl_ms == 1000 and first.cache_scope == "private"
 
 
-async def test_malformed_json_rpc_gets_an_error_and_the_session_keeps_serving(announced: list[DynamicToolService], endpoint: str) -> None:
+async def test_malformed_json_rpc_gets_an_error_and_the_session_keeps_serving(
+    announced: list[DynamicToolService], endpoint: str
+) -> None:
     auth = {**ACCEPT, "Authorization": f"Bearer {TOKEN}"}
     async with httpx2.AsyncClient() as http:
-        opened = await http.post(endpoint, headers=auth, content=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}))
+        opened = await http.post(
+            endpoint,
+            headers=auth,
+            content=json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {},
+                        "clientInfo": {"name": "raw", "version": "1"},
+                    },
+                }
+            ),
+        )
         session = {**auth, "Mcp-Session-Id": opened.headers["mcp-session-id"], "Mcp-Protocol-Version": "2025-11-25"}
-        await http.post(endpoint, headers=session, content=json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        await http.post(
+            endpoint, headers=session, content=json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        )
 
         garbage = await http.post(endpoint, headers=session, content=b'{"jsonrpc": "2.0", "id": 2, "method": ')
         assert garbage.status_code == 400 and garbage.json()["error"]["code"] == types.PARSE_ERROR
-        bad_params = await http.post(endpoint, headers=session, content=json.dumps(
-            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": 17}}))
+        bad_params = await http.post(
+            endpoint,
+            headers=session,
+            content=json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": 17}}),
+        )
         assert _sse_messages(bad_params)[0]["error"]["code"] == types.INVALID_PARAMS
 
-        listed = await http.post(endpoint, headers=session, content=json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}))
+        listed = await http.post(
+            endpoint, headers=session, content=json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/list"})
+        )
         assert [t["name"] for t in _sse_messages(listed)[0]["result"]["tools"]] == ["calculate", "countdown"]
 
         modern = await http.post(endpoint, headers={**auth, "Mcp-Protocol-Version": "2026-07-28"}, content=b"{nope")
@@ -172,7 +225,9 @@ async def test_malformed_json_rpc_gets_an_error_and_the_session_keeps_serving(an
 
 
 @pytest.fixture
-async def served(settings: Settings, announced: list[DynamicToolService]) -> AsyncIterator[tuple[ToolSet, list[float], str]]:
+async def served(
+    settings: Settings, announced: list[DynamicToolService]
+) -> AsyncIterator[tuple[ToolSet, list[float], str]]:
     """A ToolSet, the moments it applied each change, and an HTTP endpoint serving it."""
     async with ToolSet(settings=settings) as tools:
         applied: list[float] = []
@@ -199,7 +254,9 @@ async def test_clients_are_told_within_100_ms_of_the_toolset_applying_a_change(
 
 
 @pytest.mark.parametrize("era", ERAS)
-async def test_a_cancelled_call_stops_waiting_for_the_service(era: Era, served: tuple[ToolSet, list[float], str]) -> None:
+async def test_a_cancelled_call_stops_waiting_for_the_service(
+    era: Era, served: tuple[ToolSet, list[float], str]
+) -> None:
     tools, _, url = served
     countdown = tools.get("countdown")
     in_flight = lambda: countdown.client.in_flight  # type: ignore[union-attr]  # noqa: E731

@@ -31,8 +31,14 @@ from discovery.store.service import ConfigStoreService
 from toolservice_base import Settings
 
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+INITIALIZE = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+    }
+)
 
 Serve = Callable[..., AbstractAsyncContextManager[str]]
 
@@ -56,7 +62,9 @@ async def post(url: str, headers: dict[str, str]) -> httpx2.Response:
 def _refused(response: httpx2.Response, header: str) -> bool:
     body = response.text
     return (
-        response.status_code == 403 and body.count("\n") == 1 and header in json.loads(body)["error_description"]
+        response.status_code == 403
+        and body.count("\n") == 1
+        and header in json.loads(body)["error_description"]
         and "protocolVersion" not in body
     )
 
@@ -68,7 +76,11 @@ async def test_host_and_origin_are_checked_on_every_loopback_bind(serve: Serve, 
         shown = f"[{bind}]" if ":" in bind else bind
         for host in (f"{shown}:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
             allowed = await post(url, {"Host": host})
-            assert allowed.status_code == 200 and "protocolVersion" in allowed.text, (host, allowed.status_code, allowed.text)
+            assert allowed.status_code == 200 and "protocolVersion" in allowed.text, (
+                host,
+                allowed.status_code,
+                allowed.text,
+            )
         for host in (
             f"attacker.example:{port}",
             f"{bind}.attacker.example:{port}",  # starts like the address: a text-prefix check let it in
@@ -80,8 +92,13 @@ async def test_host_and_origin_are_checked_on_every_loopback_bind(serve: Serve, 
         ):
             refused = await post(url, {"Host": host})
             assert _refused(refused, "Host"), (host, refused.status_code, refused.text)
-        for origin in ("http://attacker.example", f"http://{bind}.attacker.example:{port}", "null", f"http://{shown}:{port + 1}",
-                       f"file://{shown}:{port}"):
+        for origin in (
+            "http://attacker.example",
+            f"http://{bind}.attacker.example:{port}",
+            "null",
+            f"http://{shown}:{port + 1}",
+            f"file://{shown}:{port}",
+        ):
             refused = await post(url, {"Host": f"{shown}:{port}", "Origin": origin})
             assert _refused(refused, "Origin"), (origin, refused.status_code, refused.text)
         for origin in (f"http://{shown}:{port}", f"http://localhost:{port}"):
@@ -97,7 +114,9 @@ async def test_off_loopback_only_the_bound_address_and_the_names_allowed_pass(se
             assert (await post(local, {"Host": host})).status_code == 200, host
         for host in (f"attacker.example:{port}", f"mcp.internal.example.attacker.example:{port}", f"localhost:{port}"):
             assert _refused(await post(local, {"Host": host}), "Host"), host
-        assert _refused(await post(local, {"Host": f"127.0.0.1:{port}", "Origin": "https://attacker.example"}), "Origin")
+        assert _refused(
+            await post(local, {"Host": f"127.0.0.1:{port}", "Origin": "https://attacker.example"}), "Origin"
+        )
 
 
 async def test_the_host_is_checked_before_the_token(serve: Serve) -> None:
@@ -109,12 +128,21 @@ async def test_the_host_is_checked_before_the_token(serve: Serve) -> None:
 
 
 @pytest.fixture
-async def command_on_127_0_0_2(broker: EmbeddedBroker, config_store: ConfigStoreService, tmp_path: Path) -> AsyncIterator[str]:
+async def command_on_127_0_0_2(
+    broker: EmbeddedBroker, config_store: ConfigStoreService, tmp_path: Path
+) -> AsyncIterator[str]:
     """`toolreg mcp --http 127.0.0.2:0` as an operator starts it; the URL it printed."""
     with open(tmp_path / "mcp.log", "ab") as log:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "discovery.cli", "mcp", "--http", "127.0.0.2:0",
-            env=toolreg_env(broker.url, tmp_path / "mcp"), stdout=asyncio.subprocess.PIPE, stderr=log,
+            sys.executable,
+            "-m",
+            "discovery.cli",
+            "mcp",
+            "--http",
+            "127.0.0.2:0",
+            env=toolreg_env(broker.url, tmp_path / "mcp"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
         )
     assert process.stdout is not None
     try:

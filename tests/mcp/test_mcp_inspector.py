@@ -62,9 +62,15 @@ async def inspector(*args: str, tool_error: bool = False) -> tuple[dict, str]:
     assert NPX is not None
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
     process = await asyncio.create_subprocess_exec(
-        NPX, "--yes", INSPECTOR, "--cli", *args,
+        NPX,
+        "--yes",
+        INSPECTOR,
+        "--cli",
+        *args,
         env={**env, "npm_config_update_notifier": "false", "npm_config_fund": "false"},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
     )
     out, err = await asyncio.wait_for(process.communicate(), 240)
     if tool_error:
@@ -78,25 +84,45 @@ async def inspector(*args: str, tool_error: bool = False) -> tuple[dict, str]:
 def spawn_toolreg(broker: EmbeddedBroker, data_dir: Path, era: Era) -> list[str]:
     """The Inspector's arguments for spawning `toolreg mcp` over stdio in `era`."""
     # The client gives the server it spawns only the variables named here (and a safe few like PATH).
-    return ["--protocol-era", era, "-e", f"PULSAR_URL={broker.url}", "-e", f"TOOLREG_DATA_DIR={data_dir}",
-            "-e", "TOOLREG_LOG_LEVEL=debug", "-e", "TOOLREG_LOG_FORMAT=json",
-            sys.executable, "-m", "discovery.cli", "mcp"]
+    return [
+        "--protocol-era",
+        era,
+        "-e",
+        f"PULSAR_URL={broker.url}",
+        "-e",
+        f"TOOLREG_DATA_DIR={data_dir}",
+        "-e",
+        "TOOLREG_LOG_LEVEL=debug",
+        "-e",
+        "TOOLREG_LOG_FORMAT=json",
+        sys.executable,
+        "-m",
+        "discovery.cli",
+        "mcp",
+    ]
 
 
 @pytest.mark.parametrize("era", ERAS)
-async def test_the_mcp_inspector_lists_and_calls_tools_over_stdio(era: Era, broker: EmbeddedBroker, announced: None, tmp_path: Path) -> None:
+async def test_the_mcp_inspector_lists_and_calls_tools_over_stdio(
+    era: Era, broker: EmbeddedBroker, announced: None, tmp_path: Path
+) -> None:
     server = spawn_toolreg(broker, tmp_path, era)
-    listed, log = await inspector("--strict", *server, "--method", "tools/list")  # --strict: exit 6 on unportable schemas
+    listed, log = await inspector(
+        "--strict", *server, "--method", "tools/list"
+    )  # --strict: exit 6 on unportable schemas
     assert f'"protocol": "{VERSION[era]}"' in log  # the server's debug log names the version negotiated
     tools = {tool["name"]: tool for tool in listed["tools"]}
     assert sorted(tools) == ["calculate", "tell-joke"]
     assert tools["tell-joke"]["inputSchema"]["required"] == ["topic"]
 
-    called, _ = await inspector(*server, "--method", "tools/call", "--tool-name", "calculate", "--tool-arg", "expression=6*7")
+    called, _ = await inspector(
+        *server, "--method", "tools/call", "--tool-name", "calculate", "--tool-arg", "expression=6*7"
+    )
     assert called["isError"] is False and called["content"] == [{"type": "text", "text": "42"}]
 
-    failed, _ = await inspector(*server, "--method", "tools/call", "--tool-name", "calculate", "--tool-arg", "expression=1/0",
-                             tool_error=True)
+    failed, _ = await inspector(
+        *server, "--method", "tools/call", "--tool-name", "calculate", "--tool-arg", "expression=1/0", tool_error=True
+    )
     assert failed["isError"] is True and failed["content"][0]["text"] == "ExpressionError: division by zero"
 
 
@@ -106,18 +132,32 @@ def readme_section() -> str:
     return text[start : text.index("\n### ", start + 1)]
 
 
-async def test_the_readme_client_configurations_work_as_written(broker: EmbeddedBroker, announced: None, tmp_path: Path) -> None:
+async def test_the_readme_client_configurations_work_as_written(
+    broker: EmbeddedBroker, announced: None, tmp_path: Path
+) -> None:
     section = readme_section()
     stdio_config, http_config = (json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.S))
 
     # stdio: only the install path and the broker's address differ from what the README says.
     server = stdio_config["mcpServers"]["toolreg"]
-    assert server["command"].endswith("/.venv/bin/toolreg") and server["env"] == {"PULSAR_URL": "pulsar://127.0.0.1:6650"}
+    assert server["command"].endswith("/.venv/bin/toolreg") and server["env"] == {
+        "PULSAR_URL": "pulsar://127.0.0.1:6650"
+    }
     server["command"] = str(Path(sys.executable).parent / "toolreg")
     server["env"]["PULSAR_URL"] = broker.url
     (tmp_path / "stdio.json").write_text(json.dumps(stdio_config))
-    called, _ = await inspector("--config", str(tmp_path / "stdio.json"), "--server", "toolreg",
-                             "--method", "tools/call", "--tool-name", "tell-joke", "--tool-arg", "topic=configs")
+    called, _ = await inspector(
+        "--config",
+        str(tmp_path / "stdio.json"),
+        "--server",
+        "toolreg",
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "tell-joke",
+        "--tool-arg",
+        "topic=configs",
+    )
     assert "configs" in called["content"][0]["text"]
 
     # HTTP: the README's command line, on a free port instead of 8765.
@@ -125,8 +165,14 @@ async def test_the_readme_client_configurations_work_as_written(broker: Embedded
     assert http_config["mcpServers"]["toolreg"]["url"] == f"http://{address}/mcp"
     assert http_config["mcpServers"]["toolreg"]["headers"] == {"Authorization": f"Bearer {token}"}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "discovery.cli", "mcp", "--http", "127.0.0.1:0",
-        env=toolreg_env(broker.url, tmp_path / "http", TOOLREG_MCP_TOKEN=token), stdout=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "discovery.cli",
+        "mcp",
+        "--http",
+        "127.0.0.1:0",
+        env=toolreg_env(broker.url, tmp_path / "http", TOOLREG_MCP_TOKEN=token),
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )
     assert process.stdout is not None
@@ -134,7 +180,9 @@ async def test_the_readme_client_configurations_work_as_written(broker: Embedded
         endpoint = (await asyncio.wait_for(process.stdout.readline(), 30)).decode().split()[1]
         http_config["mcpServers"]["toolreg"]["url"] = endpoint
         (tmp_path / "http.json").write_text(json.dumps(http_config))
-        listed, _ = await inspector("--config", str(tmp_path / "http.json"), "--server", "toolreg", "--method", "tools/list")
+        listed, _ = await inspector(
+            "--config", str(tmp_path / "http.json"), "--server", "toolreg", "--method", "tools/list"
+        )
         assert sorted(tool["name"] for tool in listed["tools"]) == ["calculate", "tell-joke"]
     finally:
         process.send_signal(signal.SIGTERM)
@@ -151,16 +199,29 @@ async def test_the_readme_inspector_commands_name_the_tested_version_and_work_as
 
     # stdio: only the install path and the broker's address differ from what the README says.
     assert stdio[:3] == ["-e", "PULSAR_URL=pulsar://127.0.0.1:6650", ".venv/bin/toolreg"]
-    stdio[1:3] = [f"PULSAR_URL={broker.url}", "-e", f"TOOLREG_DATA_DIR={tmp_path / 'stdio'}", str(Path(sys.executable).parent / "toolreg")]
+    stdio[1:3] = [
+        f"PULSAR_URL={broker.url}",
+        "-e",
+        f"TOOLREG_DATA_DIR={tmp_path / 'stdio'}",
+        str(Path(sys.executable).parent / "toolreg"),
+    ]
     listed, _ = await inspector(*stdio)
     assert sorted(tool["name"] for tool in listed["tools"]) == ["calculate", "tell-joke"]
 
     # HTTP with the README's token, passed as a header: on a free port instead of 8765.
     token = re.search(r"TOOLREG_MCP_TOKEN=(\S+) toolreg mcp --http", section).group(1)  # type: ignore[union-attr]
-    assert http[0] == "http://127.0.0.1:8765/mcp" and f'--header "Authorization: Bearer {token}"' in commands[1][1], commands[1]
+    assert http[0] == "http://127.0.0.1:8765/mcp" and f'--header "Authorization: Bearer {token}"' in commands[1][1], (
+        commands[1]
+    )
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "discovery.cli", "mcp", "--http", "127.0.0.1:0",
-        env=toolreg_env(broker.url, tmp_path / "http", TOOLREG_MCP_TOKEN=token), stdout=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "discovery.cli",
+        "mcp",
+        "--http",
+        "127.0.0.1:0",
+        env=toolreg_env(broker.url, tmp_path / "http", TOOLREG_MCP_TOKEN=token),
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )
     assert process.stdout is not None

@@ -31,7 +31,9 @@ EXAMPLES = ("calculate", "countdown", "tell-joke")
 
 
 @pytest.fixture
-async def announced(settings: Settings, registry: Registry, config_client: ConfigClient) -> AsyncIterator[list[DynamicToolService]]:
+async def announced(
+    settings: Settings, registry: Registry, config_client: ConfigClient
+) -> AsyncIterator[list[DynamicToolService]]:
     """Three example services that announced themselves, merged into the store by the registry."""
     services = [cls(settings=settings) for cls in (JokeService, CalculatorService, CountdownService)]
     for service in services:
@@ -54,7 +56,9 @@ def mcp_dir(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("era", ERAS)
-async def test_lists_and_calls_the_example_tools_and_a_service_error_is_an_is_error_result(era: Era, broker: EmbeddedBroker, mcp_dir: Path, announced: list[DynamicToolService]) -> None:
+async def test_lists_and_calls_the_example_tools_and_a_service_error_is_an_is_error_result(
+    era: Era, broker: EmbeddedBroker, mcp_dir: Path, announced: list[DynamicToolService]
+) -> None:
     async with stdio_session(broker.url, mcp_dir, era) as (session, _):
         assert session.protocol_version == VERSION[era]
         assert session.server_capabilities is not None and session.server_capabilities.tools is not None
@@ -64,8 +68,10 @@ async def test_lists_and_calls_the_example_tools_and_a_service_error_is_an_is_er
         assert [t.name for t in tools] == sorted(EXAMPLES)
         calculate = next(t for t in tools if t.name == "calculate")
         assert calculate.input_schema == {
-            "type": "object", "properties": {"expression": {"type": "string", "description": "The arithmetic expression"}},
-            "required": ["expression"], "additionalProperties": False,
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "The arithmetic expression"}},
+            "required": ["expression"],
+            "additionalProperties": False,
         }
 
         assert text_of(await session.call_tool("calculate", {"expression": "(2 + 3) * 4"})) == "20"
@@ -100,11 +106,22 @@ async def test_unknown_tools_and_timeouts_are_one_line_protocol_errors_and_bad_a
     era: Era, broker: EmbeddedBroker, mcp_dir: Path, announced: list[DynamicToolService], config_client: ConfigClient
 ) -> None:
     # A hand-wired tool whose service is not running: its call can only time out.
-    await config_client.put([
-        ("tool-service", "ghost", json.dumps({"id": "ghost", "request-queue": "non-persistent://tg/request/ghost",
-                                               "response-queue": "non-persistent://tg/response/ghost"})),
-        ("tool", "haunt", json.dumps({"name": "haunt", "description": "Never answers", "service": "ghost"})),
-    ])
+    await config_client.put(
+        [
+            (
+                "tool-service",
+                "ghost",
+                json.dumps(
+                    {
+                        "id": "ghost",
+                        "request-queue": "non-persistent://tg/request/ghost",
+                        "response-queue": "non-persistent://tg/response/ghost",
+                    }
+                ),
+            ),
+            ("tool", "haunt", json.dumps({"name": "haunt", "description": "Never answers", "service": "ghost"})),
+        ]
+    )
     async with stdio_session(broker.url, mcp_dir, era, "--call-timeout", "0.5") as (session, _):
         with pytest.raises(MCPError) as unknown:
             await session.call_tool("no-such-tool", {})
@@ -114,9 +131,13 @@ async def test_unknown_tools_and_timeouts_are_one_line_protocol_errors_and_bad_a
         # Input validation errors go back to the model as a tool result it can correct its call from (SEP-1303).
         missing = await session.call_tool("calculate", {})
         assert missing.is_error is True
-        assert text_of(missing) == "bad arguments: tool 'calculate': argument 'expression' is missing (required, string)"
+        assert (
+            text_of(missing) == "bad arguments: tool 'calculate': argument 'expression' is missing (required, string)"
+        )
         wrong_type = await session.call_tool("countdown", {"start": "three"})
-        assert wrong_type.is_error is True and text_of(wrong_type).endswith("argument 'start': 'three' is not of type 'integer'")
+        assert wrong_type.is_error is True and text_of(wrong_type).endswith(
+            "argument 'start': 'three' is not of type 'integer'"
+        )
         null = await session.call_tool("countdown", {"start": None})  # JSON's spelling, not Python's `None`
         assert null.is_error is True and text_of(null).endswith("argument 'start': null is not of type 'integer'")
         for result in (missing, wrong_type, null):
@@ -141,8 +162,14 @@ async def test_a_service_started_later_is_notified_and_callable_and_its_sigterm_
         assert "echo" not in [t.name for t in (await list_all(session))[0]]
 
         service = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "discovery.cli", "serve", "toolservice_base.examples.echo:EchoService",
-            env=toolreg_env(broker.url, tmp_path / "echo"), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            sys.executable,
+            "-m",
+            "discovery.cli",
+            "serve",
+            "toolservice_base.examples.echo:EchoService",
+            env=toolreg_env(broker.url, tmp_path / "echo"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
         )
         try:
             announced_at = await _logged(service, "service.announced")
@@ -195,9 +222,16 @@ async def test_a_thousand_tools_are_listed_completely_through_pagination(
 
 
 async def test_tools_and_exclude_choose_what_one_agent_sees_and_hear_only_of_its_changes(
-    broker: EmbeddedBroker, mcp_dir: Path, announced: list[DynamicToolService], settings: Settings, config_client: ConfigClient
+    broker: EmbeddedBroker,
+    mcp_dir: Path,
+    announced: list[DynamicToolService],
+    settings: Settings,
+    config_client: ConfigClient,
 ) -> None:
-    async with stdio_session(broker.url, mcp_dir, "legacy", "--tools", "c*", "tell-*", "--exclude", "countdown") as (session, changes):
+    async with stdio_session(broker.url, mcp_dir, "legacy", "--tools", "c*", "tell-*", "--exclude", "countdown") as (
+        session,
+        changes,
+    ):
         assert [t.name for t in (await list_all(session))[0]] == ["calculate", "tell-joke"]
         with pytest.raises(MCPError, match="unknown tool 'countdown'"):
             await session.call_tool("countdown", {"start": 1})
@@ -217,15 +251,31 @@ async def test_tools_and_exclude_choose_what_one_agent_sees_and_hear_only_of_its
 
 
 async def test_a_workspace_of_its_own_with_a_dotted_name_given_in_the_form_llm_apis_accept(
-    broker: EmbeddedBroker, mcp_dir: Path, announced: list[DynamicToolService], config_client: ConfigClient,
+    broker: EmbeddedBroker,
+    mcp_dir: Path,
+    announced: list[DynamicToolService],
+    config_client: ConfigClient,
     settings: Settings,
 ) -> None:
     calculator = next(s for s in announced if isinstance(s, CalculatorService)).service_descriptor
-    await config_client.put([  # wired by hand in workspace `research`, to the running calculator's queues
-        ("tool-service", "calculator", calculator.model_dump_json(by_alias=True, exclude_none=True)),
-        ("tool", "math.calc", json.dumps({"name": "math.calc", "description": "Arithmetic", "service": "calculator",
-                                          "arguments": [{"name": "expression", "type": "string", "description": "Sum"}]})),
-    ], workspace="research")
+    await config_client.put(
+        [  # wired by hand in workspace `research`, to the running calculator's queues
+            ("tool-service", "calculator", calculator.model_dump_json(by_alias=True, exclude_none=True)),
+            (
+                "tool",
+                "math.calc",
+                json.dumps(
+                    {
+                        "name": "math.calc",
+                        "description": "Arithmetic",
+                        "service": "calculator",
+                        "arguments": [{"name": "expression", "type": "string", "description": "Sum"}],
+                    }
+                ),
+            ),
+        ],
+        workspace="research",
+    )
     async with stdio_session(broker.url, mcp_dir, "legacy", "--workspace", "research") as (session, _):
         assert [t.name for t in (await list_all(session))[0]] == ["math_calc"]
         assert text_of(await session.call_tool("math_calc", {"expression": "6*7"})) == "42"
@@ -237,12 +287,19 @@ async def test_nothing_but_protocol_reaches_stdout_even_when_pulsar_client_logs(
     """pulsar-client's own log lines (shown at debug level) go to stderr; on stdout they would corrupt the wire."""
     command = mcp_command(broker.url, mcp_dir)
     process = await asyncio.create_subprocess_exec(
-        command.command, *command.args, env={**command.env, "TOOLREG_LOG_LEVEL": "debug"}, cwd=command.cwd,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        command.command,
+        *command.args,
+        env={**command.env, "TOOLREG_LOG_LEVEL": "debug"},
+        cwd=command.cwd,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-    process.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
-                        b'"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}\n')
+    process.stdin.write(
+        b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+        b'"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}\n'
+    )
     await process.stdin.drain()
     first = json.loads(await asyncio.wait_for(process.stdout.readline(), 20))
     assert first["id"] == 1 and first["result"]["protocolVersion"] == "2025-11-25"
@@ -255,7 +312,9 @@ async def test_nothing_but_protocol_reaches_stdout_even_when_pulsar_client_logs(
         out, err = await asyncio.wait_for(process.communicate(), 20)
     finally:
         broker.start(port=port)  # back, so the fixtures' clients can say goodbye
-    assert b"pulsar_client" in err and (b"Failed to establish connection" in err or b"ClientConnection" in err), err[-2000:]
+    assert b"pulsar_client" in err and (b"Failed to establish connection" in err or b"ClientConnection" in err), err[
+        -2000:
+    ]
     for line in out.splitlines():
         json.loads(line)  # every byte on stdout is a JSON-RPC message
 
@@ -265,8 +324,13 @@ async def test_malformed_json_rpc_gets_an_error_and_the_server_keeps_serving(
 ) -> None:
     command = mcp_command(broker.url, mcp_dir)
     process = await asyncio.create_subprocess_exec(
-        command.command, *command.args, env=command.env, cwd=command.cwd,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        command.command,
+        *command.args,
+        env=command.env,
+        cwd=command.cwd,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     assert process.stdin is not None and process.stdout is not None
 
@@ -277,19 +341,28 @@ async def test_malformed_json_rpc_gets_an_error_and_the_server_keeps_serving(
 
     try:
         not_json = await exchange(b'{"jsonrpc": "2.0", "id": 1, "method": ')
-        assert not_json == {"jsonrpc": "2.0", "id": None, "error": {"code": types.PARSE_ERROR, "message": not_json["error"]["message"]}}
+        assert not_json == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": types.PARSE_ERROR, "message": not_json["error"]["message"]},
+        }
         not_rpc = await exchange(b'{"jsonrpc": "2.0", "id": 7, "method": 42}')
         assert not_rpc["id"] == 7 and not_rpc["error"]["code"] == types.INVALID_REQUEST
         # The oldest version the SDK still negotiates, from a client that speaks raw JSON-RPC.
-        init = await exchange(b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2024-11-05",'
-                              b'"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}')
+        init = await exchange(
+            b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2024-11-05",'
+            b'"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}'
+        )
         assert init["result"]["protocolVersion"] == "2024-11-05"
         assert init["result"]["capabilities"]["tools"] == {"listChanged": True}
         process.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         bad_params = await exchange(b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":17}}')
         assert bad_params["id"] == 3 and bad_params["error"]["code"] == types.INVALID_PARAMS
-        # Arguments the tool's schema refuses are a tool result on the oldest version too, as the SDK's own MCPServer answers.
-        bad_arguments = await exchange(b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"countdown","arguments":{"start":null}}}')
+        # Arguments the tool's schema refuses are a tool result on the oldest version too, as the SDK's own MCPServer
+        # answers.
+        bad_arguments = await exchange(
+            b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"countdown","arguments":{"start":null}}}'
+        )
         assert bad_arguments["id"] == 5 and bad_arguments["result"]["isError"] is True
         assert bad_arguments["result"]["content"][0]["text"].endswith("argument 'start': null is not of type 'integer'")
         listed = await exchange(b'{"jsonrpc":"2.0","id":4,"method":"tools/list"}')
@@ -308,13 +381,22 @@ async def test_sigterm_ends_the_server_promptly_while_the_client_holds_stdin_ope
 ) -> None:
     command = mcp_command(broker.url, mcp_dir)
     process = await asyncio.create_subprocess_exec(
-        command.command, *command.args, env=command.env, cwd=command.cwd,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        command.command,
+        *command.args,
+        env=command.env,
+        cwd=command.cwd,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     assert process.stdin is not None and process.stdout is not None and process.stderr is not None
     process.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
     await process.stdin.drain()
-    assert json.loads(await asyncio.wait_for(process.stdout.readline(), 20)) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    assert json.loads(await asyncio.wait_for(process.stdout.readline(), 20)) == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {},
+    }
     signalled = time.monotonic()
     process.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(process.wait(), 10) == 0

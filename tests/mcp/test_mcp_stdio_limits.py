@@ -40,12 +40,20 @@ def test_a_request_with_an_id_of_another_type_gets_an_error_not_silence(bad_id: 
     line = json.dumps({"jsonrpc": "2.0", "id": bad_id, "method": "ping"})
     answer = reply_to(screen_line(line))
     assert answer is not None, "the SDK read it as a notification, which gets no answer"
-    assert answer.id is None and answer.error.code == types.INVALID_REQUEST and "'id' must be a string or an integer" in answer.error.message
+    assert (
+        answer.id is None
+        and answer.error.code == types.INVALID_REQUEST
+        and "'id' must be a string or an integer" in answer.error.message
+    )
 
 
 def test_good_messages_pass_the_screen_unchanged() -> None:
-    for message in ({"jsonrpc": "2.0", "id": 3, "method": "ping"}, {"jsonrpc": "2.0", "id": "x", "method": "ping"},
-                    {"jsonrpc": "2.0", "method": "notifications/initialized"}, {"jsonrpc": "2.0", "id": 4, "result": {}}):
+    for message in (
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+        {"jsonrpc": "2.0", "id": "x", "method": "ping"},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 4, "result": {}},
+    ):
         line = json.dumps(message)
         assert screen_line(line) == line and reply_to(line) is None
     assert screen_line("{not json") == "{not json"  # the SDK's parse error answers it
@@ -56,7 +64,9 @@ def test_good_messages_pass_the_screen_unchanged() -> None:
 def test_the_id_of_an_over_long_line_is_read_from_its_start_token_by_token() -> None:
     assert leading_id('{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"x": "') == 9
     assert leading_id('{"id":"abc","params":{') == "abc"
-    assert leading_id('{"method": "say \\"id\\": 5", "params": {"id": 6, "x": "') is None  # nested: not the request's id
+    assert (
+        leading_id('{"method": "say \\"id\\": 5", "params": {"id": 6, "x": "') is None
+    )  # nested: not the request's id
     assert leading_id('{"jsonrpc": "2.0", "method": "x", "params": {"a') is None
     assert leading_id('{"id": 1.5, "method": "x"') is None
     assert leading_id('[{"id": 1}]') is None
@@ -85,7 +95,7 @@ def _writer(fd: int, data: bytes) -> threading.Thread:
     def run() -> None:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.close(fd)
 
     thread = threading.Thread(target=run, daemon=True)
@@ -97,7 +107,9 @@ async def test_a_line_over_the_limit_is_read_past_answered_with_its_id_and_the_n
     pipe_lines: tuple[StdinLines, int],
 ) -> None:
     lines, write_fd = pipe_lines
-    long_with_id = b'{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"text": "' + b"x" * 50_000 + b'"}}\n'
+    long_with_id = (
+        b'{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"text": "' + b"x" * 50_000 + b'"}}\n'
+    )
     long_found_at_once = b'{"jsonrpc":"2.0","id":"s","method":"ping","params":{"p":"' + b"y" * 1500 + b'"}}\n'
     ping = b'{"jsonrpc":"2.0","id":10,"method":"ping"}\n'
     start = b'{"jsonrpc":"2.0","id":11,"method":"ping","params":{"p":"'
@@ -124,8 +136,14 @@ async def test_toolreg_mcp_answers_a_line_over_64_mib_and_requests_with_odd_ids_
 ) -> None:
     command = mcp_command(broker.url, tmp_path)  # type: ignore[arg-type]
     process = await asyncio.create_subprocess_exec(
-        command.command, *command.args, env=command.env, cwd=command.cwd, limit=1024 * 1024,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        command.command,
+        *command.args,
+        env=command.env,
+        cwd=command.cwd,
+        limit=1024 * 1024,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     assert process.stdin is not None and process.stdout is not None
 
@@ -149,7 +167,11 @@ async def test_toolreg_mcp_answers_a_line_over_64_mib_and_requests_with_odd_ids_
         await send(huge)
         del huge
         told = await answer()
-        assert told["id"] == 2 and told["error"]["code"] == types.INVALID_REQUEST and "longer than" in told["error"]["message"]
+        assert (
+            told["id"] == 2
+            and told["error"]["code"] == types.INVALID_REQUEST
+            and "longer than" in told["error"]["message"]
+        )
 
         await send(b'{"jsonrpc":"2.0","id":3,"method":"ping"}')
         assert await answer() == {"jsonrpc": "2.0", "id": 3, "result": {}}, "still serving"

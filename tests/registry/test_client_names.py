@@ -28,25 +28,50 @@ from toolservice_base.schemas import Probe, ToolDescriptor, ToolServiceDescripto
 
 def offer(service_id: str, *tools: str) -> Offer:
     service = ToolServiceDescriptor.model_validate(
-        {"id": service_id, "request-queue": f"non-persistent://tg/request/{service_id}", "response-queue": f"non-persistent://tg/response/{service_id}"}
+        {
+            "id": service_id,
+            "request-queue": f"non-persistent://tg/request/{service_id}",
+            "response-queue": f"non-persistent://tg/response/{service_id}",
+        }
     )
     parsed = tuple(ToolDescriptor(name=name, description="does things", service=service_id) for name in tools)
     return Offer(service, parsed, descriptor_digest(service, list(parsed)), "1.0")
 
 
 def base_record(service_id: str, *instances: str, digest: str | None = None) -> OwnershipRecord:
-    return OwnershipRecord(service=service_id, workspace="default", digest=digest, instances={i: InstanceRecord(ttl=2.0, since=1.0) for i in instances})
+    return OwnershipRecord(
+        service=service_id,
+        workspace="default",
+        digest=digest,
+        instances={i: InstanceRecord(ttl=2.0, since=1.0) for i in instances},
+    )
+
 
 # --- the rules, without a broker ---------------------------------------------------------------
 
 
-def plan(view: dict[Key, str | None], owners: dict[Key, str], service_id: str, *tools: str, kept: dict[Key, float] | None = None) -> Plan:
+def plan(
+    view: dict[Key, str | None],
+    owners: dict[Key, str],
+    service_id: str,
+    *tools: str,
+    kept: dict[Key, float] | None = None,
+) -> Plan:
     the_offer = offer(service_id, *tools)
-    return plan_service(view, owners, service_id=service_id, owned={}, record=base_record(service_id, "i1", digest=the_offer.digest),
-                        offer=the_offer, kept=kept)
+    return plan_service(
+        view,
+        owners,
+        service_id=service_id,
+        owned={},
+        record=base_record(service_id, "i1", digest=the_offer.digest),
+        offer=the_offer,
+        kept=kept,
+    )
 
 
-@pytest.mark.parametrize(("first", "later"), [("acme.search", "acme_search"), ("acme_search", "acme.search"), ("a_b.c", "a.b_c")])
+@pytest.mark.parametrize(
+    ("first", "later"), [("acme.search", "acme_search"), ("acme_search", "acme.search"), ("a_b.c", "a.b_c")]
+)
 def test_a_tool_whose_client_name_another_tool_has_is_refused_to_the_later_service(first: str, later: str) -> None:
     view: dict[Key, str | None] = {}
     owners: dict[Key, str] = {}
@@ -81,11 +106,20 @@ def test_a_client_name_released_earlier_in_a_batch_is_free_for_a_later_service()
     first = plan(view, owners, "acme", "acme.search")
     apply_plan(view, owners, first, [])
     renamed = offer("acme", "acme.find")  # acme's next version drops acme.search
-    moved = plan_service(view, owners, service_id="acme", owned=first.owned, record=base_record("acme", "i1", digest=renamed.digest), offer=renamed)
+    moved = plan_service(
+        view,
+        owners,
+        service_id="acme",
+        owned=first.owned,
+        record=base_record("acme", "i1", digest=renamed.digest),
+        offer=renamed,
+    )
     apply_plan(view, owners, moved, first.owned)
     assert moved.removed == ["acme.search"]
     assert plan(view, owners, "rival", "acme_search").conflicts == []
-    owners[("tool", "acme.search")] = "acme"  # kept for it after all, set by hand as the writer does for a service that went
+    owners[("tool", "acme.search")] = (
+        "acme"  # kept for it after all, set by hand as the writer does for a service that went
+    )
     assert [c.held_by for c in plan(view, owners, "rival", "acme_search").conflicts] == ["acme"]
 
 
@@ -122,6 +156,7 @@ def test_the_bridge_and_the_registry_use_one_mapping() -> None:
 
 
 # --- on a real broker --------------------------------------------------------------------------
+
 
 async def _notices(connection: Transport) -> list[Probe]:
     found: list[Probe] = []

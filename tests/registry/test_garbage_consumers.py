@@ -75,7 +75,9 @@ async def ask_all(client: RequestClient, messages: list[bytes], timeout: float =
     for batch in batches(messages, BATCH):
         answers += await asyncio.gather(*(_answer(client, m, timeout) for m in batch))
     unanswered = [n for n, answer in enumerate(answers) if answer is None]
-    assert len(unanswered) <= max(1, len(messages) // 100), f"{len(unanswered)} of {len(messages)} requests went unanswered"
+    assert len(unanswered) <= max(1, len(messages) // 100), (
+        f"{len(unanswered)} of {len(messages)} requests went unanswered"
+    )
     for n in unanswered:
         answers[n] = await client.request(messages[n], timeout=timeout)
     return [answer for answer in answers if answer is not None]  # none is left None: each got its answer
@@ -95,7 +97,8 @@ def garbage(valid: list[dict[str, Any]], refused: Any) -> list[bytes]:
 
 
 def refused_by_validator(namespaces: tuple[str, ...]) -> Callable[[bytes], bool]:
-    """Refused by a fresh validator (the registry's namespaces) now and 10 s from now: so the registry refuses it whenever it arrives."""
+    """Refused by a fresh validator (the registry's namespaces) now and 10 s from now: so the registry refuses it
+    whenever it arrives."""
 
     def refused(data: bytes) -> bool:
         now = time.time()
@@ -122,10 +125,17 @@ def refused_by_model(model: Any) -> Any:
 
 
 async def test_the_registry_drops_every_bad_announcement_with_a_reason_and_writes_nothing(
-    settings: Settings, connection: Transport, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
+    settings: Settings,
+    connection: Transport,
+    config_client: ConfigClient,
+    registry: Registry,
+    registry_client: RegistryClient,
 ) -> None:
-    valid = [announcement("svc", ("a", "b"), ttl=30).to_wire(), announcement("svc", kind="heartbeat", sequence=2, ttl=30).to_wire(),
-             announcement("svc", kind="withdraw", sequence=3).to_wire()]
+    valid = [
+        announcement("svc", ("a", "b"), ttl=30).to_wire(),
+        announcement("svc", kind="heartbeat", sequence=2, ttl=30).to_wire(),
+        announcement("svc", kind="withdraw", sequence=3).to_wire(),
+    ]
     bad = garbage(valid, refused_by_validator(connection.topics.queue_namespaces)) + [b"x" * 70_000, b"[" * 100_000]
     version = (await config_client.config())[0]
     publisher = await connection.publisher(connection.topics.tool_descriptors)
@@ -148,7 +158,11 @@ async def test_the_registry_drops_every_bad_announcement_with_a_reason_and_write
 async def test_the_registry_query_api_answers_every_bad_query_and_changes_nothing(
     connection: Transport, config_client: ConfigClient, registry: Registry
 ) -> None:
-    valid = [{"operation": "list"}, {"operation": "get", "name": "x", "workspace": "default"}, {"operation": "rejections"}]
+    valid = [
+        {"operation": "list"},
+        {"operation": "get", "name": "x", "workspace": "default"},
+        {"operation": "rejections"},
+    ]
     bad = garbage(valid, refused_by_model(RegistryRequest)) + [b" " * (MAX_QUERY_BYTES + 1)]
     version = (await config_client.config())[0]
     client = RequestClient(connection, connection.topics.registry_request, connection.topics.registry_response)
@@ -163,18 +177,29 @@ async def test_the_registry_query_api_answers_every_bad_query_and_changes_nothin
     finally:
         await client.close()
     assert (await config_client.config())[0] == version
-    figures("registry-queries", tried=len(bad), answered=len(answers), crashes=len(crashes(logs)), store_writes_from_bad=0)
+    figures(
+        "registry-queries", tried=len(bad), answered=len(answers), crashes=len(crashes(logs)), store_writes_from_bad=0
+    )
 
 
 async def test_the_config_store_answers_every_bad_request_and_its_version_never_moves(
     connection: Transport, config_client: ConfigClient, config_store: ConfigStoreService
 ) -> None:
-    tool = {"type": "tool-service", "name": "forecast", "description": "d", "service": "weather",
-            "arguments": [{"name": "city", "type": "string", "description": "c"}]}
+    tool = {
+        "type": "tool-service",
+        "name": "forecast",
+        "description": "d",
+        "service": "weather",
+        "arguments": [{"name": "city", "type": "string", "description": "c"}],
+    }
     valid = [
         {"operation": "put", "workspace": "default", "values": [{"type": "note", "key": "k", "value": "v"}]},
         {"operation": "get", "keys": [{"type": "tool", "key": "forecast"}]},
-        {"operation": "delete", "keys": [{"type": "tool", "key": "forecast"}], "expect": [{"type": "tool", "key": "forecast", "value": None}]},
+        {
+            "operation": "delete",
+            "keys": [{"type": "tool", "key": "forecast"}],
+            "expect": [{"type": "tool", "key": "forecast", "value": None}],
+        },
         {"operation": "getvalues", "type": "tool"},
     ]
     unparsable = garbage(valid, refused_by_model(ConfigRequest))
@@ -188,7 +213,9 @@ async def test_the_config_store_answers_every_bad_request_and_its_version_never_
 
     # Well-formed puts whose `tool` item is not a valid tool: the store must refuse each.
     bad_items = [
-        json.dumps({"operation": "put", "values": [{"type": "tool", "key": "forecast", "value": value.decode()}]}).encode()
+        json.dumps(
+            {"operation": "put", "values": [{"type": "tool", "key": "forecast", "value": value.decode()}]}
+        ).encode()
         for value in only(corpus(mutated([tool]), MUTATED), bad_tool)
         if _utf8(value)
     ]
@@ -202,14 +229,23 @@ async def test_the_config_store_answers_every_bad_request_and_its_version_never_
             assert "the limit is" in answers[-1]["error"]["message"]
             assert len([e for e in logs if e["event"] == "config.request_rejected"]) == len(unparsable) + 1
             refused = await ask_all(client, bad_items)
-            assert all(answer["error"]["type"] == "invalid" and "tool/forecast" in answer["error"]["message"] for answer in refused)
+            assert all(
+                answer["error"]["type"] == "invalid" and "tool/forecast" in answer["error"]["message"]
+                for answer in refused
+            )
             assert crashes(logs) == []
     finally:
         await client.close()
     assert (await config_client.config())[0] == version == config_store.store.version
     assert await config_client.list("tool") == []
     tried = len(unparsable) + 1 + len(bad_items)
-    figures("config-store", tried=tried, answered=len(answers) + len(refused), crashes=len(crashes(logs)), store_writes_from_bad=0)
+    figures(
+        "config-store",
+        tried=tried,
+        answered=len(answers) + len(refused),
+        crashes=len(crashes(logs)),
+        store_writes_from_bad=0,
+    )
 
 
 def _utf8(data: bytes) -> bool:
@@ -220,9 +256,13 @@ def _utf8(data: bytes) -> bool:
     return True
 
 
-async def test_a_tool_service_answers_every_bad_request_and_keeps_serving(settings: Settings, connection: Transport) -> None:
+async def test_a_tool_service_answers_every_bad_request_and_keeps_serving(
+    settings: Settings, connection: Transport
+) -> None:
     valid = [{"user": "u", "config": "{}", "arguments": json.dumps({"text": "hi"})}]
-    messages = list(dict.fromkeys(corpus(random_bytes, RANDOM) + corpus(random_json, RANDOM) + corpus(mutated(valid), MUTATED)))
+    messages = list(
+        dict.fromkeys(corpus(random_bytes, RANDOM) + corpus(random_json, RANDOM) + corpus(mutated(valid), MUTATED))
+    )
     deep = json.dumps({"arguments": "[" * 50_000 + "]" * 50_000}).encode()
     messages += [b" " * (MAX_REQUEST_BYTES + 1), deep]
     async with EchoService(settings=settings, announce=False) as echo:
@@ -234,29 +274,48 @@ async def test_a_tool_service_answers_every_bad_request_and_keeps_serving(settin
                 assert all(answer.get("end_of_stream") is True for answer in answers)
                 errors = [a for a in answers if a.get("error")]
                 assert all(a["error"]["type"] == "bad-request" and a["error"]["message"] for a in errors)
-                assert "the limit is" in answers[-2]["error"]["message"] and "nested too deeply" in answers[-1]["error"]["message"]
+                assert (
+                    "the limit is" in answers[-2]["error"]["message"]
+                    and "nested too deeply" in answers[-1]["error"]["message"]
+                )
                 assert len([e for e in logs if e["event"] == "request.rejected"]) == len(errors)
                 assert crashes(logs) == []
-                good = await client.request({"user": "", "config": "{}", "arguments": json.dumps({"text": "still here"})}, timeout=5)
+                good = await client.request(
+                    {"user": "", "config": "{}", "arguments": json.dumps({"text": "still here"})}, timeout=5
+                )
                 assert good["response"] == "still here"
         finally:
             await client.close()
-    figures("tool-service", tried=len(messages), answered=len(answers), bad_request=len(errors), crashes=len(crashes(logs)))
+    figures(
+        "tool-service", tried=len(messages), answered=len(answers), bad_request=len(errors), crashes=len(crashes(logs))
+    )
 
 
 async def test_the_toolset_drops_every_bad_push_and_still_follows_real_changes(
     settings: Settings, connection: Transport, config_client: ConfigClient
 ) -> None:
     async with EchoService(settings=settings, announce=False) as echo:
-        await config_client.put([("tool-service", "echo", echo.service_descriptor.to_json()), ("tool", "echo", echo.tool_descriptors[0].to_json())])
-        valid = [{"version": 5, "changes": {"tool": ["default"], "tool-service": ["default"]}}, {"version": 1, "changes": {}}]
-        bad = garbage(valid, refused_by_model(ConfigPush)) + [b'{"version": 1, "changes": {"x": ["' + b"y" * MAX_PUSH_BYTES + b'"]}}']
+        await config_client.put(
+            [
+                ("tool-service", "echo", echo.service_descriptor.to_json()),
+                ("tool", "echo", echo.tool_descriptors[0].to_json()),
+            ]
+        )
+        valid = [
+            {"version": 5, "changes": {"tool": ["default"], "tool-service": ["default"]}},
+            {"version": 1, "changes": {}},
+        ]
+        bad = garbage(valid, refused_by_model(ConfigPush)) + [
+            b'{"version": 1, "changes": {"x": ["' + b"y" * MAX_PUSH_BYTES + b'"]}}'
+        ]
         async with ToolSet(connection=connection, settings=settings, poll_interval=60.0) as tools:
             before = (tools.version, tools.names())
             publisher = await connection.publisher(connection.topics.config_notify)
             with captured_logs() as logs:
                 await send_all(publisher, bad)
-                await eventually(lambda: len([e for e in logs if e["event"] == "config.push_rejected"]) >= len(bad), timeout=10.0)
+                await eventually(
+                    lambda: len([e for e in logs if e["event"] == "config.push_rejected"]) >= len(bad), timeout=10.0
+                )
                 assert len([e for e in logs if e["event"] == "config.push_rejected"]) == len(bad)
                 assert all(e["reason"] for e in logs if e["event"] == "config.push_rejected")
                 assert "the limit is" in [e for e in logs if e["event"] == "config.push_rejected"][-1]["reason"]

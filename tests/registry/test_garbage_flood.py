@@ -52,7 +52,10 @@ def rejections_total(metrics_url: str) -> float:
 
 def bad_messages() -> list[bytes]:
     """About a thousand distinct messages the registry must refuse, cycled up to the flood size."""
-    valid = [announcement("svc", ("a", "b"), ttl=30).to_wire(), announcement("svc", kind="heartbeat", sequence=2).to_wire()]
+    valid = [
+        announcement("svc", ("a", "b"), ttl=30).to_wire(),
+        announcement("svc", kind="heartbeat", sequence=2).to_wire(),
+    ]
     candidates = corpus(random_bytes, 300) + corpus(random_json, 300) + corpus(mutated(valid), 500)
     refused = []
     for data in dict.fromkeys(candidates):
@@ -64,7 +67,9 @@ def bad_messages() -> list[bytes]:
     return [refused[n % len(refused)] for n in range(FLOOD)]
 
 
-async def send_paced(publisher: Any, messages: list[bytes], metrics: str, *, already: int, refused: bool = True) -> None:
+async def send_paced(
+    publisher: Any, messages: list[bytes], metrics: str, *, already: int, refused: bool = True
+) -> None:
     """Send in batches and wait for the registry to count each batch as refused before the next;
     messages it accepts (`refused=False`) are paced by time instead.
 
@@ -80,16 +85,22 @@ async def send_paced(publisher: Any, messages: list[bytes], metrics: str, *, alr
         if refused:
             expected = already + sent
             await eventually(
-                lambda expected=expected: rejections_total(metrics) >= expected, timeout=20.0, interval=0.05,
+                lambda expected=expected: rejections_total(metrics) >= expected,
+                timeout=20.0,
+                interval=0.05,
                 # Say whether messages went missing or were accepted instead of refused.
-                explain=lambda expected=expected, sent=sent: f"{expected} rejections expected after {sent} of {len(messages)} sent; "
-                f"the registry counted {registry_counts(metrics)}",
+                explain=lambda expected=expected, sent=sent: (
+                    f"{expected} rejections expected after {sent} of {len(messages)} sent; "
+                    f"the registry counted {registry_counts(metrics)}"
+                ),
             )
         else:
             await asyncio.sleep(0.2)
 
 
-async def test_a_flood_of_bad_messages_then_a_good_announcement_which_is_registered(broker: EmbeddedBroker, tmp_path: Path) -> None:
+async def test_a_flood_of_bad_messages_then_a_good_announcement_which_is_registered(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
     log = tmp_path / "up.log"
     process = toolreg_background("up", "--metrics-port", "0", env=toolreg_env(broker.url, tmp_path / "up"), log=log)
     connection = await open_transport(url=broker.url)
@@ -124,7 +135,10 @@ async def test_a_flood_of_bad_messages_then_a_good_announcement_which_is_registe
         # 10,000 valid announcements, each from a fresh instance id of one service: the cap holds. The ttl is the
         # longest allowed so that no lease runs out during the run, however slow the machine: one that did would
         # make room under the cap for a later instance.
-        swarm = [announcement("swarm", ("swarm-tool",), instance=f"swarm-{n}", ttl=3600).to_json().encode() for n in range(FLOOD)]
+        swarm = [
+            announcement("swarm", ("swarm-tool",), instance=f"swarm-{n}", ttl=3600).to_json().encode()
+            for n in range(FLOOD)
+        ]
         await send_paced(publisher, swarm[:PER_SERVICE_CAP], metrics, already=100 + FLOOD, refused=False)
         await eventually(lambda: _instances(client, "swarm", PER_SERVICE_CAP), timeout=20.0, interval=0.1)
         assert rejections_total(metrics) == 100 + FLOOD
@@ -139,11 +153,20 @@ async def test_a_flood_of_bad_messages_then_a_good_announcement_which_is_registe
         assert not log_events(text, "consumer.handler_failed") and not log_events(text, "request.handler_failed")
         growth = after - before
         assert growth < 30 * 1024, f"registry RSS grew by {growth} KiB over {FLOOD} bad messages"
-        assert after_swarm - after < 40 * 1024, f"registry RSS grew by {after_swarm - after} KiB over {FLOOD} fresh instances"
+        assert after_swarm - after < 40 * 1024, (
+            f"registry RSS grew by {after_swarm - after} KiB over {FLOOD} fresh instances"
+        )
         figures(
-            "registry-flood", tried=FLOOD, crashes=0, store_writes_from_bad=0, seconds=round(seconds, 2),
-            rss_before_kib=before, rss_after_kib=after, rss_after_swarm_kib=after_swarm,
-            swarm_accepted=len(record["instances"]), swarm_refused=FLOOD - PER_SERVICE_CAP,
+            "registry-flood",
+            tried=FLOOD,
+            crashes=0,
+            store_writes_from_bad=0,
+            seconds=round(seconds, 2),
+            rss_before_kib=before,
+            rss_after_kib=after,
+            rss_after_swarm_kib=after_swarm,
+            swarm_accepted=len(record["instances"]),
+            swarm_refused=FLOOD - PER_SERVICE_CAP,
         )
         await client.close()
     finally:

@@ -42,14 +42,33 @@ def document(service: dict[str, Any] | None = None, tools: list[dict[str, Any]] 
     """An announce built from raw descriptor dicts, with a correct digest, so only the limit under test fails."""
     from toolservice_base.schemas import ToolDescriptor, ToolServiceDescriptor
 
-    service = service or {"id": "svc", "request-queue": "non-persistent://tg/request/svc", "response-queue": "non-persistent://tg/response/svc"}
-    tools = tools if tools is not None else [{"type": "tool-service", "name": "t", "description": "d", "service": service["id"]}]
+    service = service or {
+        "id": "svc",
+        "request-queue": "non-persistent://tg/request/svc",
+        "response-queue": "non-persistent://tg/response/svc",
+    }
+    tools = (
+        tools
+        if tools is not None
+        else [{"type": "tool-service", "name": "t", "description": "d", "service": service["id"]}]
+    )
     try:
-        digest = descriptor_digest(ToolServiceDescriptor.model_validate(service), [ToolDescriptor.model_validate(t) for t in tools])
+        digest = descriptor_digest(
+            ToolServiceDescriptor.model_validate(service), [ToolDescriptor.model_validate(t) for t in tools]
+        )
     except ValidationError:
         digest = "0" * 64  # the descriptor itself is what must fail
-    body = {"kind": "announce", "instance": "svc-1", "sequence": 1, "sent-at": time.time(), "ttl": 15, "digest": digest,
-            "service": service, "tools": tools, **fields}
+    body = {
+        "kind": "announce",
+        "instance": "svc-1",
+        "sequence": 1,
+        "sent-at": time.time(),
+        "ttl": 15,
+        "digest": digest,
+        "service": service,
+        "tools": tools,
+        **fields,
+    }
     return json.dumps(body).encode()
 
 
@@ -104,8 +123,14 @@ def test_a_mutated_valid_message_is_judged_never_crashes(data: bytes) -> None:
 
 
 @PROPERTY
-@given(st.sampled_from(VALID), st.sampled_from(["kind", "instance", "sequence", "sent-at", "ttl", "digest", "workspace"]), json_values)
-def test_a_mutated_field_that_no_longer_parses_is_refused_naming_it(valid: dict[str, Any], field: str, value: Any) -> None:
+@given(
+    st.sampled_from(VALID),
+    st.sampled_from(["kind", "instance", "sequence", "sent-at", "ttl", "digest", "workspace"]),
+    json_values,
+)
+def test_a_mutated_field_that_no_longer_parses_is_refused_naming_it(
+    valid: dict[str, Any], field: str, value: Any
+) -> None:
     body = {**valid, field: value}
     try:
         Announcement.model_validate(body)
@@ -163,7 +188,15 @@ def test_announcement_fields_at_and_past_their_limit(field: str, at_limit: str, 
 
 
 def test_names_are_128_safe_characters_at_most() -> None:
-    for name, ok in [("a" * 128, True), ("a" * 129, False), ("", False), ("tell joke", False), ("tell/joke", False), ("é", False), ("A.b_c-9", True)]:
+    for name, ok in [
+        ("a" * 128, True),
+        ("a" * 129, False),
+        ("", False),
+        ("tell joke", False),
+        ("tell/joke", False),
+        ("é", False),
+        ("A.b_c-9", True),
+    ]:
         tool = [{"type": "tool-service", "name": name, "description": "d", "service": "svc"}]
         (assert_accepted if ok else lambda d: assert_refused(d, "tools.0.name"))(document(tools=tool))
         service = {"id": name, "request-queue": QUEUE, "response-queue": QUEUE.replace("request", "response")}
@@ -195,10 +228,16 @@ def test_request_queues_at_and_past_their_limits(queue: str, phrase: str | None)
 
 
 def test_the_allowed_namespaces_are_configurable_and_checked() -> None:
-    service = {"id": "svc", "request-queue": "persistent://acme/tools-in/svc", "response-queue": "persistent://acme/tools-out/svc"}
+    service = {
+        "id": "svc",
+        "request-queue": "persistent://acme/tools-in/svc",
+        "response-queue": "persistent://acme/tools-out/svc",
+    }
     assert_refused(document(service=service), "outside the allowed namespaces")
     assert_accepted(document(service=service), AnnouncementValidator(["acme/tools-in", "acme/tools-out"]))
-    assert_refused(document(), "outside the allowed namespaces", AnnouncementValidator(["acme/tools-in", "acme/tools-out"]))
+    assert_refused(
+        document(), "outside the allowed namespaces", AnnouncementValidator(["acme/tools-in", "acme/tools-out"])
+    )
     assert RegistryOptions(allowed_namespaces=("acme/tools-in",)).allowed_namespaces == ("acme/tools-in",)
     for bad in ("tg", "tg/request/x", "tg/re quest", "", "t" * 129 + "/x"):
         with pytest.raises(ValueError, match="tenant/namespace"):
@@ -210,7 +249,14 @@ def test_the_allowed_namespaces_are_configurable_and_checked() -> None:
 def test_descriptions_arguments_tools_and_config_values_at_and_past_their_limits() -> None:
     def tool(name: str = "t", description: str = "d", arguments: int = 0, **extra: Any) -> dict[str, Any]:
         args = [{"name": f"a{i}", "type": "string", "description": "x"} for i in range(arguments)]
-        return {"type": "tool-service", "name": name, "description": description, "service": "svc", "arguments": args, **extra}
+        return {
+            "type": "tool-service",
+            "name": name,
+            "description": description,
+            "service": "svc",
+            "arguments": args,
+            **extra,
+        }
 
     assert_accepted(document(tools=[tool(description="d" * MAX_DESCRIPTION)]))
     assert_refused(document(tools=[tool(description="d" * (MAX_DESCRIPTION + 1))]), "tools.0.description")
@@ -226,14 +272,37 @@ def test_descriptions_arguments_tools_and_config_values_at_and_past_their_limits
 
 @pytest.mark.parametrize("kind", ["string", "number", "integer", "boolean", "object", "array"])
 def test_every_allowed_argument_type_passes(kind: str) -> None:
-    assert_accepted(document(tools=[{"type": "tool-service", "name": "t", "description": "d", "service": "svc",
-                                     "arguments": [{"name": "x", "type": kind, "description": "d"}]}]))
+    assert_accepted(
+        document(
+            tools=[
+                {
+                    "type": "tool-service",
+                    "name": "t",
+                    "description": "d",
+                    "service": "svc",
+                    "arguments": [{"name": "x", "type": kind, "description": "d"}],
+                }
+            ]
+        )
+    )
 
 
 @pytest.mark.parametrize("kind", ["date", "String", "", "null", "any"])
 def test_any_other_argument_type_is_refused(kind: str) -> None:
-    assert_refused(document(tools=[{"type": "tool-service", "name": "t", "description": "d", "service": "svc",
-                                    "arguments": [{"name": "x", "type": kind, "description": "d"}]}]), "type")
+    assert_refused(
+        document(
+            tools=[
+                {
+                    "type": "tool-service",
+                    "name": "t",
+                    "description": "d",
+                    "service": "svc",
+                    "arguments": [{"name": "x", "type": kind, "description": "d"}],
+                }
+            ]
+        ),
+        "type",
+    )
 
 
 def test_a_message_of_exactly_64_kib_is_read_and_one_byte_more_is_refused_unparsed() -> None:
@@ -287,7 +356,11 @@ def test_a_replay_after_the_registry_forgot_the_instance_is_refused_by_time() ->
 
 
 def test_registry_options_refuse_a_bad_skew_or_caps() -> None:
-    for bad in ({"max_clock_skew": 0}, {"max_instances": 0}, {"max_instances_per_service": 0},
-                {"max_instances": 10, "max_instances_per_service": 11}):
+    for bad in (
+        {"max_clock_skew": 0},
+        {"max_instances": 0},
+        {"max_instances_per_service": 0},
+        {"max_instances": 10, "max_instances_per_service": 11},
+    ):
         with pytest.raises(ValueError):
             RegistryOptions(**bad)  # type: ignore[arg-type]

@@ -36,7 +36,9 @@ async def descriptors(connection: Transport) -> AsyncIterator[Publisher]:
     await publisher.close()
 
 
-async def test_an_instance_heard_from_ends_one_of_its_ttls_after_its_last_message(ear: HeardLeases, descriptors: Publisher) -> None:
+async def test_an_instance_heard_from_ends_one_of_its_ttls_after_its_last_message(
+    ear: HeardLeases, descriptors: Publisher
+) -> None:
     await descriptors.send(announcement(kind="heartbeat", instance="svc-1", ttl=5.0).to_json())
     await eventually(lambda: len(ear) == 1)
     now = time.monotonic()
@@ -51,7 +53,10 @@ async def test_an_instance_never_heard_ends_one_ttl_after_listening_began(ear: H
     since = ear.listening_since
     assert since is not None
     now = since + 10.0
-    assert ear.restore_expiry("gone-1", "default", 3.0, now) == (since + 3.0, None)  # ran out 7 s ago: gone at the first sweep
+    assert ear.restore_expiry("gone-1", "default", 3.0, now) == (
+        since + 3.0,
+        None,
+    )  # ran out 7 s ago: gone at the first sweep
     assert ear.restore_expiry("gone-1", "default", 30.0, now) == (since + 30.0, None)
 
 
@@ -59,29 +64,43 @@ async def test_what_was_heard_never_gives_more_than_a_ttl_of_grace(ear: HeardLea
     await descriptors.send(announcement(kind="heartbeat", instance="svc-1", ttl=600.0).to_json())
     await eventually(lambda: len(ear) == 1)
     now = time.monotonic()
-    assert ear.restore_expiry("svc-1", "default", 2.0, now) == (pytest.approx(now + 2.0), pytest.approx(time.time(), abs=2))
+    assert ear.restore_expiry("svc-1", "default", 2.0, now) == (
+        pytest.approx(now + 2.0),
+        pytest.approx(time.time(), abs=2),
+    )
 
 
-async def test_a_message_for_another_workspace_does_not_vouch_for_the_recorded_one(ear: HeardLeases, descriptors: Publisher) -> None:
+async def test_a_message_for_another_workspace_does_not_vouch_for_the_recorded_one(
+    ear: HeardLeases, descriptors: Publisher
+) -> None:
     await descriptors.send(announcement(kind="heartbeat", instance="svc-1", workspace="elsewhere").to_json())
     await eventually(lambda: len(ear) == 1)
     found = ear.restore_expiry("svc-1", "default", 3.0, time.monotonic())
     assert found is not None and found[1] is None  # as if never heard
 
 
-async def test_garbage_is_ignored_and_made_up_ids_cannot_grow_the_table_past_its_capacity(ear: HeardLeases, descriptors: Publisher) -> None:
+async def test_garbage_is_ignored_and_made_up_ids_cannot_grow_the_table_past_its_capacity(
+    ear: HeardLeases, descriptors: Publisher
+) -> None:
     await descriptors.send(b"\xff not json")
     await descriptors.send(b'{"kind": "heartbeat", "instance": "../../etc"}')
     for number in range(10):
         await descriptors.send(announcement(kind="heartbeat", instance=f"made-up-{number}", ttl=60.0).to_json())
     await eventually(lambda: len(ear) == 3)
-    await descriptors.send(announcement(kind="heartbeat", instance="made-up-0", ttl=60.0).to_json())  # a known one still renews
+    await descriptors.send(
+        announcement(kind="heartbeat", instance="made-up-0", ttl=60.0).to_json()
+    )  # a known one still renews
     before = ear.restore_expiry("made-up-0", "default", 60.0, time.monotonic())
     assert len(ear) == 3 and before is not None and before[1] is not None
-    assert ear.restore_expiry("made-up-9", "default", 60.0, time.monotonic()) == (pytest.approx(ear.listening_since + 60.0), None)
+    assert ear.restore_expiry("made-up-9", "default", 60.0, time.monotonic()) == (
+        pytest.approx(ear.listening_since + 60.0),
+        None,
+    )
 
 
-async def test_a_stopped_ear_vouches_for_nothing_and_forgets_what_it_heard(ear: HeardLeases, descriptors: Publisher) -> None:
+async def test_a_stopped_ear_vouches_for_nothing_and_forgets_what_it_heard(
+    ear: HeardLeases, descriptors: Publisher
+) -> None:
     await descriptors.send(announcement(kind="heartbeat", instance="svc-1").to_json())
     await eventually(lambda: len(ear) == 1)
     await ear.stop()
@@ -91,7 +110,9 @@ async def test_a_stopped_ear_vouches_for_nothing_and_forgets_what_it_heard(ear: 
 
 
 async def test_after_a_gap_in_listening_nothing_runs_out_before_one_ttl_from_its_end(
-    ear: HeardLeases, descriptors: Publisher, monkeypatch: pytest.MonkeyPatch,
+    ear: HeardLeases,
+    descriptors: Publisher,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Heartbeats lost while the ear could not hear (disconnected, or the process frozen) must not read as silence."""
     await descriptors.send(announcement(kind="heartbeat", instance="svc-1", ttl=3.0).to_json())

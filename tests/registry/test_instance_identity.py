@@ -60,8 +60,11 @@ async def test_an_unverified_message_cannot_move_a_live_instance_or_touch_its_se
         for message in forged:
             await publisher.send(message.to_json())
         bound = "belongs to service 'joke-service' in workspace 'default'"
-        await eventually(lambda: sum(r.count for r in registry.rejections() if bound in r.reason) >= 3, timeout=3.0,
-                         explain=lambda: [r.reason for r in registry.rejections()])
+        await eventually(
+            lambda: sum(r.count for r in registry.rejections() if bound in r.reason) >= 3,
+            timeout=3.0,
+            explain=lambda: [r.reason for r in registry.rejections()],
+        )
         assert registry.validator._last_sequence[real] < HUGE  # its replay state is untouched
         await asyncio.sleep(2 * TTL)  # past its ttl: only the real instance's own heartbeats kept it
         lease = registry.leases.get(real)
@@ -85,9 +88,14 @@ async def test_a_service_whose_identity_was_taken_over_recovers_by_itself(
         before = await _tool(config_client)
         publisher = await connection.publisher(connection.topics.tool_descriptors)
         with structlog.testing.capture_logs() as logs:
-            await publisher.send(announcement("joke-service", kind=forgery, instance=real, sequence=HUGE, ttl=TTL).to_json())
-            await eventually(lambda: joke.instance != real, timeout=4 * TTL,
-                             explain=lambda: [r.reason for r in registry.rejections()])
+            await publisher.send(
+                announcement("joke-service", kind=forgery, instance=real, sequence=HUGE, ttl=TTL).to_json()
+            )
+            await eventually(
+                lambda: joke.instance != real,
+                timeout=4 * TTL,
+                explain=lambda: [r.reason for r in registry.rejections()],
+            )
             fresh = joke.instance
             await eventually(lambda: _live(registry, fresh), timeout=3.0)
         renewed = [e for e in logs if e["event"] == "service.instance_renewed"]
@@ -105,7 +113,9 @@ async def test_an_instance_id_claimed_elsewhere_before_it_started_recovers_at_on
     """Someone claimed the id first, into another workspace with a huge sequence: the instance's own announce is
     refused, and it goes on under a fresh id instead of staying locked out until a restart."""
     publisher = await connection.publisher(connection.topics.tool_descriptors)
-    await publisher.send(announcement("svc", ("t",), instance="victim-1", sequence=HUGE, workspace="evil", ttl=30).to_json())
+    await publisher.send(
+        announcement("svc", ("t",), instance="victim-1", sequence=HUGE, workspace="evil", ttl=30).to_json()
+    )
     await eventually(lambda: registry.leases.get("victim-1"), timeout=3.0)
     service, tools = descriptors("svc", ("t",))
     async with Announcer(connection, service, tools, ttl=TTL, instance="victim-1") as announcer:
@@ -154,7 +164,9 @@ def test_the_announcer_tells_a_takeover_from_someone_elses_refused_message() -> 
     """The announcer reads the registry's own wording (`replay_refusal`, ...), made in one place."""
 
     def verdict(refused: str, withdrawn: bool = False) -> str:
-        return judge_refusal(refused, instance="svc-1", sequence=40, service="svc", workspace="default", withdrawn=withdrawn)[0]
+        return judge_refusal(
+            refused, instance="svc-1", sequence=40, service="svc", workspace="default", withdrawn=withdrawn
+        )[0]
 
     assert verdict(replay_refusal(41, HUGE)) == "takeover"  # remembered past anything it sent
     assert verdict(replay_refusal(7, 39)) == "not-mine"  # a replay of its own older message

@@ -184,7 +184,8 @@ def test_an_accepted_message_clears_the_refusal() -> None:
 
 
 def test_a_services_leases_stay_found_through_every_change() -> None:
-    """`of_service` answers from an index kept in step, not a pass over the fleet: every way a lease goes or moves keeps it right."""
+    """`of_service` answers from an index kept in step, not a pass over the fleet: every way a lease goes or moves keeps
+    it right."""
     c = ("default", "c")
     leases = table(A, A, B, c, ttl=2.0)
     leases.renew("c-3", B, ttl=2.0, now=0.0, wall=1000.0)  # moves from c to b

@@ -24,7 +24,11 @@ from toolservice_base.schemas import (
 
 def offer(service_id: str, *tools: str, description: str = "does things") -> Offer:
     service = ToolServiceDescriptor.model_validate(
-        {"id": service_id, "request-queue": f"non-persistent://tg/request/{service_id}", "response-queue": f"non-persistent://tg/response/{service_id}"}
+        {
+            "id": service_id,
+            "request-queue": f"non-persistent://tg/request/{service_id}",
+            "response-queue": f"non-persistent://tg/response/{service_id}",
+        }
     )
     parsed = tuple(ToolDescriptor(name=name, description=description, service=service_id) for name in tools)
     return Offer(service, parsed, descriptor_digest(service, list(parsed)), "1.0")
@@ -32,12 +36,21 @@ def offer(service_id: str, *tools: str, description: str = "does things") -> Off
 
 def base_record(service_id: str, *instances: str, digest: str | None = None) -> OwnershipRecord:
     return OwnershipRecord(
-        service=service_id, workspace="default", digest=digest, instances={i: InstanceRecord(ttl=2.0, since=1.0) for i in instances}
+        service=service_id,
+        workspace="default",
+        digest=digest,
+        instances={i: InstanceRecord(ttl=2.0, since=1.0) for i in instances},
     )
 
 
-def converge(view: dict[Key, str | None], service_id: str, the_offer: Offer | None, owned: dict[Key, str] | None = None,
-             owners: dict[Key, str] | None = None, gone: bool = False):
+def converge(
+    view: dict[Key, str | None],
+    service_id: str,
+    the_offer: Offer | None,
+    owned: dict[Key, str] | None = None,
+    owners: dict[Key, str] | None = None,
+    gone: bool = False,
+):
     record = None if gone else base_record(service_id, "i1", digest=the_offer.digest if the_offer else None)
     return plan_service(view, owners or {}, service_id=service_id, owned=owned or {}, record=record, offer=the_offer)
 
@@ -47,13 +60,22 @@ def test_a_new_service_writes_the_spec_items_as_wire_json_and_its_record() -> No
     plan = converge({}, "joke", joke)
     assert plan.writes[("tool-service", "joke")] == joke.service.to_json()
     assert json.loads(plan.writes[("tool", "tell-joke")]) == {  # type: ignore[arg-type]
-        "type": "tool-service", "name": "tell-joke", "description": "does things", "service": "joke", "arguments": []
+        "type": "tool-service",
+        "name": "tell-joke",
+        "description": "does things",
+        "service": "joke",
+        "arguments": [],
     }
     assert sorted(plan.registered) == ["tell-joke", "tell-pun"] and plan.conflicts == []
-    assert plan.owned == {key: value_hash(value) for key, value in plan.writes.items() if key[0] != "discovery" and value}
+    assert plan.owned == {
+        key: value_hash(value) for key, value in plan.writes.items() if key[0] != "discovery" and value
+    }
     record = OwnershipRecord.from_value(plan.writes[record_key("joke")])  # type: ignore[arg-type]
-    assert record.owned == {"tool-service/joke": plan.owned[("tool-service", "joke")], "tool/tell-joke": plan.owned[("tool", "tell-joke")],
-                            "tool/tell-pun": plan.owned[("tool", "tell-pun")]}
+    assert record.owned == {
+        "tool-service/joke": plan.owned[("tool-service", "joke")],
+        "tool/tell-joke": plan.owned[("tool", "tell-joke")],
+        "tool/tell-pun": plan.owned[("tool", "tell-pun")],
+    }
     assert list(record.instances) == ["i1"] and record.digest == joke.digest
 
 
@@ -85,7 +107,11 @@ def test_a_static_item_already_holding_the_announced_value_is_used_but_never_own
 
 def test_a_static_service_descriptor_with_other_queues_refuses_every_tool() -> None:
     other = ToolServiceDescriptor.model_validate(
-        {"id": "joke", "request-queue": "non-persistent://tg/request/x", "response-queue": "non-persistent://tg/response/x"}
+        {
+            "id": "joke",
+            "request-queue": "non-persistent://tg/request/x",
+            "response-queue": "non-persistent://tg/response/x",
+        }
     ).to_json()
     plan = converge({("tool-service", "joke"): other}, "joke", offer("joke", "tell-joke", "tell-pun"))
     assert set(plan.writes) == {record_key("joke")} and plan.owned == {}
@@ -115,7 +141,9 @@ def test_first_holder_wins_within_one_batch_in_plan_order() -> None:
     assert owners[("tool", "shared")] == "first"
     assert [(c.tool, c.held_by) for c in plans[1].conflicts] == [("shared", "first")]
     puts, deletes, expect = combine(original, view, plans)
-    assert ("tool", "shared", view[("tool", "shared")]) in puts and json.loads(view[("tool", "shared")])["service"] == "first"  # type: ignore[arg-type]
+    assert ("tool", "shared", view[("tool", "shared")]) in puts and json.loads(view[("tool", "shared")])[
+        "service"
+    ] == "first"  # type: ignore[arg-type]
     assert deletes == [] and all(value is None for _, _, value in expect)
 
 

@@ -33,7 +33,9 @@ def test_the_index_follows_each_service_s_owned_keys() -> None:
     assert owners.owner("ws", ("tool", "a.search")) == "s1" and owners.tools == 2
     assert owners.names("ws")["a_search"] == {"a.search"}
     owners.update("ws", "s1", {("tool", "a.search"): "h", ("tool-service", "s1"): "h"}, {("tool-service", "s1"): "h"})
-    assert owners.owner("ws", ("tool", "a.search")) is None and "a_search" not in owners.names("ws") and owners.tools == 1
+    assert (
+        owners.owner("ws", ("tool", "a.search")) is None and "a_search" not in owners.names("ws") and owners.tools == 1
+    )
     owners.update("ws", "s2", {("tool", "b"): "h"}, {})  # gone
     assert dict(owners.of("ws")) == {("tool-service", "s1"): "s1"} and owners.tools == 0
     assert owners.owner("other", ("tool", "b")) is None
@@ -105,8 +107,14 @@ class Fleet:
         self.services: dict[ServiceKey, ServiceState] = {}
         self.leases = LeaseTable()
         self.writer = StoreWriter(
-            self.store, self.services, self.leases, workspace_default="default", max_retry_delay=1.0,  # type: ignore[arg-type]
-            metrics=RegistryMetrics(CollectorRegistry()), on_refused=lambda key, reason: None, on_merged=lambda: None,
+            self.store,
+            self.services,
+            self.leases,
+            workspace_default="default",
+            max_retry_delay=1.0,  # type: ignore[arg-type]
+            metrics=RegistryMetrics(CollectorRegistry()),
+            on_refused=lambda key, reason: None,
+            on_merged=lambda: None,
         )
         self.writer.writes.conditional = True
         self.count = 0
@@ -117,14 +125,26 @@ class Fleet:
             self.count += 1
             sid = f"svc-{self.count}"
             service = ToolServiceDescriptor.model_validate(
-                {"id": sid, "request-queue": f"non-persistent://tg/request/{sid}", "response-queue": f"non-persistent://tg/response/{sid}"}
+                {
+                    "id": sid,
+                    "request-queue": f"non-persistent://tg/request/{sid}",
+                    "response-queue": f"non-persistent://tg/response/{sid}",
+                }
             )
             tools = [ToolDescriptor(name=f"{sid}.tool", description="d", service=sid)]
             digest = descriptor_digest(service, tools)
             key = ("default", sid)
             self.services[key] = ServiceState(key, self.count, offers={digest: Offer(service, tuple(tools), digest)})
             for i in range(3):
-                self.leases.renew(f"{sid}-{i}", key, ttl=30, now=time.monotonic(), wall=time.time(), digest=digest, announced=self.count)
+                self.leases.renew(
+                    f"{sid}-{i}",
+                    key,
+                    ttl=30,
+                    now=time.monotonic(),
+                    wall=time.time(),
+                    digest=digest,
+                    announced=self.count,
+                )
             keys.append(key)
         return keys
 

@@ -59,9 +59,13 @@ async def test_a_held_change_never_reaches_a_toolset_or_mcp_tools_list_in_100_re
             await eventually(lambda: pinning.pending(), timeout=2.0)
             listed: list[Any] = []
             for reload in range(RELOADS):
-                if reload == RELOADS // 2:  # the last instance of the pinned definition upgrades: the tool goes, never changes
+                if (
+                    reload == RELOADS // 2
+                ):  # the last instance of the pinned definition upgrades: the tool goes, never changes
                     await send(announce(service(), HELD, instance="jokes-1", sequence=2, version="2.0"))
-                version = await config_client.put([("tool", "filler", tool("filler", f"Filler {reload}", sid="hand").to_json())])
+                version = await config_client.put(
+                    [("tool", "filler", tool("filler", f"Filler {reload}", sid="hand").to_json())]
+                )
                 await eventually(lambda version=version: tools.version >= version, timeout=2.0)
                 described = {d["name"]: d for d in tools.describe()}
                 listing = (await session.list_tools()).tools
@@ -69,7 +73,10 @@ async def test_a_held_change_never_reaches_a_toolset_or_mcp_tools_list_in_100_re
                 _only_pinned(described.get("tell-joke"), pinned)
                 mcp_tool = listed[-1].get("tell-joke")
                 if mcp_tool is not None:
-                    assert mcp_tool.description == ORIGINAL.description and (mcp_tool.meta or {}).get(DIGEST_META) == pinned
+                    assert (
+                        mcp_tool.description == ORIGINAL.description
+                        and (mcp_tool.meta or {}).get(DIGEST_META) == pinned
+                    )
             await eventually(lambda: "tell-joke" not in tools, timeout=2.0)
     assert len(seen) >= RELOADS and all(_only_pinned(change.get("tell-joke"), pinned) for change in seen)
     assert "tell-joke" in listed[0] and "tell-joke" not in listed[-1]
@@ -78,25 +85,40 @@ async def test_a_held_change_never_reaches_a_toolset_or_mcp_tools_list_in_100_re
 
 
 def _only_pinned(described: dict[str, Any] | None, pinned: str) -> bool:
-    assert described is None or (described["description"], described["digest"]) == (ORIGINAL.description, pinned), described
+    assert described is None or (described["description"], described["digest"]) == (
+        ORIGINAL.description,
+        pinned,
+    ), described
     return True
 
 
-async def test_the_mcp_front_gives_each_tool_its_digest_in_meta(settings: Settings, connection: Transport, config_client: ConfigClient) -> None:
-    await config_client.put([("tool-service", "hand", service("hand").to_json()), ("tool", "by-hand", tool("by-hand", sid="hand").to_json())])
+async def test_the_mcp_front_gives_each_tool_its_digest_in_meta(
+    settings: Settings, connection: Transport, config_client: ConfigClient
+) -> None:
+    await config_client.put(
+        [
+            ("tool-service", "hand", service("hand").to_json()),
+            ("tool", "by-hand", tool("by-hand", sid="hand").to_json()),
+        ]
+    )
     async with ToolSet(settings=settings, connection=connection) as tools:
         front = McpFront(tools)
         async with http_server(front, "127.0.0.1", 0) as url, http_session(url, "modern") as (session, _):
             listing = (await session.list_tools()).tools
-    assert [(t.name, (t.meta or {}).get(DIGEST_META)) for t in listing] == [("by-hand", definition_digest(tool("by-hand", sid="hand"), service("hand")))]
+    assert [(t.name, (t.meta or {}).get(DIGEST_META)) for t in listing] == [
+        ("by-hand", definition_digest(tool("by-hand", sid="hand"), service("hand")))
+    ]
 
 
 ROUNDS = 20
 BLOCK = 5
 
 
-async def test_the_cost_of_pinning_on_propagation(settings: Settings, connection: Transport, config_store: ConfigStoreService) -> None:
-    """Announce to visible in a ToolSet, for a new tool: ROUNDS each way, in alternating blocks on the same store and broker.
+async def test_the_cost_of_pinning_on_propagation(
+    settings: Settings, connection: Transport, config_store: ConfigStoreService
+) -> None:
+    """Announce to visible in a ToolSet, for a new tool: ROUNDS each way, in alternating blocks on the same store and
+    broker.
 
     Run with `-s` to see the figures. With pinning the first acceptance also writes the tool's pin, in the same
     transaction: one store round trip either way, a slightly larger write.
@@ -123,7 +145,10 @@ async def test_the_cost_of_pinning_on_propagation(settings: Settings, connection
                 await registry.stop()
     off, on = (sorted(times[False]), sorted(times[True]))
     for label, values in (("without --pin-definitions", off), ("with --pin-definitions", on)):
-        print(f"{label}: median {statistics.median(values) * 1000:.1f} ms, p90 {values[int(0.9 * len(values)) - 1] * 1000:.1f} ms, "
-              f"max {values[-1] * 1000:.1f} ms over {len(values)} rounds")
+        print(
+            f"{label}: median {statistics.median(values) * 1000:.1f} ms, p90"
+            f" {values[int(0.9 * len(values)) - 1] * 1000:.1f} ms, max {values[-1] * 1000:.1f} ms over {len(values)}"
+            " rounds"
+        )
     assert len(off) == len(on) == ROUNDS
     assert statistics.median(on) < statistics.median(off) + 0.25  # loose: 2 shared cores; the figures are in the output

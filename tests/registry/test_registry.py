@@ -64,7 +64,9 @@ async def test_an_announced_service_is_merged_as_the_spec_items_and_listed(
         started = time.monotonic()
         await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
         assert time.monotonic() - started < 1.0
-        got = await config_client.get([("tool", "tell-joke"), ("tool-service", "joke-service"), ("discovery", "joke-service")])
+        got = await config_client.get(
+            [("tool", "tell-joke"), ("tool-service", "joke-service"), ("discovery", "joke-service")]
+        )
         assert got[("tool", "tell-joke")] == svc.tool_descriptors[0].to_json()
         assert got[("tool-service", "joke-service")] == svc.service_descriptor.to_json()
         record = json.loads(got[("discovery", "joke-service")])
@@ -72,14 +74,22 @@ async def test_an_announced_service_is_merged_as_the_spec_items_and_listed(
         assert set(record["owned"]) == {"tool/tell-joke", "tool-service/joke-service"}
         listing = await registry_client.list()
         tool = by_name(listing.tools)["tell-joke"]
-        assert (tool.service, tool.source, tool.status, tool.instances, tool.version) == ("joke-service", "announced", "live", 1, "1.0")
+        assert (tool.service, tool.source, tool.status, tool.instances, tool.version) == (
+            "joke-service",
+            "announced",
+            "live",
+            1,
+            "1.0",
+        )
         assert tool.last_heartbeat_age is not None and tool.last_heartbeat_age < TTL
         got_one = await registry_client.get("tell-joke")
         assert got_one is not None and (got_one.name, got_one.status, got_one.instances) == ("tell-joke", "live", 1)
         assert await registry_client.get("no-such-tool") is None
 
 
-async def test_withdraw_removes_every_owned_key_at_once(settings: Settings, config_client: ConfigClient, registry: Registry) -> None:
+async def test_withdraw_removes_every_owned_key_at_once(
+    settings: Settings, config_client: ConfigClient, registry: Registry
+) -> None:
     svc = JokeService(settings=settings, ttl=30)
     await svc.start()
     await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
@@ -94,7 +104,9 @@ async def _empty(client: ConfigClient) -> bool:
     return config == {}
 
 
-async def test_a_silent_instance_expires_after_its_ttl(settings: Settings, config_client: ConfigClient, registry: Registry) -> None:
+async def test_a_silent_instance_expires_after_its_ttl(
+    settings: Settings, config_client: ConfigClient, registry: Registry
+) -> None:
     async with JokeService(settings=settings, ttl=TTL) as svc:
         await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
         await asyncio.sleep(TTL)  # heartbeats keep it alive past one ttl
@@ -128,15 +140,20 @@ async def test_many_instances_are_one_service_live_while_any_lease_is(
 
 
 async def test_the_size_gauges_follow_instances_that_join_and_services_that_expire(
-    settings: Settings, connection: Transport, config_store: ConfigStoreService,
+    settings: Settings,
+    connection: Transport,
+    config_store: ConfigStoreService,
 ) -> None:
-    """Sweeps with nothing running out skip the per-service count (it costs 30 ms at 100,000 leases); the gauges still move."""
+    """Sweeps with nothing running out skip the per-service count (it costs 30 ms at 100,000 leases); the gauges still
+    move."""
     metrics = RegistryMetrics(CollectorRegistry())
     gauge = metrics.registry.get_sample_value
     async with Registry(connection, options=FAST, metrics=metrics):
         first, second = JokeService(settings=settings, ttl=TTL), JokeService(settings=settings, ttl=TTL)
         async with first:
-            await eventually(lambda: gauge("toolreg_registry_live_services") == 1 and gauge("toolreg_registry_instances") == 1)
+            await eventually(
+                lambda: gauge("toolreg_registry_live_services") == 1 and gauge("toolreg_registry_instances") == 1
+            )
             async with second:  # the same service again: no merge, no store write, one more lease
                 await eventually(lambda: gauge("toolreg_registry_instances") == 2, timeout=2)
                 assert gauge("toolreg_registry_live_services") == 1 and gauge("toolreg_registry_live_tools") == 1
@@ -199,16 +216,20 @@ async def test_the_first_service_keeps_a_contested_name_and_hands_it_over_one_tt
         await eventually(lambda: _no_key(config_client, ("tool", "tell-joke")), timeout=1.0)  # nobody serves it now
         conflicts = await eventually(lambda: _kept_for(registry_client, "joke-service"), timeout=1.0)
         assert [(c.tool, c.held_by) for c in conflicts] == [("tell-joke", "joke-service")]
-        # Generous upper bound: on 2 busy cores the hand-over has come later than ttl + 1 s; the promise is the lower bound.
+        # Generous upper bound: on 2 busy cores the hand-over has come later than ttl + 1 s; the promise is the lower
+        # bound.
         await eventually(lambda: _tool_service(config_client, "tell-joke", "rival-jokes"), timeout=TTL + 3.0)
         assert time.monotonic() - stopping > TTL - 0.1  # not before the owner's ttl was over
-        await eventually(lambda: _no_conflicts(registry_client), timeout=1.0)  # cleared once the registry hears its write back
+        await eventually(
+            lambda: _no_conflicts(registry_client), timeout=1.0
+        )  # cleared once the registry hears its write back
 
 
 async def test_a_restarting_owner_gets_its_name_back_and_the_refused_rival_is_told(
     settings: Settings, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
 ) -> None:
-    """Without a trust policy, the rival used to take the name in the moment between the owner's withdraw and its return."""
+    """Without a trust policy, the rival used to take the name in the moment between the owner's withdraw and its
+    return."""
     joke = JokeService(settings=settings, ttl=TTL)
     await joke.start()
     await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
@@ -271,7 +292,9 @@ async def test_a_burst_of_announcements_is_a_few_store_versions(
     connection: Transport, config_client: ConfigClient, registry: Registry
 ) -> None:
     publisher = await connection.publisher(connection.topics.tool_descriptors)
-    await asyncio.gather(*(publisher.send(announcement(f"burst-{n}", (f"tool-{n}",), ttl=30).to_json()) for n in range(20)))
+    await asyncio.gather(
+        *(publisher.send(announcement(f"burst-{n}", (f"tool-{n}",), ttl=30).to_json()) for n in range(20))
+    )
     await eventually(lambda: _count_tools(config_client, 20), timeout=2.0)
     await registry.settle()
     # Leading-edge batching: the first message is written at once, what came meanwhile rides in the next write.
@@ -284,10 +307,22 @@ async def _count_tools(client: ConfigClient, count: int) -> bool:
 
 
 async def test_a_thousand_malformed_messages_are_rejected_and_the_registry_keeps_serving(
-    settings: Settings, connection: Transport, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
+    settings: Settings,
+    connection: Transport,
+    config_client: ConfigClient,
+    registry: Registry,
+    registry_client: RegistryClient,
 ) -> None:
     publisher = await connection.publisher(connection.topics.tool_descriptors)
-    garbage = [b"\x00\xff", b"{}", b"[]", b"null", b'{"kind": "announce"}', b"{" * 5000, json.dumps({"kind": "heartbeat"}).encode()]
+    garbage = [
+        b"\x00\xff",
+        b"{}",
+        b"[]",
+        b"null",
+        b'{"kind": "announce"}',
+        b"{" * 5000,
+        json.dumps({"kind": "heartbeat"}).encode(),
+    ]
     await asyncio.gather(*(publisher.send(garbage[n % len(garbage)] + str(n).encode() * (n % 3)) for n in range(1000)))
     await eventually(lambda: registry.rejection_log.total >= 1000, timeout=10.0)
     rejections = await registry_client.rejections()
@@ -319,7 +354,9 @@ async def test_bad_announcements_of_every_kind_are_listed_with_their_reason(
     assert set(await config_client.list("tool")) == {"ok"}
 
 
-async def test_a_heartbeat_from_an_unknown_instance_is_probed_once_per_interval(connection: Transport, registry: Registry) -> None:
+async def test_a_heartbeat_from_an_unknown_instance_is_probed_once_per_interval(
+    connection: Transport, registry: Registry
+) -> None:
     seen: list[Probe] = []
 
     async def on_probe(message: Any) -> None:
@@ -346,9 +383,13 @@ async def test_malformed_queries_get_an_error_response(connection: Transport, re
 
 
 @pytest.fixture
-async def four_announced(settings: Settings, config_client: ConfigClient, registry: Registry) -> AsyncIterator[list[DynamicToolService]]:
+async def four_announced(
+    settings: Settings, config_client: ConfigClient, registry: Registry
+) -> AsyncIterator[list[DynamicToolService]]:
     """Four services with short leases, merged into the store: enough leases for self-preservation to apply."""
-    services = [cls(settings=settings, ttl=TTL) for cls in (JokeService, EchoService, CalculatorService, CountdownService)]
+    services = [
+        cls(settings=settings, ttl=TTL) for cls in (JokeService, EchoService, CalculatorService, CountdownService)
+    ]
     for svc in services:
         await svc.start()
     try:
@@ -360,7 +401,10 @@ async def four_announced(settings: Settings, config_client: ConfigClient, regist
 
 
 async def test_self_preservation_holds_mass_expiry_and_releases_on_request(
-    config_client: ConfigClient, registry: Registry, registry_client: RegistryClient, four_announced: list[DynamicToolService]
+    config_client: ConfigClient,
+    registry: Registry,
+    registry_client: RegistryClient,
+    four_announced: list[DynamicToolService],
 ) -> None:
     services = four_announced
     with structlog.testing.capture_logs() as logs:
@@ -380,7 +424,10 @@ async def test_self_preservation_holds_mass_expiry_and_releases_on_request(
 
 
 async def test_self_preservation_ends_when_heartbeats_resume(
-    config_client: ConfigClient, registry: Registry, registry_client: RegistryClient, four_announced: list[DynamicToolService]
+    config_client: ConfigClient,
+    registry: Registry,
+    registry_client: RegistryClient,
+    four_announced: list[DynamicToolService],
 ) -> None:
     services = four_announced
     for svc in services:
@@ -442,7 +489,10 @@ async def test_a_registry_restart_keeps_live_and_static_tools_and_drops_the_dead
         assert [(c.tool, c.held_by) for c in second.conflicts()] == [("tell-joke", "joke-service")]
         alpha = by_name(await second.list_tools("alpha"))
         assert alpha["echo"].status == "grace"
-        assert alpha["echo"].last_heartbeat_age is None and "not heard from since the registry started" in alpha["echo"].detail
+        assert (
+            alpha["echo"].last_heartbeat_age is None
+            and "not heard from since the registry started" in alpha["echo"].detail
+        )
         await eventually(lambda: _gone_from(config_client, "echo", "alpha"), timeout=ttl + 1.0)
         assert set(await config_client.list("tool")) == {"by-hand", "tell-joke", "rival-only"}
         assert (await config_client.get([("tool", "by-hand")]))[("tool", "by-hand")] == static
@@ -455,7 +505,9 @@ async def test_a_registry_restart_keeps_live_and_static_tools_and_drops_the_dead
 async def test_a_static_tool_whose_service_went_away_is_listed_as_unavailable_with_why(
     settings: Settings, config_client: ConfigClient, registry_client: RegistryClient
 ) -> None:
-    by_hand = ToolDescriptor(name="joke-by-hand", description="Wired by hand to an announced service", service="joke-service")
+    by_hand = ToolDescriptor(
+        name="joke-by-hand", description="Wired by hand to an announced service", service="joke-service"
+    )
     async with JokeService(settings=settings, ttl=TTL):
         await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
         await config_client.put([("tool", "joke-by-hand", by_hand.to_json())])
@@ -507,7 +559,10 @@ async def test_with_a_trust_policy_only_signed_and_allowed_announcements_are_mer
     registry = Registry(connection, options=RegistryOptions(sweep_interval=0.1, trust=policy))
     await registry.start()
     try:
-        async with JokeService(settings=settings, ttl=TTL, signing_key=key) as joke, EchoService(settings=settings, ttl=TTL):
+        async with (
+            JokeService(settings=settings, ttl=TTL, signing_key=key) as joke,
+            EchoService(settings=settings, ttl=TTL),
+        ):
             await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
             await eventually(lambda: any("unsigned" in r.reason for r in registry.rejections()), timeout=1.0)
             # A forged, unsigned withdraw of the signed instance changes nothing.
@@ -526,7 +581,9 @@ async def test_with_a_trust_policy_only_signed_and_allowed_announcements_are_mer
 async def test_an_operator_write_landing_between_the_registrys_read_and_write_is_never_clobbered(
     settings: Settings, config_client: ConfigClient, registry: Registry
 ) -> None:
-    operator = ToolDescriptor(name="tell-joke", description="Written by an operator mid-merge", service="joke-service").to_json()
+    operator = ToolDescriptor(
+        name="tell-joke", description="Written by an operator mid-merge", service="joke-service"
+    ).to_json()
     read = registry._config.get
     raced: list[bool] = []
 
@@ -546,8 +603,9 @@ async def test_an_operator_write_landing_between_the_registrys_read_and_write_is
         assert raced == [True]
 
 
-
-async def test_the_registry_starts_and_stops_with_async_with(connection: Transport, config_store: ConfigStoreService) -> None:
+async def test_the_registry_starts_and_stops_with_async_with(
+    connection: Transport, config_store: ConfigStoreService
+) -> None:
     async with Registry(connection, options=FAST) as registry:
         assert registry.readiness() is None
     assert registry.readiness() == "not running"

@@ -59,8 +59,12 @@ async def test_changes_during_a_write_go_into_one_next_write(
     await publisher.send(announcement("first", ("first-tool",), ttl=30).to_json())
     await eventually(lambda: started, timeout=2.0)  # written at once, nothing else pending
 
-    await asyncio.gather(*(publisher.send(announcement(f"later-{n}", (f"later-{n}",), ttl=30).to_json()) for n in range(10)))
-    await eventually(lambda: registry.writer.pending == 10, timeout=2.0, explain=lambda: f"{registry.writer.pending} pending")
+    await asyncio.gather(
+        *(publisher.send(announcement(f"later-{n}", (f"later-{n}",), ttl=30).to_json()) for n in range(10))
+    )
+    await eventually(
+        lambda: registry.writer.pending == 10, timeout=2.0, explain=lambda: f"{registry.writer.pending} pending"
+    )
     assert len(started) == 1  # nothing starts while a write is in flight
     gate.set()
     await eventually(lambda: _tools(config_client), timeout=2.0)

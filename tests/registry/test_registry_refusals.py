@@ -37,9 +37,11 @@ pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(420)]  # the first 
 ROLE_NAMESPACES = ("request", "response", "notify", "discovery")
 """What a registry's role needs (the store, on the superuser's token, keeps `state` to itself)."""
 NAMED = 15.0
-"""Seconds for a refusal to show in readiness: the watch asks once a handle has been down for a second (measured: 1-2 s)."""
+"""Seconds for a refusal to show in readiness: the watch asks once a handle has been down for a second (measured: 1-2
+s)."""
 EXPIRES_IN = 8
-"""Seconds a short-lived token lives: enough for the registry to start on a loaded machine, then it expires while running."""
+"""Seconds a short-lived token lives: enough for the registry to start on a loaded machine, then it expires while
+running."""
 
 
 @dataclass
@@ -56,22 +58,40 @@ class Running:
         return f"{self.tenant}/discovery"
 
 
-async def run_registry(apache: ApachePulsar, tenant: str, data_dir: Path, stack: AsyncExitStack, *, token: str | None = None,
-                       role: str | None = None) -> Running:
+async def run_registry(
+    apache: ApachePulsar,
+    tenant: str,
+    data_dir: Path,
+    stack: AsyncExitStack,
+    *,
+    token: str | None = None,
+    role: str | None = None,
+) -> Running:
     """Start a store (superuser) and a registry on `token` (default: a fresh role with produce and consume granted)."""
     if token is None:
         role = role or f"registry-{uuid.uuid4().hex[:6]}"
         for namespace in ROLE_NAMESPACES:
             apache.grant(f"{tenant}/{namespace}", role)
         token = apache.mint_token(role)
-    admin = await open_transport(Settings(data_dir=data_dir, pulsar_url=apache.url, broker="apache-pulsar", topicspace=tenant,
-                                          auth_token=apache.token))
+    admin = await open_transport(
+        Settings(
+            data_dir=data_dir, pulsar_url=apache.url, broker="apache-pulsar", topicspace=tenant, auth_token=apache.token
+        )
+    )
     stack.push_async_callback(admin.close)
     store = ConfigStoreService.in_data_dir(admin, data_dir)
     await store.start()
     stack.push_async_callback(store.stop)
-    mine = await open_transport(Settings(data_dir=data_dir, pulsar_url=apache.url, broker="apache-pulsar", topicspace=tenant,
-                                         auth_token=token, operation_timeout=5))
+    mine = await open_transport(
+        Settings(
+            data_dir=data_dir,
+            pulsar_url=apache.url,
+            broker="apache-pulsar",
+            topicspace=tenant,
+            auth_token=token,
+            operation_timeout=5,
+        )
+    )
     stack.push_async_callback(mine.close)
     registry = Registry(mine, options=FAST)
     await registry.start()
@@ -87,9 +107,11 @@ async def stack() -> AsyncIterator[AsyncExitStack]:
 
 def not_ready(registry: Registry, *needles: str) -> Callable[[], str | None]:
     """A check for `eventually`: the readiness line, once it holds every needle."""
+
     def check() -> str | None:
         reason = registry.readiness()
         return reason if reason is not None and all(needle in reason for needle in needles) else None
+
     return check
 
 
@@ -106,7 +128,8 @@ def assert_not_misnamed(line: str) -> None:
 async def test_a_revoked_permission_is_named_with_the_grant_and_the_registry_recovers_when_granted(
     apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path, stack: AsyncExitStack, revoked: str
 ) -> None:
-    """Consume alone revoked is what left /readyz ready before: the probes still went out, announcements no longer came in."""
+    """Consume alone revoked is what left /readyz ready before: the probes still went out, announcements no longer came
+    in."""
     running = await run_registry(apache_pulsar, tenant, tmp_path / "data", stack)
     registry, intake = running.registry, running.intake
     publisher = await running.transport.publisher(running.transport.topics.tool_descriptors)
@@ -117,13 +140,21 @@ async def test_a_revoked_permission_is_named_with_the_grant_and_the_registry_rec
             apache_pulsar.revoke(intake, running.role)
         else:
             apache_pulsar.grant(intake, running.role, ["produce"])
-        reason = await eventually(not_ready(registry, "hear announcements", f"not authorized on {intake} for role {running.role}"),
-                                  timeout=NAMED, explain=registry.readiness)
-        assert f"pulsar-admin namespaces grant-permission {intake} --role {running.role} --actions produce,consume" in reason
+        reason = await eventually(
+            not_ready(registry, "hear announcements", f"not authorized on {intake} for role {running.role}"),
+            timeout=NAMED,
+            explain=registry.readiness,
+        )
+        assert (
+            f"pulsar-admin namespaces grant-permission {intake} --role {running.role} --actions produce,consume"
+            in reason
+        )
         assert_not_misnamed(reason)
         assert "credentials" not in reason and "PULSAR_AUTH_TOKEN" not in reason
         descriptors = running.transport.topics.tool_descriptors
-        failed = await eventually(lambda: [e for e in events(logs, "registry.intake_failed") if e["topic"] == descriptors], timeout=3)
+        failed = await eventually(
+            lambda: [e for e in events(logs, "registry.intake_failed") if e["topic"] == descriptors], timeout=3
+        )
         assert failed[0]["cannot"] == "hear announcements" and failed[0]["reason"] == reason.split(": ", 1)[1]
 
         if revoked == "every permission":  # a running producer fails at once, for the same reason, instead of a Timeout
@@ -131,7 +162,9 @@ async def test_a_revoked_permission_is_named_with_the_grant_and_the_registry_rec
             with pytest.raises(NotAuthorized) as refused:
                 await publisher.send(b"{}")
             assert time.monotonic() - started < 1.0
-            assert refused.value.namespace == intake and refused.value.role == running.role and not refused.value.retriable
+            assert (
+                refused.value.namespace == intake and refused.value.role == running.role and not refused.value.retriable
+            )
 
         apache_pulsar.grant(intake, running.role)  # the consumer reconnects on its own: no restart
         await eventually(lambda: registry.readiness() is None, timeout=30, explain=registry.readiness)
@@ -154,35 +187,48 @@ async def test_a_token_that_expires_while_running_is_named_with_its_time(
         assert running.registry.readiness() is None, "the token is still good"
 
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires))
-        reason = await eventually(not_ready(running.registry, "hear announcements", f"the token expired at {when} (role {role})"),
-                                  timeout=EXPIRES_IN + NAMED, explain=running.registry.readiness)
+        reason = await eventually(
+            not_ready(running.registry, "hear announcements", f"the token expired at {when} (role {role})"),
+            timeout=EXPIRES_IN + NAMED,
+            explain=running.registry.readiness,
+        )
         assert "give the process a fresh token (PULSAR_AUTH_TOKEN or PULSAR_AUTH_TOKEN_FILE)" in reason
         assert_not_misnamed(reason)
         with pytest.raises(TokenExpired) as refused:
             await publisher.send(b"{}")
         assert refused.value.expired_at == expires and not refused.value.retriable
         await eventually(lambda: events(logs, "registry.intake_failed"), timeout=3)
-        await eventually(lambda: any("token expired" in entry["reason"] for entry in events(logs, "registry.queries_failed")), timeout=3)
+        await eventually(
+            lambda: any("token expired" in entry["reason"] for entry in events(logs, "registry.queries_failed")),
+            timeout=3,
+        )
 
 
 @pytest.mark.parametrize("whose", ["superuser", "role"])
 async def test_a_deleted_namespace_is_named_as_missing_not_as_bad_credentials(
     apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path, stack: AsyncExitStack, whose: str
 ) -> None:
-    """To a superuser Apache Pulsar says the namespace is not found; to any other role, that it is not authorized there."""
+    """To a superuser Apache Pulsar says the namespace is not found; to any other role, that it is not authorized
+    there."""
     token = apache_pulsar.token if whose == "superuser" else None
     running = await run_registry(apache_pulsar, tenant, tmp_path / "data", stack, token=token)
     publisher = await running.transport.publisher(running.transport.topics.tool_descriptors)
     apache_pulsar.delete_namespace(running.intake)
 
     if whose == "superuser":
-        reason = await eventually(not_ready(running.registry, f"has no namespace {running.intake}"), timeout=NAMED,
-                                  explain=running.registry.readiness)
+        reason = await eventually(
+            not_ready(running.registry, f"has no namespace {running.intake}"),
+            timeout=NAMED,
+            explain=running.registry.readiness,
+        )
         assert "deploy/pulsar-init.sh" in reason
         expected: type[TransportError] = NamespaceMissing
     else:
-        reason = await eventually(not_ready(running.registry, f"not authorized on {running.intake}"), timeout=NAMED,
-                                  explain=running.registry.readiness)
+        reason = await eventually(
+            not_ready(running.registry, f"not authorized on {running.intake}"),
+            timeout=NAMED,
+            explain=running.registry.readiness,
+        )
         assert "create the namespace if it was deleted" in reason
         expected = NotAuthorized
     assert_not_misnamed(reason)

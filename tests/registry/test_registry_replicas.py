@@ -1,4 +1,5 @@
-"""`toolreg registry` run twice beside one config store (TrustGraph's, say): the broker elects one, the other takes over.
+"""`toolreg registry` run twice beside one config store (TrustGraph's, say): the broker elects one, the other takes
+over.
 
 Real processes on the test run's Apache Pulsar, the config store in the
 test's own process. Two registries must never both write; when the active
@@ -28,15 +29,27 @@ pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(240)]
 
 @pytest.fixture
 def settings(apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path / "data", pulsar_url=apache_pulsar.url, broker="apache-pulsar", topicspace=tenant,
-                    auth_token=apache_pulsar.token)
+    return Settings(
+        data_dir=tmp_path / "data",
+        pulsar_url=apache_pulsar.url,
+        broker="apache-pulsar",
+        topicspace=tenant,
+        auth_token=apache_pulsar.token,
+    )
 
 
 @pytest.fixture
 def env(settings: Settings, tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
-    env.update(PULSAR_URL=str(settings.pulsar_url), PULSAR_AUTH_TOKEN=settings.auth_token or "", TOOLREG_TOPICSPACE=settings.topicspace,
-               TOOLREG_DATA_DIR=str(tmp_path / "cli"), TOOLREG_LOG_FORMAT="json", TOOLREG_LOG_LEVEL="info", PYTHONUNBUFFERED="1")
+    env.update(
+        PULSAR_URL=str(settings.pulsar_url),
+        PULSAR_AUTH_TOKEN=settings.auth_token or "",
+        TOOLREG_TOPICSPACE=settings.topicspace,
+        TOOLREG_DATA_DIR=str(tmp_path / "cli"),
+        TOOLREG_LOG_FORMAT="json",
+        TOOLREG_LOG_LEVEL="info",
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 
@@ -75,12 +88,20 @@ async def roles(env: dict[str, str]) -> dict[int, str]:
 
 
 async def test_two_registries_elect_one_and_the_standby_takes_over_when_it_dies(
-    store: Transport, settings: Settings, env: dict[str, str], registries: dict[str, subprocess.Popen[bytes]], tmp_path: Path,
+    store: Transport,
+    settings: Settings,
+    env: dict[str, str],
+    registries: dict[str, subprocess.Popen[bytes]],
+    tmp_path: Path,
 ) -> None:
     for name in ("a", "b"):
         log = tmp_path / f"{name}.log"
         registries[name] = toolreg_background("registry", env=env, log=log)
-        await eventually(lambda log=log: "registry listening" in log.read_text(), timeout=90, explain=lambda log=log: log.read_text()[-2000:])
+        await eventually(
+            lambda log=log: "registry listening" in log.read_text(),
+            timeout=90,
+            explain=lambda log=log: log.read_text()[-2000:],
+        )
 
     async def both_heard() -> dict[int, str] | None:
         found = await roles(env)
@@ -96,13 +117,15 @@ async def test_two_registries_elect_one_and_the_standby_takes_over_when_it_dies(
         await service.start()
         await eventually(lambda: _has_echo(client), timeout=30)
         os.kill(active_pid, signal.SIGKILL)
+
         async def new_active() -> int | None:
             actives = [pid for pid, role in (await roles(env)).items() if role == "active" and pid != active_pid]
             return actives[0] if len(actives) == 1 else None
 
         after = await eventually(new_active, timeout=60)
         assert after != active_pid
-        # The new active registry runs: a withdrawal is merged (the tool leaves the store), which only a running registry does.
+        # The new active registry runs: a withdrawal is merged (the tool leaves the store), which only a running
+        # registry does.
         await service.stop()
         await eventually(lambda: _has_echo(client, present=False), timeout=30)
     finally:
@@ -116,13 +139,19 @@ async def _has_echo(client: ConfigClient, present: bool = True) -> bool:
 
 
 async def test_toolreg_registry_beside_toolreg_up_waits_as_a_standby_of_the_one_elected_registry(
-    env: dict[str, str], registries: dict[str, subprocess.Popen[bytes]], tmp_path: Path,
+    env: dict[str, str],
+    registries: dict[str, subprocess.Popen[bytes]],
+    tmp_path: Path,
 ) -> None:
     up_log, registry_log = tmp_path / "up.log", tmp_path / "registry.log"
     registries["up"] = toolreg_background("up", env=env, log=up_log)
     await eventually(lambda: "ready in" in up_log.read_text(), timeout=90, explain=lambda: up_log.read_text()[-2000:])
     registries["registry"] = toolreg_background("registry", env=env, log=registry_log)
-    await eventually(lambda: "registry listening" in registry_log.read_text(), timeout=90, explain=lambda: registry_log.read_text()[-2000:])
+    await eventually(
+        lambda: "registry listening" in registry_log.read_text(),
+        timeout=90,
+        explain=lambda: registry_log.read_text()[-2000:],
+    )
 
     async def both_heard() -> dict[int, str] | None:
         found = await roles(env)

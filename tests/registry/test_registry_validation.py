@@ -30,9 +30,22 @@ def test_a_valid_announce_passes_and_is_parsed() -> None:
         (b"[1, 2, 3]", "not a valid announcement"),
         (b'{"kind": "announce"}', "instance"),
         (b'{"kind": "explode", "instance": "i", "sequence": 1, "sent-at": 1, "digest": "' + b"0" * 64 + b'"}', "kind"),
-        (b'{"kind": "heartbeat", "instance": "bad name!", "sequence": 1, "sent-at": 1, "digest": "' + b"0" * 64 + b'"}', "instance"),
-        (b'{"kind": "heartbeat", "instance": "i", "sequence": 1, "sent-at": Infinity, "digest": "' + b"0" * 64 + b'"}', "sent-at"),
-        (b'{"kind": "heartbeat", "instance": "i", "sequence": -1, "sent-at": 1, "digest": "' + b"0" * 64 + b'"}', "sequence"),
+        (
+            b'{"kind": "heartbeat", "instance": "bad name!", "sequence": 1, "sent-at": 1, "digest": "'
+            + b"0" * 64
+            + b'"}',
+            "instance",
+        ),
+        (
+            b'{"kind": "heartbeat", "instance": "i", "sequence": 1, "sent-at": Infinity, "digest": "'
+            + b"0" * 64
+            + b'"}',
+            "sent-at",
+        ),
+        (
+            b'{"kind": "heartbeat", "instance": "i", "sequence": -1, "sent-at": 1, "digest": "' + b"0" * 64 + b'"}',
+            "sequence",
+        ),
         (b"[" * 100_000 + b"]" * 100_000, None),  # too large *and* too deep
     ],
 )
@@ -122,15 +135,23 @@ def test_repeated_rejections_of_one_sender_are_one_entry_with_count_first_and_la
     log = RejectionLog(limit=3)
     assert log.add(Rejection(at=1.0, reason="rogue", instance="other-1"))
     for second in range(2, 1000):
-        new = log.add(Rejection(at=float(second), reason=f"stale: sent {30 + second % 7}.5s ago", instance="chatty-1", service="chatty"))
+        new = log.add(
+            Rejection(
+                at=float(second), reason=f"stale: sent {30 + second % 7}.5s ago", instance="chatty-1", service="chatty"
+            )
+        )
         assert new is (second == 2)
     entries = {r.instance: r for r in log.items()}
     assert sorted(entries) == ["chatty-1", "other-1"] and log.total == 999
     chatty = entries["chatty-1"]
     assert (chatty.count, chatty.first, chatty.at, chatty.reason) == (998, 2.0, 999.0, "stale: sent 35.5s ago")
-    assert log.add(Rejection(at=1000.0, reason="not trusted: unsigned announcement", instance="chatty-1"))  # another reason: its own entry
+    assert log.add(
+        Rejection(at=1000.0, reason="not trusted: unsigned announcement", instance="chatty-1")
+    )  # another reason: its own entry
     # a heartbeat names no service: still the same sender as its announce, and the service is kept
-    assert not log.add(Rejection(at=1001.0, reason="not trusted: unsigned announcement", instance="chatty-1", service="chatty"))
+    assert not log.add(
+        Rejection(at=1001.0, reason="not trusted: unsigned announcement", instance="chatty-1", service="chatty")
+    )
     assert not log.add(Rejection(at=1002.0, reason="not trusted: unsigned announcement", instance="chatty-1"))
     last = log.items()[-1]
     assert (last.count, last.service, last.first, last.at) == (3, "chatty", 1000.0, 1002.0)
@@ -140,7 +161,9 @@ def test_rejections_in_different_workspaces_are_never_one_entry() -> None:
     """`toolreg rejections --workspace` shows each workspace its own rows, counts and times."""
     log = RejectionLog()
     for workspace in ("default", "research", "default"):
-        log.add(Rejection(at=1.0, reason="conflict: tool 'search' is held by static", service="search", workspace=workspace))
+        log.add(
+            Rejection(at=1.0, reason="conflict: tool 'search' is held by static", service="search", workspace=workspace)
+        )
     assert sorted((r.workspace, r.count) for r in log.items()) == [("default", 2), ("research", 1)]
 
 

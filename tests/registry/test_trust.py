@@ -24,8 +24,15 @@ from toolservice_base.signing import (
 
 def announce(service_id: str = "joke-service", tool: str = "tell-joke", sequence: int = 1) -> Announcement:
     service, tools = build_descriptors({"id": service_id}, [{"name": tool, "description": "d"}])
-    return Announcement(kind="announce", instance=f"{service_id}-1", sequence=sequence, sent_at=time.time(),
-                        digest=descriptor_digest(service, tools), service=service, tools=tools)
+    return Announcement(
+        kind="announce",
+        instance=f"{service_id}-1",
+        sequence=sequence,
+        sent_at=time.time(),
+        digest=descriptor_digest(service, tools),
+        service=service,
+        tools=tools,
+    )
 
 
 def policy_for(key: Ed25519PrivateKey, services: list[str], tools: list[str]) -> TrustPolicy:
@@ -64,7 +71,9 @@ def test_policy_accepts_a_trusted_key_within_its_scope() -> None:
         ("team", "joke-service", "calculate", "may not announce tool 'calculate'"),
     ],
 )
-def test_policy_refuses_unsigned_unknown_and_out_of_scope(signer: str | None, service: str, tool: str, reason: str) -> None:
+def test_policy_refuses_unsigned_unknown_and_out_of_scope(
+    signer: str | None, service: str, tool: str, reason: str
+) -> None:
     team, rogue = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     policy = policy_for(team, ["joke-*"], ["tell-*"])
     message = announce(service, tool)
@@ -97,7 +106,9 @@ def test_policy_file_round_trips_and_bad_entries_are_named(tmp_path: Path) -> No
     path = policy_for(key, ["joke-*"], ["tell-*", "pun-*"]).save(tmp_path / "trust.json")
     loaded = TrustPolicy.load(path)
     assert [(k.name, k.services, k.tools) for k in loaded.keys.values()] == [("team", ("joke-*",), ("tell-*", "pun-*"))]
-    (tmp_path / "bad.json").write_text(json.dumps({"keys": [{"name": "x", "public-key": "nope", "services": ["*"], "tools": ["*"]}]}))
+    (tmp_path / "bad.json").write_text(
+        json.dumps({"keys": [{"name": "x", "public-key": "nope", "services": ["*"], "tools": ["*"]}]})
+    )
     with pytest.raises(PolicyError, match="entry 1"):
         TrustPolicy.load(tmp_path / "bad.json")
     with pytest.raises(PolicyError, match="toolreg trust add"):

@@ -54,7 +54,9 @@ class Up:
 
     async def started_registry(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         process = self.run("up", *args, name=name)
-        await eventually(lambda: self.events(name, "registry.started") or process.poll() is not None, timeout=START, interval=0.05)
+        await eventually(
+            lambda: self.events(name, "registry.started") or process.poll() is not None, timeout=START, interval=0.05
+        )
         assert process.poll() is None, (self.logs / f"{name}.log").read_text()
         return process
 
@@ -177,7 +179,9 @@ async def test_a_captured_signed_announce_replayed_after_a_registry_restart_does
 
     await connection.subscribe(topics.DEFAULT.tool_descriptors, record)
     first = await up.started_registry("up-1", "--trust-policy", str(policy))
-    service = up.run("serve", "toolservice_base.examples.joke:JokeService", "--ttl", "20", "--signing-key", str(private), name="joke")
+    service = up.run(
+        "serve", "toolservice_base.examples.joke:JokeService", "--ttl", "20", "--signing-key", str(private), name="joke"
+    )
     await eventually(lambda: _is(store, {"tell-joke"}), timeout=START)
     captured = next(data for data in recorded if json.loads(data)["kind"] == "announce")
 

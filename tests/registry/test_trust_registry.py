@@ -57,7 +57,9 @@ async def test_rogue_and_out_of_scope_announcers_cannot_add_replace_or_remove_a_
 
     await connection.subscribe(connection.topics.tool_descriptors, record)
     probes: list[Probe] = []
-    await connection.subscribe(connection.topics.tool_probe, lambda m: _append(probes, Probe.model_validate_json(m.data)))
+    await connection.subscribe(
+        connection.topics.tool_probe, lambda m: _append(probes, Probe.model_validate_json(m.data))
+    )
     async with JokeService(settings=settings, ttl=2.0, signing_key=TEAM) as joke:
         await eventually(lambda: store_tools(config_client), timeout=2.0)
         await guarded.settle()
@@ -68,20 +70,50 @@ async def test_rogue_and_out_of_scope_announcers_cannot_add_replace_or_remove_a_
         attacks = {
             # add: a new service, unsigned and signed by an unknown key
             "unsigned add": (signed(None, service_id="evil", tools=("steal",), instance="evil-1"), "unsigned"),
-            "rogue add": (signed(ROGUE, service_id="joke-extra", tools=("tell-lies",), instance="evil-2"), "unknown key"),
+            "rogue add": (
+                signed(ROGUE, service_id="joke-extra", tools=("tell-lies",), instance="evil-2"),
+                "unknown key",
+            ),
             # replace: the same service and tool name, other descriptors
-            "rogue replace": (signed(ROGUE, service_id="joke-service", tools=("tell-joke",), instance="evil-3"), "unknown key"),
-            "unsigned replace": (signed(None, service_id="joke-service", tools=("tell-joke",), instance=real, sequence=10**6), "unsigned"),
+            "rogue replace": (
+                signed(ROGUE, service_id="joke-service", tools=("tell-joke",), instance="evil-3"),
+                "unknown key",
+            ),
+            "unsigned replace": (
+                signed(None, service_id="joke-service", tools=("tell-joke",), instance=real, sequence=10**6),
+                "unsigned",
+            ),
             # remove: a withdraw of the real instance
-            "unsigned withdraw": (signed(None, service_id="joke-service", kind="withdraw", instance=real, sequence=10**6 + 1), "unsigned"),
-            "rogue withdraw": (signed(ROGUE, service_id="joke-service", kind="withdraw", instance=real, sequence=10**6 + 2), "unknown key"),
+            "unsigned withdraw": (
+                signed(None, service_id="joke-service", kind="withdraw", instance=real, sequence=10**6 + 1),
+                "unsigned",
+            ),
+            "rogue withdraw": (
+                signed(ROGUE, service_id="joke-service", kind="withdraw", instance=real, sequence=10**6 + 2),
+                "unknown key",
+            ),
             # a trusted key outside its scope
-            "calc claims joke-service": (signed(CALC, service_id="joke-service", tools=("tell-joke",), instance="calc-9"), "may not announce service 'joke-service'"),
-            "calc claims a joke tool": (signed(CALC, service_id="calc-svc", tools=("tell-joke",), instance="calc-8"), "may not announce tool 'tell-joke'"),
-            "calc withdraws a joke instance": (signed(CALC, service_id="calc-svc", kind="withdraw", instance=real, sequence=10**6 + 3), "may not announce service 'joke-service'"),
-            "calc hijacks a joke instance": (signed(CALC, service_id="calc-svc", tools=("calc",), instance=real, sequence=10**6 + 4), f"instance {real} serves 'joke-service'"),
+            "calc claims joke-service": (
+                signed(CALC, service_id="joke-service", tools=("tell-joke",), instance="calc-9"),
+                "may not announce service 'joke-service'",
+            ),
+            "calc claims a joke tool": (
+                signed(CALC, service_id="calc-svc", tools=("tell-joke",), instance="calc-8"),
+                "may not announce tool 'tell-joke'",
+            ),
+            "calc withdraws a joke instance": (
+                signed(CALC, service_id="calc-svc", kind="withdraw", instance=real, sequence=10**6 + 3),
+                "may not announce service 'joke-service'",
+            ),
+            "calc hijacks a joke instance": (
+                signed(CALC, service_id="calc-svc", tools=("calc",), instance=real, sequence=10**6 + 4),
+                f"instance {real} serves 'joke-service'",
+            ),
             # an unknown instance's heartbeat needs a trusted signature too (no probe, no memory spent)
-            "unsigned ghost heartbeat": (signed(None, service_id="ghost", kind="heartbeat", instance="ghost-1"), "unsigned"),
+            "unsigned ghost heartbeat": (
+                signed(None, service_id="ghost", kind="heartbeat", instance="ghost-1"),
+                "unsigned",
+            ),
         }
         before = guarded.rejection_log.total
         for data, _ in attacks.values():
@@ -90,7 +122,9 @@ async def test_rogue_and_out_of_scope_announcers_cannot_add_replace_or_remove_a_
         entries = guarded.rejections()  # one entry per sender and reason: the two unsigned ones naming `real` share one
         for name, (data, phrase) in attacks.items():
             instance = json.loads(data)["instance"]
-            assert any(r.instance == instance and phrase in r.reason for r in entries), f"{name}: {[r.reason for r in entries if r.instance == instance]}"
+            assert any(r.instance == instance and phrase in r.reason for r in entries), (
+                f"{name}: {[r.reason for r in entries if r.instance == instance]}"
+            )
         # A replay of the service's own signed announce, byte for byte.
         first_announce = next(data for data in recorded if json.loads(data)["kind"] == "announce")
         await publisher.send(first_announce)
@@ -107,7 +141,9 @@ async def _append(items: list[Any], item: Any) -> None:
     items.append(item)
 
 
-async def test_a_trusted_key_is_accepted_within_its_scope(connection: Transport, config_client: ConfigClient, guarded: Registry) -> None:
+async def test_a_trusted_key_is_accepted_within_its_scope(
+    connection: Transport, config_client: ConfigClient, guarded: Registry
+) -> None:
     publisher = await connection.publisher(connection.topics.tool_descriptors)
     await publisher.send(signed(CALC, service_id="calc-svc", tools=("calc", "calc-sum"), instance="calc-1"))
     await eventually(lambda: config_client.list("tool"), timeout=2.0)
@@ -159,10 +195,14 @@ async def test_one_instance_cycling_digests_keeps_a_bounded_set_of_offers(
     try:
         publisher = await connection.publisher(connection.topics.tool_descriptors)
         for sequence in range(1, 41):
-            await publisher.send(announcement("cyc", (f"t{sequence}",), instance="cyc-1", sequence=sequence, ttl=30).to_json())
+            await publisher.send(
+                announcement("cyc", (f"t{sequence}",), instance="cyc-1", sequence=sequence, ttl=30).to_json()
+            )
             if sequence % 10 == 0:
                 await asyncio.sleep(0)
-        await eventually(lambda: registry.leases.get("cyc-1") and registry.leases.get("cyc-1").announced >= 40, timeout=3.0)  # type: ignore[union-attr]
+        await eventually(
+            lambda: registry.leases.get("cyc-1") and registry.leases.get("cyc-1").announced >= 40, timeout=3.0
+        )  # type: ignore[union-attr]
         state = registry._services[("default", "cyc")]
         assert len(state.offers) <= 2 * options.max_instances_per_service + 1
         await registry.settle()
@@ -184,7 +224,9 @@ def test_a_captured_signed_message_cannot_be_replayed_even_after_a_restart() -> 
     with pytest.raises(Rejected, match="is not after"):
         first.check(data, sent + 2, authorize)
     with pytest.raises(Rejected, match="stale"):
-        AnnouncementValidator().check(data, sent + 16, authorize)  # restarted registry: no memory, but the clock moved on
+        AnnouncementValidator().check(
+            data, sent + 16, authorize
+        )  # restarted registry: no memory, but the clock moved on
     future = signed(TEAM, service_id="joke-service", tools=("tell-joke",), ttl=15, sent_at=sent + 3600)
     with pytest.raises(Rejected, match="ahead of the registry's clock"):
         AnnouncementValidator().check(future, sent, authorize)  # a pre-dated recording is refused, not saved for later

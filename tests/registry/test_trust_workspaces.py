@@ -76,7 +76,10 @@ def test_workspaces_are_stored_in_the_policy_file_and_checked_like_the_other_pat
 
 def test_a_key_says_what_it_may_do() -> None:
     assert team_policy(None).keys.popitem()[1].scope() == "services team-* with tools * in every workspace"
-    assert team_policy(["research", "team-*"]).keys.popitem()[1].scope() == "services team-* with tools * in workspaces research, team-*"
+    assert (
+        team_policy(["research", "team-*"]).keys.popitem()[1].scope()
+        == "services team-* with tools * in workspaces research, team-*"
+    )
 
 
 # --- enforced by the registry, on every broker -------------------------------------------------

@@ -39,7 +39,9 @@ def test_rates_are_counter_differences_over_the_time_between_two_heartbeats() ->
     assert tool_usage([instance((100.0, {"add": (0, 0, None)}))]) == {}, "one heartbeat, no calls: nothing known"
     quiet = instance((100.0, {"add": (10, 1, 5.0)}), (101.0, {"add": (10, 1, None)}))
     assert tool_usage([quiet]) == {"add": ToolUsage(calls_per_s=0.0, errors_per_s=0.0)}, "idle: 0/s, and no p95"
-    only_three = instance((100.0, {"add": (1, 0, None)}), (102.0, {"add": (1, 0, None)}), (103.0, {"add": (4, 0, None)}))
+    only_three = instance(
+        (100.0, {"add": (1, 0, None)}), (102.0, {"add": (1, 0, None)}), (103.0, {"add": (4, 0, None)})
+    )
     assert tool_usage([only_three])["add"].calls_per_s == 3.0, "the last two heartbeats only"
 
 
@@ -49,13 +51,17 @@ def test_a_counter_that_went_down_gives_no_rate_for_that_pair() -> None:
     errors_back = instance((100.0, {"add": (500, 10, None)}), (101.0, {"add": (600, 2, None)}))
     assert tool_usage([errors_back]) == {}, "errors went down too: no rate, and no p95 to show"
     steady = instance((100.0, {"add": (0, 0, None)}), (101.0, {"add": (7, 1, None)}))
-    assert tool_usage([restarted, steady])["add"] == ToolUsage(calls_per_s=7.0, errors_per_s=1.0, p95_ms=2.0), "the others still count"
+    assert tool_usage([restarted, steady])["add"] == ToolUsage(calls_per_s=7.0, errors_per_s=1.0, p95_ms=2.0), (
+        "the others still count"
+    )
     backwards = instance((101.0, {"add": (0, 0, None)}), (100.0, {"add": (7, 0, None)}))
     assert tool_usage([backwards]) == {}, "no time between them (a clock set back): no rate"
 
 
 def test_instances_are_summed_and_p95_is_the_highest_of_theirs() -> None:
-    a = instance((100.0, {"add": (10, 1, 5.0), "sub": (0, 0, None)}), (102.0, {"add": (30, 5, 7.5), "sub": (2, 0, 1.0)}))
+    a = instance(
+        (100.0, {"add": (10, 1, 5.0), "sub": (0, 0, None)}), (102.0, {"add": (30, 5, 7.5), "sub": (2, 0, 1.0)})
+    )
     b = instance((100.5, {"add": (100, 0, 2.0)}), (101.5, {"add": (104, 0, 9.0)}))
     assert tool_usage([a, b]) == {
         "add": ToolUsage(calls_per_s=14.0, errors_per_s=2.0, p95_ms=9.0),
@@ -69,7 +75,9 @@ TOOLS = ("add", "sub")
 
 def beat(instance_id: str, sequence: int, sent_at: float) -> Announcement:
     """A heartbeat of service `calc`, lease 30 s, so nothing runs out during the test."""
-    return announcement("calc", TOOLS, kind="heartbeat", instance=instance_id, sequence=sequence, sent_at=sent_at, ttl=30.0)
+    return announcement(
+        "calc", TOOLS, kind="heartbeat", instance=instance_id, sequence=sequence, sent_at=sent_at, ttl=30.0
+    )
 
 
 async def send(publisher: Publisher, message: Announcement, stats: str | None = None) -> None:
@@ -96,21 +104,28 @@ async def test_the_registry_keeps_heartbeat_counters_per_lease_ignores_garbage_a
         await registry.settle()
         assert await tools_usage() == {"add": None, "sub": None}, "nothing is known before a heartbeat with counters"
 
-        await send(publisher, beat("calc-1", 2, t0 + 1),
-                   '{"add":[10,1,5.0],"sub":[0,0,null]}')
-        await send(publisher, beat("calc-1", 3, t0 + 3),
-                   '{"add":[30,5,7.5],"sub":[2,0,1.0],"not-offered":[99,0,1.0]}')
+        await send(publisher, beat("calc-1", 2, t0 + 1), '{"add":[10,1,5.0],"sub":[0,0,null]}')
+        await send(publisher, beat("calc-1", 3, t0 + 3), '{"add":[30,5,7.5],"sub":[2,0,1.0],"not-offered":[99,0,1.0]}')
         await send(publisher, beat("calc-2", 2, t0 + 1), '{"add":[100,0,2.0]}')
         await send(publisher, beat("calc-2", 3, t0 + 2), '{"add":[104,0,9.0]}')
         await eventually(lambda: heard("calc-1", 3) and heard("calc-2", 3), timeout=5)
-        both = {"add": ToolUsage(calls_per_s=14.0, errors_per_s=2.0, p95_ms=9.0), "sub": ToolUsage(calls_per_s=1.0, errors_per_s=0.0, p95_ms=1.0)}
+        both = {
+            "add": ToolUsage(calls_per_s=14.0, errors_per_s=2.0, p95_ms=9.0),
+            "sub": ToolUsage(calls_per_s=1.0, errors_per_s=0.0, p95_ms=1.0),
+        }
         assert await tools_usage() == both
         lease = registry.leases.get("calc-1")
         assert lease is not None and lease.calls is not None and lease.calls.latest is not None
         assert set(lease.calls.latest.tools) == {"add", "sub"}, "only the tools the instance offers are kept"
 
         # Garbage, however bad: the heartbeat renews its lease, nothing is refused, the figures stay as they were.
-        garbage = ["{not json", '{"add":[-5,0,null]}', '{"add":[1,9,null]}', "[" * 3000, '{"add":[1,0,1.0]}' + " " * 5000]
+        garbage = [
+            "{not json",
+            '{"add":[-5,0,null]}',
+            '{"add":[1,9,null]}',
+            "[" * 3000,
+            '{"add":[1,0,1.0]}' + " " * 5000,
+        ]
         for n, text in enumerate(garbage):
             before = registry.leases.get("calc-2")
             assert before is not None
@@ -127,10 +142,13 @@ async def test_the_registry_keeps_heartbeat_counters_per_lease_ignores_garbage_a
         assert await tools_usage() == both
 
         # The lease goes (a withdraw): its figures go with it.
-        await send(publisher, announcement("calc", TOOLS, kind="withdraw", instance="calc-2", sequence=21, sent_at=t0 + 5))
+        await send(
+            publisher, announcement("calc", TOOLS, kind="withdraw", instance="calc-2", sequence=21, sent_at=t0 + 5)
+        )
         await eventually(lambda: registry.leases.get("calc-2") is None, timeout=5)
         assert await tools_usage() == {
-            "add": ToolUsage(calls_per_s=10.0, errors_per_s=2.0, p95_ms=7.5), "sub": ToolUsage(calls_per_s=1.0, errors_per_s=0.0, p95_ms=1.0),
+            "add": ToolUsage(calls_per_s=10.0, errors_per_s=2.0, p95_ms=7.5),
+            "sub": ToolUsage(calls_per_s=1.0, errors_per_s=0.0, p95_ms=1.0),
         }
     finally:
         await connection.close_publisher(publisher)

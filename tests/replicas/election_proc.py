@@ -32,7 +32,13 @@ async def main(args: argparse.Namespace) -> None:
     async with AsyncExitStack() as stack:
         transport = await stack.enter_async_context(await open_transport(settings))
         members = await stack.enter_async_context(Membership(transport, args.replica_id, "store", interval=0.2))
-        election = Election(transport, transport.topics.state_lock, args.replica_id, membership=members, takeover_after=args.takeover_after)
+        election = Election(
+            transport,
+            transport.topics.state_lock,
+            args.replica_id,
+            membership=members,
+            takeover_after=args.takeover_after,
+        )
 
         async def promoted() -> None:
             writer[:] = [await election.writer(data_topic)]

@@ -91,7 +91,9 @@ class Items:
 class Replica:
     """Membership, election and log of one replica, wired in the documented order, on its own client."""
 
-    def __init__(self, name: str, election: Election, members: Membership | None, log: ReplicatedLog | None, state: Items) -> None:
+    def __init__(
+        self, name: str, election: Election, members: Membership | None, log: ReplicatedLog | None, state: Items
+    ) -> None:
         self.name, self.election, self.members, self.log, self.state = name, election, members, log, state
         self.demotions: list[str] = []
         self.changes: list[RoleChange] = []
@@ -116,7 +118,9 @@ async def replica(
     state = state or Items()
     log = None
     if with_log:
-        log = await stack.enter_async_context(ReplicatedLog(transport, state, election=election, snapshot_every=100, chunk_bytes=2048))
+        log = await stack.enter_async_context(
+            ReplicatedLog(transport, state, election=election, snapshot_every=100, chunk_bytes=2048)
+        )
     made = Replica(name, election, members, log, state)
 
     async def demoted(reason: str) -> None:
@@ -145,7 +149,9 @@ async def test_of_two_replicas_exactly_one_is_active(stack: AsyncExitStack, sett
     assert winner.election.term == 1
     members = a.members
     assert members is not None
-    await eventually(lambda: [(s.id, s.role) for s in members.replicas()] == [("a", a.election.role), ("b", b.election.role)])
+    await eventually(
+        lambda: [(s.id, s.role) for s in members.replicas()] == [("a", a.election.role), ("b", b.election.role)]
+    )
 
 
 async def test_closing_the_active_promotes_the_standby_within_a_second(settings: Settings) -> None:
@@ -179,8 +185,11 @@ async def test_a_standby_fences_a_silent_active_after_takeover_after(stack: Asyn
     assert b.election.term > a.election.term
 
 
-async def test_a_fenced_active_steps_down_on_its_next_send_and_never_writes_again(stack: AsyncExitStack, settings: Settings) -> None:
-    """No heartbeats from `a` at all, and a long grace on its lock: only `Fenced` on a send can tell it it was deposed."""
+async def test_a_fenced_active_steps_down_on_its_next_send_and_never_writes_again(
+    stack: AsyncExitStack, settings: Settings
+) -> None:
+    """No heartbeats from `a` at all, and a long grace on its lock: only `Fenced` on a send can tell it it was
+    deposed."""
     data = f"persistent://{settings.topicspace}/state/data"
     writers = {}
     a = await replica(stack, settings, "a", with_log=False, with_membership=False, lost_lock_grace=60)
@@ -230,7 +239,10 @@ async def test_role_changes_reach_the_iterator_in_order(stack: AsyncExitStack, s
     async with election:
         await election.wait_active(10)
     await asyncio.wait_for(watching, 5)  # it ends when the election stops
-    assert [(c.role, c.term, c.reason) for c in seen] == [("active", 1, "took the lock (exclusive)"), ("standby", 1, "closing")]
+    assert [(c.role, c.term, c.reason) for c in seen] == [
+        ("active", 1, "took the lock (exclusive)"),
+        ("standby", 1, "closing"),
+    ]
 
 
 # --- the log --------------------------------------------------------------------------------------------------------
@@ -268,7 +280,9 @@ async def test_the_version_never_goes_back_at_a_reader(stack: AsyncExitStack, se
     assert state.applied == [1, 2, 5, 6, 9, 10]
 
 
-async def test_a_takeover_sees_every_write_the_deposed_active_persisted(stack: AsyncExitStack, settings: Settings) -> None:
+async def test_a_takeover_sees_every_write_the_deposed_active_persisted(
+    stack: AsyncExitStack, settings: Settings
+) -> None:
     a = await replica(stack, settings, "a")
     assert a.log is not None and a.members is not None
     await a.log.wait_writable(10)
@@ -319,7 +333,9 @@ async def test_a_start_from_the_snapshot_equals_a_full_replay(stack: AsyncExitSt
     assert full.stats["applied"] == 270
 
 
-async def test_a_snapshot_cut_short_falls_back_to_the_complete_one_before(stack: AsyncExitStack, settings: Settings) -> None:
+async def test_a_snapshot_cut_short_falls_back_to_the_complete_one_before(
+    stack: AsyncExitStack, settings: Settings
+) -> None:
     a = await replica(stack, settings, "a")
     assert a.log is not None
     await a.log.wait_writable(10)
@@ -327,7 +343,8 @@ async def test_a_snapshot_cut_short_falls_back_to_the_complete_one_before(stack:
         await a.log.append({f"k{n}": n})
     complete = await a.log.write_snapshot()
     await a.log.append({"k31": 31})
-    # A writer deposed in the middle of its next snapshot leaves a chunk and no manifest (its chunks name the one before).
+    # A writer deposed in the middle of its next snapshot leaves a chunk and no manifest (its chunks name the one
+    # before).
     raw = await (await client(stack, settings)).exclusive_publisher(a.log.snapshot_topic, "fence")
     previous = base64.b64encode(complete.message_id).decode()
     await raw.send(b'[["k1",1]]', {"kind": "chunk", "snapshot": "cut-short", "seq": "0", "previous": previous})
@@ -370,7 +387,9 @@ async def test_a_follower_meeting_a_newer_format_stops_there(stack: AsyncExitSta
 @pytest.mark.apache_pulsar
 async def test_a_missing_state_namespace_is_named(apache_pulsar: ApachePulsar, tenant: str) -> None:
     apache_pulsar.admin("DELETE", f"namespaces/{tenant}/state?force=true")
-    space = Settings(pulsar_url=apache_pulsar.url, broker="apache-pulsar", topicspace=tenant, auth_token=apache_pulsar.token)
+    space = Settings(
+        pulsar_url=apache_pulsar.url, broker="apache-pulsar", topicspace=tenant, auth_token=apache_pulsar.token
+    )
     async with await open_transport(space) as transport:
         for opening in (
             Election(transport, transport.topics.state_lock, "a").__aenter__(),
@@ -386,7 +405,12 @@ async def test_a_missing_state_namespace_is_named(apache_pulsar: ApachePulsar, t
 async def test_a_role_without_produce_permission_is_told_to_get_it(apache_pulsar: ApachePulsar, tenant: str) -> None:
     role = f"reader-{uuid.uuid4().hex[:6]}"
     apache_pulsar.admin("POST", f"namespaces/{tenant}/state/permissions/{role}", ["consume"])
-    space = Settings(pulsar_url=apache_pulsar.url, broker="apache-pulsar", topicspace=tenant, auth_token=apache_pulsar.mint_token(role))
+    space = Settings(
+        pulsar_url=apache_pulsar.url,
+        broker="apache-pulsar",
+        topicspace=tenant,
+        auth_token=apache_pulsar.mint_token(role),
+    )
     async with await open_transport(space) as transport:
         with pytest.raises(AuthenticationFailed) as refused:
             await Election(transport, transport.topics.state_lock, "a").__aenter__()
@@ -394,7 +418,9 @@ async def test_a_role_without_produce_permission_is_told_to_get_it(apache_pulsar
     assert f"{tenant}/state" in line and "produce" in line and "\n" not in line
 
 
-async def test_pulsar_lite_is_refused_with_one_line_saying_apache_pulsar_is_needed(broker: EmbeddedBroker, tmp_path: Path) -> None:
+async def test_pulsar_lite_is_refused_with_one_line_saying_apache_pulsar_is_needed(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
     lite = Settings(data_dir=tmp_path / "data", pulsar_url=broker.url, broker="pulsar-lite")
     async with await open_transport(lite) as transport:
         for opening in (
@@ -406,7 +432,8 @@ async def test_pulsar_lite_is_refused_with_one_line_saying_apache_pulsar_is_need
             assert "needs Apache Pulsar" in str(refused.value) and "\n" not in str(refused.value)
 
 
-# --- replicas as processes: kill -9 and SIGSTOP -------------------------------------------------------------------------
+# --- replicas as processes: kill -9 and SIGSTOP
+# -------------------------------------------------------------------------
 
 
 class Process:
@@ -414,10 +441,20 @@ class Process:
 
     def __init__(self, apache: ApachePulsar, tenant: str, name: str, takeover_after: float = 10.0) -> None:
         command = [
-            sys.executable, str(HELPER), apache.url, tenant, name, "--token", apache.token or "", "--takeover-after", str(takeover_after),
+            sys.executable,
+            str(HELPER),
+            apache.url,
+            tenant,
+            name,
+            "--token",
+            apache.token or "",
+            "--takeover-after",
+            str(takeover_after),
         ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
         self.events: list[dict[str, Any]] = []
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -472,7 +509,9 @@ async def test_kill_9_of_the_active_process_promotes_the_standby_at_once(
     active = Process(apache_pulsar, tenant, "proc")
     processes.append(active)
     await eventually(lambda: active.role == "active", timeout=60)
-    space = Settings(pulsar_url=apache_pulsar.url, broker="apache-pulsar", topicspace=tenant, auth_token=apache_pulsar.token)
+    space = Settings(
+        pulsar_url=apache_pulsar.url, broker="apache-pulsar", topicspace=tenant, auth_token=apache_pulsar.token
+    )
     standby = await replica(in_test, space, "in-test", with_log=False)
     await asyncio.sleep(0.5)
     assert not standby.election.is_active
@@ -490,12 +529,16 @@ async def test_a_frozen_active_is_fenced_and_once_resumed_steps_down_without_wri
     processes.append(frozen)
     await eventually(lambda: frozen.role == "active", timeout=60)
     await eventually(lambda: any(e["event"] == "wrote" for e in frozen.events), timeout=10)
-    space = Settings(pulsar_url=apache_pulsar.url, broker="apache-pulsar", topicspace=tenant, auth_token=apache_pulsar.token)
+    space = Settings(
+        pulsar_url=apache_pulsar.url, broker="apache-pulsar", topicspace=tenant, auth_token=apache_pulsar.token
+    )
     data = f"persistent://{tenant}/state/proc-data"
     writers = {}
     standby_transport = await client(in_test, space)
     members = await in_test.enter_async_context(Membership(standby_transport, "in-test", "store", interval=INTERVAL))
-    election = Election(standby_transport, standby_transport.topics.state_lock, "in-test", membership=members, takeover_after=2.0)
+    election = Election(
+        standby_transport, standby_transport.topics.state_lock, "in-test", membership=members, takeover_after=2.0
+    )
 
     async def promoted() -> None:
         writers["mine"] = await election.writer(data)

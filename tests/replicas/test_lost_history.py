@@ -72,7 +72,10 @@ def test_entries_that_follow_the_state_are_whole_and_one_above_it_means_entries_
     assert check.applying(7, 9, 6) is None, "a writer behind the state (stale, deposed) is no gap"
     found = check.applying(0, 31, 30)
     assert found is not None and found.lost and found.namespace == "t/state"
-    assert "lacks its entries after version 0 (up to version 30)" in found.line and "toolreg store import --force" in found.line
+    assert (
+        "lacks its entries after version 0 (up to version 30)" in found.line
+        and "toolreg store import --force" in found.line
+    )
     assert_says_retention(found.line, "t/state")
 
 
@@ -137,7 +140,9 @@ def entry(version: int, previous: int | None) -> dict[str, Any]:
     return {"format": 1, "version": version, "previous": previous, "term": 1, "payload": {f"k{version}": version}}
 
 
-async def test_a_log_whose_first_entry_follows_a_later_version_is_refused_at_start(stack: AsyncExitStack, settings: Settings) -> None:
+async def test_a_log_whose_first_entry_follows_a_later_version_is_refused_at_start(
+    stack: AsyncExitStack, settings: Settings
+) -> None:
     transport = await client(stack, settings)
     writer = await transport.exclusive_publisher(transport.topics.state_log, "fence")
     for version in (31, 32):  # what is left once the broker deleted versions 1 to 30
@@ -147,7 +152,9 @@ async def test_a_log_whose_first_entry_follows_a_later_version_is_refused_at_sta
         await ReplicatedLog(await client(stack, settings), state).__aenter__()
     assert "after version 0 (up to version 30)" in str(refused.value)
     assert_says_retention(str(refused.value), f"{settings.topicspace}/state")
-    assert refused.value.namespace == f"{settings.topicspace}/state" and state.items == {}, "nothing of the rest is applied"
+    assert refused.value.namespace == f"{settings.topicspace}/state" and state.items == {}, (
+        "nothing of the rest is applied"
+    )
 
 
 async def test_a_follower_meeting_a_gap_stops_there(stack: AsyncExitStack, settings: Settings) -> None:
@@ -173,8 +180,13 @@ async def test_a_follower_meeting_a_gap_stops_there(stack: AsyncExitStack, setti
 
 @pytest.fixture
 def space(apache_pulsar: ApachePulsar, tenant: str) -> Settings:
-    return Settings(pulsar_url=apache_pulsar.url, broker="apache-pulsar", topicspace=tenant, auth_token=apache_pulsar.token,
-                    operation_timeout=3)
+    return Settings(
+        pulsar_url=apache_pulsar.url,
+        broker="apache-pulsar",
+        topicspace=tenant,
+        auth_token=apache_pulsar.token,
+        operation_timeout=3,
+    )
 
 
 @pytest.fixture
@@ -185,7 +197,8 @@ async def opened(space: Settings) -> AsyncIterator[AsyncExitStack]:
 
 
 def state_without_retention(apache: ApachePulsar, tenant: str) -> None:
-    """`<tenant>/state` made anew as `pulsar-admin namespaces create` makes it: no retention (the broker's default, none)."""
+    """`<tenant>/state` made anew as `pulsar-admin namespaces create` makes it: no retention (the broker's default,
+    none)."""
     apache.delete_namespace(f"{tenant}/state")
     apache.admin("PUT", f"namespaces/{tenant}/state")
 
@@ -196,12 +209,14 @@ def reload_topic(apache: ApachePulsar, topic: str) -> None:
 
 
 def apply_retention(apache: ApachePulsar, topic: str) -> None:
-    """The broker's retention check, now: every closed ledger no subscription needs and retention does not keep is deleted."""
+    """The broker's retention check, now: every closed ledger no subscription needs and retention does not keep is
+    deleted."""
     apache.admin("POST", f"persistent/{topic.removeprefix('persistent://')}/trim")
 
 
 async def writes(space: Settings, start: int, count: int, *, snapshot_after: int | None = None) -> dict[str, int]:
-    """One replica's stint as the active one: it starts from the log, writes `count` entries, maybe a snapshot, and stops."""
+    """One replica's stint as the active one: it starts from the log, writes `count` entries, maybe a snapshot, and
+    stops."""
     async with AsyncExitStack() as stack:
         transport = await stack.enter_async_context(await open_transport(space))
         state = Items()
@@ -223,7 +238,11 @@ def keys(first: int, last: int) -> dict[str, int]:
 @pytest.mark.apache_pulsar
 @pytest.mark.parametrize("retention", ["unlimited", "none"])
 async def test_history_the_broker_deleted_is_refused_in_one_line_where_retention_would_have_kept_it(
-    apache_pulsar: ApachePulsar, tenant: str, space: Settings, opened: AsyncExitStack, retention: str,
+    apache_pulsar: ApachePulsar,
+    tenant: str,
+    space: Settings,
+    opened: AsyncExitStack,
+    retention: str,
 ) -> None:
     if retention == "none":
         state_without_retention(apache_pulsar, tenant)
@@ -246,7 +265,10 @@ async def test_history_the_broker_deleted_is_refused_in_one_line_where_retention
 
 @pytest.mark.apache_pulsar
 async def test_entries_after_the_last_snapshot_that_the_broker_deleted_are_refused(
-    apache_pulsar: ApachePulsar, tenant: str, space: Settings, opened: AsyncExitStack,
+    apache_pulsar: ApachePulsar,
+    tenant: str,
+    space: Settings,
+    opened: AsyncExitStack,
 ) -> None:
     state_without_retention(apache_pulsar, tenant)
     await writes(space, 1, 30, snapshot_after=20)
@@ -260,7 +282,10 @@ async def test_entries_after_the_last_snapshot_that_the_broker_deleted_are_refus
 
 @pytest.mark.apache_pulsar
 async def test_history_deleted_behind_the_last_snapshot_is_said_and_the_whole_state_served(
-    apache_pulsar: ApachePulsar, tenant: str, space: Settings, opened: AsyncExitStack,
+    apache_pulsar: ApachePulsar,
+    tenant: str,
+    space: Settings,
+    opened: AsyncExitStack,
 ) -> None:
     state_without_retention(apache_pulsar, tenant)
     await writes(space, 1, 20, snapshot_after=20)
@@ -297,11 +322,16 @@ async def store_writes(space: Settings, keys_: Iterable[str]) -> int:
 
 @pytest.mark.apache_pulsar
 async def test_a_replica_joining_an_active_whose_log_the_broker_deleted_refuses_in_one_line(
-    apache_pulsar: ApachePulsar, tenant: str, space: Settings, opened: AsyncExitStack,
+    apache_pulsar: ApachePulsar,
+    tenant: str,
+    space: Settings,
+    opened: AsyncExitStack,
 ) -> None:
     """Nothing is left in the log to show a gap; the active replica's version shows the loss."""
     state_without_retention(apache_pulsar, tenant)
-    active = await opened.enter_async_context(ReplicatedStore(await client(opened, space), replica_id="a", takeover_after=2.0))
+    active = await opened.enter_async_context(
+        ReplicatedStore(await client(opened, space), replica_id="a", takeover_after=2.0)
+    )
     await eventually(lambda: active.service is not None, timeout=15)
     config = ConfigClient(await client(opened, space), timeout=5)
     await config.start()
@@ -330,7 +360,10 @@ def one_line(done: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.apache_pulsar
 async def test_toolreg_up_on_a_log_that_lost_writes_exits_1_in_one_line_and_an_import_with_force_restores_the_store(
-    apache_pulsar: ApachePulsar, tenant: str, space: Settings, tmp_path: Path,
+    apache_pulsar: ApachePulsar,
+    tenant: str,
+    space: Settings,
+    tmp_path: Path,
 ) -> None:
     state_without_retention(apache_pulsar, tenant)
     early = await store_writes(space, ["early-1", "early-2", "early-3"])
@@ -347,7 +380,9 @@ async def test_toolreg_up_on_a_log_that_lost_writes_exits_1_in_one_line_and_an_i
     export = tmp_path / "export.json"
     export.write_text(json.dumps({"format": 1, "version": version, "items": [["default", "note", "restored", "yes"]]}))
     refused = await atoolreg("store", "import", str(export), env=cluster.env("cli"), timeout=60)
-    assert "lacks its entries" in one_line(refused), "without --force an import will not build on a log that lost writes"
+    assert "lacks its entries" in one_line(refused), (
+        "without --force an import will not build on a log that lost writes"
+    )
     imported = await atoolreg("store", "import", "--force", str(export), env=cluster.env("cli"), timeout=60)
     assert imported.returncode == 0, imported.stderr[-3000:]
     async with AsyncExitStack() as stack:

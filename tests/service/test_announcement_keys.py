@@ -24,15 +24,21 @@ SERVICES = 20
 RANGES = [(0, 32767), (32768, 65535)]
 
 
-async def test_a_services_messages_all_carry_its_key_and_go_to_one_key_shared_consumer(settings: Settings, connection: Transport) -> None:
+async def test_a_services_messages_all_carry_its_key_and_go_to_one_key_shared_consumer(
+    settings: Settings, connection: Transport
+) -> None:
     auth = {"authentication": pulsar.AuthenticationToken(settings.auth_token)} if settings.auth_token else {}
     assert settings.pulsar_url is not None
     client = pulsar.Client(settings.pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error), **auth)
     topic = connection.topics.tool_descriptors
     consumers = [
         client.subscribe(
-            topic, "sharded-registry", consumer_type=pulsar.ConsumerType.KeyShared,
-            key_shared_policy=pulsar.ConsumerKeySharedPolicy(key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[span]),
+            topic,
+            "sharded-registry",
+            consumer_type=pulsar.ConsumerType.KeyShared,
+            key_shared_policy=pulsar.ConsumerKeySharedPolicy(
+                key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[span]
+            ),
         )
         for span in RANGES
     ]
@@ -40,10 +46,14 @@ async def test_a_services_messages_all_carry_its_key_and_go_to_one_key_shared_co
     for n in range(SERVICES):
         service, tools = descriptors(f"svc-{n}", ("t",))
         for instance in range(2):
-            announcers.append(Announcer(connection, service, tools, ttl=30, workspace="ws", instance=f"svc-{n}-{instance}"))
+            announcers.append(
+                Announcer(connection, service, tools, ttl=30, workspace="ws", instance=f"svc-{n}-{instance}")
+            )
     try:
         await asyncio.gather(*(announcer.start() for announcer in announcers))
-        await asyncio.gather(*(announcer.stop() for announcer in announcers))  # a withdraw each: two messages per instance
+        await asyncio.gather(
+            *(announcer.stop() for announcer in announcers)
+        )  # a withdraw each: two messages per instance
         keys: list[dict[str, int]] = [defaultdict(int), defaultdict(int)]
 
         def drain(index: int) -> None:

@@ -42,7 +42,9 @@ async def test_a_probe_before_the_first_announce_is_answered_by_that_announce_al
         await announcer.announce()
         await eventually(lambda: [m["kind"] for m in seen] == ["announce"])
         await probes.send(Probe(reason="a registry started").to_json())
-        await eventually(lambda: [m["kind"] for m in seen] == ["announce", "announce"])  # from now on, probes are answered
+        await eventually(
+            lambda: [m["kind"] for m in seen] == ["announce", "announce"]
+        )  # from now on, probes are answered
     finally:
         await announcer.stop()
     await eventually(lambda: seen[-1]["kind"] == "withdraw")
@@ -59,7 +61,8 @@ async def test_an_announcer_that_never_announced_withdraws_nothing(connection: T
 
 
 class _RefusedQueue:
-    """A real connection on which subscribing to one topic is refused (a missing grant), noting what it opened and closed."""
+    """A real connection on which subscribing to one topic is refused (a missing grant), noting what it opened and
+    closed."""
 
     def __init__(self, connection: Transport, refused: str) -> None:
         self._connection = connection
@@ -92,7 +95,8 @@ class _RefusedQueue:
 
 
 async def test_a_service_whose_start_fails_half_way_announces_nothing_and_closes_all_it_opened(
-    settings: Settings, connection: Transport,
+    settings: Settings,
+    connection: Transport,
 ) -> None:
     seen = await heard(connection)
     service = EchoService(settings=settings, connection=connection)
@@ -106,7 +110,8 @@ async def test_a_service_whose_start_fails_half_way_announces_nothing_and_closes
 
 
 class _StalledSends:
-    """A real connection whose sends on `tool-descriptors` wait (a broker gone away: a send waits for its timeout) until released."""
+    """A real connection whose sends on `tool-descriptors` wait (a broker gone away: a send waits for its timeout) until
+    released."""
 
     def __init__(self, connection: Transport) -> None:
         self._connection = connection
@@ -125,7 +130,9 @@ class _StalledSends:
             def __init__(self) -> None:
                 self.topic = topic
 
-            async def send(self, payload: Any, properties: dict[str, str] | None = None, *, key: str | None = None) -> None:
+            async def send(
+                self, payload: Any, properties: dict[str, str] | None = None, *, key: str | None = None
+            ) -> None:
                 await outer.released.wait()
                 outer.sent.append(json.loads(payload)["kind"])
                 await real.send(payload, properties)
@@ -141,9 +148,11 @@ class _StalledSends:
 
 
 async def test_heartbeats_held_up_by_the_broker_are_not_piled_up_nor_warned_about_every_period(
-    connection: Transport, caplog: pytest.LogCaptureFixture,
+    connection: Transport,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A heartbeat whose send waits outlives the next period: that one is skipped quietly, not queued, not warned about."""
+    """A heartbeat whose send waits outlives the next period: that one is skipped quietly, not queued, not warned
+    about."""
     stalled = _StalledSends(connection)
     service, tools = descriptors("svc", ("t",))
     announcer = Announcer(stalled, service, tools, ttl=0.3)  # type: ignore[arg-type]

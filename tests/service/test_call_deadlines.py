@@ -24,7 +24,8 @@ pytestmark = pytest.mark.contract
 
 
 class Stuck(DynamicToolService):
-    """`hang` never returns; `ping` answers at once. Told apart by a config value, as a multi-tool service of old did."""
+    """`hang` never returns; `ping` answers at once. Told apart by a config value, as a multi-tool service of old
+    did."""
 
     descriptor: ClassVar[dict[str, Any]] = {"id": "stuck", "config-params": [{"name": "mode"}]}
     tools: ClassVar[list[dict[str, Any]]] = [
@@ -63,11 +64,15 @@ HANG = {"mode": "hang"}
 PING = {"mode": "ping"}
 
 
-async def test_calls_that_never_return_free_their_slots_at_the_callers_deadline(settings: Settings, connection: Transport) -> None:
+async def test_calls_that_never_return_free_their_slots_at_the_callers_deadline(
+    settings: Settings, connection: Transport
+) -> None:
     async with Stuck(settings=settings, announce=False) as svc:
         client = ToolServiceClient(connection, svc.service_descriptor)
         # Six hanging calls on four slots: four run, two wait; all callers give up after 0.5 s.
-        outcomes = await asyncio.gather(*(client.call("", HANG, {}, timeout=0.5) for _ in range(6)), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(client.call("", HANG, {}, timeout=0.5) for _ in range(6)), return_exceptions=True
+        )
         assert all(isinstance(o, RequestTimeout) for o in outcomes), outcomes
 
         started = time.monotonic()
@@ -79,7 +84,9 @@ async def test_calls_that_never_return_free_their_slots_at_the_callers_deadline(
         await client.close()
 
 
-async def test_the_service_limit_ends_a_call_whose_caller_would_wait_longer(settings: Settings, connection: Transport) -> None:
+async def test_the_service_limit_ends_a_call_whose_caller_would_wait_longer(
+    settings: Settings, connection: Transport
+) -> None:
     class Limited(Stuck):
         call_timeout = 0.3
 
@@ -150,7 +157,9 @@ async def test_a_saturated_service_answers_busy_at_once(settings: Settings, conn
         await client.close()
 
 
-async def test_a_slot_is_released_even_when_invoke_ignores_its_cancellation(settings: Settings, connection: Transport) -> None:
+async def test_a_slot_is_released_even_when_invoke_ignores_its_cancellation(
+    settings: Settings, connection: Transport
+) -> None:
     class One(Stuck):
         max_in_flight = 1
 

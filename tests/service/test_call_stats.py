@@ -44,7 +44,9 @@ def test_a_window_keeps_only_the_newest_latencies_so_memory_is_bounded() -> None
     for _ in range(WINDOW_LATENCIES):
         stats.record("busy", 0.001, failed=False)  # ... then the newest 1,024 all fast
     assert len(stats._tools["busy"].latencies) == WINDOW_LATENCIES
-    assert stats.take() == {"busy": (11 * WINDOW_LATENCIES, 0, 1.0)}, "the p95 of the newest 1,024 calls; every call counted"
+    assert stats.take() == {"busy": (11 * WINDOW_LATENCIES, 0, 1.0)}, (
+        "the p95 of the newest 1,024 calls; every call counted"
+    )
     assert len(stats._tools["busy"].latencies) == 0, "a new window starts empty"
 
 
@@ -72,10 +74,26 @@ def test_the_property_is_compact_json_and_left_off_past_4_kib() -> None:
 
 def test_a_registry_reads_only_well_formed_counters_of_the_tools_offered() -> None:
     offered = {"add", "sub"}
-    assert parse_tool_stats('{"add":[5,1,3.5],"sub":[0,0,null],"gone":[9,9,1]}', offered) == {"add": (5, 1, 3.5), "sub": (0, 0, None)}
-    for garbage in ("", "nope", "[1,2,3]", '{"add":[1,2]}', '{"add":{"calls":1}}', '{"add":[-1,0,null]}', '{"add":[1,0,-2]}',
-                    '{"add":[1.5,0,null]}', '{"add":[true,0,null]}', '{"add":[1,0,NaN]}', '{"add":[1,0,"fast"]}', '{"add":[1,2,null]}',
-                    "[" * 4000, json.dumps({"add": [1, 0, 1.0], "pad": "x" * MAX_TOOL_STATS_BYTES})):
+    assert parse_tool_stats('{"add":[5,1,3.5],"sub":[0,0,null],"gone":[9,9,1]}', offered) == {
+        "add": (5, 1, 3.5),
+        "sub": (0, 0, None),
+    }
+    for garbage in (
+        "",
+        "nope",
+        "[1,2,3]",
+        '{"add":[1,2]}',
+        '{"add":{"calls":1}}',
+        '{"add":[-1,0,null]}',
+        '{"add":[1,0,-2]}',
+        '{"add":[1.5,0,null]}',
+        '{"add":[true,0,null]}',
+        '{"add":[1,0,NaN]}',
+        '{"add":[1,0,"fast"]}',
+        '{"add":[1,2,null]}',
+        "[" * 4000,
+        json.dumps({"add": [1, 0, 1.0], "pad": "x" * MAX_TOOL_STATS_BYTES}),
+    ):
         with pytest.raises(ValueError):
             parse_tool_stats(garbage, offered)
 
@@ -91,14 +109,21 @@ async def test_heartbeats_carry_the_counters_as_a_property_outside_the_signed_bo
     def beats(digest: str) -> list[Envelope]:
         return [message for parsed, message in heard if parsed.kind == "heartbeat" and parsed.digest == digest]
 
-    subscription = await connection.subscribe(connection.topics.tool_descriptors, hear, subscription=unique_name("test-stats"))
+    subscription = await connection.subscribe(
+        connection.topics.tool_descriptors, hear, subscription=unique_name("test-stats")
+    )
     counted, crowded = descriptors("counted", ("add", "sub")), descriptors("crowded", ("one",))
     stats = CallStats(["add", "sub"])
     stats.record("add", 0.004, failed=True)
     too_many = CallStats([f"tool-{n:03d}-{'x' * 100}" for n in range(40)])
     try:
-        async with Announcer(connection, *counted, ttl=0.6, stats=stats), Announcer(connection, *crowded, ttl=0.6, stats=too_many):
-            await eventually(lambda: len(beats(descriptor_digest(*counted))) >= 2 and beats(descriptor_digest(*crowded)), timeout=5)
+        async with (
+            Announcer(connection, *counted, ttl=0.6, stats=stats),
+            Announcer(connection, *crowded, ttl=0.6, stats=too_many),
+        ):
+            await eventually(
+                lambda: len(beats(descriptor_digest(*counted))) >= 2 and beats(descriptor_digest(*crowded)), timeout=5
+            )
     finally:
         await connection.unsubscribe(subscription)
     first, second = (json.loads(m.properties[TOOL_STATS]) for m in beats(descriptor_digest(*counted))[:2])
@@ -108,4 +133,6 @@ async def test_heartbeats_carry_the_counters_as_a_property_outside_the_signed_bo
         assert set(json.loads(message.data)) <= set(Announcement.model_fields) | {"sent-at"}, "no new field in the body"
         if parsed.kind != "heartbeat":
             assert TOOL_STATS not in message.properties, "only heartbeats carry the counters"
-    assert all(TOOL_STATS not in m.properties for m in beats(descriptor_digest(*crowded))), "over 4 KiB: the heartbeat goes, without them"
+    assert all(TOOL_STATS not in m.properties for m in beats(descriptor_digest(*crowded))), (
+        "over 4 KiB: the heartbeat goes, without them"
+    )

@@ -58,7 +58,9 @@ async def stopped_producing(svc: Endless) -> None:
     assert svc.produced == before
 
 
-async def test_call_timeout_bounds_a_whole_stream_and_the_service_stops_producing(settings: Settings, connection: Transport) -> None:
+async def test_call_timeout_bounds_a_whole_stream_and_the_service_stops_producing(
+    settings: Settings, connection: Transport
+) -> None:
     async with Endless(settings=settings, announce=False) as svc:
         client = ToolServiceClient(connection, svc.service_descriptor)
         started = time.monotonic()
@@ -85,7 +87,9 @@ async def test_idle_timeout_bounds_the_gap_between_chunks(settings: Settings, co
         await client.close()
 
 
-async def test_an_answer_past_max_bytes_is_refused_and_the_service_stops(settings: Settings, connection: Transport) -> None:
+async def test_an_answer_past_max_bytes_is_refused_and_the_service_stops(
+    settings: Settings, connection: Transport
+) -> None:
     async with Endless(settings=settings, announce=False) as svc:
         client = ToolServiceClient(connection, svc.service_descriptor)
         with pytest.raises(AnswerTooLarge) as caught:
@@ -121,6 +125,8 @@ async def test_toolset_call_timeout_and_answer_size_bound_an_endless_tool(
                 await asyncio.wait_for(tools.invoke("endless"), 10)
             assert time.monotonic() - started < 2.0
             await stopped_producing(svc)
-        async with ToolSet(connection=connection, settings=settings, max_answer_bytes=20_000, poll_interval=60) as tools:
+        async with ToolSet(
+            connection=connection, settings=settings, max_answer_bytes=20_000, poll_interval=60
+        ) as tools:
             with pytest.raises(AnswerTooLarge):
                 await asyncio.wait_for(tools.invoke("endless"), 10)

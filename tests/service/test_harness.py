@@ -19,7 +19,9 @@ from toolservice_base.testing import ServiceHarness
 async def test_a_tool_is_called_with_its_config_values_and_the_given_arguments() -> None:
     async with ServiceHarness(JokeService) as h:
         answer = await h.invoke("tell-joke", {"topic": "cats"})
-    assert answer == "I would tell you a joke about cats, but it would be too punny."  # style "pun" is the tool's config value
+    assert (
+        answer == "I would tell you a joke about cats, but it would be too punny."
+    )  # style "pun" is the tool's config value
 
 
 async def test_calculator_and_echo_answer_through_the_harness() -> None:
@@ -131,8 +133,16 @@ class Units(DynamicToolService):
 
     descriptor: ClassVar[dict[str, Any]] = {"id": "units"}
     tools: ClassVar[list[dict[str, Any]]] = [
-        {"name": "km-to-miles", "description": "Kilometres to miles", "arguments": [{"name": "value", "type": "number", "description": "km"}]},
-        {"name": "miles-to-km", "description": "Miles to kilometres", "arguments": [{"name": "value", "type": "number", "description": "miles"}]},
+        {
+            "name": "km-to-miles",
+            "description": "Kilometres to miles",
+            "arguments": [{"name": "value", "type": "number", "description": "km"}],
+        },
+        {
+            "name": "miles-to-km",
+            "description": "Miles to kilometres",
+            "arguments": [{"name": "value", "type": "number", "description": "miles"}],
+        },
     ]
 
     async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any], *, tool: str = "") -> str:

@@ -43,7 +43,11 @@ def test_the_service_harness_snippet_passes_with_pytest_in_a_directory_of_its_ow
     (tmp_path / "test_my_services.py").write_text(snippet)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_services.py"],
-        cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "1 passed" in done.stdout
@@ -53,7 +57,10 @@ def test_the_testing_extra_is_light_and_named_where_the_snippet_is() -> None:
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert sorted(re.split(r"[<>=!~ ]", requirement)[0] for requirement in extras["testing"]) == ["pytest", "pytest-asyncio"]
+    assert sorted(re.split(r"[<>=!~ ]", requirement)[0] for requirement in extras["testing"]) == [
+        "pytest",
+        "pytest-asyncio",
+    ]
     assert "tool-discovery[testing]" in readme_block("#### Testing a service, with no broker", "sh")
 
 
@@ -77,8 +84,12 @@ async def test_the_agent_example_prints_its_on_change_line_when_the_calculator_a
     (tmp_path / "agent.py").write_text(snippet)
     assert settings.pulsar_url is not None
     process = await asyncio.create_subprocess_exec(
-        sys.executable, str(tmp_path / "agent.py"), cwd=tmp_path, env=toolreg_env(settings.pulsar_url, tmp_path / "agent-data"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        str(tmp_path / "agent.py"),
+        cwd=tmp_path,
+        env=toolreg_env(settings.pulsar_url, tmp_path / "agent-data"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     assert process.stdout is not None
     calculator = CalculatorService(settings=settings)

@@ -44,8 +44,13 @@ def test_only_a_private_queue_of_the_servers_own_response_queue_is_accepted() ->
     assert reply_queue(RESPONSES, RESPONSES + "." + "x" * 41) is None
 
 
-async def test_each_caller_gets_its_answers_on_its_own_queue_and_the_shared_queue_stays_quiet(connection: Transport) -> None:
-    requests_queue, responses_queue = connection.topics.request_queue("rpc-echo"), connection.topics.response_queue("rpc-echo")
+async def test_each_caller_gets_its_answers_on_its_own_queue_and_the_shared_queue_stays_quiet(
+    connection: Transport,
+) -> None:
+    requests_queue, responses_queue = (
+        connection.topics.request_queue("rpc-echo"),
+        connection.topics.response_queue("rpc-echo"),
+    )
     server = RequestServer(connection, requests_queue, responses_queue, echo, subscription="rpc-echo")
     await server.start()
     first = await RequestClient(connection, requests_queue, responses_queue).start()
@@ -53,7 +58,11 @@ async def test_each_caller_gets_its_answers_on_its_own_queue_and_the_shared_queu
     shared = await listen(connection, responses_queue)
     try:
         answers = await asyncio.gather(
-            *(client.request({"text": f"{n}-{i}"}, timeout=5) for n, client in enumerate((first, second)) for i in range(20))
+            *(
+                client.request({"text": f"{n}-{i}"}, timeout=5)
+                for n, client in enumerate((first, second))
+                for i in range(20)
+            )
         )
         assert [a["echo"] for a in answers] == [f"{n}-{i}" for n in range(2) for i in range(20)]
         assert first.reply_queue != second.reply_queue
@@ -66,7 +75,10 @@ async def test_each_caller_gets_its_answers_on_its_own_queue_and_the_shared_queu
 
 
 async def test_a_server_that_answers_on_the_shared_queue_is_still_heard(connection: Transport) -> None:
-    requests_queue, responses_queue = connection.topics.request_queue("rpc-echo"), connection.topics.response_queue("rpc-echo")
+    requests_queue, responses_queue = (
+        connection.topics.request_queue("rpc-echo"),
+        connection.topics.response_queue("rpc-echo"),
+    )
     """A server built without `reply-to` support (an older version, or another implementation)."""
     answers = await connection.publisher(responses_queue)
 
@@ -83,7 +95,10 @@ async def test_a_server_that_answers_on_the_shared_queue_is_still_heard(connecti
 
 
 async def test_a_reply_to_elsewhere_is_answered_on_the_shared_queue(connection: Transport) -> None:
-    requests_queue, responses_queue = connection.topics.request_queue("rpc-echo"), connection.topics.response_queue("rpc-echo")
+    requests_queue, responses_queue = (
+        connection.topics.request_queue("rpc-echo"),
+        connection.topics.response_queue("rpc-echo"),
+    )
     server = RequestServer(connection, requests_queue, responses_queue, echo, subscription="rpc-echo")
     await server.start()
     elsewhere = connection.topics.response_queue("not-the-callers")
@@ -133,7 +148,8 @@ async def test_when_a_private_queue_cannot_be_opened_answers_go_to_the_shared_qu
 
 
 class _RefusingProducers:
-    """A real connection whose producers on one topic are refused (a missing grant, say); it notes what it opened and closed."""
+    """A real connection whose producers on one topic are refused (a missing grant, say); it notes what it opened and
+    closed."""
 
     def __init__(self, connection: Transport, refused: str) -> None:
         self._connection = connection
@@ -160,8 +176,13 @@ class _RefusingProducers:
         await self._connection.unsubscribe(subscription)
 
 
-async def test_a_client_whose_start_fails_half_way_leaves_no_subscription_open_and_can_start_again(connection: Transport) -> None:
-    requests_queue, responses_queue = connection.topics.request_queue("rpc-echo"), connection.topics.response_queue("rpc-echo")
+async def test_a_client_whose_start_fails_half_way_leaves_no_subscription_open_and_can_start_again(
+    connection: Transport,
+) -> None:
+    requests_queue, responses_queue = (
+        connection.topics.request_queue("rpc-echo"),
+        connection.topics.response_queue("rpc-echo"),
+    )
     server = RequestServer(connection, requests_queue, responses_queue, echo, subscription="rpc-echo")
     await server.start()
     refusing = _RefusingProducers(connection, requests_queue)

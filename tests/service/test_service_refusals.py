@@ -22,17 +22,26 @@ from toolservice_base.examples.echo import EchoService
 pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(300)]
 
 NAMED = 15.0
-"""Seconds for a refusal to show in readiness: the transport asks the broker once a handle has been down for a second."""
+"""Seconds for a refusal to show in readiness: the transport asks the broker once a handle has been down for a
+second."""
 
 
 async def test_a_revoked_consume_permission_makes_the_service_not_ready_with_the_grant_and_a_grant_heals_it(
-    apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path,
+    apache_pulsar: ApachePulsar,
+    tenant: str,
+    tmp_path: Path,
 ) -> None:
     role = f"service-{uuid.uuid4().hex[:6]}"
     for namespace in ("request", "response", "discovery"):
         apache_pulsar.grant(f"{tenant}/{namespace}", role)
-    settings = Settings(data_dir=tmp_path, pulsar_url=apache_pulsar.url, broker="apache-pulsar", topicspace=tenant,
-                        auth_token=apache_pulsar.mint_token(role), operation_timeout=5)
+    settings = Settings(
+        data_dir=tmp_path,
+        pulsar_url=apache_pulsar.url,
+        broker="apache-pulsar",
+        topicspace=tenant,
+        auth_token=apache_pulsar.mint_token(role),
+        operation_timeout=5,
+    )
     connection = await open_transport(settings)
     try:
         async with EchoService(settings=settings, connection=connection) as service:
@@ -40,8 +49,11 @@ async def test_a_revoked_consume_permission_makes_the_service_not_ready_with_the
             requests = f"{tenant}/request"
             apache_pulsar.grant(requests, role, ["produce"])  # consume revoked; the response producer is untouched
             reason = await eventually(
-                lambda: (line := service.readiness()) and f"not authorized on {requests} for role {role}" in line and line,
-                timeout=NAMED, explain=service.readiness,
+                lambda: (
+                    (line := service.readiness()) and f"not authorized on {requests} for role {role}" in line and line
+                ),
+                timeout=NAMED,
+                explain=service.readiness,
             )
             assert "grant-permission" in reason and "\n" not in reason, reason
             apache_pulsar.grant(requests, role)

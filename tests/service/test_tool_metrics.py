@@ -23,8 +23,6 @@ N_OK = 7
 M_FAILED = 3
 
 
-
-
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
     return registry.get_sample_value(name, labels) or 0.0
 
@@ -40,7 +38,9 @@ async def test_n_calls_and_m_errors_show_in_the_histograms_and_error_counters_of
     await joke.start()
     try:
         await config_client.put(static_items(calculator, joke))
-        async with ToolSet(connection=connection, settings=settings, poll_interval=60.0, metrics=BridgeMetrics(bridge_side)) as tools:
+        async with ToolSet(
+            connection=connection, settings=settings, poll_interval=60.0, metrics=BridgeMetrics(bridge_side)
+        ) as tools:
             for i in range(N_OK):
                 assert await tools.invoke("calculate", {"expression": f"{i} + 1"}) == str(i + 1)
             for _ in range(M_FAILED):
@@ -64,7 +64,9 @@ async def test_n_calls_and_m_errors_show_in_the_histograms_and_error_counters_of
     assert value(bridge_side, "toolreg_bridge_call_seconds_count", **calc) == N_OK + M_FAILED
     assert value(bridge_side, "toolreg_bridge_calls_total", **calc) == N_OK + M_FAILED
     assert value(bridge_side, "toolreg_bridge_call_errors_total", **calc, type="tool-error") == M_FAILED
-    assert value(bridge_side, "toolreg_bridge_call_seconds_count", service="joke-service", tool="tell-joke") == 1, "a stream is one call"
+    assert value(bridge_side, "toolreg_bridge_call_seconds_count", service="joke-service", tool="tell-joke") == 1, (
+        "a stream is one call"
+    )
     assert 0 < value(bridge_side, "toolreg_bridge_call_seconds_sum", **calc) < 10
 
     unknown = {"service": "", "tool": OTHER_TOOL}
@@ -74,7 +76,9 @@ async def test_n_calls_and_m_errors_show_in_the_histograms_and_error_counters_of
     assert tools_seen == {"calculate", "tell-joke", OTHER_TOOL}, "invented names never become label values"
 
 
-async def test_a_service_counts_a_tool_it_does_not_declare_under_other(connection: Transport, settings: Settings) -> None:
+async def test_a_service_counts_a_tool_it_does_not_declare_under_other(
+    connection: Transport, settings: Settings
+) -> None:
     """The `tool` property is the caller's word: a name the service does not declare must not create a series."""
     from toolservice_base import RequestClient
 
@@ -100,7 +104,10 @@ async def test_a_service_counts_a_tool_it_does_not_declare_under_other(connectio
         await service.stop()
     assert value(registry, "toolreg_tool_service_requests_total", service="joke-service", tool=OTHER_TOOL) == 2
     assert value(registry, "toolreg_tool_service_requests_total", service="joke-service", tool="tell-joke") == 2
-    assert {s.labels["tool"] for f in registry.collect() for s in f.samples if "tool" in s.labels} == {"tell-joke", OTHER_TOOL}
+    assert {s.labels["tool"] for f in registry.collect() for s in f.samples if "tool" in s.labels} == {
+        "tell-joke",
+        OTHER_TOOL,
+    }
 
 
 class Unruly(DynamicToolService):
@@ -108,14 +115,20 @@ class Unruly(DynamicToolService):
 
     descriptor: ClassVar[dict[str, Any]] = {"id": "unruly"}
     tools: ClassVar[list[dict[str, Any]]] = [
-        {"name": "unruly", "description": "Hangs or floods", "arguments": [{"name": "mode", "type": "string", "description": "hang or flood"}]}
+        {
+            "name": "unruly",
+            "description": "Hangs or floods",
+            "arguments": [{"name": "mode", "type": "string", "description": "hang or flood"}],
+        }
     ]
     call_timeout = 0.3
 
     async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> AsyncIterator[str]:
         while arguments.get("mode") == "flood":
             yield "x" * 1000
-            await asyncio.sleep(0.01)  # a real producer waits for something; a loop that never does starves the event loop
+            await asyncio.sleep(
+                0.01
+            )  # a real producer waits for something; a loop that never does starves the event loop
         await asyncio.Event().wait()
 
 
@@ -128,7 +141,9 @@ async def test_deadlines_size_limits_and_refused_arguments_are_counted_per_tool_
     try:
         await config_client.put(static_items(service))
         metrics = BridgeMetrics(bridge_side)
-        async with ToolSet(connection=connection, settings=settings, poll_interval=60.0, metrics=metrics, max_answer_bytes=5000) as tools:
+        async with ToolSet(
+            connection=connection, settings=settings, poll_interval=60.0, metrics=metrics, max_answer_bytes=5000
+        ) as tools:
             with pytest.raises(ToolError) as caught:
                 await tools.invoke("unruly", {"mode": "hang"})  # the service's 0.3 s limit ends it
             assert caught.value.type == "timeout"
@@ -149,7 +164,9 @@ async def test_deadlines_size_limits_and_refused_arguments_are_counted_per_tool_
     finally:
         await service.stop()
     assert cancelled() == 2, "the deadline and the cancel both end invoke, under the tool's own label"
-    assert value(service_side, "toolreg_tool_service_requests_total", **labels) == 2, "the refused arguments never reached it"
+    assert value(service_side, "toolreg_tool_service_requests_total", **labels) == 2, (
+        "the refused arguments never reached it"
+    )
     assert value(bridge_side, "toolreg_bridge_calls_total", **labels) == 3
     for kind in ("timeout", "answer-too-large", "bad-arguments"):
         assert value(bridge_side, "toolreg_bridge_call_errors_total", **labels, type=kind) == 1, kind
@@ -162,5 +179,8 @@ def test_every_bridge_error_type_exists_at_zero_for_a_tool_once_it_is_called() -
     with metrics.timed("svc", "t"):
         pass
     for kind in ERROR_TYPES:
-        assert registry.get_sample_value("toolreg_bridge_call_errors_total", {"service": "svc", "tool": "t", "type": kind}) == 0
+        assert (
+            registry.get_sample_value("toolreg_bridge_call_errors_total", {"service": "svc", "tool": "t", "type": kind})
+            == 0
+        )
     assert registry.get_sample_value("toolreg_bridge_calls_total", {"service": "svc", "tool": "t"}) == 1

@@ -19,7 +19,13 @@ pytestmark = pytest.mark.contract
 
 class Flaky(DynamicToolService):
     descriptor = {"id": "flaky"}
-    tools = [{"name": "flaky", "description": "Fails when asked to", "arguments": [{"name": "fail", "type": "boolean", "description": "fail?"}]}]
+    tools = [
+        {
+            "name": "flaky",
+            "description": "Fails when asked to",
+            "arguments": [{"name": "fail", "type": "boolean", "description": "fail?"}],
+        }
+    ]
 
     async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> Any:
         if arguments.get("fail"):
@@ -84,7 +90,9 @@ async def test_a_value_is_one_response_and_non_strings_are_json(settings: Settin
         assert json.loads(body["response"]) == {"user": "alice", "ok": True}
 
 
-async def test_an_exception_is_an_error_response_and_the_service_keeps_serving(settings: Settings, connection: Transport) -> None:
+async def test_an_exception_is_an_error_response_and_the_service_keeps_serving(
+    settings: Settings, connection: Transport
+) -> None:
     async with Flaky(settings=settings, announce=False) as svc:
         client = await client_for(connection, svc)
         failed = await client.request(request({"fail": True}), timeout=5)
@@ -102,7 +110,9 @@ async def test_an_exception_is_an_error_response_and_the_service_keeps_serving(s
         (json.dumps({"config": "[1, 2]"}).encode(), "'config' must be a JSON object"),
     ],
 )
-async def test_broken_request_json_gets_an_error_naming_the_problem(settings: Settings, connection: Transport, payload: bytes, named: str) -> None:
+async def test_broken_request_json_gets_an_error_naming_the_problem(
+    settings: Settings, connection: Transport, payload: bytes, named: str
+) -> None:
     async with Flaky(settings=settings, announce=False) as svc:
         client = await client_for(connection, svc)
         body = await client.request(payload, timeout=5)
@@ -115,7 +125,10 @@ async def test_streaming_delivers_every_chunk_in_order(settings: Settings, conne
     async with CountdownService(settings=settings, announce=False) as svc:
         client = await client_for(connection, svc)
         chunks = [
-            body async for body in client.stream(request({"start": 50}, {"delay": 0}), is_last=lambda b: b["end_of_stream"], timeout=5)
+            body
+            async for body in client.stream(
+                request({"start": 50}, {"delay": 0}), is_last=lambda b: b["end_of_stream"], timeout=5
+            )
         ]
         assert [c["response"] for c in chunks[:-1]] == [f"{n}\n" for n in range(50, -1, -1)]
         assert chunks[-1] == {"response": "", "end_of_stream": True}
@@ -124,7 +137,9 @@ async def test_streaming_delivers_every_chunk_in_order(settings: Settings, conne
 async def test_100_concurrent_calls_each_get_their_own_answer(settings: Settings, connection: Transport) -> None:
     async with CalculatorService(settings=settings, announce=False) as svc:
         client = await client_for(connection, svc)
-        bodies = await asyncio.gather(*(client.request(request({"expression": f"{n} * 3"}), timeout=10) for n in range(100)))
+        bodies = await asyncio.gather(
+            *(client.request(request({"expression": f"{n} * 3"}), timeout=10) for n in range(100))
+        )
         assert [b["response"] for b in bodies] == [str(n * 3) for n in range(100)]
 
 
@@ -162,7 +177,9 @@ async def test_instances_share_the_load(settings: Settings, connection: Transpor
         assert answered_by == {str(id(one)), str(id(two))}
 
 
-async def test_answers_over_64_kib_are_delivered_and_logged_at_powers_of_ten(settings: Settings, connection: Transport) -> None:
+async def test_answers_over_64_kib_are_delivered_and_logged_at_powers_of_ten(
+    settings: Settings, connection: Transport
+) -> None:
     class Big(DynamicToolService):
         descriptor = {"id": "big"}
         tools = [{"name": "big", "description": "Answers with a large text", "arguments": []}]
@@ -189,7 +206,9 @@ class Named(DynamicToolService):
         return tool or "(not said)"
 
 
-async def test_the_tool_property_names_the_tool_and_a_request_without_it_still_works(settings: Settings, connection: Transport) -> None:
+async def test_the_tool_property_names_the_tool_and_a_request_without_it_still_works(
+    settings: Settings, connection: Transport
+) -> None:
     class Single(Named):
         descriptor = {"id": "single"}
         tools = [{"name": "only", "description": "The one tool"}]

@@ -56,7 +56,10 @@ def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
 
 
 async def test_one_invoke_is_a_client_span_with_the_service_span_as_its_child(
-    spans: InMemorySpanExporter, connection: Transport, settings: Settings, config_client: ConfigClient,
+    spans: InMemorySpanExporter,
+    connection: Transport,
+    settings: Settings,
+    config_client: ConfigClient,
     running: dict[str, DynamicToolService],
 ) -> None:
     calculator = running["calculator"]
@@ -70,7 +73,9 @@ async def test_one_invoke_is_a_client_span_with_the_service_span_as_its_child(
     assert client.kind == SpanKind.CLIENT and server.kind == SpanKind.SERVER
     assert client.name == "call calculate" and server.name == "serve calculate"
     assert server.context.trace_id == client.context.trace_id, "one trace across the broker"
-    assert server.parent is not None and server.parent.span_id == client.context.span_id, "the service's span is the call's child"
+    assert server.parent is not None and server.parent.span_id == client.context.span_id, (
+        "the service's span is the call's child"
+    )
     assert server.parent.is_remote
     attributes = dict(server.attributes or {})
     assert attributes["tool.name"] == "calculate" and attributes["tool.service"] == "calculator"
@@ -79,7 +84,10 @@ async def test_one_invoke_is_a_client_span_with_the_service_span_as_its_child(
 
 
 async def test_a_failing_call_marks_both_spans_with_the_services_error_type(
-    spans: InMemorySpanExporter, connection: Transport, settings: Settings, config_client: ConfigClient,
+    spans: InMemorySpanExporter,
+    connection: Transport,
+    settings: Settings,
+    config_client: ConfigClient,
     running: dict[str, DynamicToolService],
 ) -> None:
     await config_client.put(items(running["calculator"]))
@@ -93,7 +101,9 @@ async def test_a_failing_call_marks_both_spans_with_the_services_error_type(
     assert not client.status.is_ok and not server.status.is_ok
     assert dict(server.attributes or {})["tool.outcome"] == "exception"
     assert dict(server.attributes or {})["error.type"] == "ExpressionError"
-    assert dict(client.attributes or {})["error.type"] == "ExpressionError", "the client span carries the service's type"
+    assert dict(client.attributes or {})["error.type"] == "ExpressionError", (
+        "the client span carries the service's type"
+    )
 
 
 class Dawdler(DynamicToolService):
@@ -159,11 +169,19 @@ async def test_the_registry_merge_links_to_the_announcing_service_and_the_write_
         await registry.stop()
     announce = next(s for s in named(spans, "announce ") if dict(s.attributes or {})["announcement.kind"] == "announce")
     assert announce.kind == SpanKind.PRODUCER and dict(announce.attributes or {})["tool.instance"] == joke.instance
-    merges = [m for m in named(spans, "registry.merge") if any(link.context.span_id == announce.context.span_id for link in m.links)]
+    merges = [
+        m
+        for m in named(spans, "registry.merge")
+        if any(link.context.span_id == announce.context.span_id for link in m.links)
+    ]
     assert merges, "a merge links to the announce that caused it"
     merge = merges[0]
-    assert merge.context.trace_id != announce.context.trace_id, "linked, not parented: one merge may carry many services"
-    writes = [w for w in named(spans, "registry.write") if w.parent is not None and w.parent.span_id == merge.context.span_id]
+    assert merge.context.trace_id != announce.context.trace_id, (
+        "linked, not parented: one merge may carry many services"
+    )
+    writes = [
+        w for w in named(spans, "registry.write") if w.parent is not None and w.parent.span_id == merge.context.span_id
+    ]
     assert writes and dict(writes[0].attributes or {})["config.puts"] >= 3  # tool-service, tool, ownership record
     withdraws = [s for s in named(spans, "announce ") if dict(s.attributes or {})["announcement.kind"] == "withdraw"]
     assert len(withdraws) == 1

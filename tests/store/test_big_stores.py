@@ -33,7 +33,9 @@ TRUSTGRAPH_FIELDS = {"version", "values", "directory", "config", "error"}
 
 async def raw(connection: Transport, body: dict[str, Any], timeout: float = 10) -> dict[str, Any]:
     """One request to the store as any client writes it, our client's checks bypassed."""
-    client = RequestClient(connection, connection.topics.config_request, connection.topics.config_response, name="raw", bulk=True)
+    client = RequestClient(
+        connection, connection.topics.config_request, connection.topics.config_response, name="raw", bulk=True
+    )
     await client.start()
     try:
         return await client.request(body, timeout=timeout)
@@ -57,11 +59,15 @@ async def test_getvalues_and_list_come_in_pages_in_key_order_and_whole_without_p
     assert await config_client.list("tool") == [f"t-{n:05d}" for n in range(25)]
 
 
-async def test_a_page_stops_at_its_byte_budget_but_always_carries_one_item(connection: Transport, config_client: ConfigClient) -> None:
+async def test_a_page_stops_at_its_byte_budget_but_always_carries_one_item(
+    connection: Transport, config_client: ConfigClient
+) -> None:
     await put_blobs(config_client, 2)
     await config_client.put([("blob", "small", "s")])
     page = await raw(connection, {"operation": "getvalues", "type": "blob", "limit": 100})
-    assert [v["key"] for v in page["values"]] == ["b0"] and page["more"] is True  # 3.5 MB is over PAGE_BYTES: alone on its page
+    assert [v["key"] for v in page["values"]] == ["b0"] and page[
+        "more"
+    ] is True  # 3.5 MB is over PAGE_BYTES: alone on its page
     assert BLOB_BYTES > PAGE_BYTES
     blobs = await config_client.getvalues("blob")
     assert sorted(blobs) == ["b0", "b1", "small"] and blobs["b1"] == "b" * BLOB_BYTES
@@ -98,7 +104,9 @@ async def test_a_toolset_reads_only_its_two_types_and_is_not_disturbed_by_10_mb_
         await config_client.config(timeout=10)  # the whole workspace in one answer cannot be sent: said at once
     assert caught.value.code == "answer-too-large"
     async with ToolSet(connection=connection, settings=settings, poll_interval=60.0) as tools:
-        assert tools.names() == ["t-00000", "t-00001", "t-00002"] and tools.version == version and tools.source == "store"
+        assert (
+            tools.names() == ["t-00000", "t-00001", "t-00002"] and tools.version == version and tools.source == "store"
+        )
         await config_client.put([("blob", "b3", "d" * BLOB_BYTES), ("tool", "t-00003", tool(3))])
         await tools.wait_for(lambda t: "t-00003" in t.names(), timeout=10)
 
@@ -121,8 +129,12 @@ async def test_an_item_no_answer_could_carry_is_refused_at_put_in_one_line(
     assert (await config_client.getvalues("blob")) == {"biggest": biggest}
 
 
-async def test_the_registry_lists_in_pages(connection: Transport, config_client: ConfigClient, registry_client: RegistryClient) -> None:
-    await config_client.put([("tool-service", "bulk", json.dumps(SERVICE))] + [("tool", f"t-{n:05d}", tool(n)) for n in range(7)])
+async def test_the_registry_lists_in_pages(
+    connection: Transport, config_client: ConfigClient, registry_client: RegistryClient
+) -> None:
+    await config_client.put(
+        [("tool-service", "bulk", json.dumps(SERVICE))] + [("tool", f"t-{n:05d}", tool(n)) for n in range(7)]
+    )
     registry_client.page_limit = 3
     listing = await registry_client.list()
     assert [t.name for t in listing.tools] == [f"t-{n:05d}" for n in range(7)]
@@ -132,7 +144,11 @@ async def test_the_registry_lists_in_pages(connection: Transport, config_client:
 class Huge(DynamicToolService):
     descriptor: ClassVar[dict[str, Any]] = {"id": "huge"}
     tools: ClassVar[list[dict[str, Any]]] = [
-        {"name": "answer", "description": "Answers with `size` bytes", "arguments": [{"name": "size", "type": "integer", "description": "Bytes"}]}
+        {
+            "name": "answer",
+            "description": "Answers with `size` bytes",
+            "arguments": [{"name": "size", "type": "integer", "description": "Bytes"}],
+        }
     ]
 
     async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> str:

@@ -21,7 +21,9 @@ async def test_20000_tools_load_into_a_toolset_and_toolreg_tools_lists_them(
     tmp_path: Path, connection: Transport, settings: Settings, config_client: ConfigClient, registry: Registry
 ) -> None:
     version = await put_tools(config_client, TOOLS)
-    assert sum(len(json.dumps(tool(n))) for n in range(TOOLS)) > MESSAGE_LIMIT  # as one answer: more than one message carries
+    assert (
+        sum(len(json.dumps(tool(n))) for n in range(TOOLS)) > MESSAGE_LIMIT
+    )  # as one answer: more than one message carries
     started = time.monotonic()
     async with ToolSet(connection=connection, settings=settings, poll_interval=60.0) as tools:
         loaded = time.monotonic() - started
@@ -45,7 +47,9 @@ async def test_10_mb_of_unrelated_items_leave_toolreg_tools_working(
     assert [line.split()[0] for line in result.stdout.splitlines()[1:]] == ["t-00000", "t-00001"]
 
 
-async def test_config_put_of_an_oversize_item_is_refused_in_one_line(tmp_path: Path, config_client: ConfigClient, settings: Settings) -> None:
+async def test_config_put_of_an_oversize_item_is_refused_in_one_line(
+    tmp_path: Path, config_client: ConfigClient, settings: Settings
+) -> None:
     value = tmp_path / "big.txt"
     value.write_text("x" * 5_000_000)
     env = toolreg_env(settings.pulsar_url or "", tmp_path)

@@ -31,7 +31,9 @@ JOKE_SERVICE = {
 
 
 async def test_put_get_list_getvalues_config(config_client: ConfigClient) -> None:
-    v1 = await config_client.put([("tool-service", "joke-service", json.dumps(JOKE_SERVICE)), ("tool", "tell-joke", json.dumps(JOKE))])
+    v1 = await config_client.put(
+        [("tool-service", "joke-service", json.dumps(JOKE_SERVICE)), ("tool", "tell-joke", json.dumps(JOKE))]
+    )
     assert v1 == 1
     got = await config_client.get([("tool", "tell-joke"), ("tool", "missing")])
     assert json.loads(got[("tool", "tell-joke")])["name"] == "tell-joke"
@@ -63,9 +65,19 @@ async def test_workspaces_are_separate(config_client: ConfigClient) -> None:
         ("tool", "tell-joke", json.dumps({**JOKE, "name": "bad name!"}), "name"),
         ("tool", "tell-joke", json.dumps({k: v for k, v in JOKE.items() if k != "description"}), "description"),
         ("tool", "other", json.dumps(JOKE), "the key is 'other'"),
-        ("tool", "tell-joke", json.dumps({**JOKE, "arguments": [{"name": "t", "type": "str", "description": "x"}]}), "arguments.0.type"),
+        (
+            "tool",
+            "tell-joke",
+            json.dumps({**JOKE, "arguments": [{"name": "t", "type": "str", "description": "x"}]}),
+            "arguments.0.type",
+        ),
         ("tool-service", "joke-service", json.dumps({**JOKE_SERVICE, "request-queue": "http://x"}), "request-queue"),
-        ("tool-service", "joke-service", json.dumps({k: v for k, v in JOKE_SERVICE.items() if k != "response-queue"}), "response-queue"),
+        (
+            "tool-service",
+            "joke-service",
+            json.dumps({k: v for k, v in JOKE_SERVICE.items() if k != "response-queue"}),
+            "response-queue",
+        ),
     ],
 )
 async def test_bad_items_are_refused_naming_the_field_and_store_nothing(
@@ -93,7 +105,9 @@ async def test_conditional_write_refuses_when_the_item_changed(config_client: Co
     assert (await config_client.get([("prompt", "a")]))[("prompt", "a")] == "operator"
 
 
-async def test_every_change_is_pushed_with_its_version_and_types(connection: Transport, config_client: ConfigClient) -> None:
+async def test_every_change_is_pushed_with_its_version_and_types(
+    connection: Transport, config_client: ConfigClient
+) -> None:
     pushes: list[ConfigPush] = []
 
     async def on_push(push: ConfigPush) -> None:
@@ -110,7 +124,9 @@ async def test_every_change_is_pushed_with_its_version_and_types(connection: Tra
     assert pushes[1].workspace_changes is not None and pushes[1].workspace_changes.created == ["alpha"]
 
 
-async def test_config_survives_a_store_restart(connection: Transport, config_store: ConfigStoreService, settings) -> None:
+async def test_config_survives_a_store_restart(
+    connection: Transport, config_store: ConfigStoreService, settings
+) -> None:
     client = ConfigClient(connection, timeout=5)
     await client.put([("prompt", "a", "kept")])
     await config_store.stop()
@@ -124,7 +140,9 @@ async def test_config_survives_a_store_restart(connection: Transport, config_sto
         await restarted.stop()
 
 
-async def test_garbage_requests_get_an_error_and_the_store_keeps_serving(connection: Transport, config_client: ConfigClient) -> None:
+async def test_garbage_requests_get_an_error_and_the_store_keeps_serving(
+    connection: Transport, config_client: ConfigClient
+) -> None:
     from toolservice_base import RequestClient
 
     raw = RequestClient(connection, connection.topics.config_request, connection.topics.config_response)

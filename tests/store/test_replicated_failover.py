@@ -39,7 +39,9 @@ def cluster(apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path) -> Iterato
         group.stop_all()
 
 
-async def test_kill_9_of_the_active_under_load_loses_no_write_no_call_no_lease_and_needs_no_grace(cluster: Cluster) -> None:
+async def test_kill_9_of_the_active_under_load_loses_no_write_no_call_no_lease_and_needs_no_grace(
+    cluster: Cluster,
+) -> None:
     """500 instances heartbeat, a client writes 100 times a second, an agent calls every 20 ms; the active is killed.
 
     The standby heard every heartbeat, so its registry takes the leases over
@@ -52,7 +54,10 @@ async def test_kill_9_of_the_active_under_load_loses_no_write_no_call_no_lease_a
     status, body = cluster.readyz(standby)
     assert status == 200 and body["replica"]["role"] == "standby", body  # a standby is ready, and says what it is
     settings = cluster.settings()
-    async with running_fleet(settings, services=50, instances=10, ttl=FLEET_TTL) as fleet, running_load(cluster) as (work, client):
+    async with (
+        running_fleet(settings, services=50, instances=10, ttl=FLEET_TTL) as fleet,
+        running_load(cluster) as (work, client),
+    ):
         tools = work.tools
         assert tools is not None and len(fleet.members) == 500
         await eventually(lambda: fleet.tool_names() <= set(tools.names()), timeout=60)
@@ -75,9 +80,14 @@ async def test_kill_9_of_the_active_under_load_loses_no_write_no_call_no_lease_a
         await check(work, client)
     assert took_over < 30, took_over
     started = [event for event in log_events(cluster.output(survivor)) if event.get("event") == "registry.started"]
-    assert started and started[-1]["warm"] >= len(fleet.members), started  # every lease restored from what the standby heard
-    # Its lease ended 2 s after the kill (measured: gone after 2.0 s); with a ttl of grace from the takeover, after 6.2 s.
-    assert dead_gone_after < FLEET_TTL - 2, f"the dead service went {dead_gone_after:.1f}s after the kill: a ttl of grace, not its own lease's end"
+    assert started and started[-1]["warm"] >= len(fleet.members), (
+        started
+    )  # every lease restored from what the standby heard
+    # Its lease ended 2 s after the kill (measured: gone after 2.0 s); with a ttl of grace from the takeover, after 6.2
+    # s.
+    assert dead_gone_after < FLEET_TTL - 2, (
+        f"the dead service went {dead_gone_after:.1f}s after the kill: a ttl of grace, not its own lease's end"
+    )
 
 
 async def test_a_frozen_active_is_replaced_and_once_resumed_never_writes_again(cluster: Cluster) -> None:
@@ -94,7 +104,9 @@ async def test_a_frozen_active_is_replaced_and_once_resumed_never_writes_again(c
         finally:
             os.kill(cluster.processes[frozen].pid, signal.SIGCONT)
         # Resumed, it learns it was deposed and follows as a standby; the group keeps one active.
-        await eventually(lambda: "config.replica_restarting" in cluster.log(frozen).read_text(errors="replace"), timeout=60)
+        await eventually(
+            lambda: "config.replica_restarting" in cluster.log(frozen).read_text(errors="replace"), timeout=60
+        )
         await asyncio.sleep(3)
         roles = {r["pid"]: r["role"] for r in await cluster.replicas()}
         assert roles[cluster.processes[frozen].pid] == "standby" and list(roles.values()).count("active") == 1

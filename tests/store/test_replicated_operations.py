@@ -1,4 +1,5 @@
-"""`toolreg up --store pulsar` through what operators do to a group: restart the broker, roll the replicas, share a cluster.
+"""`toolreg up --store pulsar` through what operators do to a group: restart the broker, roll the replicas, share a
+cluster.
 
 Each replica is a real process on the test run's Apache Pulsar (the shared
 `apache_pulsar` of the run, token authentication on, a fresh tenant as the
@@ -47,6 +48,7 @@ async def roles(cluster: Cluster) -> dict[str, str]:
 
 async def one_active(cluster: Cluster, timeout: float = 60) -> dict[str, str]:
     """Every running process listed, exactly one of them active: the roles, once so."""
+
     async def settled() -> dict[str, str] | None:
         seen = await roles(cluster)
         return seen if sorted(seen.values()) == ["active", *["standby"] * (len(seen) - 1)] else None
@@ -57,6 +59,7 @@ async def one_active(cluster: Cluster, timeout: float = 60) -> dict[str, str]:
 
 async def caught_up_standby(cluster: Cluster, name: str, version: int, timeout: float = 30) -> None:
     """`name`'s /readyz says: ready, a standby, at `version` or later."""
+
     async def ready() -> bool:
         status, body = await asyncio.to_thread(cluster.readyz, name)
         return status == 200 and body["replica"]["role"] == "standby" and body["replica"]["version"] >= version
@@ -68,11 +71,14 @@ async def caught_up_standby(cluster: Cluster, name: str, version: int, timeout: 
 
 
 async def test_after_a_broker_restart_under_3_replicas_one_is_active_and_no_acknowledged_write_is_lost(
-    cluster: Cluster, apache_pulsar: ApachePulsar,
+    cluster: Cluster,
+    apache_pulsar: ApachePulsar,
 ) -> None:
     await asyncio.gather(*(cluster.start(name) for name in "abc"))
     await one_active(cluster)
-    work = Load(unacknowledged=(ToolDiscoveryError,))  # while the broker is away a write may fail any way: it is not acknowledged
+    work = Load(
+        unacknowledged=(ToolDiscoveryError,)
+    )  # while the broker is away a write may fail any way: it is not acknowledged
     seen_by_client: list[int] = []
 
     async def read_versions(client: ConfigClient) -> None:
@@ -91,7 +97,9 @@ async def test_after_a_broker_restart_under_3_replicas_one_is_active_and_no_ackn
         after, answered = len(work.acknowledged), work.calls - len(work.failed_calls)
         await eventually(lambda: len(work.acknowledged) > after + 50, timeout=60)  # writes are acknowledged again
         writing_again = time.monotonic() - back
-        await eventually(lambda: work.calls - len(work.failed_calls) > answered + 20, timeout=30)  # and the agent's calls answered
+        await eventually(
+            lambda: work.calls - len(work.failed_calls) > answered + 20, timeout=30
+        )  # and the agent's calls answered
         seen = await one_active(cluster)
         assert set(seen) == {"a", "b", "c"}, seen  # no replica died of it
         await work.finish()
@@ -99,7 +107,9 @@ async def test_after_a_broker_restart_under_3_replicas_one_is_active_and_no_ackn
     print(f"broker away {away:.1f}s; writes acknowledged again {writing_again:.1f}s after it was back")
     assert missing == [], f"{len(missing)} acknowledged writes lost: {missing[:10]}"
     versions = list(work.acknowledged.values())
-    assert versions == sorted(versions) and len(set(versions)) == len(versions), "an acknowledged version went back or was reused"
+    assert versions == sorted(versions) and len(set(versions)) == len(versions), (
+        "an acknowledged version went back or was reused"
+    )
     assert seen_by_client == sorted(seen_by_client), "a client saw the config version go back"
     assert work.versions == sorted(work.versions), "the agent saw the config version go back"
 
@@ -133,7 +143,9 @@ async def test_a_rolling_restart_of_every_replica_under_load_fails_no_call_and_l
 
 
 async def test_two_groups_in_two_topicspaces_on_one_cluster_never_see_each_other(
-    apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path,
+    apache_pulsar: ApachePulsar,
+    tenant: str,
+    tmp_path: Path,
 ) -> None:
     other = f"t-{uuid.uuid4().hex[:10]}"
     apache_pulsar.create_tenant(other)
@@ -152,7 +164,10 @@ async def test_two_groups_in_two_topicspaces_on_one_cluster_never_see_each_other
         got = await atoolreg("config", "get", "note/mine", env=one.env("cli"))
         assert got.returncode == 0 and "only in one" in got.stdout, got.stderr[-2000:]
         elsewhere = await atoolreg("config", "get", "note/mine", env=two.env("cli"))
-        assert elsewhere.returncode == 1 and "not found" in elsewhere.stderr, (elsewhere.stdout, elsewhere.stderr[-2000:])
+        assert elsewhere.returncode == 1 and "not found" in elsewhere.stderr, (
+            elsewhere.stdout,
+            elsewhere.stderr[-2000:],
+        )
 
         async def one_applied_it() -> bool:
             return all(int(row["version"]) >= version for row in await one.replicas())
@@ -178,7 +193,8 @@ def one_line(done: subprocess.CompletedProcess[str]) -> str:
 
 
 async def test_a_topicspace_without_its_state_namespace_is_named_with_the_fix_in_one_line(
-    apache_pulsar: ApachePulsar, tmp_path: Path,
+    apache_pulsar: ApachePulsar,
+    tmp_path: Path,
 ) -> None:
     space = f"t-{uuid.uuid4().hex[:10]}"
     apache_pulsar.create_tenant(space, [n for n in PRODUCT_NAMESPACES if n != "state"])
@@ -194,7 +210,9 @@ async def test_a_topicspace_without_its_state_namespace_is_named_with_the_fix_in
 
 
 async def test_on_pulsar_lite_up_with_the_pulsar_store_says_it_needs_apache_pulsar(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}  # no PULSAR_URL: embedded pulsar-lite
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))
+    }  # no PULSAR_URL: embedded pulsar-lite
     env.update(TOOLREG_DATA_DIR=str(tmp_path / "data"), TOOLREG_LOG_FORMAT="json", PYTHONUNBUFFERED="1")
     done = await atoolreg("up", "--store", "pulsar", "--metrics-port", "0", env=env, timeout=60)
     line = one_line(done)

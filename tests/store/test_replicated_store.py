@@ -25,7 +25,6 @@ from toolservice_base.transport import Transport
 pytestmark = pytest.mark.timeout(240)
 
 
-
 @pytest.fixture(params=REPLICATED_KINDS)
 def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     """conftest's `settings`, on the brokers that can keep replicated state only."""
@@ -46,8 +45,11 @@ class Group:
         self.stack.push_async_callback(connection.close)
         return connection
 
-    async def start(self, name: str, takeover_after: float = 2.0, shared: dict[str, str] | None = None) -> ReplicatedStore:
-        """Start replica `name`; `shared`: the settings every replica of a group must share (the trust policy's digest, say)."""
+    async def start(
+        self, name: str, takeover_after: float = 2.0, shared: dict[str, str] | None = None
+    ) -> ReplicatedStore:
+        """Start replica `name`; `shared`: the settings every replica of a group must share (the trust policy's digest,
+        say)."""
         own = AsyncExitStack()
         self.stack.push_async_callback(own.aclose)
         connection = await open_transport(self.settings)
@@ -167,12 +169,17 @@ async def test_a_replica_that_comes_back_is_a_standby_and_catches_up(group: Grou
         back = await group.start("first-again")
         await eventually(lambda: back.version == version, timeout=10)
         assert back.role == "standby" and group.active() is second
-        assert back.store is not None and back.store.get("default", [("note", "one"), ("note", "two")]) == [("note", "one", "1"), ("note", "two", "2")]
+        assert back.store is not None and back.store.get("default", [("note", "one"), ("note", "two")]) == [
+            ("note", "one", "1"),
+            ("note", "two", "2"),
+        ]
     finally:
         await client.close()
 
 
-async def test_a_replica_with_other_group_settings_than_the_active_one_refuses_to_join_in_one_line(group: Group) -> None:
+async def test_a_replica_with_other_group_settings_than_the_active_one_refuses_to_join_in_one_line(
+    group: Group,
+) -> None:
     first = await group.start("first", shared={"trust": "keys-a"})
     await eventually(lambda: first.service is not None, timeout=15)
     with pytest.raises(ReplicationError, match="other group settings") as caught:

@@ -26,7 +26,13 @@ def filled(path: Path, notes: int = NOTES) -> int:
     """A store holding `notes` items, closed cleanly (so its marker is current); returns its version."""
     store = ConfigStore(path)
     for start in range(0, notes, 500):
-        store.put("default", [("note", f"n{i:05d}", json.dumps({"n": i, "text": "x" * 300})) for i in range(start, min(start + 500, notes))])
+        store.put(
+            "default",
+            [
+                ("note", f"n{i:05d}", json.dumps({"n": i, "text": "x" * 300}))
+                for i in range(start, min(start + 500, notes))
+            ],
+        )
     version = store.version
     store.close()
     return version
@@ -137,7 +143,9 @@ def test_backup_and_restore_round_trip(store_path: Path) -> None:
     assert marker is not None and marker.version == restored.facts.version
 
 
-def test_restore_checks_the_copy_first_and_leaves_the_store_alone_if_it_is_damaged(store_path: Path, tmp_path: Path) -> None:
+def test_restore_checks_the_copy_first_and_leaves_the_store_alone_if_it_is_damaged(
+    store_path: Path, tmp_path: Path
+) -> None:
     filled(store_path)
     bad = store_backup.take_backup(store_path, tmp_path / "bad.sqlite").path
     garble_middle(bad)

@@ -26,7 +26,13 @@ from toolservice_base import ConfigClient, ConfigError, Settings, Transport
 def fill(path: Path, notes: int) -> None:
     store = ConfigStore(path)
     for start in range(0, notes, 500):
-        store.put("default", [("note", f"n{i:05d}", json.dumps({"n": i, "text": "x" * 1000})) for i in range(start, min(start + 500, notes))])
+        store.put(
+            "default",
+            [
+                ("note", f"n{i:05d}", json.dumps({"n": i, "text": "x" * 1000}))
+                for i in range(start, min(start + 500, notes))
+            ],
+        )
     store.close()
 
 
@@ -58,7 +64,12 @@ async def test_every_request_a_damaged_store_cannot_serve_gets_an_error_answer(
         assert caught.value.code == "store-error"
         assert "damaged" in str(caught.value) and "toolreg store restore" in str(caught.value)
         # From now on nothing is half-served: even a read that would still work is refused, at once.
-        for call in (client.get([("note", "n00001")]), client.list("note"), client.put([("note", "new", "{}")]), client.config()):
+        for call in (
+            client.get([("note", "n00001")]),
+            client.list("note"),
+            client.put([("note", "new", "{}")]),
+            client.config(),
+        ):
             with pytest.raises(ConfigError) as refused:
                 await asyncio.wait_for(call, 2)
             assert refused.value.code == "store-error"
@@ -82,7 +93,10 @@ async def test_the_store_backs_itself_up_keeps_the_newest_and_keeps_its_marker_c
             await client.put([("note", f"later-{i}", "{}")])
             # Running, not only at a clean close: after a kill -9 the marker is at most `mark_interval` behind.
             await eventually(lambda: marker_version(path) == service.store.version)
-        await eventually(lambda: store_backup.version_of_backup(store_backup.backups_of(path)[-1]) == service.store.version, timeout=3.0)
+        await eventually(
+            lambda: store_backup.version_of_backup(store_backup.backups_of(path)[-1]) == service.store.version,
+            timeout=3.0,
+        )
         kept = store_backup.backups_of(path)
         assert len(kept) == 2
         for backup in kept:
@@ -128,7 +142,9 @@ def test_toolreg_store_check_backup_and_restore(broker: EmbeddedBroker, tmp_path
         held.write("4242")
         held.flush()
         refused = toolreg("store", "restore", str(copy), env=env)
-    assert refused.returncode == 1 and "already running" in refused.stderr and "stop it before restoring" in refused.stderr
+    assert (
+        refused.returncode == 1 and "already running" in refused.stderr and "stop it before restoring" in refused.stderr
+    )
 
     restored = toolreg("store", "restore", str(copy), env=env)
     assert restored.returncode == 0, restored.stderr

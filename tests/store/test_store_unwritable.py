@@ -108,7 +108,9 @@ def test_a_backup_that_does_not_fit_leaves_no_half_copy(mounted: Path) -> None:
 
 def test_a_restore_that_does_not_fit_leaves_the_store_as_it_was(mounted: Path, tmp_path: Path) -> None:
     filled(mounted, notes=10)
-    copy = store_backup.take_backup(mounted / "config.sqlite", tmp_path / "kept.sqlite").path  # the backup lives elsewhere
+    copy = store_backup.take_backup(
+        mounted / "config.sqlite", tmp_path / "kept.sqlite"
+    ).path  # the backup lives elsewhere
     store = ConfigStore(mounted / "config.sqlite")
     store.put("default", [("note", "later", "{}")])
     version = store.version
@@ -119,7 +121,9 @@ def test_a_restore_that_does_not_fit_leaves_the_store_as_it_was(mounted: Path, t
     assert "no space left on device" in str(caught.value)
     assert not list(mounted.glob("config.sqlite.replaced-*")) and not (mounted / "config.sqlite.restoring").exists()
     free(mounted)
-    assert reopened(mounted)[0] == version and "later" in reopened(mounted)[1]  # the store in place is the one that was there
+    assert (
+        reopened(mounted)[0] == version and "later" in reopened(mounted)[1]
+    )  # the store in place is the one that was there
 
 
 @pytest.fixture
@@ -141,7 +145,9 @@ async def test_a_disk_that_fills_up_under_the_store_makes_it_not_ready_and_every
 ) -> None:
     service, client = serving
     await client.put([("note", "before", "{}")])
-    await eventually(lambda: store_backup.backups_of(mounted / "config.sqlite"), timeout=5)  # the start-up backup is done
+    await eventually(
+        lambda: store_backup.backups_of(mounted / "config.sqlite"), timeout=5
+    )  # the start-up backup is done
     assert service.readiness() is None
 
     fill(mounted)
@@ -157,7 +163,13 @@ async def test_a_disk_that_fills_up_under_the_store_makes_it_not_ready_and_every
     free(mounted)
     await eventually(lambda: service.readiness() is None, timeout=5)  # by itself: nothing to restart
     await client.put([("note", "after", BIG)])
-    assert set(await client.list("note")) == {"n000", "n001", "n002", "before", "after"}  # nothing lost, nothing half-written
+    assert set(await client.list("note")) == {
+        "n000",
+        "n001",
+        "n002",
+        "before",
+        "after",
+    }  # nothing lost, nothing half-written
 
 
 def test_toolreg_store_check_tells_damage_from_a_disk_it_cannot_use(mounted: Path, tmp_path: Path) -> None:

@@ -46,25 +46,43 @@ async def _value(call: Callable[[], Any]) -> Any:
 def toolreg_env(url: str, data_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
     env.update(
-        PULSAR_URL=url, TOOLREG_BROKER="pulsar-lite", TOOLREG_DATA_DIR=str(data_dir), TOOLREG_LOG_FORMAT="json", PYTHONUNBUFFERED="1"
+        PULSAR_URL=url,
+        TOOLREG_BROKER="pulsar-lite",
+        TOOLREG_DATA_DIR=str(data_dir),
+        TOOLREG_LOG_FORMAT="json",
+        PYTHONUNBUFFERED="1",
     )
     env.update(extra)
     return env
 
 
-def toolreg(*args: str, env: dict[str, str], input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def toolreg(
+    *args: str, env: dict[str, str], input: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run the CLI as a user would (`python -m discovery.cli` = the `toolreg` script)."""
     return subprocess.run(
         [sys.executable, "-m", "discovery.cli", *args],
-        env=env, input=input, capture_output=True, text=True, timeout=timeout,
+        env=env,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
-async def atoolreg(*args: str, env: dict[str, str], input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+async def atoolreg(
+    *args: str, env: dict[str, str], input: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """`toolreg` as a subprocess without blocking the event loop (in-process services keep serving)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "discovery.cli", *args, env=env,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "discovery.cli",
+        *args,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(input.encode() if input is not None else None), timeout)
     return subprocess.CompletedProcess(list(args), proc.returncode or 0, out.decode(), err.decode())
@@ -74,7 +92,10 @@ def toolreg_background(*args: str, env: dict[str, str], log: Path) -> subprocess
     handle = open(log, "ab")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "discovery.cli", *args], env=env, stdout=handle, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "discovery.cli", *args],
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
     finally:

@@ -1,4 +1,5 @@
-"""Many tool-service instances from one task: what a production fleet puts on `tool-descriptors`, at a fraction of the cost.
+"""Many tool-service instances from one task: what a production fleet puts on `tool-descriptors`, at a fraction of the
+cost.
 
 Each instance behaves on the wire as the product's `Announcer` does: one
 `announce` (built from the product's schemas, digest and all), `heartbeat`s
@@ -36,7 +37,13 @@ class Instance:
         self.sequence += 1
         body = {"service": self.service, "tools": self.tools} if kind == "announce" else {}
         return Announcement(
-            kind=kind, instance=self.id, sequence=self.sequence, sent_at=time.time(), ttl=self.ttl, digest=self.digest, **body,  # type: ignore[arg-type]
+            kind=kind,
+            instance=self.id,
+            sequence=self.sequence,
+            sent_at=time.time(),
+            ttl=self.ttl,
+            digest=self.digest,
+            **body,  # type: ignore[arg-type]
         ).to_json()
 
 
@@ -59,14 +66,27 @@ class Fleet:
         for s in range(self.services):
             service_id = f"{self.prefix}-svc-{s}"
             service = ToolServiceDescriptor.model_validate(
-                {"id": service_id, "request-queue": topics.request_queue(service_id), "response-queue": topics.response_queue(service_id)}
+                {
+                    "id": service_id,
+                    "request-queue": topics.request_queue(service_id),
+                    "response-queue": topics.response_queue(service_id),
+                }
             )
-            tools = [ToolDescriptor.model_validate({
-                "type": "tool-service", "name": f"{service_id}-tool", "service": service_id, "description": f"Tool of {service_id}",
-                "arguments": [{"name": "text", "type": "string", "description": "Some text"}],
-            })]
+            tools = [
+                ToolDescriptor.model_validate(
+                    {
+                        "type": "tool-service",
+                        "name": f"{service_id}-tool",
+                        "service": service_id,
+                        "description": f"Tool of {service_id}",
+                        "arguments": [{"name": "text", "type": "string", "description": "Some text"}],
+                    }
+                )
+            ]
             digest = descriptor_digest(service, tools)
-            self.members.extend(Instance(f"{service_id}-i{i}", service, tools, digest, self.ttl) for i in range(self.instances))
+            self.members.extend(
+                Instance(f"{service_id}-i{i}", service, tools, digest, self.ttl) for i in range(self.instances)
+            )
 
     def tool_names(self, *, live_only: bool = True) -> set[str]:
         return {inst.tools[0].name for inst in self.members if not (live_only and inst.silent)}

@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 
 from toolservice_base.transport import LARGE_MESSAGE
 
-CRASH_EVENTS = frozenset({"consumer.handler_failed", "request.handler_failed", "toolset.reload_crashed", "registry.merge_failed"})
+CRASH_EVENTS = frozenset(
+    {"consumer.handler_failed", "request.handler_failed", "toolset.reload_crashed", "registry.merge_failed"}
+)
 """Log events that mean a handler raised instead of answering or dropping a message."""
 
 json_values = st.recursive(
@@ -73,7 +75,9 @@ def mutated(draw: st.DrawFn, valid: list[dict[str, Any]]) -> bytes:
     if how == "add":
         objects = [path for path in _paths(document) if isinstance(_at(document, path), dict)]
         where = draw(st.sampled_from(objects))
-        return json.dumps(_replace(document, (*where, draw(st.text(min_size=1, max_size=10))), draw(json_values), False)).encode()
+        return json.dumps(
+            _replace(document, (*where, draw(st.text(min_size=1, max_size=10))), draw(json_values), False)
+        ).encode()
     path = draw(st.sampled_from([path for path in _paths(document) if path]))
     return json.dumps(_replace(document, path, draw(json_values), how == "delete")).encode()
 

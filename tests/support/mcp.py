@@ -72,6 +72,7 @@ async def opened(session: ClientSession, era: Era, changes: Changes) -> AsyncIte
     await session.discover()
     changes.listening = True
     async with listen(session, tools_list_changed=True) as subscription:
+
         async def pump() -> None:
             async for _ in subscription:
                 changes.arrivals.put_nowait(time.monotonic())
@@ -87,34 +88,46 @@ async def opened(session: ClientSession, era: Era, changes: Changes) -> AsyncIte
 def mcp_command(url: str, data_dir: Path, *args: str, **env: str) -> StdioServerParameters:
     """`toolreg mcp ARGS` as an MCP client spawns it (`python -m discovery.cli` is the `toolreg` script)."""
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "discovery.cli", "mcp", *args], env=toolreg_env(url, data_dir, **env), cwd=str(ROOT),
+        command=sys.executable,
+        args=["-m", "discovery.cli", "mcp", *args],
+        env=toolreg_env(url, data_dir, **env),
+        cwd=str(ROOT),
     )
 
 
 @asynccontextmanager
-async def stdio_session(url: str, data_dir: Path, era: Era, *args: str, errlog: Path | None = None,
-                        **env: str) -> AsyncIterator[tuple[ClientSession, Changes]]:
+async def stdio_session(
+    url: str, data_dir: Path, era: Era, *args: str, errlog: Path | None = None, **env: str
+) -> AsyncIterator[tuple[ClientSession, Changes]]:
     """A `ClientSession` on a `toolreg mcp` subprocess over stdio, opened in `era`."""
     changes = Changes()
     log = open(errlog or data_dir / "mcp-stderr.log", "a")
     async with AsyncExitStack() as stack:
         stack.callback(log.close)
-        read, write = await stack.enter_async_context(stdio_client(mcp_command(url, data_dir, *args, **env), errlog=log))
-        session = await stack.enter_async_context(ClientSession(read, write, message_handler=changes.on_message, read_timeout_seconds=30))
+        read, write = await stack.enter_async_context(
+            stdio_client(mcp_command(url, data_dir, *args, **env), errlog=log)
+        )
+        session = await stack.enter_async_context(
+            ClientSession(read, write, message_handler=changes.on_message, read_timeout_seconds=30)
+        )
         await stack.enter_async_context(opened(session, era, changes))
         yield session, changes
     assert not changes.stray, f"the client saw transport errors (stdout not clean?): {changes.stray!r}"
 
 
 @asynccontextmanager
-async def http_session(endpoint: str, era: Era, token: str | None = None) -> AsyncIterator[tuple[ClientSession, Changes]]:
+async def http_session(
+    endpoint: str, era: Era, token: str | None = None
+) -> AsyncIterator[tuple[ClientSession, Changes]]:
     """A `ClientSession` on a streamable-HTTP endpoint, opened in `era`."""
     changes = Changes()
     headers = {"Authorization": f"Bearer {token}"} if token else None
     async with AsyncExitStack() as stack:
         http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
         read, write = await stack.enter_async_context(streamable_http_client(endpoint, http_client=http))
-        session = await stack.enter_async_context(ClientSession(read, write, message_handler=changes.on_message, read_timeout_seconds=30))
+        session = await stack.enter_async_context(
+            ClientSession(read, write, message_handler=changes.on_message, read_timeout_seconds=30)
+        )
         await stack.enter_async_context(opened(session, era, changes))
         yield session, changes
 
@@ -139,14 +152,34 @@ def text_of(result: types.CallToolResult) -> str:
 
 def static_tools(count: int, service: str = "bulk") -> list[tuple[str, str, str]]:
     """`count` hand-written tool items (and their service) as `(type, key, value)` for `ConfigClient.put`."""
-    items = [("tool-service", service, json.dumps({
-        "id": service, "request-queue": f"non-persistent://tg/request/{service}",
-        "response-queue": f"non-persistent://tg/response/{service}",
-    }))]
+    items = [
+        (
+            "tool-service",
+            service,
+            json.dumps(
+                {
+                    "id": service,
+                    "request-queue": f"non-persistent://tg/request/{service}",
+                    "response-queue": f"non-persistent://tg/response/{service}",
+                }
+            ),
+        )
+    ]
     for n in range(count):
         name = f"bulk.tool-{n:04d}"
-        items.append(("tool", name, json.dumps({
-            "type": "tool-service", "name": name, "description": f"Bulk tool number {n}", "service": service,
-            "arguments": [{"name": "text", "type": "string", "description": "Anything"}],
-        })))
+        items.append(
+            (
+                "tool",
+                name,
+                json.dumps(
+                    {
+                        "type": "tool-service",
+                        "name": name,
+                        "description": f"Bulk tool number {n}",
+                        "service": service,
+                        "arguments": [{"name": "text", "type": "string", "description": "Anything"}],
+                    }
+                ),
+            )
+        )
     return items

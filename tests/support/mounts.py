@@ -39,12 +39,15 @@ def small_tmpfs(path: Path, size: str = "2m") -> Iterator[Path]:
     finally:
         _mount("-o", "remount,rw", str(path))  # a read-only mount left by a failed test
         if subprocess.run(["umount", str(path)], capture_output=True, timeout=30).returncode != 0:
-            subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)  # busy: detach it now, freed once closed
+            subprocess.run(
+                ["umount", "-l", str(path)], capture_output=True, timeout=30
+            )  # busy: detach it now, freed once closed
 
 
 @contextlib.contextmanager
 def read_only(path: Path) -> Iterator[Path]:
-    """Remount the tmpfs at `path` read-only for the block (nothing may hold a file open for writing in it), then read-write."""
+    """Remount the tmpfs at `path` read-only for the block (nothing may hold a file open for writing in it), then
+    read-write."""
     done = _mount("-o", "remount,ro", str(path))
     assert done.returncode == 0, f"cannot remount {path} read-only: {done.stderr.strip()}"
     try:
@@ -54,7 +57,8 @@ def read_only(path: Path) -> Iterator[Path]:
 
 
 def fill(path: Path, leave: int = 0) -> int:
-    """Fill the file system of `path` (a file named `FILLER`) to the last byte, then give back `leave` bytes; returns the bytes taken."""
+    """Fill the file system of `path` (a file named `FILLER`) to the last byte, then give back `leave` bytes; returns
+    the bytes taken."""
     written = 0
     block = b"\0" * 4096
     with open(path / FILLER, "ab", buffering=0) as handle:

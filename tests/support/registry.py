@@ -31,7 +31,9 @@ def descriptors(
             "response-queue": f"non-persistent://{namespace}/response/{service_id}",
         }
     )
-    return service, [ToolDescriptor(name=name, description=f"{name} of {service_id}", service=service_id) for name in tools]
+    return service, [
+        ToolDescriptor(name=name, description=f"{name} of {service_id}", service=service_id) for name in tools
+    ]
 
 
 def announcement(

@@ -38,7 +38,8 @@ TAKEOVER_AFTER = 3.0
 
 @dataclass
 class Cluster:
-    """One replica group: `toolreg up --store pulsar` processes on `tenant`, by name, each logging to `root/<name>.log`."""
+    """One replica group: `toolreg up --store pulsar` processes on `tenant`, by name, each logging to
+    `root/<name>.log`."""
 
     apache: ApachePulsar
     tenant: str
@@ -50,8 +51,13 @@ class Cluster:
     def env(self, name: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
         env.update(
-            PULSAR_URL=self.apache.url, PULSAR_AUTH_TOKEN=self.apache.token or "", TOOLREG_TOPICSPACE=self.tenant,
-            TOOLREG_DATA_DIR=str(self.root / name), TOOLREG_LOG_FORMAT="json", TOOLREG_LOG_LEVEL="info", PYTHONUNBUFFERED="1",
+            PULSAR_URL=self.apache.url,
+            PULSAR_AUTH_TOKEN=self.apache.token or "",
+            TOOLREG_TOPICSPACE=self.tenant,
+            TOOLREG_DATA_DIR=str(self.root / name),
+            TOOLREG_LOG_FORMAT="json",
+            TOOLREG_LOG_LEVEL="info",
+            PYTHONUNBUFFERED="1",
             TOOLREG_STORE="pulsar",
         )
         return env
@@ -69,12 +75,20 @@ class Cluster:
             return handle.read().decode(errors="replace")
 
     async def start(self, name: str, *args: str) -> None:
-        """Start (or start again, on its own data directory) `toolreg up` as `name`; return once it printed `ready in`."""
+        """Start (or start again, on its own data directory) `toolreg up` as `name`; return once it printed `ready
+        in`."""
         self.root.joinpath(name).mkdir(parents=True, exist_ok=True)
         log = self.log(name)
         self._log_from[name] = log.stat().st_size if log.exists() else 0
         process = toolreg_background(
-            "up", "--takeover-after", str(TAKEOVER_AFTER), "--metrics-port", "0", *args, env=self.env(name), log=log,
+            "up",
+            "--takeover-after",
+            str(TAKEOVER_AFTER),
+            "--metrics-port",
+            "0",
+            *args,
+            env=self.env(name),
+            log=log,
         )
         self.processes[name] = process
         await eventually(lambda: self._ready(name), timeout=90, explain=lambda: self.output(name)[-3000:])
@@ -90,7 +104,9 @@ class Cluster:
         try:
             return await asyncio.wait_for(asyncio.to_thread(process.wait), timeout)
         except TimeoutError:
-            raise AssertionError(f"{name} still running {timeout:g}s after SIGTERM: {self.output(name)[-3000:]}") from None
+            raise AssertionError(
+                f"{name} still running {timeout:g}s after SIGTERM: {self.output(name)[-3000:]}"
+            ) from None
 
     def readyz(self, name: str) -> tuple[int, dict[str, Any]]:
         """`/readyz` of a replica's process, read off the URL its latest start printed."""
@@ -110,6 +126,7 @@ class Cluster:
 
     async def active(self, timeout: float = 60) -> str:
         """The name of the process whose replica is active, once exactly one is."""
+
         async def one() -> str | None:
             actives = [r for r in await self.replicas() if r["role"] == "active"]
             if len(actives) != 1:
@@ -121,8 +138,13 @@ class Cluster:
         return found
 
     def settings(self) -> Settings:
-        return Settings(data_dir=self.root / "agent", pulsar_url=self.apache.url, broker="apache-pulsar", topicspace=self.tenant,
-                        auth_token=self.apache.token)
+        return Settings(
+            data_dir=self.root / "agent",
+            pulsar_url=self.apache.url,
+            broker="apache-pulsar",
+            topicspace=self.tenant,
+            auth_token=self.apache.token,
+        )
 
     def stop_all(self) -> None:
         for process in self.processes.values():
@@ -195,7 +217,8 @@ class Load:
 
 @asynccontextmanager
 async def running_load(cluster: Cluster, work: Load | None = None) -> AsyncIterator[tuple[Load, ConfigClient]]:
-    """A service heartbeating, an agent calling its tool every 20 ms and a client writing 100 times a second, against the group."""
+    """A service heartbeating, an agent calling its tool every 20 ms and a client writing 100 times a second, against
+    the group."""
     settings = cluster.settings()
     service = EchoService(settings=settings, ttl=3)
     await service.start()
@@ -229,11 +252,15 @@ async def check(work: Load, client: ConfigClient) -> None:
     missing = await lost_writes(work, client)
     assert missing == [], f"{len(missing)} acknowledged writes lost: {missing[:10]}"
     versions = list(work.acknowledged.values())
-    assert versions == sorted(versions) and len(set(versions)) == len(versions), "an acknowledged version went back or was reused"
+    assert versions == sorted(versions) and len(set(versions)) == len(versions), (
+        "an acknowledged version went back or was reused"
+    )
     assert work.versions == sorted(work.versions), "the agent saw the config version go back"
     assert work.failed_calls == [], work.failed_calls[:5]
     assert work.tool_missing == 0, "the tool left the agent's set during the failover (a false expiry)"
-    assert work.gone == {}, f"{len(work.gone)} of the fleet's tools left the agent's set (false expiries): {sorted(work.gone)[:10]}"
+    assert work.gone == {}, (
+        f"{len(work.gone)} of the fleet's tools left the agent's set (false expiries): {sorted(work.gone)[:10]}"
+    )
 
 
 REPLICATED_KINDS = [pytest.param("apache-pulsar", marks=pytest.mark.apache_pulsar), "memory"]
@@ -241,13 +268,18 @@ REPLICATED_KINDS = [pytest.param("apache-pulsar", marks=pytest.mark.apache_pulsa
 
 
 def replicated_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
-    """conftest's `settings`, for `REPLICATED_KINDS`: a fresh tenant on the run's Apache Pulsar, or an in-memory broker."""
+    """conftest's `settings`, for `REPLICATED_KINDS`: a fresh tenant on the run's Apache Pulsar, or an in-memory
+    broker."""
     if request.param == "memory":
         memory: MemoryBroker = request.getfixturevalue("memory_broker")
         return Settings(data_dir=tmp_path / "data", pulsar_url=memory.url)
     apache: ApachePulsar = request.getfixturevalue("apache_pulsar")
     space: str = request.getfixturevalue("tenant")
     return Settings(
-        data_dir=tmp_path / "data", pulsar_url=apache.url, broker="apache-pulsar", topicspace=space, auth_token=apache.token,
+        data_dir=tmp_path / "data",
+        pulsar_url=apache.url,
+        broker="apache-pulsar",
+        topicspace=space,
+        auth_token=apache.token,
         operation_timeout=3,
     )

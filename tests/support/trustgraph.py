@@ -50,7 +50,9 @@ class ToolWatcher(AsyncProcessor):
         for value in config.get("tool", {}).values():
             data = json.loads(value)
             if data.get("type") == "tool-service" and data.get("service") not in services:
-                self.failures.append(f"{workspace}: tool {data.get('name')} references unknown tool-service {data.get('service')!r}")
+                self.failures.append(
+                    f"{workspace}: tool {data.get('name')} references unknown tool-service {data.get('service')!r}"
+                )
                 self.changed.set()
                 return
             tools[data["name"]] = data
@@ -83,7 +85,9 @@ class ShoutService(TrustGraphToolService):
 
 @asynccontextmanager
 async def shout_service(url: str, topic: str) -> AsyncIterator[ShoutService]:
-    service = ShoutService(id=f"shout-{uuid.uuid4().hex[:8]}", pulsar_host=url, topic=topic, config_timeout=CONFIG_TIMEOUT)
+    service = ShoutService(
+        id=f"shout-{uuid.uuid4().hex[:8]}", pulsar_host=url, topic=topic, config_timeout=CONFIG_TIMEOUT
+    )
     try:
         await service.start()
         yield service
@@ -92,7 +96,8 @@ async def shout_service(url: str, topic: str) -> AsyncIterator[ShoutService]:
 
 
 async def trustgraph_tool_client(processor: AsyncProcessor, request_queue: str, response_queue: str) -> Any:
-    """TrustGraph's `ToolServiceClient` on these queues, wired the way a TrustGraph flow wires one (`ToolServiceClientSpec.register`)."""
+    """TrustGraph's `ToolServiceClient` on these queues, wired the way a TrustGraph flow wires one
+    (`ToolServiceClientSpec.register`)."""
     spec = ToolServiceClientSpec(request_name="tool-request", response_name="tool-response")
     flow = SimpleNamespace(consumer={})
     definition = {"topics": {"tool-request": request_queue, "tool-response": response_queue}}

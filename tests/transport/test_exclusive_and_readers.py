@@ -28,7 +28,6 @@ from toolservice_base.transport import EXCLUSIVE_MODES, Reader, Transport
 pytestmark = pytest.mark.timeout(180)
 
 
-
 @pytest.fixture(params=REPLICATED_KINDS)
 def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     """conftest's `settings`, on the brokers that can keep replicated state only."""
@@ -60,7 +59,9 @@ async def read_all(reader: Reader) -> list[bytes]:
 # --- exclusive publishers -------------------------------------------------------------------------------------------
 
 
-async def test_exclusive_refuses_a_held_topic_until_its_holder_closes(connection: Transport, other: Transport, settings: Settings) -> None:
+async def test_exclusive_refuses_a_held_topic_until_its_holder_closes(
+    connection: Transport, other: Transport, settings: Settings
+) -> None:
     topic = topic_in_state(settings)
     holder = await connection.exclusive_publisher(topic, "exclusive")
     with pytest.raises(ProducerBusy) as refused:
@@ -72,7 +73,9 @@ async def test_exclusive_refuses_a_held_topic_until_its_holder_closes(connection
     assert successor.connected and await successor.send(b"mine now")
 
 
-async def test_wait_gets_the_topic_as_soon_as_the_holder_closes(connection: Transport, other: Transport, settings: Settings) -> None:
+async def test_wait_gets_the_topic_as_soon_as_the_holder_closes(
+    connection: Transport, other: Transport, settings: Settings
+) -> None:
     topic = topic_in_state(settings)
     holder = await connection.exclusive_publisher(topic, "exclusive")
     waiting = asyncio.ensure_future(other.exclusive_publisher(topic, "wait"))
@@ -107,7 +110,9 @@ async def test_fence_takes_the_topic_from_a_live_holder_whose_sends_then_fail_fo
     assert await read_all(reader) == [b"before", b"fencer"]
 
 
-async def test_fence_fails_the_waiters_queued_behind_the_holder(connection: Transport, other: Transport, settings: Settings) -> None:
+async def test_fence_fails_the_waiters_queued_behind_the_holder(
+    connection: Transport, other: Transport, settings: Settings
+) -> None:
     topic = topic_in_state(settings)
     await connection.exclusive_publisher(topic, "exclusive")
     waiting = asyncio.ensure_future(other.exclusive_publisher(topic, "wait"))
@@ -118,7 +123,9 @@ async def test_fence_fails_the_waiters_queued_behind_the_holder(connection: Tran
     assert await fencer.send(b"alone")
 
 
-async def test_an_abandoned_wait_leaves_no_producer_holding_the_topic(connection: Transport, other: Transport, settings: Settings) -> None:
+async def test_an_abandoned_wait_leaves_no_producer_holding_the_topic(
+    connection: Transport, other: Transport, settings: Settings
+) -> None:
     topic = topic_in_state(settings)
     holder = await connection.exclusive_publisher(topic, "exclusive")
     waiting = asyncio.ensure_future(other.exclusive_publisher(topic, "wait"))
@@ -140,7 +147,9 @@ async def test_an_abandoned_wait_leaves_no_producer_holding_the_topic(connection
 # --- readers --------------------------------------------------------------------------------------------------------
 
 
-async def test_a_reader_starts_after_or_at_a_message_id_a_send_returned(connection: Transport, settings: Settings) -> None:
+async def test_a_reader_starts_after_or_at_a_message_id_a_send_returned(
+    connection: Transport, settings: Settings
+) -> None:
     topic = topic_in_state(settings)
     writer = await connection.exclusive_publisher(topic, "exclusive")
     ids = [await writer.send(f"m{n}".encode()) for n in range(4)]
@@ -156,7 +165,9 @@ async def test_a_reader_starts_after_or_at_a_message_id_a_send_returned(connecti
 
 async def test_latest_reads_the_last_message_then_what_follows(connection: Transport, settings: Settings) -> None:
     topic = topic_in_state(settings)
-    assert not await (await connection.reader(topic, "latest")).has_message_available(), "an empty topic has no last message"
+    assert not await (await connection.reader(topic, "latest")).has_message_available(), (
+        "an empty topic has no last message"
+    )
     writer = await connection.exclusive_publisher(topic, "exclusive")
     for n in range(3):
         await writer.send(f"m{n}".encode())
@@ -193,7 +204,9 @@ async def test_a_read_that_times_out_or_is_cancelled_loses_nothing(connection: T
     assert await read_all(reader) == [str(n).encode() for n in range(50)]
 
 
-async def test_a_non_persistent_topic_can_have_an_exclusive_publisher_too(connection: Transport, other: Transport, settings: Settings) -> None:
+async def test_a_non_persistent_topic_can_have_an_exclusive_publisher_too(
+    connection: Transport, other: Transport, settings: Settings
+) -> None:
     topic = f"non-persistent://{settings.topicspace}/state/t-{uuid.uuid4().hex[:8]}"
     await connection.exclusive_publisher(topic, "exclusive")
     with pytest.raises(ProducerBusy):
@@ -203,7 +216,9 @@ async def test_a_non_persistent_topic_can_have_an_exclusive_publisher_too(connec
 # --- what pulsar-lite refuses -----------------------------------------------------------------------------------------
 
 
-async def test_pulsar_lite_refuses_exclusive_publishers_and_latest_readers_in_one_line(broker: EmbeddedBroker, tmp_path: Path) -> None:
+async def test_pulsar_lite_refuses_exclusive_publishers_and_latest_readers_in_one_line(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
     lite = Settings(data_dir=tmp_path / "data", pulsar_url=broker.url, broker="pulsar-lite")
     async with await open_transport(lite) as conn:
         assert not conn.capabilities.replicated_state
@@ -229,7 +244,9 @@ async def test_capabilities_say_which_brokers_keep_replicated_state(connection: 
 
 @pytest.mark.apache_pulsar
 async def test_a_missing_namespace_is_named_with_what_creates_it(apache_pulsar: ApachePulsar, tenant: str) -> None:
-    space = Settings(pulsar_url=apache_pulsar.url, broker="apache-pulsar", topicspace=tenant, auth_token=apache_pulsar.token)
+    space = Settings(
+        pulsar_url=apache_pulsar.url, broker="apache-pulsar", topicspace=tenant, auth_token=apache_pulsar.token
+    )
     async with await open_transport(space) as conn:
         with pytest.raises(TransportError) as missing:
             await conn.exclusive_publisher(f"persistent://{tenant}/nostate/lock", "exclusive")

@@ -37,12 +37,19 @@ async def ignore(message: Envelope) -> None:
 async def test_a_wrong_or_missing_token_is_named_as_refused_credentials(
     apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path, which: str
 ) -> None:
-    """Was: "accepts connections but did not complete ...; it may be refusing the token, or be overloaded" (a retriable guess)."""
+    """Was: "accepts connections but did not complete ...; it may be refusing the token, or be overloaded" (a retriable
+    guess)."""
     key = tmp_path / "other.key"
     key.write_bytes(os.urandom(32))
     token = apache_pulsar.mint_token("admin", secret_key=key) if which != "no token" else None
-    settings = Settings(data_dir=tmp_path / "data", pulsar_url=apache_pulsar.url, broker="apache-pulsar", topicspace=tenant,
-                        auth_token=token, operation_timeout=OPERATION_TIMEOUT)
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        pulsar_url=apache_pulsar.url,
+        broker="apache-pulsar",
+        topicspace=tenant,
+        auth_token=token,
+        operation_timeout=OPERATION_TIMEOUT,
+    )
     async with await open_transport(settings) as transport:
         started = time.monotonic()
         with pytest.raises(AuthenticationFailed) as refused:
@@ -51,17 +58,24 @@ async def test_a_wrong_or_missing_token_is_named_as_refused_credentials(
     line = str(refused.value)
     assert type(refused.value) is AuthenticationFailed and not refused.value.retriable
     if token:
-        assert f"the broker at {apache_pulsar.url} refused the token in PULSAR_AUTH_TOKEN" in line and "(role admin;" in line
+        assert (
+            f"the broker at {apache_pulsar.url} refused the token in PULSAR_AUTH_TOKEN" in line
+            and "(role admin;" in line
+        )
         assert "set PULSAR_AUTH_TOKEN to a valid token" in line
     else:
         assert "requires a token and we sent none" in line and "PULSAR_AUTH_TOKEN" in line
     assert "cannot reach" not in line and "overloaded" not in line and "\n" not in line
-    assert took < OPERATION_TIMEOUT + 3, f"the broker's verdict takes milliseconds once pulsar-client gives up; took {took:.1f}s"
+    assert took < OPERATION_TIMEOUT + 3, (
+        f"the broker's verdict takes milliseconds once pulsar-client gives up; took {took:.1f}s"
+    )
 
 
 @pytest.mark.apache_pulsar
 @pytest.mark.timeout(420)
-async def test_the_handshake_hears_the_brokers_verdict_on_a_token(apache_pulsar: ApachePulsar, broker: EmbeddedBroker) -> None:
+async def test_the_handshake_hears_the_brokers_verdict_on_a_token(
+    apache_pulsar: ApachePulsar, broker: EmbeddedBroker
+) -> None:
     accepted = await handshake(apache_pulsar.url, apache_pulsar.token)
     assert accepted.accepted is True
     expired = await handshake(apache_pulsar.url, apache_pulsar.mint_token("admin", expires_in=-5))
@@ -79,8 +93,12 @@ def test_a_refused_token_is_told_from_an_expired_one_by_its_own_claims() -> None
     assert type(forged) is AuthenticationFailed and "refused the token in PULSAR_AUTH_TOKEN (role svc;" in str(forged)
 
 
-async def test_a_broker_that_is_gone_is_still_called_unreachable_by_a_running_consumer(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path / "data", pulsar_url=broker.url, broker="pulsar-lite", operation_timeout=OPERATION_TIMEOUT)
+async def test_a_broker_that_is_gone_is_still_called_unreachable_by_a_running_consumer(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    settings = Settings(
+        data_dir=tmp_path / "data", pulsar_url=broker.url, broker="pulsar-lite", operation_timeout=OPERATION_TIMEOUT
+    )
     async with await open_transport(settings) as transport:
         topic = transport.topics.tool_descriptors
         await transport.subscribe(topic, ignore)

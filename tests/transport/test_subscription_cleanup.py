@@ -44,9 +44,13 @@ async def _left_then_rejoined(connection: Transport, settings: Settings, *, shar
     return inbox.seen
 
 
-async def test_a_closed_exclusive_subscription_is_deleted_and_keeps_nothing(connection: Transport, settings: Settings) -> None:
+async def test_a_closed_exclusive_subscription_is_deleted_and_keeps_nothing(
+    connection: Transport, settings: Settings
+) -> None:
     assert b"meanwhile" not in await _left_then_rejoined(connection, settings, shared=False)
 
 
-async def test_a_closed_shared_subscription_keeps_what_came_for_its_next_consumer(connection: Transport, settings: Settings) -> None:
+async def test_a_closed_shared_subscription_keeps_what_came_for_its_next_consumer(
+    connection: Transport, settings: Settings
+) -> None:
     assert (await _left_then_rejoined(connection, settings, shared=True))[:2] == [b"meanwhile", b"sentinel"]

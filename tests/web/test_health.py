@@ -106,15 +106,23 @@ async def test_routes_and_readiness_follow_the_checks() -> None:
     server.start()
     try:
         assert await get(f"{server.url}/healthz") == (200, {"status": "ok"})
-        assert await get(f"{server.url}/readyz") == (503, {"status": "not ready", "checks": {"thing": "warming up", "broken": "ok"}})
+        assert await get(f"{server.url}/readyz") == (
+            503,
+            {"status": "not ready", "checks": {"thing": "warming up", "broken": "ok"}},
+        )
         state["reason"] = None  # type: ignore[assignment]
-        assert await get(f"{server.url}/readyz") == (200, {"status": "ready", "checks": {"thing": "ok", "broken": "ok"}})
+        assert await get(f"{server.url}/readyz") == (
+            200,
+            {"status": "ready", "checks": {"thing": "ok", "broken": "ok"}},
+        )
         state["reason"] = "explode"
         status, body = await get(f"{server.url}/readyz")
         assert status == 503 and body["checks"]["broken"].startswith("check failed: ZeroDivisionError")
         status, body = await get(f"{server.url}/nope")
         assert status == 404 and "/healthz" in body["error"]
-        _, content_type, _ = await asyncio.to_thread(fetch, f"{server.url}/metrics", "application/openmetrics-text; version=1.0.0")
+        _, content_type, _ = await asyncio.to_thread(
+            fetch, f"{server.url}/metrics", "application/openmetrics-text; version=1.0.0"
+        )
         assert content_type.startswith("application/openmetrics-text")
     finally:
         server.stop()
@@ -146,7 +154,9 @@ async def test_liveness_fails_while_the_event_loop_is_blocked() -> None:
 # --- the config store ----------------------------------------------------------
 
 
-async def test_config_store_readiness_follows_the_broker(broker: EmbeddedBroker, config_store: ConfigStoreService) -> None:
+async def test_config_store_readiness_follows_the_broker(
+    broker: EmbeddedBroker, config_store: ConfigStoreService
+) -> None:
     server = HealthServer(port=0)
     server.add_check("config-store", config_store.readiness)
     server.start()
@@ -172,7 +182,9 @@ async def test_config_store_readiness_follows_the_broker(broker: EmbeddedBroker,
         server.stop()
 
 
-async def test_config_store_counters_and_version_move(config_store: ConfigStoreService, config_client: ConfigClient, connection: Transport) -> None:
+async def test_config_store_counters_and_version_move(
+    config_store: ConfigStoreService, config_client: ConfigClient, connection: Transport
+) -> None:
     server = HealthServer(port=0).start()  # the default registry: what `toolreg up` serves
     try:
         before = await scrape(server)
@@ -225,7 +237,9 @@ async def test_a_store_with_its_own_metrics_registry_reports_only_there(connecti
 
 async def test_tool_service_endpoints_and_counters(connection: Transport, settings: Any) -> None:
     registry = CollectorRegistry()
-    service = CalculatorService(connection=connection, settings=settings, announce=False, metrics=ServiceMetrics(registry))
+    service = CalculatorService(
+        connection=connection, settings=settings, announce=False, metrics=ServiceMetrics(registry)
+    )
     server = HealthServer(port=0, registry=registry)
     server.add_check("service", service.readiness)
     server.start()
@@ -236,8 +250,12 @@ async def test_tool_service_endpoints_and_counters(connection: Transport, settin
         d = service.service_descriptor
         client = await RequestClient(connection, d.request_queue, d.response_queue).start()
         try:
-            ok = await client.request({"user": "", "config": "{}", "arguments": json.dumps({"expression": "2 + 3"})}, timeout=5)
-            failed = await client.request({"user": "", "config": "{}", "arguments": json.dumps({"expression": "import os"})}, timeout=5)
+            ok = await client.request(
+                {"user": "", "config": "{}", "arguments": json.dumps({"expression": "2 + 3"})}, timeout=5
+            )
+            failed = await client.request(
+                {"user": "", "config": "{}", "arguments": json.dumps({"expression": "import os"})}, timeout=5
+            )
             bad = await client.request({"user": "", "config": "{}", "arguments": "not json"}, timeout=5)
         finally:
             await client.close()
@@ -261,7 +279,12 @@ async def test_toolreg_serve_and_up_serve_the_endpoints(broker: EmbeddedBroker, 
     env = toolreg_env(broker.url, tmp_path / "data", TOOLREG_METRICS_PORT="0")
     up = toolreg_background("up", env=env, log=tmp_path / "up.log")
     serve = toolreg_background(
-        "serve", "toolservice_base.examples.joke:JokeService", "--metrics-port", "0", env=env, log=tmp_path / "serve.log"
+        "serve",
+        "toolservice_base.examples.joke:JokeService",
+        "--metrics-port",
+        "0",
+        env=env,
+        log=tmp_path / "serve.log",
     )
 
     def health_url(log: Path) -> str | None:
@@ -288,7 +311,9 @@ async def test_toolreg_serve_and_up_serve_the_endpoints(broker: EmbeddedBroker, 
 
         async def joke_is_live() -> bool:
             _, text = await get(f"{up_url}/metrics")
-            return sample(text, "toolreg_registry_live_tools") == 1 and sample(text, "toolreg_registry_live_services") == 1
+            return (
+                sample(text, "toolreg_registry_live_tools") == 1 and sample(text, "toolreg_registry_live_services") == 1
+            )
 
         await eventually(joke_is_live, timeout=15)
         _, text = await get(f"{up_url}/metrics")

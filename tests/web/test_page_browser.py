@@ -31,7 +31,14 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from support import eventually, toolreg_background, toolreg_env
 
 from discovery.broker import EmbeddedBroker
-from discovery.registry.overview import InstanceView, RegistryIdentity, RegistrySnapshot, ReplicaView, ToolView, TrustView
+from discovery.registry.overview import (
+    InstanceView,
+    RegistryIdentity,
+    RegistrySnapshot,
+    ReplicaView,
+    ToolView,
+    TrustView,
+)
 from discovery.registry.protocol import PendingChange, Rejection
 from discovery.registry.trust import TrustPolicy, trusted_key
 from discovery.registry.usage import ToolUsage
@@ -47,7 +54,10 @@ HOSTILE = '<script>window.owned = true; document.title = "owned"</script>Search 
 def chromium_path() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
-        pytest.fail("Debian's chromium is not installed: `apt-get install -y chromium` (.ci/run does it); Playwright never downloads one")
+        pytest.fail(
+            "Debian's chromium is not installed: `apt-get install -y chromium` (.ci/run does it); Playwright never"
+            " downloads one"
+        )
     return found
 
 
@@ -97,7 +107,10 @@ def save_screenshot(image: bytes) -> None:
     leaves the previous picture); a docs/ that cannot be written is a warning.
     """
     if not image.startswith(b"\x89PNG") or len(image) < 10_000:
-        warnings.warn(f"the page's screenshot is not a plausible PNG ({len(image)} bytes); {SCREENSHOT.name} left as it was", stacklevel=2)
+        warnings.warn(
+            f"the page's screenshot is not a plausible PNG ({len(image)} bytes); {SCREENSHOT.name} left as it was",
+            stacklevel=2,
+        )
         return
     try:
         partial = SCREENSHOT.with_suffix(".png.partial")
@@ -112,7 +125,9 @@ def write_json(path: Path, value: object) -> str:
     return str(path)
 
 
-async def test_the_registry_page_follows_services_live_in_a_browser(browser: Browser, stack: Stack, tmp_path: Path) -> None:
+async def test_the_registry_page_follows_services_live_in_a_browser(
+    browser: Browser, stack: Stack, tmp_path: Path
+) -> None:
     jokes_key, jokes_pub = generate_key_pair(tmp_path / "jokes")
     notes_key, notes_pub = generate_key_pair(tmp_path / "notes")
     policy = TrustPolicy(path=tmp_path / "trust.json")
@@ -154,8 +169,12 @@ async def test_the_registry_page_follows_services_live_in_a_browser(browser: Bro
     rogue = tmp_path / "rogue"
     rogue.mkdir()
     stack.start(
-        "rogue", "announce", "--service", write_json(rogue / "service.json", {"id": "rogue-service"}),
-        "--tools", write_json(rogue / "tools.json", [{"name": "rogue-tool", "description": "Anything"}]),
+        "rogue",
+        "announce",
+        "--service",
+        write_json(rogue / "service.json", {"id": "rogue-service"}),
+        "--tools",
+        write_json(rogue / "tools.json", [{"name": "rogue-tool", "description": "Anything"}]),
     )
     rejection = page.locator("#rejections tbody tr", has_text="rogue-service").first
     await expect(rejection).to_contain_text("unsigned announcement", timeout=15000)
@@ -164,10 +183,25 @@ async def test_the_registry_page_follows_services_live_in_a_browser(browser: Bro
     notes = tmp_path / "notes-offer"
     notes.mkdir()
     stack.start(
-        "notes", "announce", "--service", write_json(notes / "service.json", {"id": "notes-service"}),
-        "--tools", write_json(notes / "tools.json", [{"name": "find-notes", "description": HOSTILE,
-                                                       "arguments": [{"name": "query", "type": "string", "description": "What to look for"}]}]),
-        "--signing-key", str(notes_key), "--service-version", "2.4.1",
+        "notes",
+        "announce",
+        "--service",
+        write_json(notes / "service.json", {"id": "notes-service"}),
+        "--tools",
+        write_json(
+            notes / "tools.json",
+            [
+                {
+                    "name": "find-notes",
+                    "description": HOSTILE,
+                    "arguments": [{"name": "query", "type": "string", "description": "What to look for"}],
+                }
+            ],
+        ),
+        "--signing-key",
+        str(notes_key),
+        "--service-version",
+        "2.4.1",
     )
     description = tools.locator("tr", has_text="find-notes").locator("td.description")
     await expect(description).to_have_text(HOSTILE, timeout=15000)
@@ -191,7 +225,9 @@ async def test_the_registry_page_follows_services_live_in_a_browser(browser: Bro
         plain = await static.new_page()
         await plain.goto(url)
         await expect(plain.locator("#live")).to_have_text("static page")
-        await expect(plain.locator("#tools tbody tr", has_text="find-notes").locator("td.description")).to_have_text(HOSTILE)
+        await expect(plain.locator("#tools tbody tr", has_text="find-notes").locator("td.description")).to_have_text(
+            HOSTILE
+        )
         await expect(plain.locator("#rejections tbody")).to_contain_text("unsigned announcement")
     finally:
         await static.close()
@@ -211,25 +247,72 @@ class Stub:
 
 
 PINNED, OFFERED = "a" * 64, "b" * 64
-DIFF = f'--- pinned {PINNED[:12]}\n+++ offered {OFFERED[:12]}\n-  "description": "Tell a joke",\n+  "description": "{HOSTILE}",'
+DIFF = (
+    f'--- pinned {PINNED[:12]}\n+++ offered {OFFERED[:12]}\n-  "description": "Tell a joke",\n+  "description":'
+    f' "{HOSTILE}",'
+)
 
 
 def pinned_registry(base: float, at: float, last_seen: float, tools: int = 3) -> RegistrySnapshot:
     """A registry at `at` whose events happened around `base`: only `at`, `last_seen` and `tools` vary between calls."""
     names = ["tell-joke", "find-notes", "calculate", "echo", "countdown"][:tools]
     return RegistrySnapshot(
-        at=at, config_version=9, held=[], instances=[], conflicts=[], rejected_total=1,
-        rejections=[Rejection(at=base - 3, reason="unsigned announcement", service="rogue", instance="rogue-1", count=4, first=base - 300)],
-        tools=[ToolView(name=name, service=f"{name}-svc", workspace="default", source="announced", status="live", instances=1,
-                        description=f"The {name} tool", digest=(PINNED if name == "tell-joke" else name.encode().hex().ljust(64, "0")))
-               for name in names],
+        at=at,
+        config_version=9,
+        held=[],
+        instances=[],
+        conflicts=[],
+        rejected_total=1,
+        rejections=[
+            Rejection(
+                at=base - 3,
+                reason="unsigned announcement",
+                service="rogue",
+                instance="rogue-1",
+                count=4,
+                first=base - 300,
+            )
+        ],
+        tools=[
+            ToolView(
+                name=name,
+                service=f"{name}-svc",
+                workspace="default",
+                source="announced",
+                status="live",
+                instances=1,
+                description=f"The {name} tool",
+                digest=(PINNED if name == "tell-joke" else name.encode().hex().ljust(64, "0")),
+            )
+            for name in names
+        ],
         pinning=True,
-        pending=[PendingChange(tool="tell-joke", service="tell-joke-svc", workspace="default", pinned=PINNED, offered=OFFERED, diff=DIFF,
-                               signer="jokes-team", version="2.0", pinned_version="1.0", first_seen=base - 120, last_seen=last_seen)],
-        replicas=[ReplicaView(id="replica-a", group="registry", role="active", pid=101, host="box-1", version=9, since=base - 60),
-                  ReplicaView(id="replica-b", group="registry", role="standby", pid=202, host="box-2", version=9, since=base - 30)],
+        pending=[
+            PendingChange(
+                tool="tell-joke",
+                service="tell-joke-svc",
+                workspace="default",
+                pinned=PINNED,
+                offered=OFFERED,
+                diff=DIFF,
+                signer="jokes-team",
+                version="2.0",
+                pinned_version="1.0",
+                first_seen=base - 120,
+                last_seen=last_seen,
+            )
+        ],
+        replicas=[
+            ReplicaView(
+                id="replica-a", group="registry", role="active", pid=101, host="box-1", version=9, since=base - 60
+            ),
+            ReplicaView(
+                id="replica-b", group="registry", role="standby", pid=202, host="box-2", version=9, since=base - 30
+            ),
+        ],
         identity=RegistryIdentity(broker="pulsar://broker.example:6650", topicspace="tg-prod", host="box-1"),
-        started=base - 3600, trust=TrustView(policy="/etc/toolreg/trust.json", keys=2),
+        started=base - 3600,
+        trust=TrustView(policy="/etc/toolreg/trust.json", keys=2),
     )
 
 
@@ -245,7 +328,9 @@ async def served_page(browser: Browser, stub: Stub) -> AsyncIterator[tuple[Page,
         yield page, feed
 
 
-async def test_pending_changes_replicas_and_the_filter_in_a_browser(browser: Browser, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_pending_changes_replicas_and_the_filter_in_a_browser(
+    browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("discovery.web.page.BEATS_INTERVAL", 0.0)
     now = time.time()
     stub = Stub(pinned_registry(now, now, now - 1))
@@ -257,7 +342,9 @@ async def test_pending_changes_replicas_and_the_filter_in_a_browser(browser: Bro
         await expect(page.locator("#topicspace")).to_have_text("tg-prod")
         await expect(page.locator("#uptime")).to_have_text(re.compile(r"^1\.0 h$"))
         await expect(page.locator("#trust")).to_contain_text("trust policy /etc/toolreg/trust.json: 2 keys")
-        assert await page.locator('a[href="metrics"]').count() >= 1 and await page.locator('a[href="readyz"]').count() >= 1
+        assert (
+            await page.locator('a[href="metrics"]').count() >= 1 and await page.locator('a[href="readyz"]').count() >= 1
+        )
 
         # Digests: 12 digits, the whole one in the title.
         digest = page.locator("#tools tbody tr", has_text="tell-joke").locator("td.digest")
@@ -282,9 +369,12 @@ async def test_pending_changes_replicas_and_the_filter_in_a_browser(browser: Bro
 
         # Replicas.
         await expect(page.locator("#replicas-section")).to_be_visible()
-        await expect(page.locator("#replicas tbody tr", has_text="replica-a").locator("td.role-active")).to_have_text("active")
+        await expect(page.locator("#replicas tbody tr", has_text="replica-a").locator("td.role-active")).to_have_text(
+            "active"
+        )
 
-        # The instance offering the held change heartbeats: its last-seen moves, no snapshot is sent, the diff stays open.
+        # The instance offering the held change heartbeats: its last-seen moves, no snapshot is sent, the diff stays
+        # open.
         last = row.locator("td[data-pending]")
         await expect(last).to_have_text(re.compile(r"^[12]\.\d s ago$"))
         stub.value = pinned_registry(now, time.time(), time.time())
@@ -315,7 +405,9 @@ async def test_pending_changes_replicas_and_the_filter_in_a_browser(browser: Bro
         await expect(page.locator("#tools-count")).to_have_text("(4)")
 
         # Pinning off (a failover to a replica without it): the table and its mentions go.
-        stub.value = pinned_registry(now, time.time(), time.time(), tools=4).model_copy(update={"pinning": False, "pending": [], "replicas": []})
+        stub.value = pinned_registry(now, time.time(), time.time(), tools=4).model_copy(
+            update={"pinning": False, "pending": [], "replicas": []}
+        )
         await expect(page.locator("#pending-section")).to_be_hidden(timeout=3000)
         await expect(page.locator("#footer-pending")).to_be_hidden()
         await expect(page.locator("#replicas-section")).to_be_hidden()
@@ -325,21 +417,58 @@ async def test_pending_changes_replicas_and_the_filter_in_a_browser(browser: Bro
 def busy_registry(at: float, usage: ToolUsage | None) -> RegistrySnapshot:
     """One announced tool whose traffic is `usage`, one static tool (never known), one instance heard at `at`."""
     return RegistrySnapshot(
-        at=at, config_version=3, held=[], rejections=[], rejected_total=0, conflicts=[],
-        tools=[ToolView(name="calculate", service="calculator", workspace="default", source="announced", status="live", instances=1,
-                        description="Evaluate an expression", usage=usage),
-               ToolView(name="by-hand", service="manual", workspace="default", source="static", status="configured", instances=0,
-                        description="Written by hand")],
-        instances=[InstanceView(id="calculator-1", service="calculator", workspace="default", version="1.0", signer="", state="live",
-                                ttl=15, last_seen=at)],
+        at=at,
+        config_version=3,
+        held=[],
+        rejections=[],
+        rejected_total=0,
+        conflicts=[],
+        tools=[
+            ToolView(
+                name="calculate",
+                service="calculator",
+                workspace="default",
+                source="announced",
+                status="live",
+                instances=1,
+                description="Evaluate an expression",
+                usage=usage,
+            ),
+            ToolView(
+                name="by-hand",
+                service="manual",
+                workspace="default",
+                source="static",
+                status="configured",
+                instances=0,
+                description="Written by hand",
+            ),
+        ],
+        instances=[
+            InstanceView(
+                id="calculator-1",
+                service="calculator",
+                workspace="default",
+                version="1.0",
+                signer="",
+                state="live",
+                ttl=15,
+                last_seen=at,
+            )
+        ],
     )
 
 
-async def test_calls_errors_and_p95_follow_the_heartbeats_in_a_browser(browser: Browser, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_calls_errors_and_p95_follow_the_heartbeats_in_a_browser(
+    browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("discovery.web.page.BEATS_INTERVAL", 0.0)
     stub = Stub(busy_registry(time.time(), ToolUsage(calls_per_s=12.5, errors_per_s=0.25, p95_ms=3.5)))
     async with served_page(browser, stub) as (page, feed):
-        busy, manual = page.locator('#tools tr[data-tool="default/calculate"]'), page.locator('#tools tr[data-tool="default/by-hand"]')
+        busy, manual = (
+            page.locator('#tools tr[data-tool="default/calculate"]'),
+            page.locator('#tools tr[data-tool="default/by-hand"]'),
+        )
         await expect(busy.locator("td.num")).to_have_text(["12.5", "0.25", "3.50 ms"])
         await expect(manual.locator("td.num")).to_have_text(["-", "-", "-"])
         frames = feed.snapshots

@@ -103,7 +103,9 @@ async def test_calls_errors_and_p95_of_a_real_service_reach_the_page_within_two_
             await eventually(lambda: "calculate" in tools.names(), timeout=10)
             caller = asyncio.create_task(keep_calling(tools))
             try:
-                usage = await eventually(lambda: busy(registry), timeout=4 * TTL)  # two heartbeats 0.5 s apart, calls between
+                usage = await eventually(
+                    lambda: busy(registry), timeout=4 * TTL
+                )  # two heartbeats 0.5 s apart, calls between
                 assert usage.calls_per_s is not None and usage.errors_per_s is not None and usage.p95_ms is not None
                 assert usage.calls_per_s > usage.errors_per_s > 0 and 0 < usage.p95_ms < 1000
                 calls, errors, p95 = await row_figures(page.port, "calculate")
@@ -122,8 +124,11 @@ async def test_calls_errors_and_p95_of_a_real_service_reach_the_page_within_two_
             latest = lease.calls.latest if lease.calls is not None else None
             return (latest.tools["calculate"][0], latest.tools["calculate"][1]) if latest is not None else None
 
-        await eventually(lambda: counted() == (made["ok"] + made["failed"], made["failed"]), timeout=4 * TTL,
-                         explain=lambda: f"the registry heard {counted()}, the tool set made {made}")
+        await eventually(
+            lambda: counted() == (made["ok"] + made["failed"], made["failed"]),
+            timeout=4 * TTL,
+            explain=lambda: f"the registry heard {counted()}, the tool set made {made}",
+        )
         idle = ToolUsage(calls_per_s=0.0, errors_per_s=0.0, p95_ms=None)
         await eventually(lambda: _is(registry, "calculate", idle), timeout=4 * TTL)
         assert await row_figures(page.port, "calculate") == ("0", "0", "-")
@@ -152,7 +157,9 @@ async def test_a_service_of_an_older_release_keeps_its_lease_and_shows_dashes(
         await eventually(lambda: registry.leases.get(announcer.instance), timeout=5)
         await eventually(lambda: _heartbeats_heard(registry, announcer.instance) >= 2, timeout=4 * TTL)
         renewed = registry.leases.get(announcer.instance)
-        assert renewed is not None and renewed.state == "live" and renewed.calls is None, "renewed by heartbeats, no figures"
+        assert renewed is not None and renewed.state == "live" and renewed.calls is None, (
+            "renewed by heartbeats, no figures"
+        )
         assert await eventually(lambda: _listed(registry, "old-tool"), timeout=5)
         assert await usage_of(registry, "old-tool") is None
         assert await row_figures(page.port, "old-tool") == ("-", "-", "-")
@@ -171,13 +178,45 @@ async def _listed(registry: Registry, tool: str) -> bool:
 
 def snapshot(at: float, last_seen: float, usage: ToolUsage | None) -> RegistrySnapshot:
     return RegistrySnapshot(
-        at=at, config_version=1, held=[], rejections=[], rejected_total=0, conflicts=[],
-        tools=[ToolView(name="calculate", service="calc", workspace="default", source="announced", status="live", instances=1,
-                        description="d", usage=usage),
-               ToolView(name="static-one", service=None, workspace="default", source="static", status="configured", instances=0,
-                        description="d")],
-        instances=[InstanceView(id="calc-1", service="calc", workspace="default", version="1", signer="", state="live", ttl=15,
-                                last_seen=last_seen)],
+        at=at,
+        config_version=1,
+        held=[],
+        rejections=[],
+        rejected_total=0,
+        conflicts=[],
+        tools=[
+            ToolView(
+                name="calculate",
+                service="calc",
+                workspace="default",
+                source="announced",
+                status="live",
+                instances=1,
+                description="d",
+                usage=usage,
+            ),
+            ToolView(
+                name="static-one",
+                service=None,
+                workspace="default",
+                source="static",
+                status="configured",
+                instances=0,
+                description="d",
+            ),
+        ],
+        instances=[
+            InstanceView(
+                id="calc-1",
+                service="calc",
+                workspace="default",
+                version="1",
+                signer="",
+                state="live",
+                ttl=15,
+                last_seen=last_seen,
+            )
+        ],
     )
 
 
@@ -189,7 +228,9 @@ class Stub:
         return self.value
 
 
-async def test_figures_moved_by_heartbeats_go_out_in_the_small_heartbeats_event_not_as_a_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_figures_moved_by_heartbeats_go_out_in_the_small_heartbeats_event_not_as_a_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr("discovery.web.page.BEATS_INTERVAL", 0.0)
     stub = Stub(snapshot(1000.0, 999.0, None))
     feed = PageFeed(stub)
@@ -205,5 +246,7 @@ async def test_figures_moved_by_heartbeats_go_out_in_the_small_heartbeats_event_
     assert json.loads(feed.beats.split(b"data: ", 1)[1])["usage"] == {"default/calculate": [0.0, 0.0, None]}
     stub.value = snapshot(1003.0, 1001.5, None)  # figures no longer known, nothing else moved
     await feed.refresh()
-    assert feed.beats_sent == 3 and "usage" not in json.loads(feed.beats.split(b"data: ", 1)[1]), "not listed: not known"
+    assert feed.beats_sent == 3 and "usage" not in json.loads(feed.beats.split(b"data: ", 1)[1]), (
+        "not listed: not known"
+    )
     assert feed.snapshots == 1

@@ -44,12 +44,36 @@ class Stub:
 
 def snapshot(last_seen: float, tools: int = 3, at: float = 1000.0) -> RegistrySnapshot:
     return RegistrySnapshot(
-        at=at, config_version=1, held=[],
-        tools=[ToolView(name=f"t{n}", service="svc", workspace="default", source="announced", status="live", instances=1,
-                        description="d") for n in range(tools)],
-        instances=[InstanceView(id="svc-1", service="svc", workspace="default", version="1", signer="", state="live", ttl=15,
-                                last_seen=last_seen)],
-        rejections=[], rejected_total=0, conflicts=[],
+        at=at,
+        config_version=1,
+        held=[],
+        tools=[
+            ToolView(
+                name=f"t{n}",
+                service="svc",
+                workspace="default",
+                source="announced",
+                status="live",
+                instances=1,
+                description="d",
+            )
+            for n in range(tools)
+        ],
+        instances=[
+            InstanceView(
+                id="svc-1",
+                service="svc",
+                workspace="default",
+                version="1",
+                signer="",
+                state="live",
+                ttl=15,
+                last_seen=last_seen,
+            )
+        ],
+        rejections=[],
+        rejected_total=0,
+        conflicts=[],
     )
 
 
@@ -62,7 +86,9 @@ async def test_one_buffer_for_every_viewer_and_a_heartbeat_is_no_change(monkeypa
     first, second = feed.events(closing), feed.events(closing)
     assert await anext(first) == await anext(second) == b"retry: 1000\n\n"
     a, b = await anext(first), await anext(second)
-    assert a is b and a is feed.frame and a.startswith(b"event: snapshot\n"), "one encoded buffer, the same object for both"
+    assert a is b and a is feed.frame and a.startswith(b"event: snapshot\n"), (
+        "one encoded buffer, the same object for both"
+    )
 
     stub.value = snapshot(last_seen=995.0, at=1005.0)  # only a heartbeat (and the clock) moved
     await feed.refresh()
@@ -115,8 +141,14 @@ async def test_heartbeats_of_a_live_service_go_out_as_small_events_not_snapshots
     joke = JokeService(settings=settings, ttl=1.5)  # a heartbeat every 0.5 s
     await joke.start()
     try:
-        await eventually(lambda: feed.latest is not None and [t.name for t in feed.latest.tools] == ["tell-joke"]
-                         and all(i.last_seen for i in feed.latest.instances), timeout=10)
+        await eventually(
+            lambda: (
+                feed.latest is not None
+                and [t.name for t in feed.latest.tools] == ["tell-joke"]
+                and all(i.last_seen for i in feed.latest.instances)
+            ),
+            timeout=10,
+        )
         await read_events(reader, 1.0)  # what led up to it
         events = await read_events(reader, 3.0)
         names = [name for name, _ in events]
@@ -178,9 +210,23 @@ async def test_viewers_are_capped_and_one_that_stops_reading_is_cut_off_with_mem
     health, feed = page
     described = "x" * 450
     for start in range(0, 2000, 500):
-        await config_client.put([("tool", f"bulk.tool-{n:04d}", json.dumps({
-            "type": "tool-service", "name": f"bulk.tool-{n:04d}", "description": described, "service": "bulk"}))
-            for n in range(start, start + 500)])
+        await config_client.put(
+            [
+                (
+                    "tool",
+                    f"bulk.tool-{n:04d}",
+                    json.dumps(
+                        {
+                            "type": "tool-service",
+                            "name": f"bulk.tool-{n:04d}",
+                            "description": described,
+                            "service": "bulk",
+                        }
+                    ),
+                )
+                for n in range(start, start + 500)
+            ]
+        )
 
     async def all_listed() -> bool:
         return len((await feed.refresh()).tools) >= 2000
@@ -197,12 +243,16 @@ async def test_viewers_are_capped_and_one_that_stops_reading_is_cut_off_with_mem
         await eventually(lambda: feed.viewers == MAX_VIEWERS, timeout=5)
         for _ in range(5):
             status, body, _ = await asyncio.to_thread(get, health.port, "/events")
-            assert status == 503 and body.count("\n") == 0 and f"{MAX_VIEWERS} viewers" in json.loads(body)["error"], (status, body)
+            assert status == 503 and body.count("\n") == 0 and f"{MAX_VIEWERS} viewers" in json.loads(body)["error"], (
+                status,
+                body,
+            )
         status, _, took = await asyncio.to_thread(get, health.port, "/healthz")
         assert status == 200 and took < 1.0, f"/healthz {status} in {took:.2f}s"
         # Not one of them reads: each is cut off once its buffer has been full for STALL seconds, and its place freed.
-        await eventually(lambda: feed.viewers == 0, timeout=STALL + 4,
-                         explain=lambda: f"{feed.viewers} stalled viewers still served")
+        await eventually(
+            lambda: feed.viewers == 0, timeout=STALL + 4, explain=lambda: f"{feed.viewers} stalled viewers still served"
+        )
     finally:
         grown = memory.stop()
         for sock in stalled:

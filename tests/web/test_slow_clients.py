@@ -48,7 +48,10 @@ async def mcp_port(tmp_path: Path) -> AsyncIterator[tuple[int, str]]:
         yield int(url.rsplit(":", 1)[1].split("/")[0]), "/mcp"
 
 
-SERVERS: dict[str, Callable[[Path], AbstractAsyncContextManager[tuple[int, str]]]] = {"health": health_port, "mcp": mcp_port}
+SERVERS: dict[str, Callable[[Path], AbstractAsyncContextManager[tuple[int, str]]]] = {
+    "health": health_port,
+    "mcp": mcp_port,
+}
 
 
 def open_half_requests(port: int, count: int) -> list[socket.socket]:
@@ -94,8 +97,12 @@ def ask(port: int, path: str) -> tuple[int, float]:
     try:
         if path == "/mcp":
             body = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
-            connection.request("POST", path, body=body, headers={"Content-Type": "application/json",
-                                                                 "Accept": "application/json, text/event-stream"})
+            connection.request(
+                "POST",
+                path,
+                body=body,
+                headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"},
+            )
         else:
             connection.request("GET", path)
         status = connection.getresponse().status
@@ -110,10 +117,14 @@ async def test_half_sent_request_heads_are_closed_and_the_port_keeps_answering(s
         opened = time.monotonic()
         slow = await asyncio.to_thread(open_half_requests, port, SLOW)
         status, took = await asyncio.to_thread(ask, port, probe)
-        assert status in (200, 400, 404) and took < 1.0, f"{probe} answered {status} after {took:.2f}s with {SLOW} slow sockets open"
+        assert status in (200, 400, 404) and took < 1.0, (
+            f"{probe} answered {status} after {took:.2f}s with {SLOW} slow sockets open"
+        )
         # Every slow socket is closed by the server: the oldest at once (over the cap), the rest at the deadline.
         closed, said = await asyncio.to_thread(wait_closed, slow, DEADLINE + 2.0)
-        assert closed == SLOW, f"{SLOW - closed} of {SLOW} half-open sockets still open {time.monotonic() - opened:.1f}s later; {said}"
+        assert closed == SLOW, (
+            f"{SLOW - closed} of {SLOW} half-open sockets still open {time.monotonic() - opened:.1f}s later; {said}"
+        )
         # A socket closed before the server read what it sent may be reset, its 503 lost on the way: "(nothing)".
         assert set(said) <= {"HTTP/1.1 408 Request Timeout", "HTTP/1.1 503 Service Unavailable", "(nothing)"}, said
         shed = said.get("HTTP/1.1 503 Service Unavailable", 0) + said.get("(nothing)", 0)
@@ -139,7 +150,9 @@ async def test_a_slow_trickle_does_not_reset_the_deadline() -> None:
             pass
         finally:
             writer.close()
-        assert time.monotonic() - started < DEADLINE + 1, "the deadline counts from the start of the head, not its last byte"
+        assert time.monotonic() - started < DEADLINE + 1, (
+            "the deadline counts from the start of the head, not its last byte"
+        )
 
 
 async def test_an_answered_connection_kept_alive_is_not_cut_while_it_streams() -> None:
@@ -186,7 +199,10 @@ def test_eleven_hundred_half_open_sockets_against_256_file_descriptors_leave_the
     log = tmp_path / "health.log"
     with open(log, "wb") as err:
         server = subprocess.Popen(
-            [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+            [sys.executable, "-c", SERVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)),
         )
     assert server.stdout is not None and server.stdin is not None
@@ -209,11 +225,17 @@ def test_eleven_hundred_half_open_sockets_against_256_file_descriptors_leave_the
 def test_repeated_log_records_are_held_back_and_counted() -> None:
     limit = RepeatFilter(burst=5, window=0.2)
     logger = logging.getLogger("test.repeat-filter")
-    records = [logger.makeRecord(logger.name, logging.ERROR, __file__, 1, "socket.accept() out of system resource\nsocket: %s", ("x",), None)
-               for _ in range(1000)]
+    records = [
+        logger.makeRecord(
+            logger.name, logging.ERROR, __file__, 1, "socket.accept() out of system resource\nsocket: %s", ("x",), None
+        )
+        for _ in range(1000)
+    ]
     assert sum(limit.filter(r) for r in records) == 5
     other = logger.makeRecord(logger.name, logging.WARNING, __file__, 1, "Invalid HTTP request received.", (), None)
     assert limit.filter(other), "another message has its own count"
     time.sleep(0.25)
-    later = logger.makeRecord(logger.name, logging.ERROR, __file__, 1, "socket.accept() out of system resource\nsocket: %s", ("x",), None)
+    later = logger.makeRecord(
+        logger.name, logging.ERROR, __file__, 1, "socket.accept() out of system resource\nsocket: %s", ("x",), None
+    )
     assert limit.filter(later) and "995 more like this" in later.getMessage()

@@ -57,9 +57,17 @@ def _eval(node: ast.AST) -> Any:
             raise ExpressionError("division by zero") from None
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_eval(node.operand))
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS and not node.keywords:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _FUNCTIONS
+        and not node.keywords
+    ):
         return _FUNCTIONS[node.func.id](*(_eval(arg) for arg in node.args))
-    raise ExpressionError(f"unsupported element {type(node).__name__!r}: only numbers, + - * / // % **, parentheses and {', '.join(_FUNCTIONS)}")
+    raise ExpressionError(
+        f"unsupported element {type(node).__name__!r}: only numbers, + - * / // % **, parentheses and"
+        f" {', '.join(_FUNCTIONS)}"
+    )
 
 
 class CalculatorService(DynamicToolService):

@@ -89,8 +89,12 @@ class RequestClient:
                 opened: list[Subscription] = []
                 try:
                     results = await asyncio.gather(
-                        *(self._connection.subscribe(queue, self._on_response, subscription=unique_name(self._name), bulk=self._bulk)
-                          for queue in queues),
+                        *(
+                            self._connection.subscribe(
+                                queue, self._on_response, subscription=unique_name(self._name), bulk=self._bulk
+                            )
+                            for queue in queues
+                        ),
                         return_exceptions=True,
                     )
                     opened = [result for result in results if not isinstance(result, BaseException)]
@@ -153,7 +157,10 @@ class RequestClient:
         except (ValueError, UnicodeDecodeError, RecursionError):
             body = {"error": {"type": "bad-response", "message": "response is not JSON"}, "end_of_stream": True}
         if not isinstance(body, dict):
-            body = {"error": {"type": "bad-response", "message": "response is not a JSON object"}, "end_of_stream": True}
+            body = {
+                "error": {"type": "bad-response", "message": "response is not a JSON object"},
+                "end_of_stream": True,
+            }
         queue.put_nowait(body)
 
     async def stream(
@@ -194,7 +201,9 @@ class RequestClient:
                 async with asyncio.timeout_at(deadline):
                     await self._publisher.send(request, properties=message)
             except TimeoutError:
-                raise RequestTimeout(f"could not send a request on {self.request_queue} within {timeout:g}s; is the broker up?") from None
+                raise RequestTimeout(
+                    f"could not send a request on {self.request_queue} within {timeout:g}s; is the broker up?"
+                ) from None
             sent = True
             while True:
                 idle_until = deadline if idle_timeout is None else min(deadline, loop.time() + idle_timeout)
@@ -219,14 +228,17 @@ class RequestClient:
         if idle_timeout is not None:
             what = "no response" if not received else f"no further response after {received}"
             return RequestTimeout(
-                f"{what} on {self.response_queue} for {idle_timeout:g}s (the idle timeout); the service behind {self.request_queue} stalled"
+                f"{what} on {self.response_queue} for {idle_timeout:g}s (the idle timeout); the service behind"
+                f" {self.request_queue} stalled"
             )
         if received:
             return RequestTimeout(
                 f"the answer on {self.response_queue} was still streaming after {timeout:g}s (the call's timeout, "
                 f"{received} responses in); raise the timeout for longer answers"
             )
-        return RequestTimeout(f"no response on {self.response_queue} within {timeout:g}s; is a service consuming {self.request_queue}?")
+        return RequestTimeout(
+            f"no response on {self.response_queue} within {timeout:g}s; is a service consuming {self.request_queue}?"
+        )
 
     def _cancel(self, request_id: str) -> None:
         """Tell the service, in the background, that nobody waits for `request_id` any more."""
@@ -250,7 +262,9 @@ class RequestClient:
         except TransportError as exc:
             log.debug("request.cancel_failed", queue=self.cancel_queue, id=request_id, error=str(exc))
 
-    async def request(self, request: BaseModel | dict[str, Any] | bytes, *, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+    async def request(
+        self, request: BaseModel | dict[str, Any] | bytes, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> dict[str, Any]:
         """One request, one response."""
         async with aclosing(self.stream(request, timeout=timeout)) as responses:
             async for body in responses:

@@ -177,8 +177,10 @@ class RequestServer:
         producer, and would look ready while no request reaches it.
         """
         return (
-            self._subscription is not None and self._subscription.connected
-            and self._publisher is not None and self._publisher.connected
+            self._subscription is not None
+            and self._subscription.connected
+            and self._publisher is not None
+            and self._publisher.connected
         )
 
     # --- taking requests -----------------------------------------------------------
@@ -246,7 +248,11 @@ class RequestServer:
         task = asyncio.current_task()
         assert task is not None
         self._holding.add(task)
-        guard = None if deadline is None else asyncio.get_running_loop().call_at(deadline + self._cancel_grace, self._abandon, task, request_id)
+        guard = (
+            None
+            if deadline is None
+            else asyncio.get_running_loop().call_at(deadline + self._cancel_grace, self._abandon, task, request_id)
+        )
         try:
             async with asyncio.timeout_at(deadline):
                 await self._call(message, reply, request_id)
@@ -267,7 +273,9 @@ class RequestServer:
         finally:
             self.handled += 1
 
-    async def _expired(self, reply: Callable[[Body], Awaitable[None]], request_id: str, limit: float | None, *, started: bool) -> None:
+    async def _expired(
+        self, reply: Callable[[Body], Awaitable[None]], request_id: str, limit: float | None, *, started: bool
+    ) -> None:
         """A request reached its deadline: answer it if the limit was ours (its caller still waits), else let it go."""
         self.expired += 1
         if limit is None:
@@ -275,7 +283,13 @@ class RequestServer:
             return
         log.warning("request.limit_reached", queue=self.request_queue, id=request_id, limit=limit, started=started)
         if started:
-            await reply(error_body("timeout", f"the call did not finish within {limit:g}s, the limit the service sets on one call ({self.request_queue})"))
+            await reply(
+                error_body(
+                    "timeout",
+                    f"the call did not finish within {limit:g}s, the limit the service sets on one call"
+                    f" ({self.request_queue})",
+                )
+            )
         else:
             await reply(self._busy(f"{self.request_queue} had no free slot for {limit:g}s; retry later"))
 
@@ -315,14 +329,19 @@ class RequestServer:
                     queue=self.response_queue,
                     bytes=len(data),
                     large_so_far=self._large,
-                    hint="answers over 64 KiB can cost other calls on the caller's connection their answer; stream them in parts",
+                    hint=(
+                        "answers over 64 KiB can cost other calls on the caller's connection their answer; stream them"
+                        " in parts"
+                    ),
                 )
         try:
             await publisher.send(data, properties={ID: request_id})
         except MessageTooLarge:
             # The caller would wait for its timeout and then blame the service: tell it now, in a message that fits.
             log.warning("response.too_large", queue=publisher.topic, id=request_id, bytes=len(data))
-            reason = f"the answer is {len(data)} bytes, more than the broker takes in one message ({self.request_queue})"
+            reason = (
+                f"the answer is {len(data)} bytes, more than the broker takes in one message ({self.request_queue})"
+            )
             try:
                 await publisher.send(encode(self._too_large(reason)), properties={ID: request_id})
             except TransportError as exc:
@@ -331,7 +350,8 @@ class RequestServer:
             log.warning("response.send_failed", queue=publisher.topic, id=request_id, error=str(exc))
 
     async def _reply_publisher(self, queue: str) -> Publisher | None:
-        """The producer for a client's private queue: opened on its first answer, the least recently used closed past 1,024.
+        """The producer for a client's private queue: opened on its first answer, the least recently used closed past
+        1,024.
 
         If it cannot be opened (say the broker refuses to create topics), the
         answer goes to the shared queue, which every client also reads.

@@ -8,9 +8,12 @@ body schema, so a caller may always send them.
 | --- | --- | --- |
 | `id` | every caller | correlates the answers with the request |
 | `reply-to` | our callers | the caller's private reply queue (see `rpc_client`) |
-| `timeout-ms` | our callers | how long the caller waits for the whole answer, in milliseconds from sending; the server stops work past it |
-| `tool` | the agent bridge | the name of the tool called, for a service that serves several (and its metrics and spans) |
-| `traceparent`, `tracestate` | our callers, when tracing | the W3C trace context of the caller's span, the parent of the service's (see `tracing`) |
+| `timeout-ms` | our callers | how long the caller waits for the whole answer, in milliseconds from sending; the server
+stops work past it |
+| `tool` | the agent bridge | the name of the tool called, for a service that serves several (and its metrics and spans)
+|
+| `traceparent`, `tracestate` | our callers, when tracing | the W3C trace context of the caller's span, the parent of
+the service's (see `tracing`) |
 """
 
 from __future__ import annotations

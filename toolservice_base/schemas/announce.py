@@ -78,5 +78,3 @@ class Probe(WireModel):
     instance: str | None = Field(default=None, pattern=NAME_PATTERN)
     reason: str = Field(default="", max_length=200)
     refused: str | None = Field(default=None, max_length=1000)
-
-

@@ -105,8 +105,6 @@ def queue_namespace(queue: str) -> str:
     return f"{match.group(2)}/{match.group(3)}"
 
 
-
-
 def printable(text: str, limit: int = 200) -> str:
     """`text` safe for a one-line log or reason: control characters escaped, length capped.
 
@@ -124,7 +122,8 @@ _QUOTE_AFTER = frozenset(" \t([{,:")
 
 
 def json_literals(text: str) -> str:
-    """`text` (a validation message, which quotes values as Python reprs) with `None`/`True`/`False` spelled `null`/`true`/`false`.
+    """`text` (a validation message, which quotes values as Python reprs) with `None`/`True`/`False` spelled
+    `null`/`true`/`false`.
 
     A tool's arguments come as JSON, from a model or a person: `{"start": null}` is refused as
     `null is not of type 'integer'`, in the language it was written in, not `None ...`. Words inside
@@ -162,5 +161,3 @@ def describe_validation_error(exc: ValidationError) -> str:
     if more > 0:
         parts.append(f"and {more} more")
     return "; ".join(parts)
-
-

@@ -49,5 +49,3 @@ def response_chunk(body: dict[str, Any], service: str) -> str:
     if response.error is not None:
         raise ToolError(response.error.type, response.error.message, service=service)
     return response.response
-
-

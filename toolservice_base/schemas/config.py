@@ -48,7 +48,8 @@ class ConfigKey(BaseModel):
 
 
 class ConfigValue(ConfigKey):
-    """An item. `value` is null in TrustGraph's `get` answer for a missing key; `workspace` is set by the cross-workspace reads."""
+    """An item. `value` is null in TrustGraph's `get` answer for a missing key; `workspace` is set by the
+    cross-workspace reads."""
 
     value: str | None = ""
     workspace: str = ""
@@ -105,7 +106,8 @@ class ConfigResponse(BaseModel):
     """Paged answers only: whether items follow the last key of this page (never sent to a reader that did not page)."""
 
     def to_trustgraph(self) -> dict[str, Any]:
-        """Every field, as TrustGraph's JSON serializer writes a `ConfigResponse` (`error` null when none), plus `more` on a page."""
+        """Every field, as TrustGraph's JSON serializer writes a `ConfigResponse` (`error` null when none), plus `more`
+        on a page."""
         return self.model_dump(mode="json", exclude={"more"} if self.more is None else None)
 
 
@@ -145,7 +147,9 @@ def validate_config_item(item_type: str, key: str, value: str) -> ToolDescriptor
     try:
         data = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{item_type}/{key}: value is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        raise ValueError(
+            f"{item_type}/{key}: value is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from None
     if not isinstance(data, dict):
         raise ValueError(f"{item_type}/{key}: value must be a JSON object")
     try:
@@ -157,5 +161,3 @@ def validate_config_item(item_type: str, key: str, value: str) -> ToolDescriptor
         field = "name" if item_type == "tool" else "id"
         raise ValueError(f"{item_type}/{key}: field '{field}' is {own!r} but the key is {key!r}; they must match")
     return parsed
-
-

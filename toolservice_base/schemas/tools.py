@@ -1,4 +1,5 @@
-"""The tool-service protocol's descriptors (DESIGN section 3): a service's queues and params, its tools and their arguments."""
+"""The tool-service protocol's descriptors (DESIGN section 3): a service's queues and params, its tools and their
+arguments."""
 
 from __future__ import annotations
 
@@ -110,11 +111,14 @@ def check_tool_against_service(tool: ToolDescriptor, service: ToolServiceDescrip
     if unknown:
         known = ", ".join(sorted(params)) or "none"
         raise ValueError(
-            f"tool {tool.name!r}: {', '.join(unknown)} is not a config param of service {service.id!r} (params: {known})"
+            f"tool {tool.name!r}: {', '.join(unknown)} is not a config param of service {service.id!r} (params:"
+            f" {known})"
         )
     missing = sorted(name for name, p in params.items() if p.required and name not in values)
     if missing:
-        raise ValueError(f"tool {tool.name!r}: required config param {', '.join(missing)} of service {service.id!r} is missing")
+        raise ValueError(
+            f"tool {tool.name!r}: required config param {', '.join(missing)} of service {service.id!r} is missing"
+        )
 
 
 def tool_definition(tool: ToolDescriptor, service: ToolServiceDescriptor | None) -> dict[str, Any]:

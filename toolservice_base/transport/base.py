@@ -26,7 +26,8 @@ from ..errors import BrokerUnsupported, TransportClosed
 from ..topics import Topics
 
 LARGE_MESSAGE = 64 * 1024
-"""Past this, a message can make its connection unwritable for a moment (see `Capabilities.separate_bulk_connection`)."""
+"""Past this, a message can make its connection unwritable for a moment (see
+`Capabilities.separate_bulk_connection`)."""
 
 MESSAGE_LIMIT = 5 * 1024 * 1024
 """The largest message the brokers take (Apache Pulsar's default `maxMessageSize`; pulsar-lite's, measured):
@@ -344,15 +345,17 @@ class Capabilities:
         raise ValueError(f"unknown broker kind {kind!r}; expected one of {', '.join(BROKER_KINDS)}")
 
     def enabled(self) -> dict[str, bool | float]:
-        """The workarounds that are on, for logs and the operators guide (features such as `replicated_state` are not workarounds)."""
+        """The workarounds that are on, for logs and the operators guide (features such as `replicated_state` are not
+        workarounds)."""
         return {name: value for name, value in vars(self).items() if value and name not in self.FEATURES}
 
     def require_replicated_state(self, what: str, url: str) -> None:
         """Refuse `what` in one line on a broker that cannot keep replicated state."""
         if not self.replicated_state:
             raise BrokerUnsupported(
-                f"{what} needs Apache Pulsar: the broker at {url} (pulsar-lite) has no exclusive producers and cannot read a "
-                "topic's last message; use the sqlite store, or point PULSAR_URL at Apache Pulsar (TOOLREG_BROKER=apache-pulsar)"
+                f"{what} needs Apache Pulsar: the broker at {url} (pulsar-lite) has no exclusive producers and cannot"
+                " read a topic's last message; use the sqlite store, or point PULSAR_URL at Apache Pulsar"
+                " (TOOLREG_BROKER=apache-pulsar)"
             )
 
 

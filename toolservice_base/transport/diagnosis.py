@@ -59,7 +59,12 @@ MAX_FRAME = 64 * 1024
 _CONNECT, _CONNECTED, _ERROR = 2, 3, 14
 _PROTOCOL_VERSION = 21
 _AUTHENTICATION_ERROR = 3
-_SERVER_ERRORS = {_AUTHENTICATION_ERROR: "AuthenticationError", 4: "AuthorizationError", 6: "ServiceNotReady", 10: "UnsupportedVersionError"}
+_SERVER_ERRORS = {
+    _AUTHENTICATION_ERROR: "AuthenticationError",
+    4: "AuthorizationError",
+    6: "ServiceNotReady",
+    10: "UnsupportedVersionError",
+}
 
 
 # --- the token's claims -------------------------------------------------------------------------------------------
@@ -101,20 +106,22 @@ def _when(epoch: float) -> str:
 # --- the errors, each naming the cause and the fix ----------------------------------------------------------------
 
 
-def token_refused(url: str, token: str | None, said: str, *, doing: str | None = None, now: float | None = None) -> AuthenticationFailed:
+def token_refused(
+    url: str, token: str | None, said: str, *, doing: str | None = None, now: float | None = None
+) -> AuthenticationFailed:
     """The broker refused our token at the handshake: none sent, expired (by its own `exp`), or not valid."""
     where = f" while {doing}" if doing else ""
     if not token:
         return AuthenticationFailed(
-            f"the broker at {url} requires a token and we sent none{where} (it said {said}): set {TOKEN_FIX} to a token "
-            "of a role allowed on the topicspace"
+            f"the broker at {url} requires a token and we sent none{where} (it said {said}): set {TOKEN_FIX} to a token"
+            " of a role allowed on the topicspace"
         )
     claims = Claims.of(token)
     role = f"role {claims.role}" if claims.role else "it names no role"
     if claims.expires is not None and claims.expired(now):
         return TokenExpired(
-            f"the token expired at {_when(claims.expires)} ({role}), and the broker at {url} refuses it now{where}: give "
-            f"the process a fresh token ({TOKEN_FIX}) and restart it",
+            f"the token expired at {_when(claims.expires)} ({role}), and the broker at {url} refuses it now{where}:"
+            f" give the process a fresh token ({TOKEN_FIX}) and restart it",
             expired_at=claims.expires,
         )
     return AuthenticationFailed(
@@ -124,13 +131,14 @@ def token_refused(url: str, token: str | None, said: str, *, doing: str | None =
 
 
 def not_authorized(url: str, namespace: str, role: str | None, *, doing: str | None = None) -> NotAuthorized:
-    """The broker took our token, but its role may not use `namespace` (or, as it tells a role that is no superuser, it is gone)."""
+    """The broker took our token, but its role may not use `namespace` (or, as it tells a role that is no superuser, it
+    is gone)."""
     who = role or "<role>"
     where = f"{doing}: " if doing else ""
     return NotAuthorized(
-        f"not authorized on {namespace} for role {role or '(the token names none)'} ({where}AuthorizationError from {url}): "
-        f"grant it with `pulsar-admin namespaces grant-permission {namespace} --role {who} --actions produce,consume` "
-        "(deploy/pulsar-init.sh does, with TOOLREG_ROLE), or create the namespace if it was deleted",
+        f"not authorized on {namespace} for role {role or '(the token names none)'} ({where}AuthorizationError from"
+        f" {url}): grant it with `pulsar-admin namespaces grant-permission {namespace} --role {who} --actions"
+        " produce,consume` (deploy/pulsar-init.sh does, with TOOLREG_ROLE), or create the namespace if it was deleted",
         namespace=namespace,
         role=role,
     )
@@ -237,7 +245,9 @@ def read_answer(command: bytes) -> Answer:
         name = _SERVER_ERRORS.get(code, f"error {code}") if isinstance(code, int) else "an error"
         text = message.decode(errors="replace") if isinstance(message, bytes) else ""
         said = f"{name}: {text}" if text else name
-        return Answer(False if code == _AUTHENTICATION_ERROR else None, said)  # another error is no verdict on the token
+        return Answer(
+            False if code == _AUTHENTICATION_ERROR else None, said
+        )  # another error is no verdict on the token
     return Answer(None, f"command type {kind!r}")
 
 
@@ -253,7 +263,8 @@ def _addresses(url: str) -> list[tuple[str, int]]:
 
 
 async def handshake(url: str, token: str | None, timeout: float = HANDSHAKE_TIMEOUT) -> Answer:
-    """Connect to the broker and present `token` as a client does; the broker's verdict, or None if it gave none in time.
+    """Connect to the broker and present `token` as a client does; the broker's verdict, or None if it gave none in
+    time.
 
     Plain `pulsar://` only: over TLS the answer is None, and the lookup alone decides.
     """
@@ -385,7 +396,9 @@ class TopicWatch:
         if not due:
             return
         broker = await self.broker()
-        asked: dict[tuple[str, Action], TransportError | None] = {}  # permissions are the namespace's: one question each
+        asked: dict[
+            tuple[str, Action], TransportError | None
+        ] = {}  # permissions are the namespace's: one question each
         changed: dict[str, list[str]] = {}
         for topic, state in due:
             state.next_check = now + RECHECK
@@ -394,9 +407,13 @@ class TopicWatch:
             if broker is None and key not in asked:
                 asked[key] = await self.ask(topic, action)
             error = broker or asked[key]
-            reason = str(error) if error is not None else (
-                f"reconnecting to {topic}: the broker at {self.url} lets us {action} there again, and pulsar-client "
-                "retries with back-off"
+            reason = (
+                str(error)
+                if error is not None
+                else (
+                    f"reconnecting to {topic}: the broker at {self.url} lets us {action} there again, and pulsar-client"
+                    " retries with back-off"
+                )
             )
             state.error = error
             if reason != state.reason:

@@ -76,7 +76,9 @@ def _message_id(index: int) -> bytes:
 
 def _index_of(message_id: bytes) -> int:
     if not message_id.startswith(_ID_PREFIX) or not message_id[len(_ID_PREFIX) :].isdigit():
-        raise TransportError(f"{message_id[:16]!r} is not a message id of this broker; start at earliest", retriable=False)
+        raise TransportError(
+            f"{message_id[:16]!r} is not a message id of this broker; start at earliest", retriable=False
+        )
     return int(message_id[len(_ID_PREFIX) :])
 
 
@@ -193,7 +195,9 @@ class _Topic:
             return None
         if busy or self.waiting:
             if publisher.mode == "exclusive":
-                raise ProducerBusy(f"{self.name} is held by another exclusive producer; try again later, or wait for it")
+                raise ProducerBusy(
+                    f"{self.name} is held by another exclusive producer; try again later, or wait for it"
+                )
             granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self.waiting.append((publisher, granted))
             return granted
@@ -293,7 +297,10 @@ class MemoryPublisher:
             raise ProducerBusy(f"{self.topic} is held by an exclusive producer; only it may send there")
         data = encode(payload)
         if len(data) > MESSAGE_LIMIT:
-            raise MessageTooLarge(f"the in-memory broker refused a {len(data)}-byte message on {self.topic} as too large; send less at once")
+            raise MessageTooLarge(
+                f"the in-memory broker refused a {len(data)}-byte message on {self.topic} as too large; send less at"
+                " once"
+            )
         self._broker.publish(self.topic, data, properties or {})
 
     @property
@@ -321,16 +328,22 @@ class MemoryExclusivePublisher:
         self._fenced = True
 
     async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> bytes:
-        await asyncio.sleep(0)  # a round trip to a broker lets others run: a loop of sends must not starve the event loop
+        await asyncio.sleep(
+            0
+        )  # a round trip to a broker lets others run: a loop of sends must not starve the event loop
         if self._closed:
             raise TransportClosed(f"the producer on {self.topic} is closed")
         if self._fenced:
             raise Fenced(
-                f"another replica took {self.topic} over (this producer was fenced); it never writes there again: step down to standby"
+                f"another replica took {self.topic} over (this producer was fenced); it never writes there again: step"
+                " down to standby"
             )
         data = encode(payload)
         if len(data) > MESSAGE_LIMIT:
-            raise MessageTooLarge(f"the in-memory broker refused a {len(data)}-byte message on {self.topic} as too large; send less at once")
+            raise MessageTooLarge(
+                f"the in-memory broker refused a {len(data)}-byte message on {self.topic} as too large; send less at"
+                " once"
+            )
         return self._broker.publish(self.topic, data, properties or {})
 
     @property

@@ -1,4 +1,5 @@
-"""Pulsar's exceptions, caught by name in one place (`broker_errors`) and translated into the product's `TransportError` family."""
+"""Pulsar's exceptions, caught by name in one place (`broker_errors`) and translated into the product's `TransportError`
+family."""
 
 from __future__ import annotations
 
@@ -27,7 +28,14 @@ _NOT_RETRIABLE_AUTH = {"AuthenticationError", "ErrorGettingAuthenticationData"}
 HELD = {"ProducerBusy", "ProducerFenced"}
 """What creating an exclusive producer on a held topic says: ProducerFenced too (measured on 4.0.8, for a second
 `Exclusive` producer, and for the `WaitForExclusive` ones queued when another fences the topic)."""
-_UNREACHABLE = {"ConnectError", "Timeout", "NotConnected", "ServiceUnitNotReady", "LookupError", "TooManyLookupRequestException"}
+_UNREACHABLE = {
+    "ConnectError",
+    "Timeout",
+    "NotConnected",
+    "ServiceUnitNotReady",
+    "LookupError",
+    "TooManyLookupRequestException",
+}
 _CLOSED = {"AlreadyClosed", "ConsumerNotInitialized", "ProducerNotInitialized"}
 
 
@@ -38,7 +46,9 @@ def result_name(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def translate(exc: BaseException, doing: str, url: str, topic: str | None = None, *, role: str | None = None) -> TransportError:
+def translate(
+    exc: BaseException, doing: str, url: str, topic: str | None = None, *, role: str | None = None
+) -> TransportError:
     """One Pulsar exception as the product's error, with a line that says what to do.
 
     `topic`: the one `doing` is on; `role`: the one our token names. A
@@ -51,12 +61,14 @@ def translate(exc: BaseException, doing: str, url: str, topic: str | None = None
         return not_authorized(url, namespace, role, doing=doing)
     if name == "AuthorizationError":
         return AuthenticationFailed(
-            f"the broker at {url} does not authorize our role{f' {role}' if role else ''} for {doing} (AuthorizationError): "
-            "grant it produce and consume on the topicspace's namespaces (deploy/pulsar-init.sh does, with TOOLREG_ROLE)"
+            f"the broker at {url} does not authorize our role{f' {role}' if role else ''} for {doing}"
+            " (AuthorizationError): grant it produce and consume on the topicspace's namespaces (deploy/pulsar-init.sh"
+            " does, with TOOLREG_ROLE)"
         )
     if name in _NOT_RETRIABLE_AUTH:
         return AuthenticationFailed(
-            f"the broker at {url} refused our credentials while {doing} ({name}); set PULSAR_AUTH_TOKEN to a valid token"
+            f"the broker at {url} refused our credentials while {doing} ({name}); set PULSAR_AUTH_TOKEN to a valid"
+            " token"
         )
     if name == "MessageTooBig":
         return MessageTooLarge(f"the broker at {url} refused a message as too large while {doing}; send less at once")
@@ -126,8 +138,15 @@ class broker_errors:  # noqa: N801 - used like a function: `with broker_errors(.
     async def __aenter__(self) -> "broker_errors":
         return self
 
-    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
-        if exc is not None and isinstance(exc, _PULSAR_ERRORS) and self._explain is not None and not (self._keep or self._log):
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if (
+            exc is not None
+            and isinstance(exc, _PULSAR_ERRORS)
+            and self._explain is not None
+            and not (self._keep or self._log)
+        ):
             self.error = exc
             refined = self._refine(result_name(exc)) if self._refine else None
             raise (refined or await self._explain(exc)) from None
@@ -147,6 +166,5 @@ def _namespace_of(topic: str) -> str | None:
 
 
 Explain = Callable[[BaseException, str, str], Awaitable[TransportError]]
-"""The transport's reading of a failed call (exception, what it was doing, topic), asking the broker why if it timed out."""
-
-
+"""The transport's reading of a failed call (exception, what it was doing, topic), asking the broker why if it timed
+out."""

@@ -1,4 +1,5 @@
-"""What a `PulsarTransport` hands out: publishers (plain and exclusive), readers and subscriptions, each owning its pulsar-client object."""
+"""What a `PulsarTransport` hands out: publishers (plain and exclusive), readers and subscriptions, each owning its
+pulsar-client object."""
 
 from __future__ import annotations
 
@@ -63,7 +64,11 @@ class PulsarPublisher:
 
     async def send(self, payload: Payload, properties: dict[str, str] | None = None, *, key: str | None = None) -> None:
         doing = f"sending on {self.topic}"
-        if self._refused is not None and not self._producer.is_connected() and (refused := self._refused(self.topic)) is not None:
+        if (
+            self._refused is not None
+            and not self._producer.is_connected()
+            and (refused := self._refused(self.topic)) is not None
+        ):
             raise refused
         if self._explain is None:
             with broker_errors(doing, self._url, self.topic):
@@ -103,20 +108,23 @@ class PulsarExclusivePublisher:
 
     def _fenced_error(self) -> Fenced:
         return Fenced(
-            f"another replica took {self.topic} over (this producer was fenced); it never writes there again: step down to standby"
+            f"another replica took {self.topic} over (this producer was fenced); it never writes there again: step down"
+            " to standby"
         )
 
     def _lost(self) -> TransportError:
         return TransportError(
-            f"the wait-mode producer on {self.topic} does not hold the topic now (fenced, or reconnecting); close it and "
-            "acquire the topic again", retriable=False,
+            f"the wait-mode producer on {self.topic} does not hold the topic now (fenced, or reconnecting); close it"
+            " and acquire the topic again",
+            retriable=False,
         )
 
     async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> bytes:
         if self._fenced:
             raise self._fenced_error()
         if self.mode == "wait" and not self._producer.is_connected():
-            # Fenced, a `wait` producer queues again instead of failing, and would send this once it gets the topic back.
+            # Fenced, a `wait` producer queues again instead of failing, and would send this once it gets the topic
+            # back.
             raise self._lost()
         with broker_errors(f"sending on {self.topic}", self._url, self.topic, refine=self._refine):
             message_id = await self._producer.send(encode(payload), properties=properties or None)
@@ -167,7 +175,8 @@ class PulsarReader:
         self._closed = False
 
     def _read_blocking(self, timeout_ms: int) -> list[Any]:
-        """Runs on the reader's thread: the next native message (none after `timeout_ms`), and those already prefetched."""
+        """Runs on the reader's thread: the next native message (none after `timeout_ms`), and those already
+        prefetched."""
         messages: list[Any] = []
         wait = timeout_ms
         while len(messages) < READ_BATCH:
@@ -181,7 +190,9 @@ class PulsarReader:
         return messages
 
     def _envelope(self, message: Any) -> Envelope:
-        return Envelope(message.data(), dict(message.properties() or {}), self.topic, bytes(message.message_id().serialize()))
+        return Envelope(
+            message.data(), dict(message.properties() or {}), self.topic, bytes(message.message_id().serialize())
+        )
 
     def _check_open(self) -> None:
         if self._closed:
@@ -204,7 +215,9 @@ class PulsarReader:
             if not self._kept:
                 if self._in_flight is None:
                     loop = asyncio.get_running_loop()
-                    self._in_flight = loop.run_in_executor(self._thread, self._read_blocking, max(1, int(timeout * 1000)))
+                    self._in_flight = loop.run_in_executor(
+                        self._thread, self._read_blocking, max(1, int(timeout * 1000))
+                    )
                 # A little past the client's own timeout, so that it, not we, gives up: then nothing stays in flight.
                 await self._finish_in_flight(timeout + 0.25)
             message = self._kept.popleft() if self._kept else None
@@ -217,17 +230,21 @@ class PulsarReader:
                 await self._finish_in_flight(None)  # bounded by that read's own timeout
             if self._kept:
                 return True
-            with broker_errors(f"checking for messages on {self.topic}", self._url, self.topic, refine=self._unsupported):
+            with broker_errors(
+                f"checking for messages on {self.topic}", self._url, self.topic, refine=self._unsupported
+            ):
                 available = await self._reader.has_message_available()
             return bool(available)
 
     def _unsupported(self, name: str) -> TransportError | None:
-        """pulsar-lite answers this with UnknownError: said as what it most likely is, since `PULSAR_URL` alone reads as Apache Pulsar."""
+        """pulsar-lite answers this with UnknownError: said as what it most likely is, since `PULSAR_URL` alone reads as
+        Apache Pulsar."""
         if name != "UnknownError":
             return None
         return BrokerUnsupported(
-            f"the broker at {self._url} could not say whether {self.topic} has messages (UnknownError), as pulsar-lite cannot: "
-            "if PULSAR_URL names a pulsar-lite broker, set TOOLREG_BROKER=pulsar-lite; otherwise see the broker's log"
+            f"the broker at {self._url} could not say whether {self.topic} has messages (UnknownError), as pulsar-lite"
+            " cannot: if PULSAR_URL names a pulsar-lite broker, set TOOLREG_BROKER=pulsar-lite; otherwise see the"
+            " broker's log"
         )
 
     async def close(self) -> None:
@@ -256,7 +273,9 @@ class PulsarSubscription:
 
     action: Action = "consume"
 
-    def __init__(self, consumer: pulsar_asyncio.Consumer, topic: str, handler: Handler, *, delete_on_close: bool = False) -> None:
+    def __init__(
+        self, consumer: pulsar_asyncio.Consumer, topic: str, handler: Handler, *, delete_on_close: bool = False
+    ) -> None:
         self._consumer = consumer
         self.topic = topic
         self._handler = handler
@@ -267,7 +286,8 @@ class PulsarSubscription:
 
     @property
     def connected(self) -> bool:
-        """Whether the consumer is attached to the broker now: False while pulsar-client reconnects (for `TopicWatch`)."""
+        """Whether the consumer is attached to the broker now: False while pulsar-client reconnects (for
+        `TopicWatch`)."""
         return self._native is None or bool(self._native.is_connected())
 
     async def _run(self) -> None:
@@ -330,5 +350,3 @@ class PulsarSubscription:
             log.debug("consumer.unsubscribe_failed", topic=self.topic, error=str(deleting.error))
         with broker_errors(log="consumer.close_failed", topic=self.topic):
             await self._consumer.close()
-
-

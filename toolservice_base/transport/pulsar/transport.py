@@ -131,7 +131,13 @@ class PulsarTransport(OpenedResources):
             raise BrokerUnreachable(f"bad broker URL {target!r}: {exc}; expected pulsar://host:port") from None
         kind = settings.broker_kind(target)
         capabilities = Capabilities.for_broker(kind)
-        log.debug("transport.opened", url=target, broker=kind, topicspace=settings.topicspace, capabilities=capabilities.enabled())
+        log.debug(
+            "transport.opened",
+            url=target,
+            broker=kind,
+            topicspace=settings.topicspace,
+            capabilities=capabilities.enabled(),
+        )
         return cls(client, target, kwargs, capabilities, settings.topics, settings.auth_token)
 
     @property
@@ -145,10 +151,13 @@ class PulsarTransport(OpenedResources):
         return self._watch.problem(topic)
 
     def _watched(self) -> list[PulsarPublisher | PulsarSubscription]:
-        """What the watch looks after: plain producers and consumers (exclusive producers and readers have their own rules)."""
+        """What the watch looks after: plain producers and consumers (exclusive producers and readers have their own
+        rules)."""
         return [p for p in self._publishers if type(p) is PulsarPublisher] + list(self._subscriptions)
 
-    async def diagnose(self, topic: str, doing: str | None = None, action: Action | None = None) -> TransportError | None:
+    async def diagnose(
+        self, topic: str, doing: str | None = None, action: Action | None = None
+    ) -> TransportError | None:
         """Why `topic` cannot be used now, as the broker tells it; None if it lets us use it.
 
         Asks whether the broker is reachable, whether it accepts our token (a
@@ -166,7 +175,9 @@ class PulsarTransport(OpenedResources):
         answer = await handshake(self.url, self._token)
         if answer.accepted is False:
             return token_refused(self.url, self._token, answer.said, doing=doing)
-        if answer.accepted is None and self._claims.expired():  # no verdict (TLS, say), and the token's own exp has passed
+        if (
+            answer.accepted is None and self._claims.expired()
+        ):  # no verdict (TLS, say), and the token's own exp has passed
             return token_refused(self.url, self._token, f"no verdict ({answer.said})", doing=doing)
         if answer.silent:
             return TransportError(
@@ -183,20 +194,26 @@ class PulsarTransport(OpenedResources):
         even on a persistent topic. What a try opens is closed at once; one
         the broker grants after we stopped waiting is closed when it comes.
         """
-        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [(f"looking up {topic}", lambda: self._client.get_topic_partitions(topic))]
+        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+            (f"looking up {topic}", lambda: self._client.get_topic_partitions(topic))
+        ]
         if action == "produce":
             steps.append((f"producing on {topic}", lambda: self._client.create_producer(topic, batching_enabled=False)))
         elif action == "consume":
-            steps.append((f"consuming from {topic}", lambda: self._client.create_reader(
-                topic, pulsar.MessageId.latest, receiver_queue_size=1)))
+            steps.append(
+                (
+                    f"consuming from {topic}",
+                    lambda: self._client.create_reader(topic, pulsar.MessageId.latest, receiver_queue_size=1),
+                )
+            )
         for trying, call in steps:
             attempt = asyncio.ensure_future(call())
             done, _ = await asyncio.wait({attempt}, timeout=LOOKUP_TIMEOUT)
             if not done:
                 attempt.add_done_callback(lambda late: self._retire(late, topic))
                 return TransportError(
-                    f"the broker at {self.url} accepts our token but gave no answer within {LOOKUP_TIMEOUT:g}s while {trying}"
-                    f"{f' ({doing})' if doing else ''}; it may be overloaded or still starting"
+                    f"the broker at {self.url} accepts our token but gave no answer within {LOOKUP_TIMEOUT:g}s while"
+                    f" {trying}{f' ({doing})' if doing else ''}; it may be overloaded or still starting"
                 )
             with broker_errors(keep=True) as asking:
                 await self._undo(attempt.result(), topic)
@@ -229,7 +246,11 @@ class PulsarTransport(OpenedResources):
                 send_timeout_millis=SEND_TIMEOUT_MS,
             )
         publisher = PulsarPublisher(
-            producer, topic, self.url, explain=lambda exc, doing, on: self._explain(exc, doing, on, "produce"), refused=self._watch.refusal
+            producer,
+            topic,
+            self.url,
+            explain=lambda exc, doing, on: self._explain(exc, doing, on, "produce"),
+            refused=self._watch.refusal,
         )
         self._publishers.append(publisher)
         self._watch.start()
@@ -245,9 +266,13 @@ class PulsarTransport(OpenedResources):
 
         def held(name: str) -> TransportError | None:
             if name in HELD:
-                return ProducerBusy(f"{topic} is held by another exclusive producer ({name}); try again later, or wait for it")
+                return ProducerBusy(
+                    f"{topic} is held by another exclusive producer ({name}); try again later, or wait for it"
+                )
             if name == "Timeout" and mode == "wait":
-                return ProducerBusy(f"{topic} is still held by another producer after waiting {timeout}s (one wait); wait again")
+                return ProducerBusy(
+                    f"{topic} is still held by another producer after waiting {timeout}s (one wait); wait again"
+                )
             return None
 
         async def create(access_mode: Any) -> pulsar_asyncio.Producer:
@@ -318,7 +343,9 @@ class PulsarTransport(OpenedResources):
             try:
                 position = pulsar.MessageId.deserialize(start)
             except Exception:  # the C++ parser's own error type
-                raise TransportError(f"{start[:16]!r} is not a message id of this broker; start at earliest", retriable=False) from None
+                raise TransportError(
+                    f"{start[:16]!r} is not a message id of this broker; start at earliest", retriable=False
+                ) from None
         else:
             raise ValueError(f"a reader starts at 'earliest', 'latest' or a message id, not {start!r}")
         doing = f"opening a reader of {topic}"
@@ -364,7 +391,9 @@ class PulsarTransport(OpenedResources):
         self._watch.start()
         return sub
 
-    async def _explain(self, exc: BaseException, doing: str, topic: str, action: Action | None = None) -> TransportError:
+    async def _explain(
+        self, exc: BaseException, doing: str, topic: str, action: Action | None = None
+    ) -> TransportError:
         """`translate`, and for a timeout, why: asked of the broker (`diagnose`).
 
         Apache Pulsar drops a connection whose token is missing, wrong or
@@ -396,7 +425,9 @@ class PulsarTransport(OpenedResources):
             )
         if self._shared_client is None:
             # A short operation timeout: a collision shows up as a timeout, and we retry.
-            self._shared_client = pulsar_asyncio.Client(self.url, **{**self._client_options, "operation_timeout_seconds": 2})
+            self._shared_client = pulsar_asyncio.Client(
+                self.url, **{**self._client_options, "operation_timeout_seconds": 2}
+            )
         last: BaseException | None = None
         for attempt in range(1, SHARED_ATTEMPTS + 1):
             await self._shift_consumer_id(self._shared_client, topic, self._shift_subscription)
@@ -427,12 +458,16 @@ class PulsarTransport(OpenedResources):
         throwaway = f"non-persistent://{tenant_ns}/consumer-id-shift"
         results = await asyncio.gather(
             *(
-                client.subscribe(throwaway, subscription, consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=1)
+                client.subscribe(
+                    throwaway, subscription, consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=1
+                )
                 for _ in range(count)
             ),
             return_exceptions=True,
         )
-        await asyncio.gather(*(c.close() for c in results if isinstance(c, pulsar_asyncio.Consumer)), return_exceptions=True)
+        await asyncio.gather(
+            *(c.close() for c in results if isinstance(c, pulsar_asyncio.Consumer)), return_exceptions=True
+        )
 
     async def close(self) -> None:
         await self._watch.stop()
