@@ -125,7 +125,7 @@ class Fleet:
 
     async def merge(self, keys: list[ServiceKey]) -> float:
         started = time.perf_counter()
-        await self.writer._merge(set(keys), set())
+        await self.writer.batches.write(set(keys), set())
         return time.perf_counter() - started
 
 

@@ -174,14 +174,14 @@ def test_a_small_write_costs_the_same_in_a_small_and_a_large_fleet(monkeypatch: 
     def batch_work(size: int) -> dict[str, int]:
         fleet = Fleet()
         while fleet.count < size:
-            asyncio.run(fleet.writer._merge(set(fleet.join(min(BATCH_MAX, size - fleet.count))), set()))
+            asyncio.run(fleet.writer.batches.write(set(fleet.join(min(BATCH_MAX, size - fleet.count))), set()))
         work.update(names=0, leases=0)
         keys = fleet.join(5)
-        asyncio.run(fleet.writer._merge(set(keys), set()))
+        asyncio.run(fleet.writer.batches.write(set(keys), set()))
         for key in keys:  # and the same five go: every lease ran out
             for lease in fleet.leases.of_service(key):
                 fleet.leases.remove(lease.instance)
-        asyncio.run(fleet.writer._merge(set(keys), set()))
+        asyncio.run(fleet.writer.batches.write(set(keys), set()))
         assert all(key not in fleet.services for key in keys) and len(fleet.services) == size
         return dict(work)
 

@@ -1,0 +1,164 @@
+"""Lease expiry: the sweep that drops instances whose ttl ran out, and the policy around it.
+
+`leases` knows when a lease runs out and when a sweep must hold its
+deletions (self-preservation: a large share of leases stopping at once says
+more of the registry or the broker than of the services). This module
+decides when a sweep may run at all: not right after the process itself did
+not run (`_stalled`: a SIGSTOP, a paused VM), and not while the registry
+cannot hear the broker (`_deaf`), since a silence it could not hear says
+nothing of the services. What runs out is marked for the writer, and logged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+from toolservice_base.logs import get_logger
+
+from .departed import Departed
+from .leases import Lease, LeaseTable, ServiceKey
+from .metrics import RegistryMetrics
+from .options import RegistryOptions
+from .probes import Prober
+from .writer import StoreWriter
+
+__all__ = ["STALL", "STALL_PAUSE", "Expiry"]
+
+log = get_logger("discovery.registry")
+
+STALL = 3.0
+"""A gap this long between two lease sweeps (or four of their intervals, if longer): the process did not run. Well above
+what a busy loop takes between two sweeps, so a loaded machine never turns expiry off."""
+STALL_PAUSE = 5.0
+"""Seconds no lease expires after such a gap: longer than heartbeats take to come in again (one every ttl/3), and than a
+deposed replica takes to learn it was replaced meanwhile (a newer term heard within a second, its lock seen lost within
+two)."""
+
+
+class Expiry:
+    """The periodic lease sweep (`sweep`, every `RegistryOptions.sweep_interval`), paused while expiry would lie."""
+
+    def __init__(
+        self,
+        *,
+        leases: LeaseTable,
+        writer: StoreWriter,
+        prober: Prober,
+        options: RegistryOptions,
+        metrics: RegistryMetrics,
+        departed: Departed,
+        report_state: Callable[[], None],
+    ) -> None:
+        self.leases = leases
+        self._writer = writer
+        self._prober = prober
+        self.options = options
+        self.metrics = metrics
+        self.departed = departed
+        self._report_state = report_state
+        self._last_sweep = time.monotonic()
+        self._sweeps_paused_until = 0.0
+        self._disconnected = False
+
+    def _mark(self, key: ServiceKey) -> None:
+        self._writer.mark(key)
+
+    def _recheck_conflicts(self, workspaces: list[str] | set[str]) -> None:
+        self._writer.recheck_conflicts(workspaces)
+
+    def _stalled(self, now: float) -> bool:
+        """Whether this process has just come back from not running (SIGSTOP, a paused VM): then no lease expires for a
+        while.
+
+        A registry that did not run heard no heartbeat meanwhile; the silence
+        is its own, not the services'. Sweeps stay off for `STALL_PAUSE`, long
+        enough for the heartbeats to come in again (and, for a replica, to
+        learn that another one took over meanwhile).
+        """
+        gap, self._last_sweep = now - self._last_sweep, now
+        if gap > max(STALL, 4 * self.options.sweep_interval):
+            log.warning(
+                "registry.sweeps_paused",
+                stalled_s=round(gap, 1),
+                paused_s=STALL_PAUSE,
+                note="this process did not run for a while: no lease expires on silence it could not hear",
+            )
+            self._sweeps_paused_until = now + STALL_PAUSE
+        return now < self._sweeps_paused_until
+
+    async def _deaf(self, now: float) -> bool:
+        """Whether the registry cannot reach the broker now, or did so less than `STALL_PAUSE` ago: then no lease
+        expires.
+
+        During a broker outage no heartbeat can arrive, and the registry's
+        deletions could not be written anyway: expiring then would only
+        remove every tool when the broker comes back and add it again a
+        heartbeat later, a flap every agent sees. Once back, every service
+        is asked to announce at once, so the leases renew within the pause.
+        """
+        if not self._prober.connected:
+            if not self._disconnected:
+                self._disconnected = True
+                log.warning(
+                    "registry.sweeps_paused",
+                    reason="not connected to the broker",
+                    note="no lease expires while no heartbeat can be heard",
+                )
+            self._sweeps_paused_until = now + STALL_PAUSE
+            return True
+        if self._disconnected:
+            self._disconnected = False
+            log.info("registry.reconnected", paused_s=STALL_PAUSE, note="every service is asked to announce again")
+            await self._prober.probe(None, "the registry reconnected to the broker")
+        return now < self._sweeps_paused_until
+
+    async def sweep(self) -> None:
+        self._recheck_conflicts(self.departed.prune(time.time()))  # a kept name is free now
+        now = time.monotonic()
+        if self._stalled(now) or await self._deaf(now):
+            return
+        result = self.leases.sweep(now)
+        if (
+            not result.expired and not result.held
+        ):  # the usual sweep: nothing ran out, so only the instance count may have moved
+            self.metrics.instances.set(len(self.leases))
+            return
+        gone: dict[ServiceKey, list[Lease]] = defaultdict(list)
+        for lease in result.expired:
+            gone[lease.service].append(lease)
+        self.metrics.expired(len(result.expired))
+        self._report_state()
+        for key, leases in gone.items():
+            self._mark(key)
+            event = "instance.expired" if self.leases.has_service(key) else "service.expired"
+            refused = next((lease.refused for lease in leases if lease.refused), None)
+            log.info(
+                event,
+                service=key[1],
+                workspace=key[0],
+                instances=[lease.instance for lease in leases],
+                ttl=leases[0].ttl,
+                refused=refused,
+            )
+        if result.held:
+            services = sorted({lease.service[1] for lease in result.held})
+            if len(result.held) < len(self.leases.held()):  # already holding: say it once, loudly
+                log.info(
+                    "registry.self_preservation_extended", held=services, reason="more leases ran out while holding"
+                )
+                return
+            log.warning(
+                "registry.self_preservation",
+                reason=(
+                    f"{result.failing} of {result.total} leases stopped renewing at once ({result.share:.0%} >"
+                    f" {self.options.self_preservation_share:.0%}): suspecting the registry or the broker, not the"
+                    " services"
+                ),
+                held=services,
+                action=(
+                    "their tools stay listed as 'held'; they are released when heartbeats resume, or run `toolreg"
+                    " release` to delete them"
+                ),
+            )
