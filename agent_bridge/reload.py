@@ -21,7 +21,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from toolservice_base.configclient import ConfigClient, watch_config
 from toolservice_base.errors import BrokerUnreachable, ConfigError, TransportError
@@ -35,9 +36,6 @@ from .client import ToolServiceClient
 from .impls import ToolFactory, registered_factories
 from .llm_names import openai_names
 from .snapshot import write_snapshot
-
-if TYPE_CHECKING:
-    from .toolset import ToolSet
 
 log = get_logger("agent_bridge.toolset")
 
@@ -74,6 +72,29 @@ class Change:
     version: int
 
 
+class Tuning(Protocol):
+    """What a `Reloader` reads of the `ToolSet` it serves (`ToolSet` is one), at the moment it needs it."""
+
+    @property
+    def workspace(self) -> str: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def poll_interval(self) -> float: ...
+    @property
+    def store_timeout(self) -> float: ...
+    @property
+    def close_timeout(self) -> float: ...
+    @property
+    def call_timeout(self) -> float: ...
+    @property
+    def idle_timeout(self) -> float | None: ...
+    @property
+    def max_answer_bytes(self) -> int: ...
+    @property
+    def snapshot_path(self) -> Path: ...
+
+
 class Reloader:
     """Keeps the `State` of one `ToolSet` in step with the config store.
 
@@ -81,7 +102,7 @@ class Reloader:
     `ToolSet` it serves, at the moment it needs it.
     """
 
-    def __init__(self, owner: ToolSet, factories: Mapping[str, ToolFactory]) -> None:
+    def __init__(self, owner: Tuning, factories: Mapping[str, ToolFactory]) -> None:
         self._owner = owner
         self._factories = dict(factories)
         self.state = State()

@@ -17,7 +17,7 @@ from langchain.agents.middleware import (
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.types import Command
 
-from .langchain import CurrentTools, LiveTool
+from ._langchain_tools import CurrentTools, LiveTool
 
 if TYPE_CHECKING:
     from .. import ToolSet

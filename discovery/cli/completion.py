@@ -6,6 +6,9 @@ and cannot drift from them. It is static: completing a word runs no Python
 and asks no broker (unlike `argcomplete`, whose hook runs the program on
 every Tab).
 
+`toolreg completion SHELL` itself is `main.cmd_completion`: it writes the
+script of `main.build_parser()`, which this module does not import.
+
 The parser declares which arguments are paths only by their names
 (`--data-dir`, `--trust-policy PATH`, `keygen PATH`), so `path_kind` reads
 them off there and the script completes file or directory names for those.
@@ -14,7 +17,6 @@ them off there and the script completes file or directory names for those.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Literal
 
 SHELLS = ("bash", "zsh", "fish")
@@ -55,12 +57,3 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
                 action.complete = hints[kind]  # type: ignore[attr-defined]  # shtab reads this attribute
     text: str = shtab.complete(parser, shell=shell)
     return text
-
-
-async def cmd_completion(args: argparse.Namespace) -> int:
-    from .main import (
-        build_parser,
-    )  # the parser this module is loaded by; imported here, not at the top, to avoid a cycle
-
-    sys.stdout.write(script(build_parser(), args.shell))
-    return 0

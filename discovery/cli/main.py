@@ -34,7 +34,7 @@ from . import replicas as cli_replicas
 from . import store as cli_store
 from . import trust as cli_trust
 from .common import Handler, fail, lazy
-from .completion import SHELLS
+from .completion import SHELLS, script
 from .otel import configure_tracing
 
 log = get_logger("discovery.cli")
@@ -363,7 +363,13 @@ def _add_completion(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
         ),
     )
     completion.add_argument("shell", metavar="SHELL", choices=SHELLS, help="bash, zsh or fish")
-    completion.set_defaults(handler=lazy("completion", "cmd_completion"))
+    completion.set_defaults(handler=cmd_completion)
+
+
+async def cmd_completion(args: argparse.Namespace) -> int:
+    """The completion script of the very parser every command runs (`completion.script`)."""
+    sys.stdout.write(script(build_parser(), args.shell))
+    return 0
 
 
 def run_loop(handler: Handler, args: argparse.Namespace) -> int:

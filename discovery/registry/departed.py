@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from toolservice_base.schemas import canonical_json
 
+from .keys import Key
 from .leases import ServiceKey
-from .merge import Key
 
 DEPARTED_KEY: Key = ("registry", "departed")
 """In the reserved workspace `_toolreg`."""

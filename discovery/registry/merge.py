@@ -46,8 +46,8 @@ from toolservice_base.schemas import (
 )
 from toolservice_base.schemas.tools import definition_digest
 
-Key = tuple[str, str]
-"""(type, key) of a config item inside one workspace."""
+from .keys import Key
+from .owners import OwnerLayer
 
 RECORD_TYPE = "discovery"
 """Ownership records live at `discovery/<service-id>`, next to the tools they own."""
@@ -275,8 +275,6 @@ class ClientNames:
 
     def __init__(self, view: Mapping[Key, str | None], owners: Mapping[Key, str]) -> None:
         self.view, self.owners = view, owners
-        from .owners import OwnerLayer  # here, not at the top: owners.py builds on this module
-
         self.names: dict[str, set[str]] = {}
         self.base: Mapping[str, set[str]] = {}
         own: Mapping[Key, str] = owners

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 
 from toolservice_base.names import client_name
 
-from .merge import Key
+from .keys import Key
 
 
 class Owners:

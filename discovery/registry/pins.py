@@ -77,7 +77,8 @@ from toolservice_base.schemas import (
 )
 from toolservice_base.schemas.tools import definition_digest, service_definition, tool_definition
 
-from .merge import Key, Offer
+from .keys import Key
+from .merge import Offer
 from .options import AutoApprove
 from .protocol import PendingChange
 

@@ -23,8 +23,9 @@ from toolservice_base.schemas import (
 )
 from toolservice_base.schemas.tools import definition_digest
 
+from .keys import Key
 from .leases import Lease, ServiceKey
-from .merge import InstanceRecord, Key, Offer, OwnershipRecord
+from .merge import InstanceRecord, Offer, OwnershipRecord
 from .protocol import NameConflict, ToolStatus
 
 __all__ = ["ServiceState", "service_status", "static_status"]

@@ -19,7 +19,8 @@ from support.registry import announcement
 
 from agent_bridge import llm_names
 from discovery.registry.client import RegistryClient
-from discovery.registry.merge import InstanceRecord, Key, Offer, OwnershipRecord, Plan, apply_plan, plan_service
+from discovery.registry.keys import Key
+from discovery.registry.merge import InstanceRecord, Offer, OwnershipRecord, Plan, apply_plan, plan_service
 from discovery.registry.service import Registry
 from discovery.registry.validation import AnnouncementValidator, Rejected
 from toolservice_base import ConfigClient, Transport, names
