@@ -32,6 +32,7 @@ from .impls import (
     arguments_schema,
     register_tool_type,
 )
+from .limits import CallLimits
 from .static import StaticDirError, load_static_dir
 from .toolset import ToolSet
 
@@ -39,6 +40,7 @@ __all__ = [
     "AnswerTooLarge",
     "BadArguments",
     "BridgeUnavailable",
+    "CallLimits",
     "RequestTimeout",
     "StaticDirError",
     "Tool",

@@ -25,8 +25,9 @@ from toolservice_base.schemas import (
 from toolservice_base.transport import Transport
 
 from .arguments import ArgumentCheck
-from .client import DEFAULT_MAX_ANSWER_BYTES, ToolServiceClient
+from .client import ToolServiceClient
 from .impls import Tool, ToolContext, ToolFactory
+from .limits import CallLimits
 
 log = get_logger("agent_bridge.build")
 
@@ -162,19 +163,15 @@ async def build(
     connection: Transport,
     workspace: str,
     user: str,
-    timeout: float,
+    limits: CallLimits,
     warm_up: float,
-    idle_timeout: float | None = None,
-    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
 ) -> Built:
     """Build the tools of `items`; on any failure of the build itself, close what it created."""
     raw_services = items.get("tool-service", {})
     services, service_problems = parse_services(raw_services)
     pool = _ClientPool(connection, previous_clients)
     entries, problems, pending = _carry_over(items.get("tool", {}), raw_services, previous, pool)
-    context = ToolContext(
-        workspace, user, timeout, connection, services, service_problems, pool.get, idle_timeout, max_answer_bytes
-    )
+    context = ToolContext(workspace, user, limits, connection, services, service_problems, pool.get)
     try:
         for tool, signature in pending:
             factory = factories.get(tool.type)
@@ -237,7 +234,7 @@ async def _make_entry(
     impl = factory(tool, replace(context, get_client=get_client))
     if inspect.isawaitable(impl):
         impl = await impl
-    if not callable(getattr(impl, "invoke", None)):
+    if not (isinstance(impl, Tool) and callable(impl.invoke)):
         raise TypeError(f"factory returned {type(impl).__name__}, which has no invoke(**arguments)")
     return Entry(tool, impl, signature, tuple(dict.fromkeys(used)))
 

@@ -5,7 +5,7 @@ the response queue before the first send, correlate on the `id` property, bound
 the call). This adds the tool-service protocol on top (JSON-text `config` and
 `arguments`, the `error` field, streams that end at `end_of_stream`, the name
 of the tool called in the `tool` property), bounds what one answer may bring
-in (`max_bytes`), and counts the calls in flight, so a hot reload can retire a
+in (`CallLimits.max_answer_bytes`), and counts the calls in flight, so a hot reload can retire a
 client without cutting a call in half.
 
 A call that ends early (its timeout, too large an answer, or a caller that
@@ -27,12 +27,11 @@ from toolservice_base.rpc import RequestClient
 from toolservice_base.schemas import ToolServiceDescriptor, ToolServiceRequest, is_last_response, response_chunk
 from toolservice_base.transport import Transport
 
+from .limits import CallLimits
+
 log = get_logger("agent_bridge.client")
 
-DEFAULT_CALL_TIMEOUT = 30.0
-"""Seconds a whole call may take, a streamed answer included."""
-DEFAULT_MAX_ANSWER_BYTES = 16 * 1024 * 1024
-"""The most one answer (all its chunks, UTF-8) may bring into the caller before the call is stopped."""
+DEFAULT_LIMITS = CallLimits()
 
 
 class ToolServiceClient:
@@ -72,16 +71,12 @@ class ToolServiceClient:
         user: str,
         config: Mapping[str, Any],
         arguments: Mapping[str, Any],
-        timeout: float = DEFAULT_CALL_TIMEOUT,
+        limits: CallLimits | float = DEFAULT_LIMITS,
         *,
         tool: str = "",
-        idle_timeout: float | None = None,
-        max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> str:
         """The whole observation: a streamed answer's chunks joined in order, with nothing between them."""
-        chunks = self.stream(
-            user, config, arguments, timeout, tool=tool, idle_timeout=idle_timeout, max_bytes=max_bytes
-        )
+        chunks = self.stream(user, config, arguments, limits, tool=tool)
         async with aclosing(chunks) as each:
             return "".join([chunk async for chunk in each])
 
@@ -90,21 +85,22 @@ class ToolServiceClient:
         user: str,
         config: Mapping[str, Any],
         arguments: Mapping[str, Any],
-        timeout: float = DEFAULT_CALL_TIMEOUT,
+        limits: CallLimits | float = DEFAULT_LIMITS,
         *,
         tool: str = "",
-        idle_timeout: float | None = None,
-        max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> AsyncGenerator[str, None]:
         """Yield each non-empty chunk in order until the service says `end_of_stream`.
 
-        `timeout` bounds the whole call, however steadily a stream moves;
-        `idle_timeout`, if given, bounds each wait for the next chunk (both
-        raise `RequestTimeout`). Past `max_bytes` of answer, `AnswerTooLarge`.
+        `limits.timeout` bounds the whole call, however steadily a stream moves;
+        `limits.idle_timeout`, if given, bounds each wait for the next chunk
+        (both raise `RequestTimeout`). Past `limits.max_answer_bytes` of answer,
+        `AnswerTooLarge`. A number for `limits` is the whole call's timeout
+        (`CallLimits.of`).
         `tool` names the tool called, for a service that serves several (the
         service also counts and traces per tool); with an OpenTelemetry SDK
         configured, the call is a client span.
         """
+        limits = CallLimits.of(limits)
         if self._closed:
             raise ToolError(
                 "client-closed",
@@ -127,8 +123,8 @@ class ToolServiceClient:
                 responses = self._rpc.stream(
                     request,
                     is_last=is_last_response,
-                    timeout=timeout,
-                    idle_timeout=idle_timeout,
+                    timeout=limits.timeout,
+                    idle_timeout=limits.idle_timeout,
                     properties=span.properties or None,
                 )
                 size = 0
@@ -137,8 +133,8 @@ class ToolServiceClient:
                         chunk = response_chunk(body, self.service.id)
                         if chunk:
                             size += len(chunk) if chunk.isascii() else len(chunk.encode())
-                            if size > max_bytes:
-                                raise AnswerTooLarge(max_bytes, tool=tool, service=self.service.id)
+                            if size > limits.max_answer_bytes:
+                                raise AnswerTooLarge(limits.max_answer_bytes, tool=tool, service=self.service.id)
                             yield chunk
         finally:
             self._in_flight -= 1

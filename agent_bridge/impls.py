@@ -25,7 +25,8 @@ from toolservice_base.schemas import (
 )
 from toolservice_base.transport import Transport
 
-from .client import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, ToolServiceClient
+from .client import ToolServiceClient
+from .limits import CallLimits
 
 
 @runtime_checkable
@@ -35,25 +36,43 @@ class Tool(Protocol):
     async def invoke(self, **arguments: Any) -> str: ...
 
 
+@runtime_checkable
+class CallsForUser(Protocol):
+    """A tool that is told who calls (`ToolServiceImpl` is one): `ToolSet.invoke` calls it so, else `invoke`."""
+
+    async def call(self, arguments: Mapping[str, Any], *, user: str | None = None) -> str: ...
+
+
+@runtime_checkable
+class StreamsForUser(Protocol):
+    """A tool that answers chunk by chunk (`ToolServiceImpl` is one): `ToolSet.stream` streams it, else yields its
+    whole answer once."""
+
+    def call_stream(self, arguments: Mapping[str, Any], *, user: str | None = None) -> AsyncGenerator[str, None]: ...
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """What a factory may use besides the tool's own descriptor.
 
     `client(service)` hands out the one shared `ToolServiceClient` of a service,
     the same object across reloads while the service's descriptor is unchanged.
-    `timeout`, `idle_timeout` and `max_answer_bytes` are the ToolSet's bounds
-    on one call (see `ToolServiceClient.stream`).
+    `limits` are the ToolSet's bounds on one call (`CallLimits`, see
+    `ToolServiceClient.stream`).
     """
 
     workspace: str
     user: str
-    timeout: float
+    limits: CallLimits
     connection: Transport
     services: Mapping[str, ToolServiceDescriptor]
     service_problems: Mapping[str, str]
     get_client: Callable[[ToolServiceDescriptor], ToolServiceClient]
-    idle_timeout: float | None = None
-    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+
+    @property
+    def timeout(self) -> float:
+        """`limits.timeout`: seconds a whole call may take."""
+        return self.limits.timeout
 
     def service(self, service_id: str) -> ToolServiceDescriptor:
         """The service's descriptor, or a ValueError saying why there is none."""
@@ -84,17 +103,13 @@ class ToolServiceImpl:
         client: ToolServiceClient,
         *,
         user: str = "",
-        timeout: float = DEFAULT_CALL_TIMEOUT,
-        idle_timeout: float | None = None,
-        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        limits: CallLimits = CallLimits(),
     ) -> None:
         self.tool = tool
         self.service = service
         self.client = client
         self.user = user
-        self.timeout = timeout
-        self.idle_timeout = idle_timeout
-        self.max_answer_bytes = max_answer_bytes
+        self.limits = limits
         self._config = tool.config_values
 
     def __repr__(self) -> str:
@@ -116,10 +131,8 @@ class ToolServiceImpl:
             self._user(user),
             self._config,
             arguments,
-            self.timeout,
+            self.limits,
             tool=self.tool.name,
-            idle_timeout=self.idle_timeout,
-            max_bytes=self.max_answer_bytes,
         )
 
     def call_stream(self, arguments: Mapping[str, Any], *, user: str | None = None) -> AsyncGenerator[str, None]:
@@ -127,10 +140,8 @@ class ToolServiceImpl:
             self._user(user),
             self._config,
             arguments,
-            self.timeout,
+            self.limits,
             tool=self.tool.name,
-            idle_timeout=self.idle_timeout,
-            max_bytes=self.max_answer_bytes,
         )
 
     def _user(self, user: str | None) -> str:
@@ -148,9 +159,7 @@ def tool_service_factory(tool: ToolDescriptor, ctx: ToolContext) -> ToolServiceI
         service,
         ctx.client(service),
         user=ctx.user,
-        timeout=ctx.timeout,
-        idle_timeout=ctx.idle_timeout,
-        max_answer_bytes=ctx.max_answer_bytes,
+        limits=ctx.limits,
     )
 
 

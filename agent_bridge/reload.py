@@ -34,6 +34,7 @@ from toolservice_base.transport import Subscription, Transport
 from .build import TYPES, Built, Entry, Items, build, one_line
 from .client import ToolServiceClient
 from .impls import ToolFactory, registered_factories
+from .limits import CallLimits
 from .llm_names import openai_names
 from .snapshot import write_snapshot
 
@@ -86,11 +87,7 @@ class Tuning(Protocol):
     @property
     def close_timeout(self) -> float: ...
     @property
-    def call_timeout(self) -> float: ...
-    @property
-    def idle_timeout(self) -> float | None: ...
-    @property
-    def max_answer_bytes(self) -> int: ...
+    def limits(self) -> CallLimits: ...
     @property
     def snapshot_path(self) -> Path: ...
 
@@ -299,10 +296,8 @@ class Reloader:
             connection=self._connection,
             workspace=owner.workspace,
             user=owner.user,
-            timeout=owner.call_timeout,
+            limits=owner.limits,
             warm_up=owner.store_timeout,
-            idle_timeout=owner.idle_timeout,
-            max_answer_bytes=owner.max_answer_bytes,
         )
         new = State(version, source, built.entries, built.problems, built.clients, built.service_problems)
         self.state = new  # the one swap

@@ -35,8 +35,8 @@ from toolservice_base.settings import Settings
 from toolservice_base.transport import Transport, open_transport
 
 from .build import Entry, Signature, one_line
-from .client import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES
-from .impls import Tool, ToolFactory, arguments_schema
+from .impls import CallsForUser, StreamsForUser, Tool, ToolFactory, arguments_schema
+from .limits import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, CallLimits
 from .metrics import BridgeMetrics
 from .reload import ChangeCallback, Reloader, State
 from .snapshot import read_snapshot, snapshot_path
@@ -91,11 +91,13 @@ class ToolSet:
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         close_timeout: float = 30.0,
         metrics: BridgeMetrics | None = None,
+        limits: CallLimits | None = None,
     ) -> None:
         """`call_timeout` bounds each whole call, a streamed answer included; `idle_timeout` (off unless
         given) also bounds each wait for the next chunk; `max_answer_bytes` bounds what one answer
         may bring in. Past a timeout a call raises `RequestTimeout`, past the size `AnswerTooLarge`,
-        and the service is told to stop."""
+        and the service is told to stop. `limits` gives the three as one `CallLimits` (then the three
+        arguments are not read)."""
         self.workspace = check_name(workspace, "workspace")
         self._settings = settings or Settings.from_env(data_dir=data_dir, pulsar_url=pulsar_url)
         self._pulsar_url = pulsar_url
@@ -108,9 +110,8 @@ class ToolSet:
         self.user = user
         self.poll_interval = poll_interval
         self.store_timeout = store_timeout
-        self.call_timeout = call_timeout
-        self.idle_timeout = idle_timeout
-        self.max_answer_bytes = max_answer_bytes
+        self.limits = limits or CallLimits(call_timeout, idle_timeout, max_answer_bytes)
+        """The bounds of each call through this set (`CallLimits`)."""
         self.close_timeout = close_timeout
         self.metrics = metrics or BridgeMetrics.default()
         self._reload = Reloader(self, factories or {})
@@ -268,9 +269,8 @@ class ToolSet:
         args = dict(arguments or {})
         entry.arguments.check(args)
         impl = entry.impl
-        call = getattr(impl, "call", None)
-        if callable(call):
-            result = await call(args, user=user or None)
+        if isinstance(impl, CallsForUser):
+            result = await impl.call(args, user=user or None)
         else:
             result = await impl.invoke(**args)
         return _as_text(result)
@@ -294,9 +294,8 @@ class ToolSet:
         except (UnknownToolError, BadArguments) as exc:
             self.metrics.failed(*labels, exc)
             raise
-        call_stream = getattr(entry.impl, "call_stream", None)
-        if callable(call_stream):
-            chunks: AsyncIterator[str] = call_stream(args, user=user or None)
+        if isinstance(entry.impl, StreamsForUser):
+            chunks: AsyncIterator[str] = entry.impl.call_stream(args, user=user or None)
             return self.metrics.timed_stream(*labels, chunks)
         return self.metrics.timed_stream(*labels, _single(entry.impl, args))
 

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agent_bridge import RequestTimeout, ToolError, ToolServiceClient
+from agent_bridge import CallLimits, RequestTimeout, ToolError, ToolServiceClient
 from toolservice_base import DynamicToolService, Settings, open_transport
 from toolservice_base.logs import get_logger
 
@@ -121,7 +121,9 @@ async def _measure(client: ToolServiceClient, service_log: Path, quick: bool, pr
     wall = time.time()
     started = time.perf_counter()
     try:
-        await asyncio.wait_for(client.call("", {}, {}, CALLER_TIMEOUT, tool="endless", max_bytes=10**9), 30)
+        await asyncio.wait_for(
+            client.call("", {}, {}, CallLimits(CALLER_TIMEOUT, max_answer_bytes=10**9), tool="endless"), 30
+        )
         ended = "returned"
     except RequestTimeout:
         ended = "RequestTimeout"

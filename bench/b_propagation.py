@@ -54,7 +54,7 @@ async def _measure(stack: Stack, connection: Transport, starts: int, progress: P
                 await service.start()
                 t_started = time.perf_counter()
                 # Reference: the service answers a client that needs no discovery.
-                await direct.call("", {}, {"text": "ping"}, timeout=5)
+                await direct.call("", {}, {"text": "ping"}, 5)
                 physical.append(time.perf_counter() - t0)
                 t_listed = None
                 while True:

@@ -108,7 +108,7 @@ class Fleet:
                 for i in range(1 + n % 2)
             ]
             digest = descriptor_digest(service, tools)
-            key = ("default", sid)
+            key = ServiceKey("default", sid)
             state = self.services[key] = ServiceState(key, next(self.order))
             state.offers[digest] = Offer(service, tuple(tools), digest)
             for i in range(INSTANCES):

@@ -73,7 +73,8 @@ class ConfigClient:
     """Typed calls on the config store's request/response queues."""
 
     def __init__(self, connection: Transport, *, workspace: str = "default", timeout: float = DEFAULT_TIMEOUT) -> None:
-        self._connection = connection
+        self.connection = connection
+        """The transport the calls go over (the registry page names its broker and topicspace from it)."""
         self.workspace = workspace
         self.timeout = timeout
         self.page_limit = PAGE_LIMIT

@@ -134,8 +134,8 @@ def registry_options(args: argparse.Namespace) -> RegistryOptions:
             max_clock_skew=skew,
             max_instances=max_instances,
             max_instances_per_service=min(RegistryOptions.max_instances_per_service, max_instances),
-            pin_definitions=pin or bool(getattr(trust, "pin_definitions", False)),
-            auto_approve=getattr(trust, "auto_approve", None),
+            pin_definitions=pin or (trust is not None and trust.pin_definitions),
+            auto_approve=trust.auto_approve if trust is not None else None,
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from None
@@ -150,8 +150,8 @@ def trust_line(options: RegistryOptions) -> str:
             "no trust policy: every valid announcement is accepted, signed or not (--trust-policy PATH to require"
             f" signatures); queues in {namespaces}{_pinning_note(options)}"
         )
-    where = getattr(trust, "path", None)
-    keys = len(getattr(trust, "keys", ()))
+    where = trust.path
+    keys = len(trust.keys)
     line = (
         f"trust policy {where or '(in memory)'}: {keys} key(s); only their signed announcements are accepted; queues in"
         f" {namespaces}"

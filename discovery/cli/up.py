@@ -41,7 +41,7 @@ REGISTRY_GROUP = "registry"
 def shared_options(options: RegistryOptions) -> dict[str, object]:
     """What every replica of a group must run with alike: the trusted keys and what each may do, and the registry's
     limits."""
-    keys = getattr(options.trust, "keys", {}) or {}
+    keys = options.trust.keys if options.trust is not None else {}
     return {
         "trust": sorted(repr(key) for key in keys.values()),
         "max_clock_skew": options.max_clock_skew,

@@ -112,7 +112,7 @@ class BatchWriter:
         by_workspace: dict[str, list[ServiceKey]] = defaultdict(list)
         for key in sorted(batch):
             if key in self._services:
-                by_workspace[key[0]].append(key)
+                by_workspace[key.workspace].append(key)
         for workspace in sorted(self.pins.dirty_workspaces()) if self.pins is not None else ():
             by_workspace.setdefault(workspace, [])  # a decided pin is written even if no service of it changed
         for workspace, keys in by_workspace.items():
@@ -165,7 +165,7 @@ class BatchWriter:
             except ConfigConflict:
                 self.mark(key)  # contended: next round
             except ConfigRefused as exc:
-                self._on_refused(key, f"the config store refused service {key[1]!r}: {exc}")
+                self._on_refused(key, f"the config store refused service {key.service!r}: {exc}")
 
     def _entries(
         self, workspace: str, keys: list[ServiceKey], forced: set[ServiceKey], *, note: bool = False

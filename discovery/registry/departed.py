@@ -82,7 +82,7 @@ class Departed:
 
     def withdrawn(self, instance: str, service: ServiceKey, sequence: int, until: float) -> None:
         self.instances[instance] = WithdrawnInstance(
-            service=service[1], workspace=service[0], sequence=sequence, until=until
+            service=service.service, workspace=service.workspace, sequence=sequence, until=until
         )
         _bounded(self.instances, self.limit)
         self.dirty = True

@@ -136,14 +136,14 @@ class Expiry:
             refused = next((lease.refused for lease in leases if lease.refused), None)
             log.info(
                 event,
-                service=key[1],
-                workspace=key[0],
+                service=key.service,
+                workspace=key.workspace,
                 instances=[lease.instance for lease in leases],
                 ttl=leases[0].ttl,
                 refused=refused,
             )
         if result.held:
-            services = sorted({lease.service[1] for lease in result.held})
+            services = sorted({lease.service.service for lease in result.held})
             if len(result.held) < len(self.leases.held()):  # already holding: say it once, loudly
                 log.info(
                     "registry.self_preservation_extended", held=services, reason="more leases ran out while holding"

@@ -177,8 +177,8 @@ class Intake:
             self.leases.refuse(exc.instance, exc.reason)
             log.warning(
                 "instance.refused",
-                service=lease.service[1],
-                workspace=lease.service[0],
+                service=lease.service.service,
+                workspace=lease.service.workspace,
                 instance=exc.instance,
                 reason=exc.reason,
                 note="its holder is sending but refused: removed when its lease runs out, never held",
@@ -227,18 +227,18 @@ class Intake:
             if (
                 refusal is None
                 and lease is not None
-                and lease.service != (announcement.workspace, announcement.service.id)
+                and lease.service != ServiceKey(announcement.workspace, announcement.service.id)
             ):
-                moved = trust.check(announcement, lease.service[1], [], lease.service[0])
+                moved = trust.check(announcement, lease.service.service, [], lease.service.workspace)
                 if moved is not None:
                     return (
-                        f"instance {announcement.instance} serves {lease.service[1]!r} in workspace"
-                        f" {lease.service[0]!r}: {moved}"
+                        f"instance {announcement.instance} serves {lease.service.service!r} in workspace"
+                        f" {lease.service.workspace!r}: {moved}"
                     )
             return refusal
         if lease is None:
             return trust.check(announcement, None, [])
-        return trust.check(announcement, lease.service[1], [], lease.service[0])
+        return trust.check(announcement, lease.service.service, [], lease.service.workspace)
 
     @staticmethod
     def _check_binding(announcement: Announcement, lease: Lease) -> None:
@@ -259,7 +259,7 @@ class Intake:
         the last merge, so it is an upper bound of its instances, at O(1).
         """
         assert announcement.service is not None
-        key = (announcement.workspace, announcement.service.id)
+        key = ServiceKey(announcement.workspace, announcement.service.id)
         lease = self.leases.get(announcement.instance)
         if lease is not None and lease.service == key:
             return None  # a renewal: no new state
@@ -267,7 +267,7 @@ class Intake:
         state = self._services.get(key)
         if state is not None and len(state.since) >= opts.max_instances_per_service:
             return (
-                f"capacity: service {key[1]!r} already has {len(state.since)} instances, "
+                f"capacity: service {key.service!r} already has {len(state.since)} instances, "
                 f"the limit per service is {opts.max_instances_per_service}"
             )
         if len(self.leases) >= opts.max_instances:
@@ -308,7 +308,7 @@ class Intake:
         """A service was refused tool names: list it with the rejections and tell its instances, in their log."""
         reason = "; ".join(conflict.reason for conflict in conflicts)
         self.rejection_log.add(
-            Rejection(at=time.time(), reason=f"conflict: {reason}", service=key[1], workspace=key[0])
+            Rejection(at=time.time(), reason=f"conflict: {reason}", service=key.service, workspace=key.workspace)
         )
         for lease in self.leases.of_service(key):
             await self._prober.notify(lease.instance, f"conflict: {reason}")
@@ -317,7 +317,7 @@ class Intake:
         self, announcement: Announcement, now: float, wall: float, link: SpanContext | None = None
     ) -> None:
         assert announcement.service is not None and announcement.tools is not None  # the model guarantees it
-        key = (announcement.workspace, announcement.service.id)
+        key = ServiceKey(announcement.workspace, announcement.service.id)
         state = self._services.get(key)
         if state is None:
             state = self._services[key] = ServiceState(key, next(self.order))
@@ -353,7 +353,7 @@ class Intake:
     ) -> None:
         """Renew the lease; `stats`, the heartbeat's `tool-stats` property, goes on it for the page (`usage`)."""
         lease = self.leases.get(announcement.instance)
-        if lease is None or lease.service[0] != announcement.workspace:
+        if lease is None or lease.service.workspace != announcement.workspace:
             await self._prober.probe(announcement.instance, "heartbeat from an unknown instance")
             return
         was_held = lease.held
@@ -382,7 +382,9 @@ class Intake:
         try:
             heard = usage_sample(stats, announcement.sent_at, tools)
         except ValueError as exc:
-            log.debug("heartbeat.stats_ignored", instance=lease.instance, service=lease.service[1], reason=str(exc))
+            log.debug(
+                "heartbeat.stats_ignored", instance=lease.instance, service=lease.service.service, reason=str(exc)
+            )
             return
         if lease.calls is None:
             lease.calls = InstanceCalls()
@@ -412,7 +414,12 @@ class Intake:
         until = wall + 2 * self.options.max_clock_skew
         self.validator.ended(announcement.instance, announcement.sequence, until)
         self.departed.withdrawn(announcement.instance, lease.service, announcement.sequence, until)
-        log.info("instance.withdrawn", service=lease.service[1], workspace=lease.service[0], instance=lease.instance)
+        log.info(
+            "instance.withdrawn",
+            service=lease.service.service,
+            workspace=lease.service.workspace,
+            instance=lease.instance,
+        )
         self._mark(lease.service, link=link)
 
     def _resume(self, now: float) -> None:

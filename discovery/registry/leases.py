@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from .keys import ServiceKey
 from .usage import InstanceCalls
 
-ServiceKey = tuple[str, str]
-"""(workspace, service id): one service, however many instances it runs."""
+__all__ = ["Lease", "LeaseTable", "ServiceKey", "SweepResult", "should_hold"]
 
 
 @dataclass

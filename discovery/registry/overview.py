@@ -24,7 +24,7 @@ from .leases import LeaseTable, ServiceKey
 from .protocol import NameConflict, PendingChange, Rejection
 from .state import ServiceState, static_status
 from .usage import ToolUsage, tool_usage
-from .validation import RejectionLog
+from .validation import RejectionLog, TrustCheck
 
 STATIC_TYPES = ["tool", "tool-service"]
 MAX_DESCRIPTION = 500
@@ -92,15 +92,12 @@ class TrustView(BaseModel):
     """The policy's `auto-approve` rule for held definitions, if any."""
 
 
-def trust_view(trust: object | None) -> TrustView:
-    """The page's view of `RegistryOptions.trust` (a `TrustPolicy`, or any check with `keys` and `path`)."""
+def trust_view(trust: TrustCheck | None) -> TrustView:
+    """The page's view of `RegistryOptions.trust`."""
     if trust is None:
         return TrustView()
-    path = getattr(trust, "path", None)
     return TrustView(
-        policy=str(path) if path else "(in memory)",
-        keys=len(getattr(trust, "keys", None) or ()),
-        auto_approve=getattr(trust, "auto_approve", None),
+        policy=str(trust.path) if trust.path else "(in memory)", keys=len(trust.keys), auto_approve=trust.auto_approve
     )
 
 
@@ -139,14 +136,9 @@ class RegistrySnapshot(BaseModel):
 
 
 def _identity(config: ConfigClient) -> RegistryIdentity:
-    """Broker and topicspace from the connection the registry's config client uses (if it is one), and this host."""
-    connection = getattr(config, "_connection", None)
-    topics = getattr(connection, "topics", None)
-    url = getattr(connection, "url", "")
+    """Broker and topicspace from the connection the registry's config client uses, and this host."""
     return RegistryIdentity(
-        broker=url if isinstance(url, str) else "",
-        topicspace=str(getattr(topics, "topicspace", "") or ""),
-        host=socket.gethostname(),
+        broker=config.connection.url, topicspace=config.connection.topics.topicspace, host=socket.gethostname()
     )
 
 
@@ -277,7 +269,7 @@ class Overview:
                         last_seen=lease.last_seen,
                     )
                 )
-        workspaces = {self.workspace_default} | {key[0] for key in self._services}
+        workspaces = {self.workspace_default} | {key.workspace for key in self._services}
         for workspace in sorted(workspaces):
             items = await self._static_items(workspace)
             for name, value in items.get("tool", {}).items():
@@ -286,7 +278,7 @@ class Overview:
         return RegistrySnapshot(
             at=wall,
             config_version=self.config_version,
-            held=sorted({lease.service[1] for lease in self._leases.held()}),
+            held=sorted({lease.service.service for lease in self._leases.held()}),
             tools=[tools[key] for key in sorted(tools)],
             instances=instances,
             rejections=list(reversed(self._rejections.items())),

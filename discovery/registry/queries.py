@@ -68,8 +68,8 @@ class Queries:
 
     def key_names(self) -> dict[str, str]:
         """Key id -> the trust policy's name for it (empty without a policy)."""
-        keys = getattr(self.options.trust, "keys", None)
-        return {kid: key.name for kid, key in keys.items()} if isinstance(keys, dict) else {}
+        trust = self.options.trust
+        return {} if trust is None else {kid: key.name for kid, key in trust.keys.items()}
 
     async def list_tools(self, workspace: str | None = None) -> list[ToolStatus]:
         """Announced tools the registry wrote, plus every other `tool/*` item (static), by name."""
@@ -105,7 +105,7 @@ class Queries:
         return sorted(found, key=lambda c: (c.at, c.workspace, c.tool, c.service))
 
     def held_services(self) -> list[str]:
-        return sorted({lease.service[1] for lease in self.leases.held()})
+        return sorted({lease.service.service for lease in self.leases.held()})
 
     def release(self) -> list[str]:
         """The operator confirms the held deletions: those instances are dropped now."""
@@ -114,8 +114,10 @@ class Queries:
         for key in services:
             self._mark(key)
         if released:
-            log.warning("registry.released", services=[key[1] for key in services], leases=len(released), by="operator")
-        return [key[1] for key in services]
+            log.warning(
+                "registry.released", services=[key.service for key in services], leases=len(released), by="operator"
+            )
+        return [key.service for key in services]
 
     def pending(self) -> list[PendingChange]:
         """Held definition changes of every workspace, by workspace and tool; empty without `--pin-definitions`."""
@@ -130,7 +132,7 @@ class Queries:
 
     def _last_offered(self, key: tuple[str, str], pending: Pending) -> float | None:
         """When an instance offering the held definition was last heard from (None: none holds a lease)."""
-        state = self._services.get((key[0], pending.service))
+        state = self._services.get(ServiceKey(key[0], pending.service))
         if state is None:
             return None
         seen = [
@@ -189,7 +191,7 @@ class Queries:
             pinned=change.pinned,
             by="operator",
         )
-        state = self._services.get((workspace, pending.service))
+        state = self._services.get(ServiceKey(workspace, pending.service))
         if state is not None:
             for lease in self.leases.of_service(state.key):
                 offer = state.offers.get(lease.digest or "")

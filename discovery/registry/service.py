@@ -140,7 +140,7 @@ class Registry:
             max_retry_delay=self.options.max_retry_delay,
             metrics=self.metrics,
             on_refused=lambda key, reason: self.intake.reject(
-                reason, b"", time.time(), service=key[1], workspace=key[0], category="store"
+                reason, b"", time.time(), service=key.service, workspace=key.workspace, category="store"
             ),
             on_merged=self._report_state,
             departed=self.departed,
@@ -247,8 +247,8 @@ class Registry:
         else:
             log.info(
                 "registry.trusted",
-                keys=len(getattr(self.options.trust, "keys", ())),
-                path=str(getattr(self.options.trust, "path", "")),
+                keys=len(self.options.trust.keys),
+                path=str(self.options.trust.path),
             )
 
     async def __aenter__(self) -> Self:
@@ -342,7 +342,7 @@ class Registry:
                         reason=str(exc).splitlines()[0],
                     )
                     continue
-                key = (workspace, service_id)
+                key = ServiceKey(workspace, service_id)
                 state = ServiceState(key, next(self.intake.order), record=record, owned=owned)
                 state.since = {instance: item.since for instance, item in record.instances.items()}
                 self._services[key] = state

@@ -135,11 +135,11 @@ class ServiceState:
 
     @property
     def workspace(self) -> str:
-        return self.key[0]
+        return self.key.workspace
 
     @property
     def service_id(self) -> str:
-        return self.key[1]
+        return self.key.service
 
     def active_offer(self, leases: list[Lease]) -> Offer | None:
         """The offer of the most recent announce among live leases; forgets offers nobody holds."""

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Literal, Protocol
 
 from pydantic import ValidationError
@@ -60,8 +61,35 @@ Authorize = Callable[[Announcement], "str | None"]
 `Rejected` itself, for a refusal of another category (`identity`)."""
 
 
+class NamedKey(Protocol):
+    """A trusted key as the registry shows it: by the name the trust policy gives it."""
+
+    @property
+    def name(self) -> str: ...
+
+
 class TrustCheck(Protocol):
-    """What the registry needs of a trust policy (`discovery.trust.TrustPolicy` is one)."""
+    """What the registry needs of a trust policy (`discovery.registry.trust.TrustPolicy` is one)."""
+
+    @property
+    def keys(self) -> Mapping[str, NamedKey]:
+        """Key id -> the key, for every key the policy trusts."""
+        ...
+
+    @property
+    def path(self) -> Path | None:
+        """The file the policy was read from; None for one built in code."""
+        ...
+
+    @property
+    def pin_definitions(self) -> bool:
+        """The policy asks for pinned definitions (as `--pin-definitions`)."""
+        ...
+
+    @property
+    def auto_approve(self) -> str | None:
+        """Which held definitions are approved without an operator (`RegistryOptions.auto_approve`)."""
+        ...
 
     def check(
         self, announcement: Announcement, service_id: str | None, tool_names: list[str], workspace: str | None = None

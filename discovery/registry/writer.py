@@ -169,7 +169,7 @@ class StoreWriter:
     def recheck_conflicts(self, workspaces: list[str] | set[str]) -> None:
         """The store changed in `workspaces` (a push, a kept name let go): a service refused a name there may have it
         now."""
-        for key in [key for key in self.conflicted if key[0] in workspaces]:
+        for key in [key for key in self.conflicted if key.workspace in workspaces]:
             self.mark(key, force=True)
 
     def wake(self) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from support import eventually
 
-from agent_bridge import RequestTimeout, ToolError, ToolServiceClient, ToolServiceImpl
+from agent_bridge import CallLimits, RequestTimeout, ToolError, ToolServiceClient, ToolServiceImpl
 from toolservice_base import (
     DynamicToolService,
     Settings,
@@ -49,7 +49,9 @@ async def running(settings: Settings) -> AsyncIterator[dict[str, DynamicToolServ
 
 
 def impl_of(service: DynamicToolService, client: ToolServiceClient, user: str = "") -> ToolServiceImpl:
-    return ToolServiceImpl(service.tool_descriptors[0], service.service_descriptor, client, user=user, timeout=5)
+    return ToolServiceImpl(
+        service.tool_descriptors[0], service.service_descriptor, client, user=user, limits=CallLimits(timeout=5)
+    )
 
 
 async def test_joke_and_calculator_answer_through_impl_invoke(
@@ -134,7 +136,7 @@ async def test_a_service_nobody_serves_times_out_with_a_clear_error(connection: 
     )
     client = ToolServiceClient(connection, nobody)
     with pytest.raises(RequestTimeout, match=f"is a service consuming {topics.request_queue('nobody')}"):
-        await client.call("", {}, {}, timeout=0.3)
+        await client.call("", {}, {}, 0.3)
     assert client.in_flight == 0
     await client.close()
 
@@ -144,7 +146,7 @@ async def test_a_client_calls_inside_async_with_and_is_closed_after(
 ) -> None:
     async with ToolServiceClient(connection, running["calculator"].service_descriptor) as client:
         assert not client.closed
-        assert await client.call("", {}, {"expression": "6 * 7"}, timeout=5) == "42"
+        assert await client.call("", {}, {"expression": "6 * 7"}, 5) == "42"
     assert client.closed
 
 

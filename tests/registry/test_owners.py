@@ -133,7 +133,7 @@ class Fleet:
             )
             tools = [ToolDescriptor(name=f"{sid}.tool", description="d", service=sid)]
             digest = descriptor_digest(service, tools)
-            key = ("default", sid)
+            key = ServiceKey("default", sid)
             self.services[key] = ServiceState(key, self.count, offers={digest: Offer(service, tuple(tools), digest)})
             for i in range(3):
                 self.leases.renew(

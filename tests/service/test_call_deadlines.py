@@ -70,13 +70,11 @@ async def test_calls_that_never_return_free_their_slots_at_the_callers_deadline(
     async with Stuck(settings=settings, announce=False) as svc:
         client = ToolServiceClient(connection, svc.service_descriptor)
         # Six hanging calls on four slots: four run, two wait; all callers give up after 0.5 s.
-        outcomes = await asyncio.gather(
-            *(client.call("", HANG, {}, timeout=0.5) for _ in range(6)), return_exceptions=True
-        )
+        outcomes = await asyncio.gather(*(client.call("", HANG, {}, 0.5) for _ in range(6)), return_exceptions=True)
         assert all(isinstance(o, RequestTimeout) for o in outcomes), outcomes
 
         started = time.monotonic()
-        assert await client.call("", PING, {}, timeout=3) == "pong"
+        assert await client.call("", PING, {}, 3) == "pong"
         assert time.monotonic() - started < 1.5  # the service is not saturated: its slots came back
 
         # The work nobody waited for was cancelled (a waiting call may get a slot in the moment before its deadline).
@@ -94,7 +92,7 @@ async def test_the_service_limit_ends_a_call_whose_caller_would_wait_longer(
         client = ToolServiceClient(connection, svc.service_descriptor)
         started = time.monotonic()
         with pytest.raises(ToolError) as caught:
-            await client.call("", HANG, {}, timeout=10)
+            await client.call("", HANG, {}, 10)
         assert caught.value.type == "timeout"
         assert "0.3s" in caught.value.message
         assert time.monotonic() - started < 2
@@ -111,7 +109,7 @@ async def test_a_per_tool_limit_overrides_the_service_limit(settings: Settings, 
         client = ToolServiceClient(connection, svc.service_descriptor)
         started = time.monotonic()
         with pytest.raises(ToolError, match="timeout"):
-            await client.call("", HANG, {}, timeout=10, tool="hang")
+            await client.call("", HANG, {}, 10, tool="hang")
         assert time.monotonic() - started < 2
         await client.close()
 
@@ -131,12 +129,12 @@ async def test_a_saturated_service_answers_busy_at_once(settings: Settings, conn
 
     async with Small(settings=settings, announce=False) as svc:
         client = ToolServiceClient(connection, svc.service_descriptor)
-        running = [asyncio.create_task(client.call("", HANG, {}, timeout=20)) for _ in range(2)]  # one runs, one waits
+        running = [asyncio.create_task(client.call("", HANG, {}, 20)) for _ in range(2)]  # one runs, one waits
         await eventually(lambda: svc.started == 1)
         await asyncio.sleep(0.1)
         started = time.monotonic()
         with pytest.raises(ToolError) as caught:
-            await client.call("", PING, {}, timeout=5)
+            await client.call("", PING, {}, 5)
         assert caught.value.type == "busy"
         assert "retry" in caught.value.message
         assert time.monotonic() - started < 1
@@ -146,7 +144,7 @@ async def test_a_saturated_service_answers_busy_at_once(settings: Settings, conn
 
         async def answers() -> bool:
             try:
-                return await client.call("", PING, {}, timeout=1) == "pong"
+                return await client.call("", PING, {}, 1) == "pong"
             except ToolError:
                 return False
 
@@ -167,9 +165,9 @@ async def test_a_slot_is_released_even_when_invoke_ignores_its_cancellation(
         async with One(settings=settings, announce=False) as svc:
             client = ToolServiceClient(connection, svc.service_descriptor)
             with pytest.raises(RequestTimeout):
-                await client.call("", {"mode": "stubborn"}, {}, timeout=0.3)
+                await client.call("", {"mode": "stubborn"}, {}, 0.3)
             started = time.monotonic()
-            assert await client.call("", PING, {}, timeout=5) == "pong"
+            assert await client.call("", PING, {}, 5) == "pong"
             assert time.monotonic() - started < 2.5  # the grace after the deadline, not the 3 s the call goes on for
             await client.close()
     assert any(entry["event"] == "request.cancel_ignored" for entry in logs)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import pytest
 from support import eventually, static_items
 
-from agent_bridge import AnswerTooLarge, RequestTimeout, ToolError, ToolServiceClient, ToolSet
+from agent_bridge import AnswerTooLarge, CallLimits, RequestTimeout, ToolError, ToolServiceClient, ToolSet
 from toolservice_base import ConfigClient, DynamicToolService, Settings, Transport
 
 pytestmark = pytest.mark.contract
@@ -65,7 +65,9 @@ async def test_call_timeout_bounds_a_whole_stream_and_the_service_stops_producin
         client = ToolServiceClient(connection, svc.service_descriptor)
         started = time.monotonic()
         with pytest.raises(RequestTimeout, match="still streaming after 1s"):
-            await asyncio.wait_for(client.call("", {"mode": "endless"}, {}, timeout=1.0, max_bytes=10**9), 10)
+            await asyncio.wait_for(
+                client.call("", {"mode": "endless"}, {}, CallLimits(timeout=1.0, max_answer_bytes=10**9)), 10
+            )
         assert 0.9 < time.monotonic() - started < 2.0
         assert svc.produced > 10  # it was streaming all along: the bound is on the whole call, not on a gap
         await stopped_producing(svc)
@@ -78,7 +80,9 @@ async def test_idle_timeout_bounds_the_gap_between_chunks(settings: Settings, co
         received: list[str] = []
         started = time.monotonic()
         with pytest.raises(RequestTimeout, match="idle"):
-            async with aclosing(client.stream("", {"mode": "stall"}, {}, timeout=10, idle_timeout=0.3)) as chunks:
+            async with aclosing(
+                client.stream("", {"mode": "stall"}, {}, CallLimits(timeout=10, idle_timeout=0.3))
+            ) as chunks:
                 async for chunk in chunks:
                     received.append(chunk)
         assert received == ["first"]
@@ -93,7 +97,7 @@ async def test_an_answer_past_max_bytes_is_refused_and_the_service_stops(
     async with Endless(settings=settings, announce=False) as svc:
         client = ToolServiceClient(connection, svc.service_descriptor)
         with pytest.raises(AnswerTooLarge) as caught:
-            await client.call("", {"mode": "endless"}, {}, timeout=30, max_bytes=50_000)
+            await client.call("", {"mode": "endless"}, {}, CallLimits(timeout=30, max_answer_bytes=50_000))
         assert isinstance(caught.value, ToolError) and caught.value.type == "answer-too-large"
         assert "50000 bytes" in str(caught.value)
         await stopped_producing(svc)  # long before the call's 30 s deadline: the caller told the service
@@ -103,7 +107,7 @@ async def test_an_answer_past_max_bytes_is_refused_and_the_service_stops(
 async def test_leaving_a_stream_early_stops_the_service(settings: Settings, connection: Transport) -> None:
     async with Endless(settings=settings, announce=False) as svc:
         client = ToolServiceClient(connection, svc.service_descriptor)
-        async with aclosing(client.stream("", {"mode": "endless"}, {}, timeout=30)) as chunks:
+        async with aclosing(client.stream("", {"mode": "endless"}, {}, 30)) as chunks:
             taken = 0
             async for _ in chunks:
                 taken += 1

@@ -125,7 +125,7 @@ async def test_a_call_ended_by_the_services_limit_is_a_timeout_on_both_spans(
         client = ToolServiceClient(connection, service.service_descriptor)
         spans.clear()
         with pytest.raises(ToolError) as caught:
-            await client.call("", {}, {}, timeout=10, tool="dawdle")
+            await client.call("", {}, {}, 10, tool="dawdle")
         assert caught.value.type == "timeout"
         await eventually(lambda: named(spans, "serve "), timeout=5)
         await client.close()
@@ -144,7 +144,7 @@ async def test_a_call_its_caller_leaves_is_cancelled_on_the_service_span_and_not
     async with Patient(connection=connection, settings=settings, announce=False) as service:
         client = ToolServiceClient(connection, service.service_descriptor)
         spans.clear()
-        async with aclosing(client.stream("", {}, {}, timeout=10, tool="dawdle")) as chunks:
+        async with aclosing(client.stream("", {}, {}, 10, tool="dawdle")) as chunks:
             assert await anext(chunks) == "first"  # then the caller leaves: the service is told to stop
         await eventually(lambda: named(spans, "serve "), timeout=5)
         await client.close()
