@@ -16,7 +16,7 @@ SDK leaves to the application:
   constant time; both before the SDK sees the request. A 2025-era call
   whose client disconnects before its answer is cancelled, as over stdio
   (`mcp_dropped`). Request heads have a
-  deadline and open sockets a cap (`discovery.web.health.bounded_config`).
+  deadline and open sockets a cap (`discovery.web.hardening.bounded_config`).
   The socket is bound here, so a taken port is a one-line error and port 0
   works.
 """
@@ -45,15 +45,8 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from discovery.web.health import (
-    HEADER_TIMEOUT,
-    MAX_CONNECTIONS,
-    WRITE_TIMEOUT,
-    BoundedServer,
-    bounded_config,
-    is_loopback_host,
-    split_host,
-)
+from discovery.web.hardening import HEADER_TIMEOUT, MAX_CONNECTIONS, WRITE_TIMEOUT, BoundedServer, bounded_config
+from discovery.web.health import is_loopback_host, split_host
 from toolservice_base.logs import get_logger
 
 from .dropped import CancelDroppedCalls

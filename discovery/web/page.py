@@ -20,7 +20,7 @@ heartbeats carried, go out as a small `heartbeats` event, at most once a
 second); a viewer is sent only the newest state, never a queue of
 old ones; at most `MAX_VIEWERS` streams are open (the next gets 503); and a
 viewer that stops reading is cut off by the HTTP server once its buffer is
-full for `WRITE_TIMEOUT` seconds (`discovery.web.health`).
+full for `WRITE_TIMEOUT` seconds (`discovery.web.hardening`).
 
 Read-only: every route is a GET that reads. On a loopback address the page
 is open to this machine (the Host header must be exactly `localhost` or a

@@ -1,6 +1,6 @@
 """Clients that never finish their request headers cannot hold the product's HTTP ports.
 
-Two servers, one set of limits (`discovery.web.health.bounded_config`): the health/page port and
+Two servers, one set of limits (`discovery.web.hardening.bounded_config`): the health/page port and
 `toolreg mcp --http`. Before, about 1,100 sockets that sent half a request head and stopped were
 never timed out: they used up the file descriptors, `/healthz` stopped answering and asyncio logged
 a traceback per refused accept (88 MB in 25 s). Now a request head has a deadline, open sockets a
@@ -26,7 +26,8 @@ import pytest
 from agent_bridge import ToolSet
 from discovery.mcp.server import McpFront
 from discovery.mcp.transports import http_server
-from discovery.web.health import MAX_CONNECTIONS, HealthServer, RepeatFilter
+from discovery.web.hardening import MAX_CONNECTIONS, RepeatFilter
+from discovery.web.health import HealthServer
 from toolservice_base import Settings
 
 SLOW = 200
