@@ -121,12 +121,12 @@ class BrokerUnsupported(TransportError):
         super().__init__(message, retriable=False)
 
 
+class SettingsError(ToolDiscoveryError):
+    """An environment variable holds a value the product cannot use; the message names it and what it takes."""
+
+
 class NoBrokerError(ToolDiscoveryError):
     """No broker is configured and none is running under the data directory."""
-
-
-class BrokerError(ToolDiscoveryError):
-    """The embedded broker could not be started or supervised."""
 
 
 # --- the config store --------------------------------------------------------------
@@ -219,79 +219,26 @@ class BridgeUnavailable(ToolDiscoveryError):
     """Neither the config store nor a fallback could give the ToolSet its tools."""
 
 
-# --- the registry ----------------------------------------------------------------------
-
-
-class RegistryUnavailable(ToolDiscoveryError):
-    """No registry answered in time."""
-
-
-class RegistryQueryError(ToolDiscoveryError):
-    """The registry answered with an error; `code` is its type (`bad-request`, `not-found`, ...)."""
-
-    def __init__(self, message: str, code: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class RegistryError(ToolDiscoveryError):
-    """The registry could not start; the message says what to do."""
-
-
-# --- replicated state on the broker -----------------------------------------------------
-
-
-class ReplicationError(ToolDiscoveryError):
-    """The replicated log or the election of its writer failed; the message says what to do."""
-
-
-class NotActive(ReplicationError):
-    """Only the active replica writes; this one is a standby (or was deposed). Send the write to the active one."""
-
-
-class NewerFormat(ReplicationError):
-    """The log holds an entry in a format this version cannot read: it stops rather than apply it wrongly. Upgrade."""
-
-
-class LogIncomplete(ReplicationError):
-    """The replicated log lacks entries the broker deleted (a `state` namespace that keeps no history, say).
-
-    A replica stops rather than build, and serve, a state without the writes
-    they held. `namespace` is the log's (`tenant/state`), where retention must be set.
-    """
-
-    def __init__(self, message: str, *, namespace: str) -> None:
-        super().__init__(message)
-        self.namespace = namespace
-
-
 __all__ = [
     "AnswerTooLarge",
     "AuthenticationFailed",
     "BadArguments",
     "BadRequest",
     "BridgeUnavailable",
-    "BrokerError",
     "BrokerUnreachable",
     "BrokerUnsupported",
     "ConfigConflict",
     "ConfigError",
     "ConfigRefused",
     "Fenced",
-    "LogIncomplete",
     "MessageTooLarge",
     "NamespaceMissing",
-    "NewerFormat",
     "NoBrokerError",
-    "NotActive",
     "NotAuthorized",
     "ProducerBusy",
-    "RegistryError",
-    "RegistryQueryError",
-    "RegistryUnavailable",
-    "ReplicationError",
     "RequestTimeout",
     "ServiceDefinitionError",
+    "SettingsError",
     "TokenExpired",
     "ToolDiscoveryError",
     "ToolError",

@@ -10,9 +10,14 @@ The broker's kind decides which workarounds the transport turns on
 a `PULSAR_URL` broker is Apache Pulsar unless `TOOLREG_BROKER` says
 `pulsar-lite`; a `memory://` URL is the in-process broker.
 
-What is not about reaching the broker is read here too, each variable by a
-small function called at the moment it is needed (a process, or a test, may
-set it after import): logging, the trust policy's file, and the standard
+What is not about reaching the broker is a typed field of `Settings` too,
+read and checked once by `Settings.from_env`: the HTTP surface (metrics port
+and host, the page's and the MCP front's bearer tokens) and the registry's
+tuning (trust policy, allowed namespaces, clock skew, instance cap, pinned
+definitions). A value the product cannot use is one line naming the variable
+(`SettingsError`). Only what must be read before any `Settings` exists, or
+at the moment it is needed (a process, or a test, may set it after import),
+is read by a small function here: logging, the event loop, and the standard
 `OTEL_*` variables `toolreg` decides its tracing by. Every variable read here
 is described in docs/operators.md (tests/deploy/test_deploy.py checks).
 """
@@ -23,8 +28,9 @@ import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
-from .errors import NoBrokerError, ToolDiscoveryError
+from .errors import NoBrokerError, SettingsError, ToolDiscoveryError
 from .topics import DEFAULT_TOPICSPACE, Topics, check_topicspace
 
 DEFAULT_DATA_DIR = ".toolreg"
@@ -63,6 +69,24 @@ class Settings:
     store: str | None = None
     """`toolreg up`'s config store backend (TOOLREG_STORE): `sqlite` (the default) or `pulsar` (replicated on Apache
     Pulsar)."""
+    metrics_port: int | None = None
+    """TOOLREG_METRICS_PORT: serve /healthz, /readyz and /metrics on it (0 picks a free one); None: off."""
+    metrics_host: str | None = None
+    """TOOLREG_METRICS_HOST: the address to bind that port to; None: loopback (containers set 0.0.0.0)."""
+    http_token: str | None = None
+    """TOOLREG_HTTP_TOKEN: the bearer token the registry page asks for when it is served off loopback."""
+    mcp_token: str | None = None
+    """TOOLREG_MCP_TOKEN: the bearer token `toolreg mcp --http` asks for (unless --token-file)."""
+    trust_policy: Path | None = None
+    """TOOLREG_TRUST_POLICY: the registry's trust policy file (`toolreg trust` edits it); None: no policy."""
+    allowed_namespaces: tuple[str, ...] | None = None
+    """TOOLREG_ALLOWED_NAMESPACES (comma-separated): where announced queues may live; None: the topicspace's own."""
+    max_clock_skew: float | None = None
+    """TOOLREG_MAX_CLOCK_SKEW: seconds an announcement's clock may be ahead; None: the registry's default."""
+    max_instances: int | None = None
+    """TOOLREG_MAX_INSTANCES: instance leases the registry holds at most; None: the registry's default."""
+    pin_definitions: bool = False
+    """TOOLREG_PIN_DEFINITIONS (1, true or yes): pin each announced tool's definition (`--pin-definitions`)."""
 
     def __post_init__(self) -> None:
         check_topicspace(self.topicspace)
@@ -87,6 +111,8 @@ class Settings:
             broker=os.environ.get("TOOLREG_BROKER", "").strip() or None,
             topicspace=space,
             store=os.environ.get("TOOLREG_STORE", "").strip() or None,
+            **_serving_env(),
+            **_registry_env(),
         )
 
     @property
@@ -138,18 +164,81 @@ class Settings:
         raise NoBrokerError(f"no broker: set PULSAR_URL, or run `toolreg up` (no {self.broker_url_file} found)")
 
 
-# --- the rest of the environment: logging, trust, tracing ---------------------------
+# --- the HTTP surface and the registry's tuning: fields of Settings ---------------------
+
+METRICS_PORT_ENV = "TOOLREG_METRICS_PORT"
+METRICS_HOST_ENV = "TOOLREG_METRICS_HOST"
+HTTP_TOKEN_ENV = "TOOLREG_HTTP_TOKEN"
+MCP_TOKEN_ENV = "TOOLREG_MCP_TOKEN"
+TRUST_POLICY_ENV = "TOOLREG_TRUST_POLICY"
+ALLOWED_NAMESPACES_ENV = "TOOLREG_ALLOWED_NAMESPACES"
+MAX_CLOCK_SKEW_ENV = "TOOLREG_MAX_CLOCK_SKEW"
+MAX_INSTANCES_ENV = "TOOLREG_MAX_INSTANCES"
+PIN_DEFINITIONS_ENV = "TOOLREG_PIN_DEFINITIONS"
+
+
+def _env(name: str) -> str | None:
+    """One variable of the environment, stripped; None if unset or blank."""
+    return os.environ.get(name, "").strip() or None
+
+
+class _Serving(TypedDict):
+    metrics_port: int | None
+    metrics_host: str | None
+    http_token: str | None
+    mcp_token: str | None
+
+
+class _Registry(TypedDict):
+    trust_policy: Path | None
+    allowed_namespaces: tuple[str, ...] | None
+    max_clock_skew: float | None
+    max_instances: int | None
+    pin_definitions: bool
+
+
+def _serving_env() -> _Serving:
+    port_text = _env(METRICS_PORT_ENV)
+    port = None
+    if port_text is not None:
+        try:
+            port = int(port_text)
+        except ValueError:
+            raise SettingsError(f"{METRICS_PORT_ENV} must be a port number, got {port_text!r}") from None
+    return {
+        "metrics_port": port,
+        "metrics_host": _env(METRICS_HOST_ENV),
+        "http_token": _env(HTTP_TOKEN_ENV),
+        "mcp_token": _env(MCP_TOKEN_ENV),
+    }
+
+
+def _registry_env() -> _Registry:
+    namespaces = [item.strip() for item in (_env(ALLOWED_NAMESPACES_ENV) or "").split(",") if item.strip()]
+    skew_text, instances_text = _env(MAX_CLOCK_SKEW_ENV), _env(MAX_INSTANCES_ENV)
+    try:
+        skew = float(skew_text) if skew_text else None
+    except ValueError:
+        raise SettingsError(f"{MAX_CLOCK_SKEW_ENV}={skew_text!r} is not a number of seconds") from None
+    try:
+        instances = int(instances_text) if instances_text else None
+    except ValueError:
+        raise SettingsError(f"{MAX_INSTANCES_ENV}={instances_text!r} is not a whole number of instances") from None
+    policy = os.environ.get(TRUST_POLICY_ENV) or None
+    return {
+        "trust_policy": Path(policy) if policy else None,
+        "allowed_namespaces": tuple(namespaces) or None,
+        "max_clock_skew": skew,
+        "max_instances": instances,
+        "pin_definitions": (_env(PIN_DEFINITIONS_ENV) or "").lower() in ("1", "true", "yes"),
+    }
+
+
+# --- read when needed: logging, the event loop, tracing -----------------------------------
 
 LOG_LEVEL_ENV = "TOOLREG_LOG_LEVEL"
 LOG_FORMAT_ENV = "TOOLREG_LOG_FORMAT"
 NO_COLOR_ENV = "NO_COLOR"
-TRUST_POLICY_ENV = "TOOLREG_TRUST_POLICY"
-
-
-def env(name: str) -> str | None:
-    """One variable of the environment, stripped; None if unset or blank. Every other read of the environment goes
-    through here."""
-    return os.environ.get(name, "").strip() or None
 
 
 def log_level() -> str | None:
@@ -179,7 +268,7 @@ def event_loop() -> str:
 
     Raises `ToolDiscoveryError` for another value, or for `uvloop` when it is not installed.
     """
-    chosen = (env(EVENT_LOOP_ENV) or "").lower()
+    chosen = (_env(EVENT_LOOP_ENV) or "").lower()
     if chosen and chosen not in EVENT_LOOPS:
         raise ToolDiscoveryError(f"{EVENT_LOOP_ENV}={chosen!r}: use uvloop or asyncio")
     installed = importlib.util.find_spec("uvloop") is not None
@@ -188,11 +277,6 @@ def event_loop() -> str:
             f"{EVENT_LOOP_ENV}=uvloop, but uvloop is not installed: pip install 'tool-discovery[uvloop]'"
         )
     return chosen or ("uvloop" if installed else "asyncio")
-
-
-def trust_policy_file() -> str | None:
-    """`TOOLREG_TRUST_POLICY`: the registry's trust policy file; None when unset or empty."""
-    return os.environ.get(TRUST_POLICY_ENV) or None
 
 
 TRACES_EXPORTER_ENV = "OTEL_TRACES_EXPORTER"

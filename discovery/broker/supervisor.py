@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import NoReturn, TypeVar
 
-from toolservice_base.errors import BrokerError
+from discovery.errors import BrokerError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
 

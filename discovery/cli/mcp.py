@@ -21,14 +21,14 @@ from pathlib import Path
 
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import check_name
-from toolservice_base.settings import env
+from toolservice_base.settings import MCP_TOKEN_ENV
 from toolservice_base.transport import broker_unreachable
 
 from .common import CommandError, settings_of, wait_for_signal
 
 log = get_logger("discovery.mcp")
 
-TOKEN_ENV = "TOOLREG_MCP_TOKEN"
+TOKEN_ENV = MCP_TOKEN_ENV
 DEFAULT_HTTP = "127.0.0.1:8765"
 BROKER_CHECK_TIMEOUT = 2.0
 
@@ -118,7 +118,7 @@ def read_token(args: argparse.Namespace) -> str | None:
         if not token:
             raise CommandError(f"--token-file {args.token_file} is empty; put the token in it")
         return token
-    return env(TOKEN_ENV)
+    return settings_of(args).mcp_token
 
 
 def _is_loopback(host: str) -> bool:

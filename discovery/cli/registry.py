@@ -19,20 +19,23 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import AsyncExitStack
 from typing import Any
 
+from discovery.errors import RegistryUnavailable
 from discovery.registry.client import DEFAULT_TIMEOUT, RegistryClient
 from discovery.registry.options import RegistryOptions
 from discovery.registry.protocol import PendingChange
-from discovery.registry.trust import TRUST_POLICY_ENV, PolicyError, policy_from
+from discovery.registry.trust import PolicyError, policy_from
 from discovery.registry.validation import DEFAULT_MAX_SKEW
-from toolservice_base.errors import RegistryUnavailable
-from toolservice_base.settings import env
+from toolservice_base.errors import SettingsError
+from toolservice_base.settings import (
+    ALLOWED_NAMESPACES_ENV,
+    MAX_CLOCK_SKEW_ENV,
+    MAX_INSTANCES_ENV,
+    PIN_DEFINITIONS_ENV,
+    TRUST_POLICY_ENV,
+)
 
 from .common import CommandError, Deadline, connect, lazy, opened, settings_of, waiting_for
 
-ALLOWED_NAMESPACES_ENV = "TOOLREG_ALLOWED_NAMESPACES"
-MAX_CLOCK_SKEW_ENV = "TOOLREG_MAX_CLOCK_SKEW"
-PIN_DEFINITIONS_ENV = "TOOLREG_PIN_DEFINITIONS"
-MAX_INSTANCES_ENV = "TOOLREG_MAX_INSTANCES"
 SHORT = 12
 """Hex digits of a definition digest shown in tables; `--digest` takes 8 or more."""
 HELD_EXIT = 3
@@ -95,38 +98,28 @@ def add_registry_options(parser: argparse.ArgumentParser) -> None:
 
 
 def registry_options(args: argparse.Namespace) -> RegistryOptions:
-    """`RegistryOptions` from the flags, else the environment, else the defaults; a bad value is a `CommandError`."""
+    """`RegistryOptions` from the flags, else the environment (`Settings`), else the defaults; a bad value is a
+    `CommandError`."""
     try:
-        trust = policy_from(getattr(args, "trust_policy", None))
+        settings = settings_of(args)
+    except SettingsError as exc:
+        raise CommandError(str(exc)) from None
+    try:
+        trust = policy_from(getattr(args, "trust_policy", None) or settings.trust_policy)
     except PolicyError as exc:
         raise CommandError(str(exc)) from None
-    namespaces = getattr(args, "allow_namespace", None)
-    if not namespaces:
-        from_env = env(ALLOWED_NAMESPACES_ENV) or ""
-        namespaces = [item.strip() for item in from_env.split(",") if item.strip()] or list(
-            settings_of(args).topics.queue_namespaces
-        )
+    namespaces = (
+        getattr(args, "allow_namespace", None) or settings.allowed_namespaces or settings.topics.queue_namespaces
+    )
     skew = getattr(args, "max_clock_skew", None)
     if skew is None:
-        text = env(MAX_CLOCK_SKEW_ENV)
-        try:
-            skew = float(text) if text else DEFAULT_MAX_SKEW
-        except ValueError:
-            raise CommandError(f"{MAX_CLOCK_SKEW_ENV}={text!r} is not a number of seconds") from None
+        skew = settings.max_clock_skew if settings.max_clock_skew is not None else DEFAULT_MAX_SKEW
     max_instances = getattr(args, "max_instances", None)
     if max_instances is None:
-        text = env(MAX_INSTANCES_ENV)
-        try:
-            max_instances = int(text) if text else RegistryOptions.max_instances
-        except ValueError:
-            raise CommandError(f"{MAX_INSTANCES_ENV}={text!r} is not a whole number of instances") from None
+        max_instances = settings.max_instances if settings.max_instances is not None else RegistryOptions.max_instances
     if max_instances < 1:
         raise CommandError(f"--max-instances must be at least 1, got {max_instances}")
-    pin = bool(getattr(args, "pin_definitions", None)) or (env(PIN_DEFINITIONS_ENV) or "").lower() in (
-        "1",
-        "true",
-        "yes",
-    )
+    pin = bool(getattr(args, "pin_definitions", None)) or settings.pin_definitions
     try:
         return RegistryOptions(
             trust=trust,

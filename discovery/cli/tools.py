@@ -30,9 +30,10 @@ import sys
 import time
 from collections.abc import Sequence
 
+from discovery.errors import RegistryUnavailable
 from discovery.registry.client import Listing, RegistryClient
 from discovery.registry.protocol import ToolStatus
-from toolservice_base.errors import RegistryUnavailable, TransportError
+from toolservice_base.errors import TransportError
 
 from .common import CommandError
 from .registry import HELD_EXIT, SHORT, age, answering, ask_registry, registry_client, show

@@ -6,19 +6,19 @@ import argparse
 import json
 from pathlib import Path
 
-from discovery.registry.trust import TRUST_POLICY_ENV, TrustPolicy, trusted_key
-from toolservice_base.settings import trust_policy_file
+from discovery.registry.trust import TrustPolicy, trusted_key
+from toolservice_base.settings import TRUST_POLICY_ENV
 from toolservice_base.signing import (
     generate_key_pair,
     load_private_key,
     public_key_text,
 )
 
-from .common import fail
+from .common import fail, settings_of
 
 
 def policy_path(args: argparse.Namespace) -> Path:
-    return Path(args.policy or trust_policy_file() or "trust.json")
+    return Path(args.policy or settings_of(args).trust_policy or "trust.json")
 
 
 async def cmd_keygen(args: argparse.Namespace) -> int:

@@ -12,11 +12,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from toolservice_base.errors import (
-    RegistryQueryError,
-    RegistryUnavailable,
-    RequestTimeout,
-)
+from discovery.errors import RegistryQueryError, RegistryUnavailable
+from toolservice_base.errors import RequestTimeout
 from toolservice_base.rpc import RequestClient
 from toolservice_base.transport import Transport
 

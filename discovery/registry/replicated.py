@@ -17,7 +17,8 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from toolservice_base.errors import RegistryUnavailable, TransportError
+from discovery.errors import RegistryUnavailable
+from toolservice_base.errors import TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Transport

@@ -33,8 +33,9 @@ from typing import Self
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from discovery.errors import RegistryError
 from toolservice_base.configclient import ConfigClient, watch_config
-from toolservice_base.errors import ConfigError, RegistryError, RequestTimeout
+from toolservice_base.errors import ConfigError, RequestTimeout
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import RequestServer, error_body
 from toolservice_base.schemas import ConfigPush

@@ -44,7 +44,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.schemas import NAME_PATTERN, Announcement
-from toolservice_base.settings import trust_policy_file
 from toolservice_base.signing import (
     SigningError,
     key_id,
@@ -58,7 +57,6 @@ from .options import AUTO_APPROVE, AutoApprove
 PATTERN = re.compile(r"^[A-Za-z0-9_.*?\[\]!-]{1,128}$")
 
 
-TRUST_POLICY_ENV = "TOOLREG_TRUST_POLICY"
 EVERY_WORKSPACE: tuple[str, ...] = ("*",)
 
 
@@ -243,6 +241,5 @@ def trusted_key(
 
 
 def policy_from(path: str | Path | None) -> TrustPolicy | None:
-    """The policy at `path`, else at `TOOLREG_TRUST_POLICY`, else None (accept every valid announcement)."""
-    chosen = path or trust_policy_file()
-    return TrustPolicy.load(chosen) if chosen else None
+    """The policy at `path` (a flag, else `Settings.trust_policy`), else None (accept every valid announcement)."""
+    return TrustPolicy.load(path) if path else None

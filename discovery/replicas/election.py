@@ -41,7 +41,8 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Self
 
-from toolservice_base.errors import Fenced, NotActive, ProducerBusy, ReplicationError, TransportClosed, TransportError
+from discovery.errors import NotActive, ReplicationError
+from toolservice_base.errors import Fenced, ProducerBusy, TransportClosed, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import ExclusiveMode, ExclusivePublisher, Payload, Reader, Transport

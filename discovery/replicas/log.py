@@ -51,14 +51,8 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, Self
 
-from toolservice_base.errors import (
-    LogIncomplete,
-    NewerFormat,
-    NotActive,
-    ReplicationError,
-    TransportClosed,
-    TransportError,
-)
+from discovery.errors import LogIncomplete, NewerFormat, NotActive, ReplicationError
+from toolservice_base.errors import TransportClosed, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import MESSAGE_LIMIT, Envelope, Reader, ReaderStart, Transport, unique_name

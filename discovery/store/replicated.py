@@ -36,8 +36,9 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import AsyncExitStack
 from typing import Any, Self
 
+from discovery.errors import ReplicationError
 from discovery.replicas import Election, LogEntry, Membership, ReplicaStatus, ReplicatedLog
-from toolservice_base.errors import ReplicationError, ToolDiscoveryError
+from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Transport

@@ -39,7 +39,7 @@ from starlette.routing import BaseRoute, Route
 
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.logs import get_logger
-from toolservice_base.settings import env
+from toolservice_base.settings import Settings
 
 from .hardening import (
     HEADER_TIMEOUT,
@@ -55,8 +55,6 @@ log = get_logger("discovery.web")
 DEFAULT_METRICS_PORT = 9464
 """The conventional port: what deploy/ sets and the help suggests. Nothing listens unless asked."""
 DEFAULT_METRICS_HOST = "127.0.0.1"
-METRICS_HOST_ENV = "TOOLREG_METRICS_HOST"
-METRICS_PORT_ENV = "TOOLREG_METRICS_PORT"
 LOOP_TIMEOUT = 2.0
 """Seconds without a loop heartbeat after which `/healthz` answers 503."""
 SHUTDOWN_GRACE = 2.0
@@ -70,17 +68,17 @@ class HealthError(ToolDiscoveryError):
     """The health server cannot be configured or bound; the message says what to fix."""
 
 
-def metrics_address(port: int | None = None) -> tuple[str, int] | None:
-    """Where to serve, or None for off. An explicit port wins over `TOOLREG_METRICS_PORT`; 0 picks a free one."""
-    host = env(METRICS_HOST_ENV) or DEFAULT_METRICS_HOST
+def metrics_address(port: int | None = None, settings: Settings | None = None) -> tuple[str, int] | None:
+    """Where to serve, or None for off. An explicit port wins over `TOOLREG_METRICS_PORT`; 0 picks a free one.
+
+    `settings`: where the environment's say comes from (`Settings.metrics_port`, `metrics_host`); read now if None.
+    """
+    settings = settings or Settings.from_env()
+    host = settings.metrics_host or DEFAULT_METRICS_HOST
     if port is None:
-        raw = env(METRICS_PORT_ENV) or ""
-        if not raw:
+        port = settings.metrics_port
+        if port is None:
             return None
-        try:
-            port = int(raw)
-        except ValueError:
-            raise HealthError(f"TOOLREG_METRICS_PORT must be a port number, got {raw!r}") from None
     if not 0 <= port <= 65535:
         raise HealthError(f"metrics port must be in 0-65535, got {port}")
     return host, port

@@ -50,11 +50,12 @@ from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 from starlette.types import Receive, Scope, Send
 
+from discovery.errors import RegistryUnavailable
 from discovery.registry.overview import InstanceView, RegistrySnapshot, ToolView
 from discovery.registry.protocol import PendingChange
-from toolservice_base.errors import ConfigError, RegistryUnavailable, TransportError
+from toolservice_base.errors import ConfigError, TransportError
 from toolservice_base.logs import get_logger
-from toolservice_base.settings import env
+from toolservice_base.settings import HTTP_TOKEN_ENV, Settings
 
 from .health import HealthServer, is_loopback_host, split_host
 
@@ -70,7 +71,7 @@ UNAVAILABLE = (ConfigError, TransportError, RegistryUnavailable)
 
 log = get_logger("discovery.web")
 
-TOKEN_ENV = "TOOLREG_HTTP_TOKEN"
+TOKEN_ENV = HTTP_TOKEN_ENV
 COOKIE = "toolreg_token"
 TICK = 0.25
 """Seconds between snapshots while anyone watches: the page is at most this much behind the registry."""
@@ -494,9 +495,12 @@ def page_routes(
     ]
 
 
-def serve_registry_page(health: HealthServer, overview: SnapshotSource) -> str:
-    """Add the page to `health`'s routes (or not, off loopback without a token); returns one line saying where it is."""
-    access = PageAccess(health.loopback, env(TOKEN_ENV))
+def serve_registry_page(health: HealthServer, overview: SnapshotSource, settings: Settings | None = None) -> str:
+    """Add the page to `health`'s routes (or not, off loopback without a token); returns one line saying where it is.
+
+    The token is `Settings.http_token` (`TOOLREG_HTTP_TOKEN`), of `settings` or of the environment now.
+    """
+    access = PageAccess(health.loopback, (settings or Settings.from_env()).http_token)
     if not access.loopback and access.token is None:
         log.info(
             "page.off",

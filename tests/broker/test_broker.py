@@ -10,7 +10,7 @@ import pytest
 
 from discovery.broker import EmbeddedBroker
 from discovery.broker.embedded import accepts_connections
-from toolservice_base import BrokerError
+from discovery.errors import BrokerError
 
 
 def listening_sockets(pid: int) -> list[str]:

@@ -13,7 +13,7 @@ from support import eventually
 from discovery.broker import EmbeddedBroker
 from discovery.broker.embedded import accepts_connections
 from discovery.broker.supervisor import BrokerSupervisor
-from toolservice_base import BrokerError
+from discovery.errors import BrokerError
 
 FAST = (0.0, 0.05, 0.05)
 

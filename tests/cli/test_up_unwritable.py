@@ -29,9 +29,10 @@ from support.mounts import fill, free, read_only, small_tmpfs
 
 from discovery.broker import EmbeddedBroker
 from discovery.broker.embedded import CONFIG
+from discovery.errors import BrokerError
 from discovery.store import backup as store_backup
 from discovery.store.sqlite import ConfigStore
-from toolservice_base import BrokerError, Settings
+from toolservice_base import Settings
 from toolservice_base.examples.joke import JokeService
 
 

@@ -154,7 +154,7 @@ def _string_value(node: ast.AST, constants: dict[str, str]) -> str | None:
 
 
 def env_vars_read_by_the_package() -> set[str]:
-    """Names passed to os.environ.get / os.getenv / os.environ[...] or settings.env anywhere in the three packages
+    """Names passed to os.environ.get / os.getenv / os.environ[...] or settings._env anywhere in the three packages
     (constants resolved)."""
     names: set[str] = set()
     for package in PACKAGES:
@@ -173,7 +173,7 @@ def env_vars_read_by_the_package() -> set[str]:
             for node in ast.walk(tree):
                 if isinstance(node, ast.Call) and node.args:
                     func = ast.unparse(node.func)
-                    if func in ("os.environ.get", "os.getenv", "environ.get", "env", "settings.env"):
+                    if func in ("os.environ.get", "os.getenv", "environ.get", "_env", "env", "settings.env"):
                         names.add(_string_value(node.args[0], constants) or "")
                 elif isinstance(node, ast.Subscript) and ast.unparse(node.value) in ("os.environ", "environ"):
                     names.add(_string_value(node.slice, constants) or "")

@@ -19,6 +19,7 @@ import pytest
 from support import eventually
 from support.pins import ARG, LEAK, ORIGINAL, PINNING, Sender, announce, offer, service, tool
 
+from discovery.errors import RegistryQueryError
 from discovery.registry.client import RegistryClient
 from discovery.registry.pins import PENDING_TYPE, PIN_TYPE, Pin, PinBook, hold, version_key
 from discovery.registry.service import Registry, RegistryOptions
@@ -26,7 +27,6 @@ from discovery.registry.store_writes import PROBE_WORKSPACE
 from discovery.registry.trust import TrustPolicy, trusted_key
 from discovery.store.service import ConfigStoreService
 from toolservice_base import ConfigClient, Transport
-from toolservice_base.errors import RegistryQueryError
 from toolservice_base.schemas import Probe, ToolDescriptor, ToolServiceDescriptor
 from toolservice_base.schemas.tools import definition_digest, tool_definition
 from toolservice_base.signing import Ed25519PrivateKey, public_key_text, sign

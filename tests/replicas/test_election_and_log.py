@@ -29,16 +29,10 @@ from support import eventually
 from support.replicas import REPLICATED_KINDS, replicated_settings
 
 from discovery.broker import EmbeddedBroker
+from discovery.errors import NewerFormat, NotActive
 from discovery.replicas import Election, LogEntry, Membership, ReplicatedLog, RoleChange
 from toolservice_base import Settings, open_transport
-from toolservice_base.errors import (
-    AuthenticationFailed,
-    BrokerUnsupported,
-    Fenced,
-    NewerFormat,
-    NotActive,
-    TransportError,
-)
+from toolservice_base.errors import AuthenticationFailed, BrokerUnsupported, Fenced, TransportError
 from toolservice_base.transport import Transport
 
 pytestmark = pytest.mark.timeout(240)

@@ -26,11 +26,11 @@ from apache_pulsar import ApachePulsar
 from support import atoolreg, eventually
 from support.replicas import REPLICATED_KINDS, Cluster, replicated_settings
 
+from discovery.errors import LogIncomplete
 from discovery.replicas import Election, LogEntry, ReplicatedLog
 from discovery.replicas.wholeness import Wholeness
 from discovery.store.replicated import ReplicatedStore
 from toolservice_base import ConfigClient, Settings, open_transport
-from toolservice_base.errors import LogIncomplete
 from toolservice_base.transport import Transport
 
 pytestmark = pytest.mark.timeout(120)

@@ -17,9 +17,10 @@ import pytest
 from support import eventually
 from support.replicas import REPLICATED_KINDS, replicated_settings
 
+from discovery.errors import ReplicationError
 from discovery.store.replicated import ReplicatedStore
 from toolservice_base import ConfigClient, Settings, open_transport
-from toolservice_base.errors import BrokerUnsupported, ConfigError, ReplicationError, RequestTimeout
+from toolservice_base.errors import BrokerUnsupported, ConfigError, RequestTimeout
 from toolservice_base.transport import Transport
 
 pytestmark = pytest.mark.timeout(240)

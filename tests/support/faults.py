@@ -16,7 +16,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from toolservice_base import BrokerError, BrokerUnreachable, TransportError
+from discovery.errors import BrokerError
+from toolservice_base import BrokerUnreachable, TransportError
 
 
 def _fail(error: Exception) -> Callable[..., Any]:

@@ -29,7 +29,7 @@ from discovery.registry.validation import AnnouncementValidator, Rejected
 from discovery.store.metrics import CONFIG_OPERATIONS, ConfigStoreMetrics
 from discovery.store.service import ConfigStoreService
 from discovery.web.health import HealthError, HealthServer, metrics_address
-from toolservice_base import ConfigClient, ConfigConflict, RequestClient, Transport, topics
+from toolservice_base import ConfigClient, ConfigConflict, RequestClient, SettingsError, Transport, topics
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.joke import JokeService
 from toolservice_base.metrics import ServiceMetrics
@@ -80,8 +80,9 @@ def test_metrics_address_is_off_by_default_and_loopback_unless_told(monkeypatch:
     monkeypatch.setenv("TOOLREG_METRICS_HOST", "0.0.0.0")
     assert metrics_address(None) == ("0.0.0.0", 9464)
     monkeypatch.setenv("TOOLREG_METRICS_PORT", "nine")
-    with pytest.raises(HealthError, match="TOOLREG_METRICS_PORT must be a port number, got 'nine'"):
+    with pytest.raises(SettingsError, match="TOOLREG_METRICS_PORT must be a port number, got 'nine'"):
         metrics_address(None)
+    monkeypatch.delenv("TOOLREG_METRICS_PORT")
     with pytest.raises(HealthError, match="0-65535"):
         metrics_address(70000)
 
