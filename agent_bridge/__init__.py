@@ -11,6 +11,19 @@ implementation per tool through a factory keyed by the tool's `type`
 (`tool-service` built in; `register_tool_type` for others), follows every
 change without a restart, and falls back to its last snapshot or a directory
 of static JSON files when the store does not answer at start.
+
+How a call is routed: `ToolSet.invoke(name, arguments)` looks the name up in
+the set of the moment (`reload`: one immutable state, swapped whole), checks
+the arguments against the tool's JSON Schema (`arguments`), and calls the
+tool its factory built (`impls`). For a `tool-service` tool that is a
+`ToolServiceImpl`, holding the one `ToolServiceClient` (`client`) shared by
+every tool of its service: the request goes out on the service's request
+queue with the tool's config values, any instance of the service takes it,
+and the answer (streamed or whole) comes back on the caller's private reply
+queue, matched by its `id` (`toolservice_base.rpc`). The call's bounds
+travel with it as one `CallLimits` (`limits`); past one, the service is told
+to stop. The framework adapters (`integrations`) and `toolreg mcp` call
+through `ToolSet.invoke` or `ToolSet.stream`, the same way.
 """
 
 from toolservice_base.errors import (

@@ -280,6 +280,19 @@ class Reloader:
         if change is not None:
             await self._notify(change)
 
+    def _after_swap(self, old: State, built: Built) -> None:
+        """Retire the clients no tool uses any more; say which services and tools are skipped anew, and why."""
+        for service_id, client in old.clients.items():
+            if built.clients.get(service_id) is not client:
+                self._retire(client)
+        workspace = self._owner.workspace
+        for service_id, reason in built.service_problems.items():
+            if old.service_problems.get(service_id) != reason:
+                log.warning("tool_service.skipped", service=service_id, reason=reason, workspace=workspace)
+        for name, reason in built.problems.items():
+            if old.problems.get(name) != reason:
+                log.warning("tool.skipped", tool=name, reason=reason, workspace=workspace)
+
     async def _apply_locked(self, version: int, items: Items, source: str) -> Change | None:
         """Build the next state beside the current one and swap it in; None if nothing changed."""
         owner = self._owner
@@ -301,15 +314,7 @@ class Reloader:
         )
         new = State(version, source, built.entries, built.problems, built.clients, built.service_problems)
         self.state = new  # the one swap
-        for service_id, client in old.clients.items():
-            if built.clients.get(service_id) is not client:
-                self._retire(client)
-        for service_id, reason in built.service_problems.items():
-            if old.service_problems.get(service_id) != reason:
-                log.warning("tool_service.skipped", service=service_id, reason=reason, workspace=owner.workspace)
-        for name, reason in built.problems.items():
-            if old.problems.get(name) != reason:
-                log.warning("tool.skipped", tool=name, reason=reason, workspace=owner.workspace)
+        self._after_swap(old, built)
         async with self.swapped:
             self.swapped.notify_all()
 

@@ -134,6 +134,17 @@ def test_store_and_registry_never_import_each_other_and_only_cli_assembles_subsy
     assert {"store", "registry", "broker", "web", "mcp"} <= edges["cli"]
 
 
+def test_only_the_faces_toward_agents_use_the_agent_bridge() -> None:
+    """Inside `discovery`, only `cli` (`toolreg call`, `toolreg mcp`, the demo) and `mcp` (it serves a `ToolSet`)
+    import `agent_bridge`; the registry, the store and the rest talk to agents over Pulsar only."""
+    users = {
+        path.relative_to(ROOT / "discovery").parts[0]
+        for path in (ROOT / "discovery").rglob("*.py")
+        if "agent_bridge" in _imports(path)
+    }
+    assert users <= {"cli", "mcp"}, users
+
+
 def test_the_floor_manages_no_broker_process() -> None:
     """`toolservice_base` is what a tool-service author installs: no subprocesses, pid files or ports of a broker."""
     assert not (ROOT / "toolservice_base" / "broker.py").exists()

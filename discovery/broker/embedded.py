@@ -321,24 +321,17 @@ class EmbeddedBroker:
             return BrokerError(problem.says("the embedded broker's data"))
         return BrokerError(f"cannot write the embedded broker's data at {self.data_dir}: {exc}")
 
-    def _launch(self, port: int, timeout: float) -> str:
+    def _spawn(self, port: int) -> subprocess.Popen[bytes]:
+        """pulsar-lite on `port`, its output appended to the log file, in a session of its own."""
         try:
             logfile = open(self.log_file, "ab")
         except OSError as exc:
             raise self._unwritable(exc) from None
+        command = [str(binary_path()), "--config", str(self.config_file), "--addr", f"127.0.0.1:{port}"]
+        command += ["--db-path", str(self.data_dir / "broker"), "--log-level", "warn"]
         try:
-            self.process = subprocess.Popen(
-                [
-                    str(binary_path()),
-                    "--config",
-                    str(self.config_file),
-                    "--addr",
-                    f"127.0.0.1:{port}",
-                    "--db-path",
-                    str(self.data_dir / "broker"),
-                    "--log-level",
-                    "warn",
-                ],
+            return subprocess.Popen(
+                command,
                 stdout=logfile,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -346,6 +339,9 @@ class EmbeddedBroker:
             )
         finally:
             logfile.close()
+
+    def _launch(self, port: int, timeout: float) -> str:
+        self.process = self._spawn(port)
         self.pid = self.process.pid
         deadline = time.monotonic() + timeout
         while not accepts_connections(port, timeout=0.1):

@@ -29,6 +29,7 @@ from toolservice_base.settings import event_loop
 
 from . import announce as cli_announce
 from . import mcp as cli_mcp
+from . import pins as cli_pins
 from . import registry as cli_registry
 from . import replicas as cli_replicas
 from . import store as cli_store
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_call(sub, common)
     _add_demo(sub)
     cli_registry.add_commands(sub, common)
+    cli_pins.add_commands(sub, common)
     cli_trust.add_commands(sub, common)
     cli_announce.add_command(sub, common)
     cli_store.add_commands(sub, common)
@@ -147,6 +149,23 @@ def _add_up(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) ->
         help="port for the embedded broker (default: the one it used last time if free, else a free one)",
     )
     up.add_argument("--no-registry", action="store_true", help="run only the broker and the config store")
+    _add_store_options(up)
+    cli_registry.add_registry_options(up)
+    up.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help=(
+            f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
+            "off by default; bound to 127.0.0.1 unless TOOLREG_METRICS_HOST)"
+        ),
+    )
+    up.set_defaults(handler=lazy("up", "cmd_up"))
+
+
+def _add_store_options(up: argparse.ArgumentParser) -> None:
+    """`toolreg up`'s config store: which backend, its takeover timeout when replicated, and its protocol."""
     up.add_argument(
         "--store",
         choices=("sqlite", "pulsar"),
@@ -175,18 +194,6 @@ def _add_up(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) ->
             "trustgraph: behave exactly like TrustGraph's config service, extensions ignored (for testing against it)"
         ),
     )
-    cli_registry.add_registry_options(up)
-    up.add_argument(
-        "--metrics-port",
-        type=int,
-        default=None,
-        metavar="PORT",
-        help=(
-            f"serve /healthz, /readyz and /metrics on PORT, e.g. {DEFAULT_METRICS_PORT} (env TOOLREG_METRICS_PORT; "
-            "off by default; bound to 127.0.0.1 unless TOOLREG_METRICS_HOST)"
-        ),
-    )
-    up.set_defaults(handler=lazy("up", "cmd_up"))
 
 
 def _add_serve(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]

@@ -18,13 +18,17 @@ import contextlib
 import ipaddress
 from collections.abc import Awaitable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import check_name
-from toolservice_base.settings import MCP_TOKEN_ENV
+from toolservice_base.settings import MCP_TOKEN_ENV, Settings
 from toolservice_base.transport import broker_unreachable
 
 from .common import CommandError, settings_of, wait_for_signal
+
+if TYPE_CHECKING:
+    from agent_bridge import ToolSet
 
 log = get_logger("discovery.mcp")
 
@@ -44,6 +48,37 @@ def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         ),
     )
     mcp.add_argument("--workspace", default="default", help="config workspace whose tools to serve (default: default)")
+    _add_http_options(mcp)
+    mcp.add_argument(
+        "--tools",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="PATTERN",
+        help="serve only tools whose name matches one of these shell patterns (default: all)",
+    )
+    mcp.add_argument(
+        "--exclude",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="PATTERN",
+        help="leave out tools whose name matches one of these shell patterns",
+    )
+    mcp.add_argument("--user", default="", help="the caller passed to tool services with every call")
+    mcp.add_argument(
+        "--call-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds to wait for each answer of a tool service (default 30)",
+    )
+    mcp.add_argument("--static-dir", default=None, help="fallback directory of tool-service/*.json and tool/*.json")
+    mcp.set_defaults(handler=cmd_mcp)
+
+
+def _add_http_options(mcp: argparse.ArgumentParser) -> None:
+    """--http and what guards it: the bearer token and the Host names answered to."""
     mcp.add_argument(
         "--http",
         nargs="?",
@@ -72,32 +107,6 @@ def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
             "(DNS-rebinding defence)"
         ),
     )
-    mcp.add_argument(
-        "--tools",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="PATTERN",
-        help="serve only tools whose name matches one of these shell patterns (default: all)",
-    )
-    mcp.add_argument(
-        "--exclude",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="PATTERN",
-        help="leave out tools whose name matches one of these shell patterns",
-    )
-    mcp.add_argument("--user", default="", help="the caller passed to tool services with every call")
-    mcp.add_argument(
-        "--call-timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="seconds to wait for each answer of a tool service (default 30)",
-    )
-    mcp.add_argument("--static-dir", default=None, help="fallback directory of tool-service/*.json and tool/*.json")
-    mcp.set_defaults(handler=cmd_mcp)
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -163,21 +172,9 @@ async def cmd_mcp(args: argparse.Namespace) -> int:
         raise _sole(group) from None
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    # Imported here: the SDK takes ~0.7 s to import, which no other command should pay.
-    from mcp.server.stdio import stdio_server
-
-    from agent_bridge import BridgeUnavailable, ToolSet
-    from discovery.mcp.server import McpFront
-    from discovery.mcp.transports import StdinLines, http_server, serve_streams
-
-    from .call import flag_names
-
-    try:
-        check_name(args.workspace, "workspace")
-    except ValueError as exc:
-        raise CommandError(f"--workspace: {exc}") from None
-    settings = settings_of(args)
+def _address_and_token(args: argparse.Namespace) -> tuple[tuple[str, int] | None, str | None]:
+    """Where to serve HTTP (None: stdio) and the bearer token; a warning for HTTP off loopback without a token, or a
+    token given for stdio."""
     address = None
     token = read_token(args)
     if args.http is not None:
@@ -193,6 +190,42 @@ async def _serve(args: argparse.Namespace) -> int:
             "mcp.token_ignored",
             reason="the bearer token applies to --http only; stdio is private to the client that spawned this process",
         )
+    return address, token
+
+
+async def _open_toolset(stack: contextlib.AsyncExitStack, args: argparse.Namespace, settings: Settings) -> ToolSet:
+    """The workspace's live `ToolSet`, closed by `stack`; a store that does not answer and no fallback is one line."""
+    from agent_bridge import BridgeUnavailable, ToolSet
+
+    from .call import flag_names
+
+    try:
+        return await stack.enter_async_context(
+            ToolSet(
+                workspace=args.workspace,
+                settings=settings,
+                user=args.user,
+                call_timeout=args.call_timeout,
+                static_dir=Path(args.static_dir) if args.static_dir else None,
+            )
+        )
+    except BridgeUnavailable as exc:
+        raise CommandError(flag_names(exc)) from None
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    # Imported here: the SDK takes ~0.7 s to import, which no other command should pay.
+    from mcp.server.stdio import stdio_server
+
+    from discovery.mcp.server import McpFront
+    from discovery.mcp.transports import StdinLines, http_server, serve_streams
+
+    try:
+        check_name(args.workspace, "workspace")
+    except ValueError as exc:
+        raise CommandError(f"--workspace: {exc}") from None
+    settings = settings_of(args)
+    address, token = _address_and_token(args)
     url = settings.resolve_pulsar_url()  # NoBrokerError (one line) when none is configured
 
     async with contextlib.AsyncExitStack() as stack:
@@ -204,18 +237,7 @@ async def _serve(args: argparse.Namespace) -> int:
             if stdin is not None:
                 stack.callback(stdin.stop)  # runs before the transport closes, which waits for its reader
         await check_broker(url)
-        try:
-            tools = await stack.enter_async_context(
-                ToolSet(
-                    workspace=args.workspace,
-                    settings=settings,
-                    user=args.user,
-                    call_timeout=args.call_timeout,
-                    static_dir=Path(args.static_dir) if args.static_dir else None,
-                )
-            )
-        except BridgeUnavailable as exc:
-            raise CommandError(flag_names(exc)) from None
+        tools = await _open_toolset(stack, args, settings)
         front = McpFront(tools, include=args.tools, exclude=args.exclude, user=args.user)
 
         def serving(**where: str) -> None:  # said once it does: for HTTP, after the port is bound

@@ -256,6 +256,11 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
         help="restore a backup of another store (another store id) than the one in this data directory",
     )
     restore.set_defaults(handler=cmd_store_restore)
+    _add_transfer_commands(actions, common_parent)
+
+
+def _add_transfer_commands(actions: Any, common_parent: argparse.ArgumentParser) -> None:
+    """`toolreg store export` and `import`: the items and version as JSON, from or into either backend."""
     for name, verb, what in (
         ("export", "write", "the store's items and version to PATH (JSON)"),
         ("import", "read", "PATH into an empty store (or replace it with --force), carrying the version over"),

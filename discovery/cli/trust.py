@@ -135,7 +135,11 @@ def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
     )
     keygen.add_argument("path", metavar="PATH", help="where to write the private key, e.g. keys/joke-service.key")
     keygen.set_defaults(handler=cmd_keygen)
+    _add_trust_command(sub, common)
 
+
+def _add_trust_command(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    """`toolreg trust add|remove|list`: edit the trust policy file."""
     policy = argparse.ArgumentParser(add_help=False)
     policy.add_argument(
         "--policy", default=None, help=f"the policy file (env {TRUST_POLICY_ENV}, default ./trust.json)"

@@ -6,7 +6,7 @@
 Built on the official SDK's low-level `Server`: the SDK speaks the protocol
 (every version from 2024-11-05 to 2026-07-28, both eras, the transports);
 this module only answers its requests from the `ToolSet`. Transports are in
-`mcp_transports`, the command in `cli_mcp`.
+`transports`, the command in `discovery.cli.mcp`.
 
 Change notifications reach each client the way its protocol version expects:
 

@@ -15,7 +15,7 @@ SDK leaves to the application:
   through DNS rebinding; then an optional static bearer token, compared in
   constant time; both before the SDK sees the request. A 2025-era call
   whose client disconnects before its answer is cancelled, as over stdio
-  (`mcp_dropped`). Request heads have a
+  (`dropped`). Request heads have a
   deadline and open sockets a cap (`discovery.web.hardening.bounded_config`).
   The socket is bound here, so a taken port is a one-line error and port 0
   works.

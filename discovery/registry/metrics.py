@@ -54,7 +54,7 @@ def rejection_reason(text: str) -> str:
     """Map the registry's one-line rejection reason to its metric label (`other` if unknown).
 
     Matches on phrases of the messages in `validation.py`, `trust.py` and
-    `registry.py`; tests/test_health.py feeds it the real messages, so a
+    `intake.py`; tests/web/test_health.py feeds it the real messages, so a
     reworded message that stops matching fails a test instead of silently
     counting as `other`.
     """

@@ -43,7 +43,7 @@ class RegistryOptions:
     max_retry_delay: float = 2.0
     """Longest wait between retries of a store write that failed (broker or store down)."""
     trust: TrustCheck | None = None
-    """A trust policy (`discovery.trust.TrustPolicy`): accept only announcements signed by a key
+    """A trust policy (`discovery.registry.trust.TrustPolicy`): accept only announcements signed by a key
     allowed the service and tools they claim. None accepts every valid announcement."""
     pin_definitions: bool = False
     """Pin each announced tool's definition when first accepted; hold later changes for an operator (`pins`)."""

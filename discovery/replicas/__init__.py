@@ -14,8 +14,10 @@ registry plug in on top):
 Wiring, in this order (each step undone if a later one fails)::
 
     async with AsyncExitStack() as stack:
-        members = await stack.enter_async_context(Membership(transport, rid, "config-store", version=lambda:
-        log.version)) election = Election(transport, transport.topics.state_lock, rid, membership=members)
+        members = await stack.enter_async_context(
+            Membership(transport, rid, "config-store", version=lambda: log.version)
+        )
+        election = Election(transport, transport.topics.state_lock, rid, membership=members)
         log = await stack.enter_async_context(ReplicatedLog(transport, state, election=election))
         await stack.enter_async_context(election)
 

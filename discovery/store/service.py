@@ -4,7 +4,7 @@ It answers where TrustGraph's config service does: the system queue
 (`request/config`, the workspace in the request body) and, like TrustGraph's,
 one queue per workspace (`request/config:<workspace>`, the workspace taken
 from the queue), which TrustGraph's API gateway uses. What each request does
-is `config_ops`; this module is the transport around it.
+is `operations`; this module is the transport around it.
 
 Each request is handled to completion without yielding between its SQLite
 read and write, so requests are atomic even though several run at once.
@@ -20,7 +20,7 @@ full disk) is not damage: it is answered with the cause and the fix, `/readyz`
 says so until the store can write again, and nothing written before is lost
 (SQLite rolls the refused transaction back). Meanwhile a background task keeps
 the store's marker current, watches that the store can still write, and takes
-the automatic backups (`store_backup`).
+the automatic backups (`backup`).
 """
 
 from __future__ import annotations

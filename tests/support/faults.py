@@ -1,6 +1,6 @@
 """Run `toolreg` with one start-up step made to fail, then report what the process left behind.
 
-    python tests/faults.py STEP REPORT -- toolreg-args...
+    python tests/support/faults.py STEP REPORT -- toolreg-args...
 
 STEP names the step (see `STEPS`); the failure is injected after the steps
 before it succeeded, so their undo is what is being tested. After `main()`

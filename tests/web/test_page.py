@@ -1,6 +1,6 @@
 """The registry page over plain HTTP: escaped server-side HTML, live events, read-only routes, and who may read it.
 
-The page in a real browser (JavaScript on) is tests/test_page_browser.py.
+The page in a real browser (JavaScript on) is tests/web/test_page_browser.py.
 """
 
 from __future__ import annotations

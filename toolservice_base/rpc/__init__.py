@@ -1,7 +1,7 @@
 """Request/response over a pair of queues, correlated on the `id` property.
 
-One import for both sides: `RequestClient` (`rpc_client`), `RequestServer`
-(`rpc_server`), and what travels beside a request's body (`rpc_wire`: the
+One import for both sides: `RequestClient` (`client`), `RequestServer`
+(`server`), and what travels beside a request's body (`wire`: the
 message properties, the private reply queues and the cancel queue).
 """
 

@@ -7,7 +7,7 @@ body schema, so a caller may always send them.
 | property | set by | meaning |
 | --- | --- | --- |
 | `id` | every caller | correlates the answers with the request |
-| `reply-to` | our callers | the caller's private reply queue (see `rpc_client`) |
+| `reply-to` | our callers | the caller's private reply queue (see `client`) |
 | `timeout-ms` | our callers | how long the caller waits for the whole answer, in milliseconds from sending; the server
 stops work past it |
 | `tool` | the agent bridge | the name of the tool called, for a service that serves several (and its metrics and spans)
