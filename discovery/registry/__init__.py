@@ -1,8 +1,9 @@
 """The registry: reads the `tool-descriptors` topic, keeps leases, merges live services into the config store.
 
 `service` wires it and runs its life cycle (`Registry`); `intake` takes every
-announcement, judged by `validation`, `trust` and `pins`; `leases`, `departed`
-and `state` hold what it knows; `expiry` is the lease sweep and its policy
+announcement, judged by `validation`, `trust` and `pins` (its records and rules:
+`pin_rules`); `leases`, `departed` and `state` hold what it knows, by the keys
+of `keys`; `expiry` is the lease sweep and its policy
 (lease expiry, self-preservation); `writer` and `batches` turn what changed into
 store writes, planned by `merge` over `owners`; `queries`, `overview`,
 `protocol`, `paging` and `client` are its query API. `replicated` is the

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from toolservice_base.configclient import ConfigClient
 
-from .leases import LeaseTable, ServiceKey
+from .leases import Lease, LeaseTable, ServiceKey
 from .protocol import NameConflict, PendingChange, Rejection
 from .state import ServiceState, static_status
 from .usage import ToolUsage, tool_usage
@@ -220,6 +220,24 @@ class Overview:
         self._static[workspace] = (version, items)
         return items
 
+    @staticmethod
+    def _instance(state: ServiceState, lease: Lease, names: Mapping[str, str]) -> InstanceView:
+        """One instance as the page shows it: the version of the offer it holds, its signer by the policy's name."""
+        held_offer = state.offers.get(lease.digest) if lease.digest is not None else None
+        version = (
+            held_offer.version if held_offer is not None else (state.record.version if state.record is not None else "")
+        )
+        return InstanceView(
+            id=lease.instance,
+            service=state.service_id,
+            workspace=state.workspace,
+            version=version,
+            signer=names.get(lease.signer, lease.signer) if lease.signer else "",
+            state=lease.state,
+            ttl=lease.ttl,
+            last_seen=lease.last_seen,
+        )
+
     async def snapshot(self) -> RegistrySnapshot:
         wall = time.time()
         grouped = self._leases.by_service()
@@ -250,25 +268,7 @@ class Overview:
                     digest=status.digest,
                     usage=traffic.get(status.name),
                 )
-            for lease in sorted(leases, key=lambda lease: lease.instance):
-                held_offer = state.offers.get(lease.digest) if lease.digest is not None else None
-                version = (
-                    held_offer.version
-                    if held_offer is not None
-                    else (state.record.version if state.record is not None else "")
-                )
-                instances.append(
-                    InstanceView(
-                        id=lease.instance,
-                        service=state.service_id,
-                        workspace=state.workspace,
-                        version=version,
-                        signer=names.get(lease.signer, lease.signer) if lease.signer else "",
-                        state=lease.state,
-                        ttl=lease.ttl,
-                        last_seen=lease.last_seen,
-                    )
-                )
+            instances += [self._instance(state, lease, names) for lease in sorted(leases, key=lambda x: x.instance)]
         workspaces = {self.workspace_default} | {key.workspace for key in self._services}
         for workspace in sorted(workspaces):
             items = await self._static_items(workspace)

@@ -219,14 +219,8 @@ class AnnouncementValidator:
         while len(self._last_sequence) > self._memory:
             self._last_sequence.popitem(last=False)
 
-    def check(self, data: bytes, now: float, authorize: Authorize | None = None) -> Announcement:
-        """The parsed announcement, or `Rejected` saying why not. `now` is wall-clock seconds.
-
-        `authorize` (the registry's: an instance keeps its workspace and
-        service, and the trust policy when one is configured) runs before the
-        instance's sequence is recorded, so a message it refuses cannot push a
-        real instance's sequence forward and lock it out.
-        """
+    def _parse(self, data: bytes) -> Announcement:
+        """The announcement `data` holds, or `Rejected` (too large, or not one), naming its sender where it can."""
         if len(data) > self.max_bytes:
             instance, service = _guess_ids(data)
             raise Rejected(
@@ -236,7 +230,7 @@ class AnnouncementValidator:
                 category="too-large",
             )
         try:
-            announcement = Announcement.model_validate_json(data)
+            return Announcement.model_validate_json(data)
         except ValidationError as exc:
             instance, service = _guess_ids(data)
             raise Rejected(
@@ -244,6 +238,16 @@ class AnnouncementValidator:
             ) from None
         except ValueError as exc:  # e.g. recursion limits inside the JSON parser
             raise Rejected(f"not a valid announcement: {printable(str(exc))}") from None
+
+    def check(self, data: bytes, now: float, authorize: Authorize | None = None) -> Announcement:
+        """The parsed announcement, or `Rejected` saying why not. `now` is wall-clock seconds.
+
+        `authorize` (the registry's: an instance keeps its workspace and
+        service, and the trust policy when one is configured) runs before the
+        instance's sequence is recorded, so a message it refuses cannot push a
+        real instance's sequence forward and lock it out.
+        """
+        announcement = self._parse(data)
         service_id = announcement.service.id if announcement.service else None
 
         def refuse(reason: str, category: Category) -> Rejected:

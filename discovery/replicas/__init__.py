@@ -6,9 +6,9 @@ registry plug in on top):
 - `membership`: each replica's status once a second (`toolreg replicas`);
 - `election`: the lock, an exclusive producer the broker hands to one replica
   at a time (`wait`), taken over from a silent holder (`fence`), with terms
-  that only grow and writers that a deposed active can no longer use;
+  that only grow and writers (`elected`) that a deposed active can no longer use;
 - `log`: an append-only log of JSON entries with versions that never go back
-  at any reader, and snapshots for a bounded start; `wholeness` tells when
+  at any reader, and snapshots for a bounded start (`snapshots`); `wholeness` tells when
   the broker deleted entries under it (a namespace without retention).
 
 Wiring, in this order (each step undone if a later one fails)::

@@ -42,11 +42,12 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from discovery.errors import NotActive, ReplicationError
-from toolservice_base.errors import Fenced, ProducerBusy, TransportClosed, TransportError
+from toolservice_base.errors import Fenced, ProducerBusy, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
-from toolservice_base.transport import ExclusiveMode, ExclusivePublisher, Payload, Reader, Transport
+from toolservice_base.transport import ExclusiveMode, ExclusivePublisher, Reader, Transport
 
+from .elected import ElectedWriter
 from .membership import Membership, Role, wait_event
 
 log = get_logger("discovery.replicas.election")
@@ -55,6 +56,8 @@ Promoted = Callable[[], Awaitable[None]]
 """Called once this replica holds the lock, before it serves as active (open writers, catch up)."""
 Demoted = Callable[[str], Awaitable[None]]
 """Called with the reason once this replica stepped down; its writers are already revoked."""
+
+__all__ = ["Demoted", "ElectedWriter", "Election", "Promoted", "RoleChange"]
 
 MARKER_READ_TIMEOUT = 10.0
 """How long reading a marker may take once the broker said one is there."""
@@ -71,56 +74,6 @@ class RoleChange:
     reason: str
     at: float
     """When (seconds since the epoch)."""
-
-
-class ElectedWriter:
-    """A `fence`-mode publisher that writes only while its election holds the lock.
-
-    A send after the replica stepped down raises `NotActive` without
-    reaching the broker; a send that meets `Fenced` makes the election step
-    down at once (and raises it).
-    """
-
-    mode: ExclusiveMode = "fence"
-
-    def __init__(self, election: "Election", publisher: ExclusivePublisher) -> None:
-        self._election = election
-        self._publisher = publisher
-        self.topic = publisher.topic
-        self._revoked = False
-
-    async def send(self, payload: Payload, properties: dict[str, str] | None = None) -> bytes:
-        if self._revoked:
-            raise NotActive(
-                f"replica {self._election.replica_id} is no longer active; it may not write on {self.topic}"
-            )
-        try:
-            return await self._publisher.send(payload, properties)
-        except Fenced:
-            self._election.deposed(f"fenced on {self.topic}: another replica took over")
-            raise
-        except TransportClosed:
-            if self._revoked:  # stepped down (and closed) while this send was on its way
-                raise NotActive(
-                    f"replica {self._election.replica_id} stepped down; its write on {self.topic} may not have been"
-                    " made"
-                ) from None
-            raise
-
-    @property
-    def connected(self) -> bool:
-        return not self._revoked and self._publisher.connected
-
-    @property
-    def fenced(self) -> bool:
-        return self._publisher.fenced
-
-    def revoke(self) -> None:
-        self._revoked = True
-
-    async def close(self) -> None:
-        self._revoked = True
-        await self._election._transport.close_publisher(self._publisher)
 
 
 class Election:
@@ -252,7 +205,7 @@ class Election:
         if not self.is_active or self._lost.is_set():
             raise NotActive(f"replica {self.replica_id} is not active; only the active replica writes on {topic}")
         publisher = await self._transport.exclusive_publisher(topic, "fence")
-        writer = ElectedWriter(self, publisher)
+        writer = ElectedWriter(self, publisher, self._transport)
         if not self.is_active or self._lost.is_set():
             await writer.close()
             raise NotActive(f"replica {self.replica_id} stepped down while opening a writer on {topic}")

@@ -42,36 +42,50 @@ its whole content for a snapshot, and takes one back.
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, Self
+
+__all__ = [
+    "CHUNK_BYTES",
+    "FORMAT",
+    "ITEM_LIMIT",
+    "SNAPSHOT_FORMAT",
+    "LogEntry",
+    "Manifest",
+    "ReplicatedLog",
+    "StateMachine",
+]
 
 from discovery.errors import LogIncomplete, NewerFormat, NotActive, ReplicationError
 from toolservice_base.errors import TransportClosed, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
-from toolservice_base.transport import MESSAGE_LIMIT, Envelope, Reader, ReaderStart, Transport, unique_name
+from toolservice_base.transport import Envelope, Reader, Transport, unique_name
 
 from .election import ElectedWriter, Election
+from .snapshots import (
+    CHUNK_BYTES,
+    ITEM_LIMIT,
+    READ_TIMEOUT,
+    SNAPSHOT_FORMAT,
+    Manifest,
+    b64,
+    items_of,
+    last_manifest,
+    pack,
+    read_chunks,
+)
 from .wholeness import Finding, Wholeness
 
 log = get_logger("discovery.replicas.log")
 
 FORMAT = 1
 """The entry format this version writes and the newest it reads."""
-SNAPSHOT_FORMAT = 1
-"""The snapshot (manifest and chunk) format this version writes and the newest it reads."""
-CHUNK_BYTES = 1024 * 1024
-"""A snapshot chunk's target size: a fifth of the broker's message limit, so no message comes near it."""
-ITEM_LIMIT = MESSAGE_LIMIT - 64 * 1024
-"""The largest single item a snapshot can carry (it goes alone in its chunk)."""
-READ_TIMEOUT = 10.0
-"""How long a read may take once the broker said a message is there (a slow broker, not an empty topic)."""
 
 
 @dataclass(frozen=True)
@@ -100,72 +114,6 @@ class StateMachine(Protocol):
 
     def restore(self, version: int, items: Iterable[Any]) -> None:
         """Replace the whole state with a snapshot's items, as of `version`."""
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """The last message of a complete snapshot: what it covers and where its chunks are."""
-
-    snapshot: str
-    version: int
-    term: int
-    position: bytes
-    """The log message id of the entry at `version` (empty: the log's start)."""
-    first_chunk: bytes
-    chunks: int
-    items: int
-    size: int
-    sha256: str
-    written_at: float
-    format: int = SNAPSHOT_FORMAT
-    message_id: bytes = b""
-    """Where the manifest itself sits in the snapshot topic."""
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "format": self.format,
-            "snapshot": self.snapshot,
-            "version": self.version,
-            "term": self.term,
-            "position": _b64(self.position),
-            "first_chunk": _b64(self.first_chunk),
-            "chunks": self.chunks,
-            "items": self.items,
-            "bytes": self.size,
-            "sha256": self.sha256,
-            "written_at": self.written_at,
-        }
-
-    @classmethod
-    def from_wire(cls, envelope: Envelope) -> "Manifest":
-        raw = json.loads(envelope.data)
-        if int(raw["format"]) > SNAPSHOT_FORMAT:
-            raise NewerFormat(
-                f"the snapshot on {envelope.topic} was written by a newer version (format {raw['format']}, this one"
-                f" reads up to {SNAPSHOT_FORMAT}); upgrade tool-discovery on this replica"
-            )
-        return cls(
-            snapshot=str(raw["snapshot"]),
-            version=int(raw["version"]),
-            term=int(raw.get("term", 0)),
-            position=_unb64(raw["position"]),
-            first_chunk=_unb64(raw["first_chunk"]),
-            chunks=int(raw["chunks"]),
-            items=int(raw["items"]),
-            size=int(raw["bytes"]),
-            sha256=str(raw["sha256"]),
-            written_at=float(raw["written_at"]),
-            format=int(raw["format"]),
-            message_id=envelope.message_id,
-        )
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.b64decode(text.encode()) if text else b""
 
 
 class ReplicatedLog:
@@ -473,9 +421,9 @@ class ReplicatedLog:
                 self.term,
                 (self._entries_total, self._bytes_total),
             )
-            chunks, items = self._pack()
+            chunks, items = pack(self._state.snapshot(), self._chunk_bytes)
             snapshot_id = unique_name("snapshot")
-            previous = _b64(self.manifest.message_id) if self.manifest else ""
+            previous = b64(self.manifest.message_id) if self.manifest else ""
             digest = hashlib.sha256()
             first_chunk = b""
             for seq, chunk in enumerate(chunks):
@@ -510,38 +458,15 @@ class ReplicatedLog:
             )
             return self.manifest
 
-    def _pack(self) -> tuple[list[bytes], int]:
-        """The state's items as JSON arrays of about `chunk_bytes` each (an item alone if larger); and how many
-        items."""
-        chunks: list[bytes] = []
-        current: list[bytes] = []
-        size = count = 0
-        for item in self._state.snapshot():
-            encoded = json.dumps(item, separators=(",", ":")).encode()
-            if len(encoded) > ITEM_LIMIT:
-                raise ReplicationError(
-                    f"one item of the state is {len(encoded)} bytes, over the {ITEM_LIMIT}-byte limit of a snapshot"
-                    " chunk; store less in one item"
-                )
-            if current and size + len(encoded) + 1 > self._chunk_bytes:
-                chunks.append(b"[" + b",".join(current) + b"]")
-                current, size = [], 0
-            current.append(encoded)
-            size += len(encoded) + 1
-            count += 1
-        if current:
-            chunks.append(b"[" + b",".join(current) + b"]")
-        return chunks, count
-
     async def _restore(self) -> None:
         """Start from the last complete snapshot, if there is one and it is whole."""
-        manifest = await self._last_manifest()
+        manifest = await last_manifest(self._transport, self.snapshot_topic)
         if manifest is None:
             return
-        chunks = await self._read_chunks(manifest)
+        chunks = await read_chunks(self._transport, self.snapshot_topic, manifest)
         if chunks is None:
             return
-        self._state.restore(manifest.version, _items(chunks))
+        self._state.restore(manifest.version, items_of(chunks))
         self.version, self.position, self.term, self.manifest = (
             manifest.version,
             manifest.position,
@@ -549,66 +474,3 @@ class ReplicatedLog:
             manifest,
         )
         self.stats["restored_items"] = manifest.items
-
-    async def _last_manifest(self) -> Manifest | None:
-        last = await self._read_one(self.snapshot_topic, "latest")
-        if last is not None and last.properties.get("kind") == "chunk":
-            # A snapshot cut short (its writer died or was deposed): its chunks name the complete one before.
-            previous = _unb64(last.properties.get("previous", ""))
-            last = await self._read_one(self.snapshot_topic, previous) if previous else None
-        if last is None:
-            return None
-        try:
-            return Manifest.from_wire(last)
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("log.snapshot_skipped", topic=self.snapshot_topic, reason=f"unreadable manifest ({exc})")
-            return None
-
-    async def _read_one(self, topic: str, start: ReaderStart) -> Envelope | None:
-        """The message at `start` (a message id, inclusive, or the latest); None if the topic has none."""
-        reader = await self._transport.reader(topic, start, inclusive=True)
-        try:
-            if not await reader.has_message_available():
-                return None
-            return await reader.read_next(READ_TIMEOUT)
-        finally:
-            await self._transport.close_reader(reader)
-
-    async def _read_chunks(self, manifest: Manifest) -> list[bytes] | None:
-        """The snapshot's chunks, checked against its manifest; None (logged) if any is missing or wrong."""
-        if manifest.chunks == 0:
-            return []
-        reader = await self._transport.reader(self.snapshot_topic, manifest.first_chunk, inclusive=True)
-        chunks: list[bytes] = []
-        digest = hashlib.sha256()
-        try:
-            for seq in range(manifest.chunks):
-                chunk = await reader.read_next(READ_TIMEOUT)
-                if (
-                    chunk is None
-                    or chunk.properties.get("snapshot") != manifest.snapshot
-                    or chunk.properties.get("seq") != str(seq)
-                ):
-                    log.warning(
-                        "log.snapshot_skipped",
-                        topic=self.snapshot_topic,
-                        snapshot=manifest.snapshot,
-                        reason=f"chunk {seq} missing",
-                    )
-                    return None
-                digest.update(chunk.data)
-                chunks.append(chunk.data)
-        finally:
-            await self._transport.close_reader(reader)
-        if digest.hexdigest() != manifest.sha256:
-            log.warning(
-                "log.snapshot_skipped", topic=self.snapshot_topic, snapshot=manifest.snapshot, reason="digest mismatch"
-            )
-            return None
-        return chunks
-
-
-def _items(chunks: list[bytes]) -> Iterator[Any]:
-    """The items of a snapshot, one chunk decoded at a time."""
-    for chunk in chunks:
-        yield from json.loads(chunk)

@@ -36,7 +36,6 @@ the page is not served off loopback at all; health and metrics are unaffected.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -45,7 +44,7 @@ from typing import Any, Protocol
 
 import jinja2
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 from starlette.types import Receive, Scope, Send
@@ -55,9 +54,10 @@ from discovery.registry.overview import InstanceView, RegistrySnapshot, ToolView
 from discovery.registry.protocol import PendingChange
 from toolservice_base.errors import ConfigError, TransportError
 from toolservice_base.logs import get_logger
-from toolservice_base.settings import HTTP_TOKEN_ENV, Settings
+from toolservice_base.settings import Settings
 
-from .health import HealthServer, is_loopback_host, split_host
+from .access import TOKEN_ENV, PageAccess
+from .health import HealthServer
 
 
 class SnapshotSource(Protocol):
@@ -71,8 +71,6 @@ UNAVAILABLE = (ConfigError, TransportError, RegistryUnavailable)
 
 log = get_logger("discovery.web")
 
-TOKEN_ENV = HTTP_TOKEN_ENV
-COOKIE = "toolreg_token"
 TICK = 0.25
 """Seconds between snapshots while anyone watches: the page is at most this much behind the registry."""
 KEEPALIVE = 15.0
@@ -355,54 +353,6 @@ def render(snapshot: RegistrySnapshot, problem: str | None = None) -> str:
 # --- routes and access ------------------------------------------------------------
 
 
-class PageAccess:
-    """Who may read the page: anyone on this machine when bound to loopback; else the bearer of the token."""
-
-    def __init__(self, loopback: bool, token: str | None) -> None:
-        self.loopback = loopback
-        self.token = token or None
-
-    def refusal(self, request: Request) -> Response | None:
-        """None if the request may read the page; else the response to send instead."""
-        if self.loopback:
-            given = request.headers.get("host", "")
-            parsed = split_host(given)
-            if parsed is None or not is_loopback_host(parsed[0]):
-                return JSONResponse(
-                    {
-                        "error": (
-                            "the registry page answers only to Host localhost or a loopback address, not"
-                            f" {given[:100]!r}"
-                        )
-                    },
-                    status_code=403,
-                )
-            return None
-        if self.token is None:
-            return JSONResponse(
-                {"error": f"the registry page is not served off loopback without a token; set {TOKEN_ENV} and restart"},
-                status_code=403,
-            )
-        presented = _bearer(request) or request.cookies.get(COOKIE) or ""
-        if hmac.compare_digest(presented.encode(), self.token.encode()):
-            return None
-        return JSONResponse(
-            {
-                "error": (
-                    f"the registry page needs the token in {TOKEN_ENV}: send 'Authorization: Bearer <token>' or open"
-                    " /?token=<token>"
-                )
-            },
-            status_code=401,
-            headers={"WWW-Authenticate": 'Bearer realm="toolreg"'},
-        )
-
-
-def _bearer(request: Request) -> str | None:
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
-
-
 def _problem(exc: Exception) -> str:
     if isinstance(exc, RegistryUnavailable):
         return str(exc)
@@ -416,6 +366,11 @@ def _unavailable(exc: Exception) -> Response:
         return JSONResponse({"error": str(exc)}, status_code=503)
     message = f"the config store did not answer ({exc}); the page shows once it does, is `toolreg up` running?"
     return JSONResponse({"error": message}, status_code=503)
+
+
+def _viewers_full(most: int) -> Response:
+    message = f"the registry page has {most} viewers already, the most it serves; close one or try again"
+    return JSONResponse({"error": message}, status_code=503, headers={"Retry-After": "10"})
 
 
 def _asset(name: str, media_type: str) -> Response:
@@ -432,13 +387,9 @@ def page_routes(
     feed = feed if feed is not None else PageFeed(overview)
 
     async def index(request: Request) -> Response:
-        offered = request.query_params.get("token")
-        if offered is not None and access.token is not None and not access.loopback:
-            if not hmac.compare_digest(offered.encode(), access.token.encode()):
-                return access.refusal(request) or Response(status_code=401)
-            redirect = RedirectResponse("./", status_code=303)
-            redirect.set_cookie(COOKIE, offered, httponly=True, samesite="strict", secure=request.url.scheme == "https")
-            return redirect
+        login = access.login(request)
+        if login is not None:
+            return login
         found = await snapshot_for(request)
         if isinstance(found, Response):
             return found
@@ -467,16 +418,7 @@ def page_routes(
         if refused is not None:
             return refused
         if not feed.join():
-            return JSONResponse(
-                {
-                    "error": (
-                        f"the registry page has {feed.max_viewers} viewers already, the most it serves; close one or"
-                        " try again"
-                    )
-                },
-                status_code=503,
-                headers={"Retry-After": "10"},
-            )
+            return _viewers_full(feed.max_viewers)
         headers = {**SECURITY_HEADERS, "X-Accel-Buffering": "no"}
         return _EventStream(feed.events(closing), feed.leave, headers)
 
