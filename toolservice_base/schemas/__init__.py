@@ -1,5 +1,6 @@
 """Every wire model of the product, a module per protocol: `tools` (descriptors), `calls` (requests and
-responses), `config` (the config store), `announce` (self-announcement), on `base` (names, limits, canonical JSON).
+responses), `config` (the config store), `announce` (self-announcement), on `base` (names, limits, canonical JSON);
+`json_schema` (a tool's input and output schemas) and `content` (rich results: MCP content blocks) beside them.
 
 Import from here: `from toolservice_base.schemas import ToolDescriptor`.
 """
@@ -36,7 +37,14 @@ from .base import (
     printable,
     queue_namespace,
 )
-from .calls import ErrorBody, ToolServiceRequest, ToolServiceResponse, is_last_response, response_chunk
+from .calls import (
+    ErrorBody,
+    ToolServiceRequest,
+    ToolServiceResponse,
+    is_last_response,
+    parse_response,
+    response_chunk,
+)
 from .config import (
     CONFIG_OPERATIONS,
     CONFIG_TYPE_PATTERN,
@@ -52,13 +60,44 @@ from .config import (
     is_reserved_workspace,
     validate_config_item,
 )
-from .tools import Argument, ConfigParam, ToolDescriptor, ToolServiceDescriptor, check_tool_against_service
+from .content import (
+    AudioContent,
+    ContentBlock,
+    EmbeddedResource,
+    ImageContent,
+    ResourceContents,
+    ResourceLink,
+    TextContent,
+    ToolResult,
+)
+from .json_schema import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, check_json_schema
+from .tools import (
+    Argument,
+    ConfigParam,
+    ToolAnnotations,
+    ToolDescriptor,
+    ToolServiceDescriptor,
+    check_tool_against_service,
+)
 
 __all__ = [
     "ARGUMENT_TYPES",
     "Announcement",
     "AnnouncementKind",
     "Argument",
+    "AudioContent",
+    "ContentBlock",
+    "EmbeddedResource",
+    "ImageContent",
+    "MAX_SCHEMA_BYTES",
+    "MAX_SCHEMA_DEPTH",
+    "ResourceContents",
+    "ResourceLink",
+    "TextContent",
+    "ToolAnnotations",
+    "ToolResult",
+    "check_json_schema",
+    "parse_response",
     "CONFIG_OPERATIONS",
     "CONFIG_TYPE_PATTERN",
     "ConfigKey",

@@ -12,6 +12,7 @@ from pydantic import (
 from .base import (
     describe_validation_error,
 )
+from .content import ContentBlock, TextContent, ToolResult
 
 
 class ErrorBody(BaseModel):
@@ -28,9 +29,30 @@ class ToolServiceRequest(BaseModel):
 
 
 class ToolServiceResponse(BaseModel):
+    """One response. `content` and `structured` are left off (not sent as null) when a result is text only, so a
+    text answer is the bytes it always was; readers that do not know them (TrustGraph's) read `response`."""
+
     error: ErrorBody | None = None
     response: str = ""
     end_of_stream: bool = True
+    content: list[ContentBlock] | None = None
+    structured: dict[str, Any] | None = None
+
+    @classmethod
+    def of_result(cls, result: ToolResult, *, end_of_stream: bool = True) -> ToolServiceResponse:
+        """A rich result: its blocks and structured content, and its text rendering in `response`."""
+        return cls(
+            response=result.text,
+            content=list(result.content) if result.content else None,
+            structured=result.structured,
+            end_of_stream=end_of_stream,
+        )
+
+    def result(self) -> ToolResult:
+        """What this response adds to the call's result: its blocks, or its text as one text block."""
+        if self.content is None and self.structured is None:
+            return ToolResult(content=(TextContent(text=self.response),)) if self.response else ToolResult()
+        return ToolResult(content=tuple(self.content or ()), structured=self.structured)
 
 
 def is_last_response(body: dict[str, Any]) -> bool:
@@ -38,8 +60,9 @@ def is_last_response(body: dict[str, Any]) -> bool:
     return bool(body.get("end_of_stream", True)) or bool(body.get("error"))
 
 
-def response_chunk(body: dict[str, Any], service: str) -> str:
-    """The text one response adds to the observation; `ToolError` if the service answered with an error."""
+def parse_response(body: dict[str, Any], service: str) -> ToolServiceResponse:
+    """One response, checked; `ToolError` if the service answered with an error or with something that is not a
+    response (a content block that is not one, say)."""
     from ..errors import ToolError
 
     try:
@@ -48,4 +71,9 @@ def response_chunk(body: dict[str, Any], service: str) -> str:
         raise ToolError("bad-response", describe_validation_error(exc), service=service) from None
     if response.error is not None:
         raise ToolError(response.error.type, response.error.message, service=service)
-    return response.response
+    return response
+
+
+def response_chunk(body: dict[str, Any], service: str) -> str:
+    """The text one response adds to the observation; `ToolError` if the service answered with an error."""
+    return parse_response(body, service).response
