@@ -13,6 +13,17 @@ An author declares the service and its tools as spec JSON and overrides
 A service that serves several tools learns which one was called by accepting
 a `tool` keyword: `async def invoke(self, user, config, arguments, *, tool="")`.
 
+A tool may also declare what MCP says of a tool: `title`, `annotations`
+(`{"readOnlyHint": true}`), `input-schema` (a JSON Schema dict, a pydantic
+model, a dataclass, a TypedDict or a function whose type hints are the
+arguments; its flat `arguments` are then derived) and `output-schema`.
+Arguments are checked against a declared input schema before `invoke` runs
+(a `bad-arguments` answer naming the path of the first violation). `invoke`
+may return rich results: a `ToolResult`, a content block (`ImageContent.of(
+png, "image/png")`, ...) or a list of them, and, for a tool with an output
+schema, a dict that is its structured content; each response then carries
+them beside a text rendering, which is all a TrustGraph agent reads.
+
 Every call has a deadline: the caller's timeout (it travels with the request)
 or the service's own limit, `call_timeout` or a tool's entry in
 `tool_timeouts`, whichever comes first. At the deadline `invoke` is cancelled.
@@ -30,8 +41,8 @@ import inspect
 import json
 import signal
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
-from contextlib import AsyncExitStack, aclosing
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,9 +55,10 @@ from toolservice_base.rpc.wire import TOOL
 from . import tracing
 from .announcer import Announcer, new_instance_id
 from .call_stats import CallStats
-from .errors import BadRequest, ServiceDefinitionError
+from .errors import BadRequest, ServiceDefinitionError, ToolError
 from .logs import get_logger
 from .metrics import OTHER_TOOL, ServiceMetrics
+from .results import response_for, stream_responses
 from .schemas import (
     DEFAULT_TTL,
     MAX_MESSAGE_BYTES,
@@ -63,6 +75,7 @@ from .schemas import (
 from .settings import Settings
 from .signing import load_private_key
 from .tasks import gather_or_raise
+from .tool_contract import ToolContract, schema_of
 from .tool_labels import ToolLabels
 from .topics import DEFAULT as DEFAULT_TOPICS
 from .topics import Topics
@@ -94,7 +107,7 @@ def build_descriptors(
         raise ServiceDefinitionError(f"descriptor of {service_id!r}: {describe_validation_error(exc)}") from None
     parsed: list[ToolDescriptor] = []
     for raw in tools:
-        item = {"type": "tool-service", "service": service.id, **raw}
+        item = {"type": "tool-service", "service": service.id, **_declared_schemas(raw)}
         try:
             tool = ToolDescriptor.model_validate(item)
         except ValidationError as exc:
@@ -113,6 +126,25 @@ def build_descriptors(
             f"{MAX_MESSAGE_BYTES // 1024} KiB limit; shorten descriptions or split it into several services"
         )
     return service, parsed
+
+
+_SCHEMA_KEYS = {
+    "input-schema": "input-schema",
+    "input_schema": "input-schema",
+    "output-schema": "output-schema",
+    "output_schema": "output-schema",
+}
+
+
+def _declared_schemas(raw: dict[str, Any]) -> dict[str, Any]:
+    """A tool as declared, its schemas turned into JSON Schema dicts (from a pydantic model, type hints, ...)."""
+    if not isinstance(raw, dict):
+        raise ServiceDefinitionError(f"a tool must be a dict, got {type(raw).__name__}")
+    item = {key: value for key, value in raw.items() if key not in _SCHEMA_KEYS}
+    for key, wire in _SCHEMA_KEYS.items():
+        if raw.get(key) is not None:
+            item[wire] = schema_of(raw[key], f"tool {raw.get('name')!r}: {wire}")
+    return item
 
 
 def _parse_request(data: bytes, max_bytes: int = MAX_REQUEST_BYTES) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -135,23 +167,6 @@ def _parse_request(data: bytes, max_bytes: int = MAX_REQUEST_BYTES) -> tuple[str
             raise BadRequest(f"request field '{field}' must be a JSON object, got {type(value).__name__}")
         parsed[field] = value
     return request.user, parsed["config"], parsed["arguments"]
-
-
-def _as_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-async def _stream_chunks(chunks: AsyncGenerator[Any, Any], reply: Any) -> None:
-    """A streamed answer: one response per chunk, then an empty `end_of_stream` one.
-
-    The generator is closed however this ends (a deadline, a cancel), so the
-    author's `finally` blocks and `async with`s run at once, not when it is
-    garbage-collected.
-    """
-    async with aclosing(chunks) as each:
-        async for chunk in each:
-            await reply(ToolServiceResponse(response=_as_text(chunk), end_of_stream=False))
-    await reply(ToolServiceResponse(response="", end_of_stream=True))
 
 
 def _takes_tool(invoke: Callable[..., Any]) -> bool:
@@ -242,6 +257,13 @@ class DynamicToolService:
         self.signing_key = load_private_key(key_source) if isinstance(key_source, (str, Path)) else key_source
         self._instance = new_instance_id(self.id)
         self._labels = ToolLabels(self.tool_descriptors)
+        self.__contracts = {
+            tool.name: ToolContract(tool)
+            for tool in self.tool_descriptors
+            if tool.input_schema is not None or tool.output_schema is not None
+        }
+        """Tools that declared a schema: their arguments are checked before `invoke`, their structured results after."""
+        self.__checks_input = {tool.name for tool in self.tool_descriptors if tool.input_schema is not None}
         self.metrics = (metrics or ServiceMetrics.default()).bind(self.id, self._labels.names)
         self.call_stats = CallStats(sorted(self._labels.names))
         """Calls, errors and latencies per tool since the last heartbeat, which carries them to the registry page."""
@@ -312,20 +334,28 @@ class DynamicToolService:
                 )  # a caller that does not name it: its config values may
                 span.set("tool.name", tool)
                 span.rename(f"serve {tool}")
+            called = self.tool_called(message)
+            contract = self.__contracts.get(called)
+            if contract is not None and called in self.__checks_input:
+                contract.check_arguments(arguments)
             if self.__pass_tool:
-                result = self.invoke(user, config, arguments, tool=self.tool_called(message))  # type: ignore[call-arg]
+                result = self.invoke(user, config, arguments, tool=called)  # type: ignore[call-arg]
             else:
                 result = self.invoke(user, config, arguments)
             if inspect.isawaitable(result):
                 result = await result
             if inspect.isasyncgen(result):
-                await _stream_chunks(result, reply)
+                await stream_responses(result, reply, contract)
                 return
-            await reply(ToolServiceResponse(response=_as_text(result), end_of_stream=True))
+            await reply(response_for(result, contract))
         except BadRequest as exc:
             error = "bad-request"
             log.warning("request.rejected", service=self.id, reason=str(exc))
             await reply(ToolServiceResponse(error=ErrorBody(type="bad-request", message=str(exc)), end_of_stream=True))
+        except ToolError as exc:  # arguments that break the input schema, a result that breaks the output schema
+            error, error_type = "exception", exc.type
+            log.info("invoke.refused", service=self.id, tool=tool, error=str(exc))
+            await reply(ToolServiceResponse(error=ErrorBody(type=exc.type, message=exc.message), end_of_stream=True))
         except Exception as exc:
             error, error_type = "exception", type(exc).__name__
             log.warning("invoke.failed", service=self.id, error=f"{type(exc).__name__}: {exc}")

@@ -56,7 +56,7 @@ class ImageContent(_Block):
 
     @classmethod
     def of(cls, data: bytes, mime_type: str) -> ImageContent:
-        return cls(data=base64.b64encode(data).decode("ascii"), mime_type=mime_type)
+        return cls.model_validate({"data": base64.b64encode(data).decode("ascii"), "mimeType": mime_type})
 
     @property
     def bytes(self) -> bytes:
@@ -74,7 +74,7 @@ class AudioContent(_Block):
 
     @classmethod
     def of(cls, data: bytes, mime_type: str) -> AudioContent:
-        return cls(data=base64.b64encode(data).decode("ascii"), mime_type=mime_type)
+        return cls.model_validate({"data": base64.b64encode(data).decode("ascii"), "mimeType": mime_type})
 
     @property
     def bytes(self) -> bytes:
@@ -122,6 +122,14 @@ ContentBlock = Annotated[
     TextContent | ImageContent | AudioContent | EmbeddedResource | ResourceLink, Field(discriminator="type")
 ]
 _BLOCKS: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
+BLOCK_TYPES = (TextContent, ImageContent, AudioContent, EmbeddedResource, ResourceLink)
+
+
+def is_rich(value: Any) -> bool:
+    """Whether an `invoke` returned a rich result: a ToolResult, a content block, or a non-empty list of blocks."""
+    if isinstance(value, ToolResult | _Block):
+        return True
+    return isinstance(value, list | tuple) and bool(value) and all(isinstance(item, BLOCK_TYPES) for item in value)
 
 
 def render(block: ContentBlock) -> str:

@@ -94,6 +94,9 @@ def _problem(text: str) -> str | None:
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "the top"
         return f"is not a valid JSON Schema at {printable(where, 80)}: {printable(exc.message, 160)}"
+    dangling = _dangling_reference(schema)
+    if dangling is not None:
+        return f"refers to {printable(dangling, 80)}, which it does not define"
     return None
 
 
@@ -129,6 +132,36 @@ def _remote_reference(schema: dict[str, Any]) -> str | None:
         elif isinstance(item, list):
             stack.extend(item)
     return None
+
+
+def _dangling_reference(schema: dict[str, Any]) -> str | None:
+    """A `#/...` reference that points at nothing in the document (anchors, `#name`, are left to the validator)."""
+    stack: list[Any] = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            target = item.get("$ref")
+            if isinstance(target, str) and target.startswith("#/") and not _resolves(schema, target[2:]):
+                return target
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def _resolves(document: Any, pointer: str) -> bool:
+    from urllib.parse import unquote
+
+    node = document
+    for raw in pointer.split("/"):
+        part = unquote(raw).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
 
 
 # --- the flat `arguments` a TrustGraph agent reads ---------------------------------------------------------
