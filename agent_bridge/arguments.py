@@ -3,9 +3,11 @@
 The schema is `arguments_schema(tool)`, the very one `as_openai_tools()`,
 `as_mcp_tools()` and `describe()` hand to the model, and the check is the
 `jsonschema` library's, so what the model is told and what the ToolSet
-accepts cannot drift apart. A refusal is one line naming the argument, so an
-agent can hand it back to the model to correct its call; the values it quotes
-are spelled as the JSON the model wrote (`null`, `true`, `false`), not as the
+accepts cannot drift apart. A refusal is one line naming the argument (for a
+tool with a full input schema, the JSON path of the first violation, as the
+service itself would say: `toolservice_base.tool_contract`), so an agent can
+hand it back to the model to correct its call; the values it quotes are
+spelled as the JSON the model wrote (`null`, `true`, `false`), not as the
 library's Python reprs.
 """
 
@@ -19,6 +21,7 @@ from jsonschema.exceptions import best_match
 
 from toolservice_base.errors import BadArguments
 from toolservice_base.schemas import ToolDescriptor, json_literals
+from toolservice_base.tool_contract import ToolContract
 
 from .impls import arguments_schema
 
@@ -29,16 +32,20 @@ MAX_DETAIL = 200
 class ArgumentCheck:
     """The compiled schema of one tool; built once per tool and reused by every call."""
 
-    __slots__ = ("tool", "service", "schema", "_validator")
+    __slots__ = ("tool", "service", "schema", "_validator", "_contract")
 
     def __init__(self, tool: ToolDescriptor) -> None:
         self.tool = tool.name
         self.service = tool.service or ""
         self.schema = arguments_schema(tool)
         self._validator = Draft202012Validator(self.schema)
+        self._contract = ToolContract(tool) if tool.input_schema is not None else None
 
     def check(self, arguments: Mapping[str, Any]) -> None:
         """Return if `arguments` fit the schema; else raise `BadArguments` naming the first argument at fault."""
+        if self._contract is not None:
+            self._contract.check_arguments(arguments)
+            return
         if self._validator.is_valid(arguments):
             return
         raise self._refusal(arguments)

@@ -24,7 +24,14 @@ from toolservice_base import tracing
 from toolservice_base.errors import AnswerTooLarge, ToolError
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import RequestClient
-from toolservice_base.schemas import ToolServiceDescriptor, ToolServiceRequest, is_last_response, response_chunk
+from toolservice_base.schemas import (
+    ToolResult,
+    ToolServiceDescriptor,
+    ToolServiceRequest,
+    ToolServiceResponse,
+    is_last_response,
+    parse_response,
+)
 from toolservice_base.transport import Transport
 
 from .limits import CallLimits
@@ -98,8 +105,44 @@ class ToolServiceClient:
         (`CallLimits.of`).
         `tool` names the tool called, for a service that serves several (the
         service also counts and traces per tool); with an OpenTelemetry SDK
-        configured, the call is a client span.
+        configured, the call is a client span. A rich answer's chunks are the
+        text renderings the service sent with it.
         """
+        responses = self.responses(user, config, arguments, limits, tool=tool)
+        async with aclosing(responses) as each:
+            async for response in each:
+                if response.response:
+                    yield response.response
+
+    async def parts(
+        self,
+        user: str,
+        config: Mapping[str, Any],
+        arguments: Mapping[str, Any],
+        limits: CallLimits | float = DEFAULT_LIMITS,
+        *,
+        tool: str = "",
+    ) -> AsyncGenerator[ToolResult, None]:
+        """Like `stream`, as `ToolResult`s: each response's content blocks and structured content, or its text as
+        one text block; empty responses skipped."""
+        responses = self.responses(user, config, arguments, limits, tool=tool)
+        async with aclosing(responses) as each:
+            async for response in each:
+                part = response.result()
+                if part.content or part.structured is not None:
+                    yield part
+
+    async def responses(
+        self,
+        user: str,
+        config: Mapping[str, Any],
+        arguments: Mapping[str, Any],
+        limits: CallLimits | float = DEFAULT_LIMITS,
+        *,
+        tool: str = "",
+    ) -> AsyncGenerator[ToolServiceResponse, None]:
+        """Every response to one call, checked (an error answer raises `ToolError`), until the last; bounded by
+        `limits` as `stream` says."""
         limits = CallLimits.of(limits)
         if self._closed:
             raise ToolError(
@@ -130,12 +173,11 @@ class ToolServiceClient:
                 size = 0
                 async with aclosing(responses) as bodies:
                     async for body in bodies:
-                        chunk = response_chunk(body, self.service.id)
-                        if chunk:
-                            size += len(chunk) if chunk.isascii() else len(chunk.encode())
-                            if size > limits.max_answer_bytes:
-                                raise AnswerTooLarge(limits.max_answer_bytes, tool=tool, service=self.service.id)
-                            yield chunk
+                        response = parse_response(body, self.service.id)
+                        size += _weight(response)
+                        if size > limits.max_answer_bytes:
+                            raise AnswerTooLarge(limits.max_answer_bytes, tool=tool, service=self.service.id)
+                        yield response
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
@@ -170,3 +212,12 @@ class ToolServiceClient:
         self._closed = True
         await self._rpc.close()
         log.debug("client.closed", service=self.service.id)
+
+
+def _weight(response: ToolServiceResponse) -> int:
+    """What a response brings in, for `max_bytes`: its text (UTF-8), and its blocks and structured content."""
+    text = response.response
+    size = len(text) if text.isascii() else len(text.encode())
+    if response.content is not None or response.structured is not None:
+        size += response.result().size
+    return size

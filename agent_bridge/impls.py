@@ -8,7 +8,9 @@ registered after a `ToolSet` started is used from its next reload on.
 
 An implementation may also offer `call(arguments, *, user)` and
 `call_stream(arguments, *, user)`: the `ToolSet` then passes each call's
-`user` through (multi-tenant services need it) and streams chunk by chunk.
+`user` through (multi-tenant services need it) and streams chunk by chunk;
+and `call_parts(arguments, *, user)`, which streams rich results (content
+blocks, structured content) as `ToolResult`s.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from toolservice_base.schemas import (
     ToolDescriptor,
+    ToolResult,
     ToolServiceDescriptor,
     check_name,
     check_tool_against_service,
@@ -49,6 +52,16 @@ class StreamsForUser(Protocol):
     whole answer once."""
 
     def call_stream(self, arguments: Mapping[str, Any], *, user: str | None = None) -> AsyncGenerator[str, None]: ...
+
+
+@runtime_checkable
+class PartsForUser(Protocol):
+    """A tool that answers with rich results (`ToolServiceImpl` is one): `ToolSet.call` and `ToolSet.parts` take
+    its content blocks and structured content as they came, else its text as text blocks."""
+
+    def call_parts(
+        self, arguments: Mapping[str, Any], *, user: str | None = None
+    ) -> AsyncGenerator[ToolResult, None]: ...
 
 
 @dataclass(frozen=True)
@@ -144,6 +157,10 @@ class ToolServiceImpl:
             tool=self.tool.name,
         )
 
+    def call_parts(self, arguments: Mapping[str, Any], *, user: str | None = None) -> AsyncGenerator[ToolResult, None]:
+        """The answer as `ToolResult`s, one per response: content blocks and structured content as they came."""
+        return self.client.parts(self._user(user), self._config, arguments, self.limits, tool=self.tool.name)
+
     def _user(self, user: str | None) -> str:
         return self.user if user is None else user
 
@@ -179,10 +196,6 @@ def registered_factories() -> dict[str, ToolFactory]:
 
 
 def arguments_schema(tool: ToolDescriptor) -> dict[str, Any]:
-    """JSON Schema of a tool's arguments: types map one to one; every argument is required."""
-    return {
-        "type": "object",
-        "properties": {a.name: {"type": a.type, "description": a.description} for a in tool.arguments},
-        "required": [a.name for a in tool.arguments],
-        "additionalProperties": False,
-    }
+    """JSON Schema of a tool's arguments: its `input-schema` as it came, or, for a tool with only the flat
+    `arguments`, one derived from them (types map one to one; every argument is required)."""
+    return tool.parameters

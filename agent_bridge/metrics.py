@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from types import TracebackType
+from typing import TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
@@ -48,6 +49,8 @@ _PROTOCOL_TYPES = frozenset(
 MAX_SERIES = 10_000
 """Distinct (service, tool) pairs kept; past it, new pairs count under (`(other)`, `(other)`): reloads cannot grow
 memory forever."""
+
+T = TypeVar("T")
 
 
 def error_type(exc: BaseException) -> str:
@@ -133,7 +136,7 @@ class BridgeMetrics:
         children.seconds.observe(0.0)
         children.errors[error_type(exc)].inc()
 
-    async def timed_stream(self, service: str, tool: str, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    async def timed_stream(self, service: str, tool: str, chunks: AsyncIterator[T]) -> AsyncIterator[T]:
         """`chunks`, counted and timed as one call from the first read to the last chunk."""
         with self.timed(service, tool):
             try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import aclosing
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Self
@@ -29,13 +30,14 @@ from toolservice_base.errors import (
 )
 from toolservice_base.logs import get_logger
 from toolservice_base.metrics import OTHER_TOOL
-from toolservice_base.schemas import ToolServiceDescriptor, check_name
+from toolservice_base.schemas import TextContent, ToolResult, ToolServiceDescriptor, check_name
+from toolservice_base.schemas.content import merge
 from toolservice_base.schemas.tools import definition_digest
 from toolservice_base.settings import Settings
 from toolservice_base.transport import Transport, open_transport
 
 from .build import Entry, Signature, one_line
-from .impls import CallsForUser, StreamsForUser, Tool, ToolFactory, arguments_schema
+from .impls import CallsForUser, PartsForUser, StreamsForUser, Tool, ToolFactory, arguments_schema
 from .limits import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, CallLimits
 from .metrics import BridgeMetrics
 from .reload import ChangeCallback, Reloader, State
@@ -187,20 +189,16 @@ class ToolSet:
     def describe(self) -> list[dict[str, Any]]:
         """Name, description and JSON Schema of the arguments of each tool, by name, and the `digest` of its definition.
 
+        `parameters` is the tool's input schema as its service declared it (the same bytes after
+        canonical JSON), or the one derived from its flat arguments. A tool that says more has
+        `title`, `annotations` (MCP's hints, camelCase as MCP spells them) and `output_schema`.
         `digest` is the sha256 the registry pins (`toolreg up --pin-definitions`) and `toolreg tools`
-        shows: of the tool's description, arguments and config values and its service's queues and
-        params, as this set holds them (`toolservice_base.schemas.tools.definition_digest`).
+        shows: of the tool's description, arguments, config values, title, annotations and schemas,
+        and its service's queues and params, as this set holds them
+        (`toolservice_base.schemas.tools.definition_digest`).
         """
         entries = self._state.entries
-        return [
-            {
-                "name": n,
-                "description": entries[n].tool.description,
-                "parameters": arguments_schema(entries[n].tool),
-                "digest": _digest(entries[n]),
-            }
-            for n in sorted(entries)
-        ]
+        return [_spec(n, entries[n]) for n in sorted(entries)]
 
     def as_openai_tools(self) -> list[dict[str, Any]]:
         """OpenAI function calling: `[{"type": "function", "function": {name, description, parameters}}]`.
@@ -222,9 +220,15 @@ class ToolSet:
         ]
 
     def as_mcp_tools(self) -> list[dict[str, Any]]:
-        """MCP `tools/list`: `[{name, description, inputSchema}]`."""
+        """MCP `tools/list`: `[{name, description, inputSchema}]`, with `title`, `annotations` and `outputSchema`
+        for the tools that have them."""
         return [
-            {"name": s["name"], "description": s["description"], "inputSchema": s["parameters"]}
+            {
+                "name": s["name"],
+                "description": s["description"],
+                "inputSchema": s["parameters"],
+                **{mcp: s[key] for key, mcp in _MCP_KEYS.items() if key in s},
+            }
             for s in self.describe()
         ]
 
@@ -275,6 +279,39 @@ class ToolSet:
             result = await impl.invoke(**args)
         return _as_text(result)
 
+    async def call(self, name: str, arguments: Mapping[str, Any] | None = None, user: str = "") -> ToolResult:
+        """Call tool `name` and return the whole result as typed values: its content blocks (text, images, audio,
+        resources, resource links) and structured content. A text answer is one `TextContent`; a streamed one,
+        its parts merged (`ToolResult.text` is then what `invoke` returns). Raises as `invoke` does."""
+        parts: list[ToolResult] = []
+        async with aclosing(self.parts(name, arguments, user)) as each:  # type: ignore[type-var]
+            async for part in each:
+                parts.append(part)
+        return merge(parts)
+
+    def parts(self, name: str, arguments: Mapping[str, Any] | None = None, user: str = "") -> AsyncIterator[ToolResult]:
+        """The result part by part as the service sends them, each a `ToolResult` (see `call`); checked, counted
+        and bounded as `stream` is."""
+        labels = self._labels(name)
+        try:
+            entry = self._lookup(name)
+            args = dict(arguments or {})
+            entry.arguments.check(args)
+        except (UnknownToolError, BadArguments) as exc:
+            self.metrics.failed(*labels, exc)
+            raise
+        if isinstance(entry.impl, PartsForUser):
+            parts: AsyncIterator[ToolResult] = entry.impl.call_parts(args, user=user or None)
+        else:
+            parts = _as_parts(self._chunks(entry, args, user))
+        return self.metrics.timed_stream(*labels, parts)
+
+    def _chunks(self, entry: Entry, args: dict[str, Any], user: str) -> AsyncIterator[str]:
+        if isinstance(entry.impl, StreamsForUser):
+            chunks: AsyncIterator[str] = entry.impl.call_stream(args, user=user or None)
+            return chunks
+        return _single(entry.impl, args)
+
     def stream(self, name: str, arguments: Mapping[str, Any] | None = None, user: str = "") -> AsyncIterator[str]:
         """The observation chunk by chunk, as the service sends them: `async for chunk in tools.stream(...)`.
 
@@ -294,10 +331,7 @@ class ToolSet:
         except (UnknownToolError, BadArguments) as exc:
             self.metrics.failed(*labels, exc)
             raise
-        if isinstance(entry.impl, StreamsForUser):
-            chunks: AsyncIterator[str] = entry.impl.call_stream(args, user=user or None)
-            return self.metrics.timed_stream(*labels, chunks)
-        return self.metrics.timed_stream(*labels, _single(entry.impl, args))
+        return self.metrics.timed_stream(*labels, self._chunks(entry, args, user))
 
     # --- change notification -------------------------------------------------
 
@@ -361,6 +395,38 @@ class ToolSet:
             f"{what}; no snapshot at {self.snapshot_path} and {static_error}: "
             f"{fix}, or pass static_dir=<dir with tool/*.json and tool-service/*.json>"
         )
+
+
+_MCP_KEYS = {"title": "title", "annotations": "annotations", "output_schema": "outputSchema"}
+
+
+def _spec(name: str, entry: Entry) -> dict[str, Any]:
+    tool = entry.tool
+    spec: dict[str, Any] = {
+        "name": name,
+        "description": tool.description,
+        "parameters": arguments_schema(tool),
+        "digest": _digest(entry),
+    }
+    if tool.title is not None:
+        spec["title"] = tool.title
+    if tool.annotations is not None:
+        spec["annotations"] = tool.annotations.to_wire()
+    if tool.output_schema is not None:
+        spec["output_schema"] = tool.output_schema
+    return spec
+
+
+async def _as_parts(chunks: AsyncIterator[str]) -> AsyncIterator[ToolResult]:
+    """Text chunks (a tool type that knows no rich results) as parts, each one text block."""
+    try:
+        async for chunk in chunks:
+            if chunk:
+                yield ToolResult(content=(TextContent(text=chunk),))
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def _as_text(value: Any) -> str:
