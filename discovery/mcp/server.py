@@ -57,7 +57,8 @@ from agent_bridge import BadArguments, RequestTimeout, ToolError, ToolSet, Unkno
 from agent_bridge.llm_names import openai_names
 from toolservice_base import TransportError
 from toolservice_base.logs import get_logger
-from toolservice_base.schemas import json_literals
+from toolservice_base.schemas import TextContent, ToolResult, json_literals
+from toolservice_base.schemas.content import merge
 
 log = get_logger("discovery.mcp")
 
@@ -76,6 +77,15 @@ def _version() -> str:
         return metadata.version("tool-discovery")
     except metadata.PackageNotFoundError:
         return "0"
+
+
+MAX_PROGRESS_MESSAGE = 1000
+"""Characters of a part's text rendering sent as a progress message (a part may be a megabyte of text)."""
+
+
+def _progress_message(part: ToolResult) -> str:
+    text = part.text
+    return text if len(text) <= MAX_PROGRESS_MESSAGE else text[: MAX_PROGRESS_MESSAGE - 1] + "…"
 
 
 def one_line(exc: BaseException) -> str:
@@ -119,18 +129,7 @@ class Listing:
             if which.admits(spec["name"], mcp_names[spec["name"]])
         ]
         chosen.sort(key=lambda pair: pair[0])
-        return cls(
-            tools=[
-                types.Tool(
-                    name=name,
-                    description=spec["description"],
-                    input_schema=spec["parameters"],
-                    _meta={DIGEST_META: spec["digest"]},
-                )
-                for name, spec in chosen
-            ],
-            own_names={name: spec["name"] for name, spec in chosen},
-        )
+        return cls(tools=[_mcp_tool(name, spec) for name, spec in chosen], own_names={n: s["name"] for n, s in chosen})
 
     def same_as(self, other: Listing) -> bool:
         return [t.model_dump() for t in self.tools] == [t.model_dump() for t in other.tools]
@@ -157,6 +156,25 @@ class Listing:
         after = decoded.removeprefix(_CURSOR_PREFIX)
         # By name, not by position: a tool added or removed between two pages shifts nothing.
         return bisect.bisect_right(self._names, after)
+
+
+def _mcp_tool(name: str, spec: Mapping[str, Any]) -> types.Tool:
+    """One tool as tools/list shows it: its schemas as its service declared them, its title and MCP's hints."""
+    annotations = spec.get("annotations")
+    return types.Tool(
+        name=name,
+        title=spec.get("title"),
+        description=spec["description"],
+        input_schema=spec["parameters"],
+        output_schema=spec.get("output_schema"),
+        annotations=types.ToolAnnotations.model_validate(annotations) if annotations is not None else None,
+        _meta={DIGEST_META: spec["digest"]},
+    )
+
+
+def _mcp_result(result: ToolResult) -> types.CallToolResult:
+    """A `ToolResult` as MCP's `CallToolResult`: the same blocks, and the structured content."""
+    return types.CallToolResult.model_validate(result.to_mcp())
 
 
 async def forward_changes(bus: SubscriptionBus, notify: Callable[[], Awaitable[None]]) -> None:
@@ -303,13 +321,13 @@ class McpFront:
                 f"unknown tool {name!r}: tools/list names the {len(listing.tools)} tools there are",
             )
         arguments = dict(params.arguments or {})
-        chunks: list[str] = []
+        parts: list[ToolResult] = []
         try:
-            async with aclosing(self.tools.stream(own_name, arguments, user=self.user)) as stream:  # type: ignore[type-var]
-                async for chunk in stream:
-                    chunks.append(chunk)
+            async with aclosing(self.tools.parts(own_name, arguments, user=self.user)) as stream:  # type: ignore[type-var]
+                async for part in stream:
+                    parts.append(part)
                     # A no-op unless the client sent a progress token.
-                    await ctx.session.report_progress(len(chunks), None, chunk)
+                    await ctx.session.report_progress(len(parts), None, _progress_message(part))
         except BadArguments as exc:  # checked by the ToolSet against this very input schema, before sending
             # A tool execution error, not -32602: the model sees it and can correct its call (SEP-1303). On every
             # protocol version, as the SDK's own MCPServer does; no version requires a protocol error here.
@@ -330,4 +348,4 @@ class McpFront:
         except TransportError as exc:
             log.warning("mcp.call_failed", tool=name, error=one_line(exc))
             raise MCPError(types.INTERNAL_ERROR, f"tool {name!r} could not be called: {one_line(exc)}") from None
-        return types.CallToolResult(content=[types.TextContent(type="text", text="".join(chunks))])
+        return _mcp_result(merge(parts) if parts else ToolResult(content=(TextContent(text=""),)))
