@@ -50,6 +50,7 @@ from discovery.web.health import is_loopback_host, split_host
 from toolservice_base.logs import get_logger
 
 from .dropped import CancelDroppedCalls
+from .events import RETRY_MS, BoundedEventStore
 from .server import McpFront, one_line
 
 log = get_logger("discovery.mcp")
@@ -446,8 +447,12 @@ async def http_server(
     sock = _bind(host, port)
     bound_port = int(sock.getsockname()[1])
     # The SDK's own Host/Origin check is off: it covers only three literal hosts, and HostOriginGuard covers every bind.
+    # Every stream resumable (SEP-1699): a client that lost its connection mid-call reconnects and gets the rest.
     app: ASGIApp = front.server.streamable_http_app(
-        host=host, transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        host=host,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        event_store=BoundedEventStore(),
+        retry_interval=RETRY_MS,
     )
     app = CancelDroppedCalls(app)
     if token:

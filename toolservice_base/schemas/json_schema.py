@@ -169,7 +169,8 @@ def _resolves(document: Any, pointer: str) -> bool:
 
 def derived_arguments(schema: Mapping[str, Any]) -> list[dict[str, str]]:
     """The spec's flat `arguments` for an input schema: one per top-level property whose name is a valid argument
-    name, with the nearest of the six types and the property's description (or title).
+    name, by name (canonical JSON sorts the properties, so their order cannot carry meaning), with the nearest of
+    the six types and the property's description (or title).
 
     For readers that know only `arguments` (a TrustGraph agent): what they lose (nesting, enums, required) the
     service checks again against the full schema.
@@ -185,7 +186,7 @@ def derived_arguments(schema: Mapping[str, Any]) -> list[dict[str, str]]:
         )
     pattern = re.compile(NAME_PATTERN)
     arguments = []
-    for name, prop in properties.items():
+    for name, prop in sorted(properties.items()):
         if not pattern.match(name):
             continue
         prop = prop if isinstance(prop, dict) else {}

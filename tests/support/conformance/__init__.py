@@ -1,0 +1,2 @@
+"""The MCP conformance suite's tools, served two ways through `toolreg mcp`: `service` (a `DynamicToolService`)
+and `sdk_server` (an MCP server on the official SDK, run as its own process) bridged onto the bus by `bridge`."""
