@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from toolservice_base.schemas import (
+    ToolAnnotations,
     ToolDescriptor,
     ToolServiceDescriptor,
     canonical_json,
@@ -193,6 +194,26 @@ def _pinned_service(offers: Sequence[Offer], pins: Sequence[Pin]) -> tuple[ToolS
         return ToolServiceDescriptor.model_validate({**part, "id": newest.service.id}), None
     except ValidationError:  # a pin from another kind of tool: nothing pinned to keep
         return newest.service, newest
+
+
+def escalation(pinned: Mapping[str, Any], offered: Mapping[str, Any]) -> str | None:
+    """Why an offered definition is riskier than the pinned one by MCP's hints (MCP's defaults where a hint is
+    absent), or None. Such a change is never approved automatically."""
+    before, after = _hints(pinned), _hints(offered)
+    if not before.destructive and after.destructive:
+        return "it now says it may destroy something (destructiveHint or readOnlyHint changed)"
+    if before.read_only_hint and not after.read_only_hint:
+        return "it no longer says it is read-only (readOnlyHint)"
+    if not before.open_world and after.open_world:
+        return "it now says it may reach outside systems (openWorldHint)"
+    return None
+
+
+def _hints(definition: Mapping[str, Any]) -> ToolAnnotations:
+    try:
+        return ToolAnnotations.model_validate(definition.get("annotations") or {})
+    except ValidationError:
+        return ToolAnnotations()
 
 
 def version_key(version: str) -> tuple[int, ...] | None:

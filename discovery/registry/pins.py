@@ -29,7 +29,12 @@ that name is *held*:
   kept (its `last_seen` says when).
 - Optionally (`"auto-approve": "same-key-higher-version"` in the trust
   policy) an offer signed by the key that signed the pinned definition,
-  under a higher service `version`, is approved without an operator.
+  under a higher service `version`, is approved without an operator;
+  unless it makes the tool riskier by MCP's hints (`escalation`): a tool
+  that said it destroys nothing (`destructiveHint: false`, or read-only)
+  and now may, or that said it reaches nothing outside
+  (`openWorldHint: false`) and now may, waits for an operator whoever
+  signed it. The pending diff shows the hint that changed.
 
 Static tools (items an operator wrote) are not pinned: the operator's write
 is the approval. A pin is made only for a tool the merge actually owns.
@@ -81,6 +86,7 @@ from .pin_rules import (
     PinnedBy,
     ToolKey,
     definition_diff,
+    escalation,
     higher,
     hold,
     matches,
@@ -121,6 +127,8 @@ class PinBook:
         self._dirty_pending: set[ToolKey] = set()
         self._rejected: set[ToolKey] = set()
         """Tools with at least one rejected digest: only their announces need checking at intake."""
+        self._escalations: set[tuple[str, str, str]] = set()
+        """(workspace, tool, digest) offers auto-approval passed over for a riskier hint: logged once each."""
 
     # --- reading ----------------------------------------------------------------
 
@@ -261,13 +269,35 @@ class PinBook:
 
     def _auto_approvable(self, workspace: str, name: str, candidate: Candidate) -> bool:
         pin = self.get(workspace, name)
-        return (
+        if not (
             self.auto_approve == "same-key-higher-version"
             and pin is not None
             and candidate.digest not in pin.rejected
             and pin.signer is not None
             and candidate.offer.signer == pin.signer
             and higher(candidate.offer.version, pin.version)
+        ):
+            return False
+        riskier = escalation(pin.definition, tool_definition(candidate.tool, candidate.offer.service))
+        if riskier is not None:
+            self._passed_over(workspace, name, candidate.digest, riskier)
+            return False
+        return True
+
+    def _passed_over(self, workspace: str, name: str, digest: str, reason: str) -> None:
+        """Log, once per offer, that auto-approval left a riskier hint to an operator."""
+        if (workspace, name, digest) in self._escalations:
+            return
+        if len(self._escalations) >= MAX_REJECTED * 128:
+            self._escalations.clear()
+        self._escalations.add((workspace, name, digest))
+        log.warning(
+            "definition.not_auto_approved",
+            tool=name,
+            workspace=workspace,
+            offered=digest,
+            reason=reason,
+            note="an operator decides: `toolreg pending` shows the diff",
         )
 
     def _note_pending(self, workspace: str, pin: Pin, candidate: Candidate, wall: float) -> None:
