@@ -20,6 +20,21 @@ phrases the registry's refusals use for these cases are made here
 (`replay_refusal`, `withdrawn_refusal`, `bound_refusal`), next to the test
 that reads them (`judge_refusal`).
 
+A registry of an older release reads a tool's `title`, `annotations`,
+`input-schema` and `output-schema` as config values its service never
+declared and refuses the announcement, without telling the sender (it
+refuses a message it cannot parse before it knows who sent it); it only
+keeps probing the instance, whose heartbeats it does not know. So an
+instance whose full announce went unheard `UNHEARD` times in a row (each
+time probed again for itself, within a few ttl) offers its *plain*
+descriptors (those keys left off; the flat `arguments`, derived from the
+input schema, stay), which that registry accepts: a rolling upgrade that
+reaches services before registries loses no tool. Agents see the flat
+arguments meanwhile, and the service still checks every call against its
+full schema. The next probe for every service (a registry starting, an
+upgraded one among them) is answered with the full descriptors again
+(`service.plain_descriptors`, `service.full_descriptors`).
+
 Each heartbeat carries, given a `CallStats`, the instance's call counters per
 tool as the `tool-stats` message property (`call_stats`): outside the signed
 body, so informational only, and ignored by registries of older releases.
@@ -48,6 +63,7 @@ from .schemas import (
     ToolServiceDescriptor,
     descriptor_digest,
 )
+from .schemas.tools import MCP_FIELDS
 from .signing import sign
 from .tasks import cancel_and_wait
 from .transport import Envelope, Publisher, Subscription, Transport, unique_name
@@ -116,6 +132,20 @@ def judge_refusal(
     return "mine", ""
 
 
+UNHEARD = 2
+"""Full announces unheard in a row (each answered by a probe for this very instance) before the plain ones go."""
+
+
+def plain_descriptors(tools: list[ToolDescriptor]) -> list[ToolDescriptor] | None:
+    """`tools` without the keys beyond the spec, as an older registry accepts them; None if none has any."""
+    if not any(tool.mcp_fields() for tool in tools):
+        return None
+    return [
+        ToolDescriptor.model_validate({k: v for k, v in tool.to_wire().items() if k not in MCP_FIELDS})
+        for tool in tools
+    ]
+
+
 class Announcer:
     """Keeps one instance's lease alive on the `tool-descriptors` topic."""
 
@@ -137,6 +167,10 @@ class Announcer:
         self._signing_key = signing_key
         self.service = service
         self.tools = tools
+        self.full_tools = tools
+        self._plain_tools = plain_descriptors(tools)
+        self._unheard = 0
+        self._last_asked = 0.0
         self.ttl = ttl
         self.workspace = workspace
         self.version = version
@@ -285,7 +319,42 @@ class Announcer:
         if (
             probe.instance in (None, self.instance) and self._announced and not self.withdrawn
         ):  # before `announce`: it answers
-            await self._send("announce")
+            if probe.instance is None and self.tools is not self.full_tools:
+                await self._offer(plain=False)
+            elif probe.instance is not None and self._unheard_again():
+                await self._offer(plain=True)
+            else:
+                await self._send("announce")
+
+    def _unheard_again(self) -> bool:
+        """A probe for this instance: its last announce went unheard. True when the plain descriptors should go."""
+        if self._plain_tools is None or self.tools is not self.full_tools:
+            return False
+        now = time.monotonic()
+        self._unheard = self._unheard + 1 if now - self._last_asked < 3 * self.ttl else 1
+        self._last_asked = now
+        return self._unheard >= UNHEARD
+
+    async def _offer(self, *, plain: bool) -> None:
+        """Announce the plain descriptors (for a registry of an older release) or the full ones again."""
+        assert self._plain_tools is not None
+        async with self._send_lock:
+            self.tools = self._plain_tools if plain else self.full_tools
+            self.digest = descriptor_digest(self.service, self.tools)
+            self._unheard = 0
+        log.warning(
+            "service.plain_descriptors" if plain else "service.full_descriptors",
+            service=self.service.id,
+            instance=self.instance,
+            note=(
+                "the full descriptors went unheard (a registry of an older release refuses their title, annotations"
+                " and schemas); announcing them without (agents get the flat arguments; calls are still checked"
+                " against the full schema)"
+                if plain
+                else "announcing title, annotations and schemas again"
+            ),
+        )
+        await self._send("announce")
 
     async def _start_again(self, why: str) -> None:
         """Someone took this instance's identity over: go on as a fresh instance, announcing at once."""
