@@ -42,7 +42,8 @@ def schema_of(source: Any, what: str = "schema") -> dict[str, Any]:
         if callable(source):
             return _function_model(source).model_json_schema()
     except Exception as exc:  # pydantic's errors for a type it cannot describe
-        raise ServiceDefinitionError(f"{what}: cannot derive a JSON Schema from {source!r}: {exc}") from None
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ServiceDefinitionError(f"{what}: cannot derive a JSON Schema from {source!r}: {reason}") from None
     raise ServiceDefinitionError(
         f"{what} must be a JSON Schema dict, a pydantic model, a dataclass, a TypedDict or a function, got {source!r}"
     )

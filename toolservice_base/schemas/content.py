@@ -132,17 +132,22 @@ def is_rich(value: Any) -> bool:
     return isinstance(value, list | tuple) and bool(value) and all(isinstance(item, BLOCK_TYPES) for item in value)
 
 
+def _decoded_size(data: str) -> int:
+    """Bytes that base64 `data` holds, without decoding it."""
+    return len(data) * 3 // 4 - (data[-2:].count("=") if data else 0)
+
+
 def render(block: ContentBlock) -> str:
     """A block as text, for a caller that reads only `response`: the text itself, or a line saying what it is."""
     if isinstance(block, TextContent):
         return block.text
     if isinstance(block, ImageContent | AudioContent):
-        return f"[{block.type}: {block.mime_type}, {len(block.data) * 3 // 4} bytes]"
+        return f"[{block.type}: {block.mime_type}, {_decoded_size(block.data)} bytes]"
     if isinstance(block, EmbeddedResource):
         contents = block.resource
         if contents.text is not None:
             return contents.text
-        return f"[resource {contents.uri}: {contents.mime_type or 'binary'}, {len(contents.blob or '') * 3 // 4} bytes]"
+        return f"[resource {contents.uri}: {contents.mime_type or 'binary'}, {_decoded_size(contents.blob or '')} bytes]"
     return f"[resource link {block.uri}: {block.name}]"
 
 
