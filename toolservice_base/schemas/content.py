@@ -147,7 +147,9 @@ def render(block: ContentBlock) -> str:
         contents = block.resource
         if contents.text is not None:
             return contents.text
-        return f"[resource {contents.uri}: {contents.mime_type or 'binary'}, {_decoded_size(contents.blob or '')} bytes]"
+        return (
+            f"[resource {contents.uri}: {contents.mime_type or 'binary'}, {_decoded_size(contents.blob or '')} bytes]"
+        )
     return f"[resource link {block.uri}: {block.name}]"
 
 

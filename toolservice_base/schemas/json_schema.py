@@ -149,19 +149,27 @@ def _dangling_reference(schema: dict[str, Any]) -> str | None:
     return None
 
 
+_MISSING = object()
+
+
 def _resolves(document: Any, pointer: str) -> bool:
+    return _pointer(document, pointer) is not _MISSING
+
+
+def _pointer(document: Any, pointer: str) -> Any:
+    """What JSON pointer `pointer` (without its leading `#/`) names in `document`, or `_MISSING`."""
     from urllib.parse import unquote
 
     node = document
     for raw in pointer.split("/"):
         part = unquote(raw).replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
+        if isinstance(node, Mapping) and part in node:
             node = node[part]
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
-            return False
-    return True
+            return _MISSING
+    return node
 
 
 # --- the flat `arguments` a TrustGraph agent reads ---------------------------------------------------------
@@ -194,24 +202,54 @@ def derived_arguments(schema: Mapping[str, Any]) -> list[dict[str, str]]:
         arguments.append(
             {
                 "name": name,
-                "type": _flat_type(prop),
+                "type": _flat_type(prop, schema),
                 "description": str(description)[:MAX_DESCRIPTION],
             }
         )
     return arguments
 
 
-def _flat_type(prop: Mapping[str, Any]) -> str:
+def _flat_type(prop: Mapping[str, Any], root: Mapping[str, Any], hops: int = 0) -> str:
+    """The nearest of the six flat types for a property: its `type`, or what a local `$ref`, an `enum`, a `const`
+    or the first branch of an `anyOf`/`oneOf` says; "string" when nothing does."""
     declared = prop.get("type")
     kinds = declared if isinstance(declared, list) else [declared]
     for kind in kinds:
         if kind in ARGUMENT_TYPES:
             return str(kind)
-    if "properties" in prop or "$ref" in prop or "additionalProperties" in prop:
+    target = prop.get("$ref")
+    if isinstance(target, str) and target.startswith("#/") and hops < 8:
+        found = _pointer(root, target[2:])
+        if isinstance(found, Mapping):
+            return _flat_type(found, root, hops + 1)
+    enum = prop.get("enum")
+    values: list[Any] = enum if isinstance(enum, list) else [prop["const"]] if "const" in prop else []
+    for value in values:
+        if value is not None:
+            return _json_type(value)
+    for key in ("anyOf", "oneOf"):
+        branches = prop.get(key)
+        if isinstance(branches, list) and hops < 8:
+            for branch in branches:
+                if isinstance(branch, Mapping) and branch.get("type") != "null":
+                    return _flat_type(branch, root, hops + 1)
+    if "properties" in prop or "additionalProperties" in prop:
         return "object"
     if "items" in prop or "prefixItems" in prop:
         return "array"
     return "string"
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, dict):
+        return "object"
+    return "array" if isinstance(value, list) else "string"
 
 
 def arguments_schema(arguments: list[dict[str, str]]) -> dict[str, Any]:
