@@ -33,11 +33,21 @@ def require(module: str, extra: str, distribution: str) -> ModuleType:
 
 @dataclass(frozen=True)
 class Spec:
-    """One tool as a model is told of it: the OpenAI-safe name `ToolSet.invoke` takes back, and its JSON Schema."""
+    """One tool as a model is told of it: the OpenAI-safe name `ToolSet.invoke` takes back, and its JSON Schema;
+    and what MCP says of it besides, for a framework with a place for it: `title`, `annotations` (MCP's hints,
+    camelCase), `output_schema`."""
 
     name: str
     description: str
     parameters: dict[str, Any]
+    title: str | None = None
+    annotations: dict[str, Any] | None = None
+    output_schema: dict[str, Any] | None = None
+
+    def mcp_metadata(self) -> dict[str, Any] | None:
+        """`title` and `annotations`, those it has, as a framework's free-form tool metadata; None if neither."""
+        found = {key: value for key, value in (("title", self.title), ("annotations", self.annotations)) if value}
+        return found or None
 
 
 class SpecCache:
@@ -57,9 +67,17 @@ class SpecCache:
     def current(self) -> tuple[Spec, ...]:
         key = self.key()
         if key != self._key:
+            described = self.toolset.describe()  # in the same order as as_openai_tools(), which names them
             self._specs = tuple(
-                Spec(f["name"], f["description"], f["parameters"])
-                for f in (t["function"] for t in self.toolset.as_openai_tools())
+                Spec(
+                    f["name"],
+                    f["description"],
+                    f["parameters"],
+                    spec.get("title"),
+                    spec.get("annotations"),
+                    spec.get("output_schema"),
+                )
+                for f, spec in zip((t["function"] for t in self.toolset.as_openai_tools()), described)
             )
             self._key = key
         return self._specs

@@ -117,7 +117,15 @@ def live_tool(toolset: ToolSet, spec: Spec, user: str, loop: asyncio.AbstractEve
         coroutine=acall,
         handle_tool_error=True,
         toolset=toolset,
+        metadata=_metadata(spec),
     )
+
+
+def _metadata(spec: Spec) -> dict[str, Any] | None:
+    """What MCP says of the tool beyond its schema (title, annotations, output schema), for a LangChain tool's
+    `metadata`; None when it says nothing more."""
+    said = {**(spec.mcp_metadata() or {}), **({"output_schema": spec.output_schema} if spec.output_schema else {})}
+    return said or None
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:

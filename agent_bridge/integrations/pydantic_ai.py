@@ -87,7 +87,11 @@ class LiveToolset(AbstractToolset[Any]):
                 spec.name: ToolsetTool(
                     toolset=self,
                     tool_def=ToolDefinition(
-                        name=spec.name, description=spec.description, parameters_json_schema=spec.parameters
+                        name=spec.name,
+                        description=spec.description,
+                        parameters_json_schema=spec.parameters,
+                        metadata=spec.mcp_metadata(),
+                        return_schema=spec.output_schema,
                     ),
                     max_retries=self.max_retries,
                     args_validator=_ARGUMENTS,
