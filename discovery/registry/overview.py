@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from toolservice_base.configclient import ConfigClient
+from toolservice_base.schemas import ToolAnnotations, ToolDescriptor
 
 from .leases import Lease, LeaseTable, ServiceKey
 from .protocol import NameConflict, PendingChange, Rejection
@@ -56,6 +57,10 @@ class ToolView(BaseModel):
     """The same status `toolreg tools` shows: both come from `state` (`tool_statuses`, `static_status`)."""
     instances: int
     description: str
+    title: str | None = None
+    """The tool's own display name (MCP's `title`), when it has one."""
+    hints: str = ""
+    """MCP's annotations in a few words (`read-only, closed world`); "" when it gives none."""
     detail: str = ""
     """Why the status is not plain `live`/`configured`, in one line: the page's WHY column, `toolreg tools`' WHY."""
     digest: str | None = None
@@ -142,6 +147,25 @@ def _identity(config: ConfigClient) -> RegistryIdentity:
     )
 
 
+def hints(annotations: Any) -> str:
+    """A tool's MCP annotations in a few words, for the page: what a client would ask before calling it."""
+    if not isinstance(annotations, dict) or not annotations:
+        return ""
+    try:
+        said = ToolAnnotations.model_validate(annotations)
+    except ValueError:
+        return ""
+    words = ["read-only" if said.read_only_hint else "destructive" if said.destructive else "not destructive"]
+    if said.idempotent_hint:
+        words.append("idempotent")
+    words.append("open world" if said.open_world else "closed world")
+    return ", ".join(words)
+
+
+def _title(value: Any) -> str | None:
+    return _description(value) if isinstance(value, str) and value else None
+
+
 def _description(value: Any) -> str:
     text = value if isinstance(value, str) else ""
     return text if len(text) <= MAX_DESCRIPTION else text[: MAX_DESCRIPTION - 1] + "…"
@@ -163,9 +187,15 @@ def _static_view(name: str, value: str, services: Mapping[str, str], workspace: 
         status=status.status,
         instances=0,
         description=_description(body.get("description")),
+        title=_title(body.get("title")),
+        hints=hints(body.get("annotations")),
         detail=status.detail,
         digest=status.digest,
     )
+
+
+def _offered_hints(tool: ToolDescriptor | None) -> str:
+    return hints(tool.annotations.to_wire()) if tool is not None and tool.annotations is not None else ""
 
 
 class Overview:
@@ -253,7 +283,7 @@ class Overview:
             )  # what the merge uses, read without its pruning
             if self._pending is not None:
                 offer = state.merged  # pinned: the newest offer may be held; show what was written
-            described = {tool.name: tool.description for tool in offer.tools} if offer is not None else {}
+            described = {tool.name: tool for tool in offer.tools} if offer is not None else {}
             traffic = tool_usage(lease.calls for lease in leases if lease.calls is not None and lease.state == "live")
             for status in state.tool_statuses(leases, wall):
                 tools[(state.workspace, status.name)] = ToolView(
@@ -263,7 +293,9 @@ class Overview:
                     source="announced",
                     status=status.status,
                     instances=status.instances,
-                    description=_description(described.get(status.name, "")),
+                    description=_description(getattr(described.get(status.name), "description", "")),
+                    title=_title(getattr(described.get(status.name), "title", None)),
+                    hints=_offered_hints(described.get(status.name)),
                     detail=status.detail,
                     digest=status.digest,
                     usage=traffic.get(status.name),

@@ -181,7 +181,7 @@
     const banner = $("held");
     banner.hidden = !s.held.length;
     $("held-services").textContent = s.held.join(", ");
-    fill("tools", s.tools, 12, "no tools", (tr, t) => {
+    fill("tools", s.tools, 13, "no tools", (tr, t) => {
       tr.dataset.tool = toolKey(t);
       cell(tr, t.name, "mono");
       cell(tr, t.service, "mono");
@@ -192,7 +192,8 @@
       cell(tr, t.source === "announced" ? t.instances : "-");
       usageCells(tr, t.usage);
       digestCell(tr, t.digest);
-      cell(tr, t.description, "description");
+      cell(tr, t.hints || "", "hints");
+      cell(tr, t.title ? `${t.title}: ${t.description}` : t.description, "description");
     });
     fill("instances", s.instances, 6, "no instances hold a lease", (tr, i) => {
       cell(tr, i.service, "mono");
