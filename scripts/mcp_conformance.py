@@ -4,7 +4,7 @@ Why: the suite is how the MCP project itself judges a server. Run against
 `toolreg mcp --http`, it shows what an MCP client meets through the bus.
 
     python scripts/mcp_conformance.py fetch                       # install once, into the cache
-    python scripts/mcp_conformance.py run --url http://127.0.0.1:8000/mcp [--baseline tests/mcp/conformance-baseline.yml]
+    python scripts/mcp_conformance.py run --url http://127.0.0.1:8000/mcp [--baseline FILE.yml]
 
 The suite needs Node.js 22 or newer; machines may have an older one, so the
 npm registry's `node-linux-<arch>` package (a Node.js binary, nothing built)

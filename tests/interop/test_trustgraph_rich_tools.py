@@ -90,7 +90,8 @@ async def test_a_trustgraph_processor_loads_and_calls_tools_that_say_and_return_
                 config={}, arguments={"start": "Oslo", "end": "Bergen", "mode": "bike"}, timeout=10
             )
             assert answer == '{"km": 12.5}', "structured content, as the text TrustGraph reads"
-            with pytest.raises(Exception, match=r"arguments at \$\.mode: .plane. is not one of"):  # it reads only the flat arguments
+            # It reads only the flat arguments, so it cannot know `mode` is an enum: the service refuses.
+            with pytest.raises(Exception, match=r"arguments at \$\.mode: .plane. is not one of"):
                 await routes.call(config={}, arguments={"start": "Oslo", "end": "Bergen", "mode": "plane"}, timeout=10)
             pictured = await pictures.call(config={}, arguments={"place": "Oslo"}, timeout=10)
             assert pictured == f"Map of Oslo\n[image: image/png, {len(PNG)} bytes]"
