@@ -35,6 +35,7 @@ from toolservice_base.errors import (
     ToolError,
     UnknownToolError,
 )
+from toolservice_base.schemas import ToolResult
 
 from .client import ToolServiceClient
 from .impls import (
@@ -63,6 +64,7 @@ __all__ = [
     "ToolFactory",
     "ToolServiceClient",
     "ToolServiceImpl",
+    "ToolResult",
     "ToolSet",
     "UnknownToolError",
     "arguments_schema",

@@ -78,7 +78,7 @@ def check_json_schema(schema: Any) -> dict[str, Any]:
     return schema
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=512)  # at most 512 x 32 KiB of schema text held: what a flood of distinct schemas can cost
 def _problem(text: str) -> str | None:
     schema = json.loads(text)
     dialect = schema.get("$schema")
