@@ -71,7 +71,10 @@ WAYS: dict[str, Callable[[Settings], AbstractAsyncContextManager[DynamicToolServ
 @pytest.fixture(scope="module")
 def suite() -> mcp_conformance.Suite:
     """Installed once per machine (about 12 s the first time), then found in the cache."""
-    return mcp_conformance.fetch()
+    try:
+        return mcp_conformance.fetch()
+    except SystemExit as exc:  # the script's one-line refusals (no npm, no Node.js package for this platform)
+        pytest.fail(str(exc), pytrace=False)
 
 
 @asynccontextmanager
