@@ -65,6 +65,9 @@ def older_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The older release's packages, from this repository's history, in a folder of their own."""
     if not (REPOSITORY / ".git").exists():
         pytest.skip("not a git checkout: the older release comes from the repository's history")
+    known = subprocess.run(["git", "-C", str(REPOSITORY), "cat-file", "-e", f"{OLDER_RELEASE}^{{commit}}"], check=False)
+    if known.returncode != 0:
+        pytest.skip(f"the history does not reach {OLDER_RELEASE} (a shallow clone): `git fetch --unshallow` to run it")
     tree = tmp_path_factory.mktemp("older-release")
     archive = subprocess.run(
         ["git", "-C", str(REPOSITORY), "archive", OLDER_RELEASE, "toolservice_base", "discovery", "agent_bridge"],
