@@ -356,6 +356,17 @@ class Announcer:
         )
         await self._send("announce")
 
+    async def offer(self, tools: list[ToolDescriptor]) -> None:
+        """Offer other tools from now on: announced at once if this instance has announced (a newer offer, which
+        the registry merges as a change of definitions), and on every probe after."""
+        async with self._send_lock:
+            self.tools = self.full_tools = tools
+            self._plain_tools = plain_descriptors(tools)
+            self.digest = descriptor_digest(self.service, tools)
+            self._unheard = 0
+        if self._announced and not self.withdrawn:
+            await self._send("announce")
+
     async def _start_again(self, why: str) -> None:
         """Someone took this instance's identity over: go on as a fresh instance, announcing at once."""
         async with self._send_lock:  # no message of the old id goes out after this

@@ -67,11 +67,16 @@ class CallStats:
     are not counted here (the registry would not show them).
     """
 
-    __slots__ = ("_tools", "_oversized")
+    __slots__ = ("_tools", "_oversized", "_window")
 
     def __init__(self, tools: Iterable[str], window: int = WINDOW_LATENCIES) -> None:
+        self._window = window
         self._tools = {tool: _Tool(window) for tool in tools}
         self._oversized = False
+
+    def track(self, tools: Iterable[str]) -> None:
+        """Count `tools` from now on (a service whose tools changed): those kept keep their counters."""
+        self._tools = {tool: self._tools.get(tool) or _Tool(self._window) for tool in tools}
 
     def record(self, tool: str, seconds: float, failed: bool) -> None:
         """One call of `tool` ended after `seconds`, with an error or not."""

@@ -165,6 +165,12 @@ class ServiceDefinitionError(ToolDiscoveryError, ValueError):
     """The class attributes of a `DynamicToolService` subclass are not a valid service."""
 
 
+class McpServerError(ToolDiscoveryError):
+    """An MCP server brought into the fleet (`McpToolService`, `toolreg announce --mcp`) could not be reached, did
+    not answer as MCP says, or offers tools that cannot be announced as they are. The message names which, and what
+    to do."""
+
+
 class BadRequest(ToolDiscoveryError, ValueError):
     """A request that cannot be parsed; answered with an error, never a crash."""
 
@@ -231,6 +237,7 @@ __all__ = [
     "ConfigError",
     "ConfigRefused",
     "Fenced",
+    "McpServerError",
     "MessageTooLarge",
     "NamespaceMissing",
     "NoBrokerError",

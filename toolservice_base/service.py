@@ -243,10 +243,6 @@ class DynamicToolService:
             type(self).descriptor, type(self).tools, topics
         )
         self.call_limit = float(call_timeout if call_timeout is not None else type(self).call_timeout)
-        self.tool_limits = _call_limits(self.id, self.call_limit, type(self).tool_timeouts, self.tool_descriptors)
-        # A request without a `tool` property (a TrustGraph agent, an older bridge) is for the only tool, if there is
-        # one.
-        self.__only_tool = self.tool_descriptors[0].name if len(self.tool_descriptors) == 1 else ""
         self.__pass_tool = _takes_tool(self.invoke)
         self._connection = connection
         self._own_connection = connection is None
@@ -256,22 +252,41 @@ class DynamicToolService:
         key_source = signing_key if signing_key is not None else self.settings.signing_key_file
         self.signing_key = load_private_key(key_source) if isinstance(key_source, (str, Path)) else key_source
         self._instance = new_instance_id(self.id)
-        self._labels = ToolLabels(self.tool_descriptors)
-        self.__contracts = {
-            tool.name: ToolContract(tool)
-            for tool in self.tool_descriptors
-            if tool.input_schema is not None or tool.output_schema is not None
-        }
-        """Tools that declared a schema: their arguments are checked before `invoke`, their structured results after."""
-        self.__checks_input = {tool.name for tool in self.tool_descriptors if tool.input_schema is not None}
-        self.metrics = (metrics or ServiceMetrics.default()).bind(self.id, self._labels.names)
-        self.call_stats = CallStats(sorted(self._labels.names))
+        self.__metrics = metrics or ServiceMetrics.default()
+        self.call_stats = CallStats(())
         """Calls, errors and latencies per tool since the last heartbeat, which carries them to the registry page."""
+        self.__take(self.tool_descriptors)
         self._server: RequestServer | None = None
         self.announcer: Announcer | None = None
         self._stopped = asyncio.Event()
         self._stopping = False
         self._resources = AsyncExitStack()
+
+    def __take(self, tools: list[ToolDescriptor]) -> None:
+        """Serve `tools` from now on: what each call is checked against, labelled and limited by."""
+        self.tool_limits = _call_limits(self.id, self.call_limit, type(self).tool_timeouts, tools)
+        self.tool_descriptors = tools
+        # A request without a `tool` property (a TrustGraph agent, an older bridge) is for the only tool, if there is
+        # one.
+        self.__only_tool = tools[0].name if len(tools) == 1 else ""
+        self._labels = ToolLabels(tools)
+        self.__contracts = {
+            tool.name: ToolContract(tool)
+            for tool in tools
+            if tool.input_schema is not None or tool.output_schema is not None
+        }
+        """Tools that declared a schema: their arguments are checked before `invoke`, their structured results after."""
+        self.__checks_input = {tool.name for tool in tools if tool.input_schema is not None}
+        self.metrics = self.__metrics.bind(self.id, self._labels.names)
+        self.call_stats.track(self._labels.names)
+
+    async def offer(self, tools: list[dict[str, Any]]) -> None:
+        """Offer other tools from now on (a service whose tools change as it runs): checked as the class's `tools`
+        are, served at once, and announced; the registry takes it as a change of definitions, held where pinned."""
+        _, descriptors = build_descriptors(self.service_descriptor.to_wire(), tools, DEFAULT_TOPICS)
+        self.__take(descriptors)
+        if self.announcer is not None:
+            await self.announcer.offer(descriptors)
 
     @property
     def id(self) -> str:

@@ -31,6 +31,7 @@ from toolservice_base.topics import DEFAULT as DEFAULT_TOPICS
 from toolservice_base.topics import Topics
 from toolservice_base.transport import open_transport
 
+from .announce_mcp import add_mcp_options, cmd_announce_mcp
 from .common import CommandError, settings_of, wait_for_signal
 
 MAX_TTL = 3600.0
@@ -98,6 +99,14 @@ def check_options(args: argparse.Namespace) -> None:
 
 
 async def cmd_announce(args: argparse.Namespace) -> int:
+    if args.mcp or args.mcp_url is not None:
+        return await cmd_announce_mcp(args)
+    if args.command_line:
+        raise CommandError(f"unexpected {' '.join(args.command_line)!r}: a command to run is for --mcp -- COMMAND")
+    if args.service is None or args.tools is None:
+        raise CommandError(
+            "toolreg announce needs --service and --tools (a service of your own), --mcp -- COMMAND or --mcp-url URL"
+        )
     check_options(args)
     settings = settings_of(args)
     service, tools = load_offer(args.service, args.tools, settings.topics)
@@ -134,21 +143,21 @@ def add_command(subparsers: Any, common_parent: argparse.ArgumentParser) -> None
     announce = subparsers.add_parser(
         "announce",
         parents=[common_parent],
-        help="announce a running service that cannot announce itself (a sidecar)",
+        help="announce a running service that cannot announce itself, or an MCP server's tools (a sidecar)",
         description=(
             "Announce a tool service on its behalf until SIGTERM or Ctrl-C, then withdraw it: for services not built "
-            "on DynamicToolService, such as a stock TrustGraph one. Run it beside the service so both stop together."
+            "on DynamicToolService, such as a stock TrustGraph one (--service, --tools), or for an MCP server, whose "
+            "calls it answers by calling the server (--mcp -- COMMAND ARGS..., or --mcp-url URL). Run it beside the "
+            "service so both stop together."
         ),
     )
     announce.add_argument(
         "--service",
-        required=True,
         metavar="SVC.JSON",
         help="the tool-service descriptor (id, request-queue, response-queue, config-params)",
     )
     announce.add_argument(
         "--tools",
-        required=True,
         metavar="TOOLS.JSON",
         help="a JSON list of its tool descriptors ('type' and 'service' may be left out)",
     )
@@ -168,4 +177,5 @@ def add_command(subparsers: Any, common_parent: argparse.ArgumentParser) -> None
     announce.add_argument(
         "--service-version", default="", metavar="TEXT", help="the service's version, shown by `toolreg tools --json`"
     )
+    add_mcp_options(announce)
     announce.set_defaults(handler=cmd_announce)

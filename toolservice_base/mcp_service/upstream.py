@@ -1,0 +1,291 @@
+"""One connection to an MCP server, through the official MCP SDK's client: from the handshake to its end.
+
+The server is a command spoken to over stdio (`McpCommand`: the SDK starts it
+and stops it) or a streamable-HTTP endpoint (`McpUrl`, with headers such as
+`Authorization`). The client speaks the handshake protocol versions (an
+`initialize` first), which every MCP server answers, so `ping` and
+`notifications/tools/list_changed` work with all of them.
+
+What the server may ask of its client it cannot have here: the sidecar
+declares no sampling, elicitation or roots capability (a server that checks
+offers the tools that can work without them), and a server that asks anyway
+gets the SDK's refusal ("Sampling not supported"), which reaches the tool's
+caller through the server's answer. The server's log messages
+(`notifications/message`) and a command's stderr become events of this
+process's log (`mcp.server_log`, `mcp.server_stderr`); they never reach
+stdout.
+
+Every failure to reach or understand the server is one `McpServerError` line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, TextIO, cast
+
+import httpx2
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+
+from ..errors import McpServerError, ToolError
+from ..logs import get_logger
+from ..tasks import cancel_and_wait
+
+log = get_logger("toolservice_base.mcp_service")
+
+MAX_PAGES = 100
+"""`tools/list` pages followed at most: a server whose cursor never ends cannot hold the sidecar."""
+MAX_LISTED = 4096
+"""Tools listed at most, all pages together; past that the listing is refused (one service offers at most 256)."""
+MAX_STDERR_LINE = 4096
+"""Characters of one line of a command's stderr kept in the log."""
+HTTP_TIMEOUT = 30.0
+HTTP_READ_TIMEOUT = 300.0
+"""The SDK's own defaults for an HTTP client: a server may hold a response stream open for minutes."""
+
+
+@dataclass(frozen=True)
+class McpCommand:
+    """An MCP server that is a command, spoken to over its stdin and stdout (stdio).
+
+    It gets the SDK's safe environment (`HOME`, `PATH`, `USER`, ... but none
+    of this process's secrets, such as `PULSAR_AUTH_TOKEN`) plus `env`."""
+
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+
+    def __str__(self) -> str:
+        return " ".join([self.command, *self.args])
+
+
+@dataclass(frozen=True)
+class McpUrl:
+    """An MCP server at a streamable-HTTP endpoint (`http://127.0.0.1:3001/mcp`), sent `headers` on every request."""
+
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.url
+
+
+McpServer = McpCommand | McpUrl
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first error inside an exception group (anyio's task groups wrap what failed in them)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _why(exc: BaseException, server: McpServer) -> str:
+    """What went wrong reaching `server`, in words an operator can act on."""
+    leaf = _leaf(exc)
+    if isinstance(leaf, httpx2.HTTPStatusError):
+        status = leaf.response.status_code
+        hint = " (check --header, say Authorization)" if status in (401, 403) else ""
+        return f"it answered HTTP {status} {leaf.response.reason_phrase}{hint}"
+    if isinstance(leaf, httpx2.HTTPError):
+        return f"{type(leaf).__name__}: {leaf}" if str(leaf) else type(leaf).__name__
+    if isinstance(leaf, MCPError):
+        return f"{leaf.message} (MCP error {leaf.code})"
+    if isinstance(leaf, FileNotFoundError) and isinstance(server, McpCommand):
+        return f"no such command {server.command!r}"
+    if isinstance(leaf, OSError):
+        return leaf.strerror or str(leaf)
+    return f"{type(leaf).__name__}: {leaf}" if str(leaf) else type(leaf).__name__
+
+
+class _StderrRelay:
+    """A command's stderr, line by line, as `mcp.server_stderr` events of this process's log."""
+
+    def __init__(self, server: McpCommand) -> None:
+        self._server = server
+        read_fd, write_fd = os.pipe()
+        self._read = os.fdopen(read_fd, "rb", buffering=0)
+        self.write = cast(TextIO, os.fdopen(write_fd, "w"))
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        reader = asyncio.StreamReader(limit=MAX_STDERR_LINE * 4)
+        loop = asyncio.get_running_loop()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), self._read)
+        self._task = asyncio.create_task(self._relay(reader), name="mcp-stderr")
+
+    async def _relay(self, reader: asyncio.StreamReader) -> None:
+        while True:
+            try:
+                line = await reader.readline()
+            except ValueError:  # a line longer than the reader's limit: what it holds so far
+                line = await reader.read(MAX_STDERR_LINE)
+            if not line:
+                return
+            text = line.decode(errors="replace").rstrip()
+            if text:
+                log.info("mcp.server_stderr", server=self._server.command, line=text[:MAX_STDERR_LINE])
+
+    def spawned(self) -> None:
+        """The command has its own copy of the pipe now: ours goes, so the relay ends when the command does."""
+        self.write.close()
+
+    async def close(self) -> None:
+        if not self.write.closed:
+            self.write.close()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), 1.0)
+            except TimeoutError:
+                await cancel_and_wait(self._task)
+        self._read.close()
+
+
+async def _server_log(params: types.LoggingMessageNotificationParams) -> None:
+    log.info("mcp.server_log", level=params.level, source=params.logger, data=params.data)
+
+
+class Upstream:
+    """The SDK client of one MCP server, entered once (`async with`) and left in the same task."""
+
+    def __init__(
+        self, server: McpServer, *, timeout: float, on_tools_changed: Callable[[], None], client_version: str = ""
+    ) -> None:
+        self.server = server
+        self.timeout = timeout
+        self._on_tools_changed = on_tools_changed
+        self._client_version = client_version
+        self._client: Client | None = None
+        self._stack = AsyncExitStack()
+        self.name: str | None = None
+        """The server's own name (`serverInfo.name`)."""
+
+    async def _handle(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self._on_tools_changed()
+        elif isinstance(message, Exception):
+            log.warning("mcp.transport_error", server=str(self.server), error=_why(message, self.server))
+
+    async def __aenter__(self) -> Upstream:
+        async with AsyncExitStack() as stack:
+            relay = None
+            if isinstance(self.server, McpCommand):
+                relay = _StderrRelay(self.server)
+                stack.push_async_callback(relay.close)
+                await relay.start()
+                params = StdioServerParameters(
+                    command=self.server.command,
+                    args=list(self.server.args),
+                    env=dict(self.server.env),
+                    cwd=self.server.cwd,
+                )
+                transport: Any = stdio_client(params, errlog=relay.write)
+            else:
+                http = httpx2.AsyncClient(
+                    headers=dict(self.server.headers), timeout=httpx2.Timeout(HTTP_TIMEOUT, read=HTTP_READ_TIMEOUT)
+                )
+                stack.push_async_callback(http.aclose)
+                transport = streamable_http_client(self.server.url, http_client=http)
+            client = Client(
+                transport,
+                mode="legacy",
+                cache=None,
+                message_handler=self._handle,
+                logging_callback=_server_log,
+                client_info=types.Implementation(name="toolreg-announce", version=self._client_version or "0"),
+            )
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await stack.enter_async_context(client)
+            except TimeoutError:
+                raise McpServerError(
+                    f"the MCP server {self.server} did not finish its handshake (initialize) within {self.timeout:g} s"
+                ) from None
+            except Exception as exc:
+                raise McpServerError(
+                    f"cannot connect to the MCP server {self.server}: {_why(exc, self.server)}"
+                ) from None
+            finally:
+                if relay is not None:
+                    relay.spawned()
+            self._client = client
+            info = client.server_info
+            self.name = info.name if info is not None else None
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._client = None
+        await self._stack.aclose()
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise McpServerError(f"the MCP server {self.server} is not connected")
+        return self._client
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """Every tool the server lists, its pages followed (bounded), each a `Tool` as JSON."""
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        try:
+            async with asyncio.timeout(self.timeout):
+                for _ in range(MAX_PAGES):
+                    page = await self.client.list_tools(cursor=cursor)
+                    tools += [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in page.tools]
+                    if len(tools) > MAX_LISTED:
+                        raise McpServerError(
+                            f"the MCP server {self.server} lists more than {MAX_LISTED} tools; one service offers at "
+                            "most 256: announce part of them (--only/--exclude)"
+                        )
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        return tools
+        except TimeoutError:
+            raise McpServerError(
+                f"the MCP server {self.server} did not list its tools within {self.timeout:g} s"
+            ) from None
+        except McpServerError:
+            raise
+        except Exception as exc:
+            raise McpServerError(
+                f"the MCP server {self.server} could not list its tools: {_why(exc, self.server)}"
+            ) from None
+        raise McpServerError(f"the MCP server {self.server}'s tool list did not end after {MAX_PAGES} pages")
+
+    async def ping(self) -> None:
+        """Return once the server answers a ping; McpServerError if it does not within the timeout."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self.client.session.send_ping()
+        except TimeoutError:
+            raise McpServerError(
+                f"the MCP server {self.server} did not answer a ping within {self.timeout:g} s"
+            ) from None
+        except McpServerError:
+            raise
+        except Exception as exc:
+            raise McpServerError(
+                f"the MCP server {self.server} did not answer a ping: {_why(exc, self.server)}"
+            ) from None
+
+    async def call(self, name: str, arguments: dict[str, Any], progress: ProgressFnT) -> dict[str, Any]:
+        """`tools/call`, its result as JSON (`isError` included). Cancelling the caller cancels the call at the
+        server (`notifications/cancelled`). ToolError when the server answers with a protocol error."""
+        try:
+            result = await self.client.call_tool(name, arguments, progress_callback=progress)
+        except MCPError as exc:
+            raise ToolError("mcp-error", f"{exc.message} (MCP error {exc.code})") from None
+        except RuntimeError as exc:  # the SDK checks structured content against the tool's output schema
+            raise ToolError("bad-result", f"tool {name!r} of the MCP server: {exc}") from None
+        dumped: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return dumped
