@@ -13,6 +13,7 @@ is announced, in one line.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from typing import Any
 
@@ -53,6 +54,8 @@ def _server(args: argparse.Namespace) -> Any:
 
 async def cmd_announce_mcp(args: argparse.Namespace) -> int:
     from toolservice_base.mcp_service import McpToolService
+
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # a line per HTTP request to the server, at info
 
     from .announce import check_options
 

@@ -258,12 +258,15 @@ class McpToolService:
     async def _follow(self, upstream: Upstream, service: _McpTools, changed: asyncio.Event) -> None:
         """Ping the server, and announce its tools again when it says they changed; return never, raise when lost."""
         while True:
-            waits = [asyncio.ensure_future(changed.wait()), asyncio.ensure_future(service.ask_now.wait())]
+            waits = [changed.wait(), service.ask_now.wait(), upstream.lost.wait()]
+            tasks = [asyncio.ensure_future(waiting) for waiting in waits]
             try:
-                await asyncio.wait(waits, timeout=self.ping_interval, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(tasks, timeout=self.ping_interval, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                for waiting in waits:
-                    await cancel_and_wait(waiting)
+                for task in tasks:
+                    await cancel_and_wait(task)
+            if upstream.lost.is_set():
+                raise McpServerError(upstream.why)
             if changed.is_set():
                 changed.clear()
                 await self._relist(upstream, service)

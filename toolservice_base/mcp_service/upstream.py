@@ -2,9 +2,11 @@
 
 The server is a command spoken to over stdio (`McpCommand`: the SDK starts it
 and stops it) or a streamable-HTTP endpoint (`McpUrl`, with headers such as
-`Authorization`). The client speaks the handshake protocol versions (an
-`initialize` first), which every MCP server answers, so `ping` and
-`notifications/tools/list_changed` work with all of them.
+`Authorization`). The SDK client negotiates the protocol: a server of the
+2026-07-28 revision is spoken to in it (its tool changes heard on a
+`subscriptions/listen` stream, whose drop also tells that the server went;
+liveness asked with `server/discover`), an older one with the handshake
+(`initialize`; `notifications/tools/list_changed`; `ping`).
 
 What the server may ask of its client it cannot have here: the sidecar
 declares no sampling, elicitation or roots capability (a server that checks
@@ -32,8 +34,10 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import Subscription, SubscriptionLost
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import McpServerError, ToolError
 from ..logs import get_logger
@@ -93,9 +97,7 @@ def _why(exc: BaseException, server: McpServer) -> str:
     """What went wrong reaching `server`, in words an operator can act on."""
     leaf = _leaf(exc)
     if isinstance(leaf, httpx2.HTTPStatusError):
-        status = leaf.response.status_code
-        hint = " (check --header, say Authorization)" if status in (401, 403) else ""
-        return f"it answered HTTP {status} {leaf.response.reason_phrase}{hint}"
+        return _refusal(leaf.response)
     if isinstance(leaf, httpx2.HTTPError):
         return f"{type(leaf).__name__}: {leaf}" if str(leaf) else type(leaf).__name__
     if isinstance(leaf, MCPError):
@@ -105,6 +107,12 @@ def _why(exc: BaseException, server: McpServer) -> str:
     if isinstance(leaf, OSError):
         return leaf.strerror or str(leaf)
     return f"{type(leaf).__name__}: {leaf}" if str(leaf) else type(leaf).__name__
+
+
+def _refusal(response: httpx2.Response) -> str:
+    status = response.status_code
+    hint = "; give its credentials with --header, say 'Authorization=Bearer TOKEN'" if status in (401, 403) else ""
+    return f"it answered HTTP {status} {response.reason_phrase} to {response.request.method}{hint}"
 
 
 class _StderrRelay:
@@ -168,6 +176,13 @@ class Upstream:
         self._stack = AsyncExitStack()
         self.name: str | None = None
         """The server's own name (`serverInfo.name`)."""
+        self.modern = False
+        """Whether the connection speaks a 2026-07-28-era protocol (no handshake, no ping)."""
+        self.lost = asyncio.Event()
+        """Set when the connection is known to be gone (a `subscriptions/listen` stream dropped); `why` says how."""
+        self.why = ""
+        self._refused: httpx2.Response | None = None
+        """The last HTTP error status the endpoint answered: the SDK turns it into a bare JSON-RPC error."""
 
     async def _handle(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -191,13 +206,15 @@ class Upstream:
                 transport: Any = stdio_client(params, errlog=relay.write)
             else:
                 http = httpx2.AsyncClient(
-                    headers=dict(self.server.headers), timeout=httpx2.Timeout(HTTP_TIMEOUT, read=HTTP_READ_TIMEOUT)
+                    headers=dict(self.server.headers),
+                    timeout=httpx2.Timeout(HTTP_TIMEOUT, read=HTTP_READ_TIMEOUT),
+                    event_hooks={"response": [self._answered]},
                 )
                 stack.push_async_callback(http.aclose)
                 transport = streamable_http_client(self.server.url, http_client=http)
             client = Client(
                 transport,
-                mode="legacy",
+                mode="auto",
                 cache=None,
                 message_handler=self._handle,
                 logging_callback=_server_log,
@@ -211,17 +228,47 @@ class Upstream:
                     f"the MCP server {self.server} did not finish its handshake (initialize) within {self.timeout:g} s"
                 ) from None
             except Exception as exc:
-                raise McpServerError(
-                    f"cannot connect to the MCP server {self.server}: {_why(exc, self.server)}"
-                ) from None
+                why = _why(exc, self.server) if self._refused is None else _refusal(self._refused)
+                raise McpServerError(f"cannot connect to the MCP server {self.server}: {why}") from None
             finally:
                 if relay is not None:
                     relay.spawned()
             self._client = client
             info = client.server_info
             self.name = info.name if info is not None else None
+            self.modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
+            if self.modern:
+                await self._listen(stack, client)
             self._stack = stack.pop_all()
         return self
+
+    async def _answered(self, response: httpx2.Response) -> None:
+        if response.status_code >= 400:
+            self._refused = response
+
+    async def _listen(self, stack: AsyncExitStack, client: Client) -> None:
+        """Hear a modern server's tool changes on a `subscriptions/listen` stream (and its drop as the server gone)."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                subscription = await stack.enter_async_context(client.listen(tools_list_changed=True))
+        except Exception as exc:
+            raise McpServerError(
+                f"the MCP server {self.server} refused to tell of tool changes (subscriptions/listen): "
+                f"{_why(exc, self.server)}"
+            ) from None
+        task = asyncio.create_task(self._heard(subscription), name="mcp-listen")
+        stack.push_async_callback(cancel_and_wait, task)
+
+    async def _heard(self, subscription: Subscription) -> None:
+        try:
+            async for _ in subscription:
+                self._on_tools_changed()
+            self.why = f"the MCP server {self.server} ended its subscriptions/listen stream"
+        except SubscriptionLost as exc:
+            self.why = f"the MCP server {self.server} dropped its subscriptions/listen stream ({exc})"
+        except Exception as exc:
+            self.why = f"the MCP server {self.server}'s subscriptions/listen stream failed: {_why(exc, self.server)}"
+        self.lost.set()
 
     async def __aexit__(self, *exc: object) -> None:
         self._client = None
@@ -266,7 +313,10 @@ class Upstream:
         """Return once the server answers a ping; McpServerError if it does not within the timeout."""
         try:
             async with asyncio.timeout(self.timeout):
-                await self.client.session.send_ping()
+                if self.modern:  # 2026-07-28 has no ping; its cheapest request is discover
+                    await self.client.session.send_discover(self.client.protocol_version)
+                else:
+                    await self.client.session.send_ping()
         except TimeoutError:
             raise McpServerError(
                 f"the MCP server {self.server} did not answer a ping within {self.timeout:g} s"
