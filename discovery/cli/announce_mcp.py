@@ -13,6 +13,7 @@ is announced, in one line.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 from typing import Any
@@ -88,6 +89,8 @@ async def cmd_announce_mcp(args: argparse.Namespace) -> int:
             exclude=args.exclude,
         )
         async with sidecar:
+            signalled = asyncio.ensure_future(wait_for_signal())
+            await asyncio.sleep(0)  # its handlers are in place before the line that tells a supervisor we run
             offer = sidecar.offer
             assert offer is not None
             names = ", ".join(tool.name for tool in offer.tools)
@@ -97,7 +100,7 @@ async def cmd_announce_mcp(args: argparse.Namespace) -> int:
                 f"{args.workspace!r}, ttl {args.ttl:g}s, {signed}; SIGTERM or Ctrl-C withdraws",
                 flush=True,
             )
-            await wait_for_signal()
+            await signalled
         print(f"withdrawn {offer.service.id}", flush=True)
     finally:
         await connection.close()

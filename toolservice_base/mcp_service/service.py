@@ -43,7 +43,7 @@ from ..signing import load_private_key
 from ..tasks import cancel_and_wait
 from ..transport import Transport, open_transport
 from .listing import Offer, Selection, offer_of, service_id_of
-from .upstream import McpServer, Upstream
+from .upstream import McpServer, Upstream, unwrapped
 
 log = get_logger("toolservice_base.mcp_service")
 
@@ -189,7 +189,10 @@ class McpToolService:
         backoff = FIRST_BACKOFF
         while True:
             try:
-                await self._connected(first)
+                try:
+                    await self._connected(first)
+                except BaseExceptionGroup as group:
+                    raise unwrapped(group) from None
             except McpServerError as exc:
                 if not first.done():
                     first.set_exception(exc)

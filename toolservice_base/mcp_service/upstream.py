@@ -101,12 +101,30 @@ def _why(exc: BaseException, server: McpServer) -> str:
     if isinstance(leaf, httpx2.HTTPError):
         return f"{type(leaf).__name__}: {leaf}" if str(leaf) else type(leaf).__name__
     if isinstance(leaf, MCPError):
+        if leaf.code == types.CONNECTION_CLOSED and isinstance(server, McpCommand):
+            return "the command ended before it answered (what it printed on stderr is logged as mcp.server_stderr)"
         return f"{leaf.message} (MCP error {leaf.code})"
     if isinstance(leaf, FileNotFoundError) and isinstance(server, McpCommand):
         return f"no such command {server.command!r}"
     if isinstance(leaf, OSError):
         return leaf.strerror or str(leaf)
     return f"{type(leaf).__name__}: {leaf}" if str(leaf) else type(leaf).__name__
+
+
+def _announces_changes(capabilities: types.ServerCapabilities) -> bool:
+    """Whether a server says it tells of changes to its tool list (`tools.listChanged`)."""
+    return capabilities.tools is not None and bool(capabilities.tools.list_changed)
+
+
+def unwrapped(exc: BaseException) -> BaseException:
+    """The `McpServerError` inside an exception group, if there is one (anyio's task groups wrap what fails in
+    them); else `exc` itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = unwrapped(inner)
+            if isinstance(found, McpServerError):
+                return found
+    return exc
 
 
 def _refusal(response: httpx2.Response) -> str:
@@ -237,7 +255,7 @@ class Upstream:
             info = client.server_info
             self.name = info.name if info is not None else None
             self.modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
-            if self.modern:
+            if self.modern and _announces_changes(client.server_capabilities):
                 await self._listen(stack, client)
             self._stack = stack.pop_all()
         return self
