@@ -2,8 +2,8 @@
 `toolreg mcp --http`, with the tools its scenarios call served two ways on the bus:
 
 - by a `DynamicToolService` (`support.conformance.service`), and
-- by an MCP server written with the official SDK, run as its own process over stdio and bridged onto the bus
-  (`support.conformance.bridge`; the product's `toolreg announce --mcp` sidecar takes its place when it exists).
+- by an MCP server written with the official SDK (`support.conformance.sdk_server`), brought onto the bus by the
+  product's sidecar, `toolreg announce --mcp -- python sdk_server.py`, as an operator runs it.
 
 Every tools-and-transport scenario passes both ways, on pulsar-lite and on Apache Pulsar (`server-sse-polling`
 with the two SHOULD warnings the baseline explains); the scenarios out of scope fail as
@@ -22,17 +22,19 @@ from pathlib import Path
 
 import mcp_conformance
 import pytest
-from support import eventually
-from support.conformance.bridge import bridged, sdk_server
+from support import conformance, eventually
 from support.conformance.data import TOOL_DESCRIPTIONS
 from support.conformance.service import ConformanceService
+from support.mcp_sidecar import sidecar
 
 from discovery.registry.service import Registry
-from toolservice_base import ConfigClient, DynamicToolService, Settings
+from toolservice_base import ConfigClient, Settings
 
 pytestmark = pytest.mark.brokers
 
 BASELINE = Path(__file__).with_name("conformance-baseline.yml")
+SDK_SERVER = Path(conformance.__file__).with_name("sdk_server.py")
+"""The suite's tools as an MCP server on the official SDK (stdio), run as a third party's would be."""
 IN_SCOPE = (
     "server-initialize",
     "ping",
@@ -53,16 +55,17 @@ SSE_POLLING_WARNINGS = ("server-sse-priming-event", "server-sse-retry-field")
 
 
 @asynccontextmanager
-async def on_the_bus(settings: Settings) -> AsyncIterator[DynamicToolService]:
+async def on_the_bus(settings: Settings, log: Path) -> AsyncIterator[object]:
     async with ConformanceService(settings=settings) as service:
         yield service
 
 
-def from_an_sdk_server(settings: Settings) -> AbstractAsyncContextManager[DynamicToolService]:
-    return bridged(sdk_server(), "conformance-sdk", settings=settings)
+def from_an_sdk_server(settings: Settings, log: Path) -> AbstractAsyncContextManager[object]:
+    command = ["--service-id", "conformance-sdk", "--mcp", "--", sys.executable, str(SDK_SERVER)]
+    return sidecar(settings, log, *command)
 
 
-WAYS: dict[str, Callable[[Settings], AbstractAsyncContextManager[DynamicToolService]]] = {
+WAYS: dict[str, Callable[[Settings, Path], AbstractAsyncContextManager[object]]] = {
     "dynamic-tool-service": on_the_bus,
     "mcp-sdk-server": from_an_sdk_server,
 }
@@ -115,7 +118,7 @@ async def test_every_tools_and_transport_scenario_passes_and_only_the_baseline_f
     config_client: ConfigClient,
     tmp_path: Path,
 ) -> None:
-    async with WAYS[way](settings):
+    async with WAYS[way](settings, tmp_path / "sidecar.log"):
         await eventually(lambda: _listed(config_client), timeout=15)
         async with mcp_http(settings, settings.auth_token, tmp_path / "mcp.log") as url:
             run = await asyncio.to_thread(mcp_conformance.run, url, baseline=BASELINE, output_dir=tmp_path / "results")

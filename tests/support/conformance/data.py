@@ -2,7 +2,8 @@
 0.1.16, `src/scenarios/server/tools.ts` and `json-schema-2020-12.ts`): names, texts, a PNG, a WAV and a schema.
 
 Shared by the two servers the suite meets through `toolreg mcp`: a `DynamicToolService` on the bus, and an MCP
-server written with the official SDK, bridged onto the bus. Standard library only: the SDK server imports it too.
+server written with the official SDK, brought onto the bus by `toolreg announce --mcp`. Standard library only:
+the SDK server imports it too.
 """
 
 from __future__ import annotations

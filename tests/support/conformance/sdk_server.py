@@ -1,8 +1,8 @@
 """The tools the MCP conformance suite calls, as an MCP server written with the official SDK (stdio).
 
-Run as a script (`python sdk_server.py`): it is what a third party would run, and what
-`bridge.py` beside it starts and bridges onto the bus. The SDK's low-level `Server`, so the
-JSON Schema 2020-12 tool lists its schema exactly as the suite gives it.
+Run as a script (`python sdk_server.py`): it is what a third party would run, and what the
+conformance test brings onto the bus with `toolreg announce --mcp -- python sdk_server.py`. The SDK's
+low-level `Server`, so the JSON Schema 2020-12 tool lists its schema exactly as the suite gives it.
 """
 
 from __future__ import annotations
