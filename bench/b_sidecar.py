@@ -1,0 +1,141 @@
+"""12. An MCP server through the sidecar: `echo` of `@modelcontextprotocol/server-everything`, called through the bus
+against the same tool called directly with the official MCP SDK's client, same run.
+
+Ours: `toolreg announce --mcp -- node server-everything stdio` in a process of its own (it starts its own copy of
+the server), and `ToolSet.invoke("echo", ...)` from this process: the request crosses the broker to the sidecar,
+which calls the server over stdio and sends the answer back. Reference: the SDK's `Client` starting the same server
+over stdio and calling `echo`, as an MCP host does. Sequential calls (p50, p99), interleaved rounds; then calls/s
+with 32 calls in flight on each path. The difference is the price of putting the server on the bus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from agent_bridge import ToolSet
+from toolservice_base import open_transport
+
+from .b_death import Watch
+from .common import Progress, Stack, Workdirs, spawn, summary_ms
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import mcp_servers  # noqa: E402  (scripts/ is not a package)
+
+NAME = "sidecar"
+ROUNDS = 5
+IN_FLIGHT = 32
+ARGUMENTS = {"message": "hello"}
+
+
+async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
+    progress = Progress(NAME)
+    count = 100 if quick else 500
+    burst = 320 if quick else 3200
+    server = mcp_servers.everything().command("stdio")
+    stack = Stack(work.make(NAME)).start()
+    try:
+        stack.processes["sidecar"] = spawn(
+            ["-m", "discovery.cli", "announce", "--mcp", "--", *server], stack.env(), stack.workdir / "sidecar.log"
+        )
+        connection = await open_transport(stack.settings)
+        direct = StdioServerParameters(command=server[0], args=server[1:])
+        try:
+            async with (
+                ToolSet(settings=stack.settings, connection=connection) as tools,
+                Client(direct, mode="auto", cache=None) as client,
+            ):
+                await Watch(tools).listed(["echo"])
+                await _bus(tools, 20)  # warm-up, both paths
+                await _sdk(client, 20)
+                bus: list[float] = []
+                sdk: list[float] = []
+                for number in range(1, ROUNDS + 1):
+                    progress.update(f"round {number}/{ROUNDS}: ToolSet.invoke and the SDK's call_tool", force=True)
+                    bus += await _bus(tools, count // ROUNDS)
+                    sdk += await _sdk(client, count // ROUNDS)
+                progress.update(f"{burst} calls, {IN_FLIGHT} in flight, each path", force=True)
+                bus_rate = await _rate(lambda: tools.invoke("echo", ARGUMENTS), burst)
+                sdk_rate = await _rate(lambda: client.call_tool("echo", ARGUMENTS), burst)
+        finally:
+            await connection.close()
+    finally:
+        stack.stop()
+    bus_s, sdk_s = summary_ms(bus), summary_ms(sdk)
+    progress.done(
+        f"bus p50 {bus_s['p50_ms']:.2f} ms, {bus_rate:.0f} calls/s; MCP SDK p50 {sdk_s['p50_ms']:.2f} ms, "
+        f"{sdk_rate:.0f} calls/s"
+    )
+    return _result(bus_s, sdk_s, len(bus), bus_rate, sdk_rate)
+
+
+async def _bus(tools: ToolSet, count: int) -> list[float]:
+    samples = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        answer = await tools.invoke("echo", ARGUMENTS)
+        samples.append(time.perf_counter() - t0)
+        assert answer == "Echo: hello", answer
+    return samples
+
+
+async def _sdk(client: Client, count: int) -> list[float]:
+    samples = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        result = await client.call_tool("echo", ARGUMENTS)
+        samples.append(time.perf_counter() - t0)
+        assert not result.is_error
+    return samples
+
+
+async def _rate(call: Any, total: int) -> float:
+    """Calls per second with `IN_FLIGHT` at a time, `total` in all."""
+    gate = asyncio.Semaphore(IN_FLIGHT)
+
+    async def one() -> None:
+        async with gate:
+            await call()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(total)))
+    return total / (time.perf_counter() - t0)
+
+
+def _result(
+    bus: dict[str, float], sdk: dict[str, float], count: int, bus_rate: float, sdk_rate: float
+) -> dict[str, Any]:
+    return {
+        "name": NAME,
+        "title": "An MCP server through the sidecar (server-everything's echo)",
+        "rows": [
+            {
+                "figure": f"{count} sequential calls, p50",
+                "ours": bus["p50_ms"],
+                "reference": sdk["p50_ms"],
+                "unit": "ms",
+            },
+            {
+                "figure": f"{count} sequential calls, p99",
+                "ours": bus["p99_ms"],
+                "reference": sdk["p99_ms"],
+                "unit": "ms",
+            },
+            {
+                "figure": f"calls/s, {IN_FLIGHT} in flight",
+                "ours": round(bus_rate, 1),
+                "reference": round(sdk_rate, 1),
+                "unit": "calls/s",
+            },
+        ],
+        "reference_is": (
+            "the official MCP SDK's Client calling the same server-everything echo over stdio, same run, interleaved"
+        ),
+        "data": {"bus": bus, "mcp_sdk": sdk, "bus_calls_per_s": bus_rate, "sdk_calls_per_s": sdk_rate},
+    }
