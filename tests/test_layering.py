@@ -191,3 +191,19 @@ def test_the_parser_shares_its_defaults_with_the_subsystems_it_does_not_load() -
     from discovery.web.health import DEFAULT_METRICS_PORT
 
     assert cli_main.STORE_PROTOCOLS == STORE_PROTOCOLS and cli_main.DEFAULT_METRICS_PORT == DEFAULT_METRICS_PORT
+
+
+def test_only_the_mcp_service_package_of_the_floor_imports_the_mcp_sdk_and_the_floor_does_not_load_it() -> None:
+    """A tool-service author's `import toolservice_base` stays free of the MCP SDK; `mcp_service` (`McpToolService`)
+    is the one place the floor talks to MCP servers."""
+    sdk = {"mcp", "mcp_types", "httpx2"}
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "toolservice_base").rglob("*.py"))
+        if "mcp_service" not in path.parts and _imports(path) & sdk
+    ]
+    assert offenders == []
+    done = _run(
+        "import sys, toolservice_base\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types')))"
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr

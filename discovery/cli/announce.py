@@ -100,6 +100,7 @@ def check_options(args: argparse.Namespace) -> None:
 
 async def cmd_announce(args: argparse.Namespace) -> int:
     if args.mcp or args.mcp_url is not None:
+        check_options(args)
         return await cmd_announce_mcp(args)
     if args.command_line:
         raise CommandError(f"unexpected {' '.join(args.command_line)!r}: a command to run is for --mcp -- COMMAND")

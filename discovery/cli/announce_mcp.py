@@ -58,9 +58,6 @@ async def cmd_announce_mcp(args: argparse.Namespace) -> int:
 
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # a line per HTTP request to the server, at info
 
-    from .announce import check_options
-
-    check_options(args)
     if args.service_id is not None:
         try:
             check_name(args.service_id, "--service-id")
