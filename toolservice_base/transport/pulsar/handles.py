@@ -27,7 +27,7 @@ from ..base import (
     Payload,
     encode,
 )
-from ..diagnosis import Action
+from .diagnosis import Action
 from .errors import Explain, broker_errors, result_name
 
 log = get_logger("toolservice_base.transport")

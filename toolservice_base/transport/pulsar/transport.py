@@ -29,7 +29,7 @@ from ..base import (
     broker_unreachable,
     unique_name,
 )
-from ..diagnosis import Action, Claims, TopicWatch, handshake, token_refused
+from .diagnosis import Action, Claims, TopicWatch, handshake, token_refused
 from .errors import HELD, broker_errors, result_name, translate
 from .handles import PulsarExclusivePublisher, PulsarPublisher, PulsarReader, PulsarSubscription
 
