@@ -39,6 +39,7 @@ from toolservice_base import RequestClient, Settings, Transport, TransportError,
 from toolservice_base.errors import RequestTimeout
 from toolservice_base.rpc import RequestServer
 from toolservice_base.transport import Envelope
+from toolservice_base.transport.pulsar import transport as pulsar_transport
 from toolservice_base.transport.pulsar.subscription import PulsarSubscription
 
 pytestmark = pytest.mark.brokers
@@ -112,6 +113,24 @@ async def test_a_stalled_handler_holds_at_most_its_receiver_queue_and_loses_noth
     released.set()
     await eventually(lambda: len(seen) == 600, timeout=20, explain=lambda: f"{len(seen)} of 600 handled")
     assert seen == [f"{number}".encode() for number in range(600)]
+
+
+async def test_sends_past_the_producers_queue_wait_for_a_slot_instead_of_failing(
+    connection: Transport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A queue of 16 in pulsar-client: without the awaited slot, the 17th pending send would fail ProducerQueueIsFull.
+    monkeypatch.setattr(pulsar_transport, "PRODUCER_QUEUE", 16)
+    topic = f"persistent://{connection.topics.topicspace}/request/back-pressure"
+    seen: list[bytes] = []
+
+    async def keep(message: Envelope) -> None:
+        seen.append(message.data)
+
+    await connection.subscribe(topic, keep, subscription="back-pressure", shared=True)
+    publisher = await connection.publisher(topic)
+    await asyncio.gather(*(publisher.send(f"{number}".encode()) for number in range(1000)))
+    await eventually(lambda: len(seen) == 1000, timeout=20, explain=lambda: f"{len(seen)} of 1000 arrived")
+    assert sorted(seen, key=int) == [f"{number}".encode() for number in range(1000)]
 
 
 LOOP_ENDS = textwrap.dedent(
