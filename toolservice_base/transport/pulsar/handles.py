@@ -1,5 +1,5 @@
-"""What a `PulsarTransport` hands out: publishers (plain and exclusive), readers and subscriptions, each owning its
-pulsar-client object."""
+"""What a `PulsarTransport` hands out besides subscriptions (`subscription`): publishers (plain and exclusive) and
+readers, each owning its pulsar-client object."""
 
 from __future__ import annotations
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -31,6 +30,7 @@ from ..base import (
     unique_name,
 )
 from .bridge import LoopBridge
+from .consumer_ids import subscribe_shifted
 from .diagnosis import Action, Claims, TopicWatch, handshake, token_refused
 from .errors import HELD, broker_errors, result_name, translate
 from .handles import PulsarExclusivePublisher, PulsarPublisher, PulsarReader
@@ -40,8 +40,6 @@ log = get_logger("toolservice_base.transport")
 
 PRODUCER_QUEUE = 20_000
 SEND_TIMEOUT_MS = 10_000
-ID_SHIFT_RANGE = 64
-SHARED_ATTEMPTS = 6
 
 LOOKUP_TIMEOUT = 2.0
 """Seconds a diagnostic lookup of a topic may take; a broker that lets us in answers one in milliseconds."""
@@ -443,45 +441,8 @@ class PulsarTransport(OpenedResources):
             self._shared_client = pulsar_asyncio.Client(
                 self.url, **{**self._client_options, "operation_timeout_seconds": 2}
             )
-        last: BaseException | None = None
-        for attempt in range(1, SHARED_ATTEMPTS + 1):
-            await self._shift_consumer_id(self._shared_client, topic, self._shift_subscription)
-            with broker_errors(
-                log="consumer.shared_subscribe_retry", level="warning", topic=topic, subscription=name, attempt=attempt
-            ) as subscribing:
-                return await subscribe_listening(
-                    self._shared_client, topic, name, pulsar.ConsumerType.Shared, receiver_queue, listener
-                )
-            last = subscribing.error
-        assert last is not None
-        raise last
-
-    @staticmethod
-    async def _shift_consumer_id(client: pulsar_asyncio.Client, topic: str, subscription: str) -> None:
-        """Use up a random number of consumer ids on a throwaway topic in `topic`'s namespace.
-
-        All on one Shared `subscription`, named once per transport: pulsar-lite keeps every subscription
-        name a topic ever had, for good (about 16 KiB each, measured; unsubscribing frees nothing), and a
-        name per throwaway consumer cost it 0.5 MB per service start. One name per process cannot collide
-        with another process's consumers, and within the process the consumer ids differ.
-        """
-        count = random.randrange(ID_SHIFT_RANGE)
-        if not count:
-            return
-        _, _, rest = topic.partition("://")
-        tenant_ns = "/".join(rest.split("/")[:2])
-        throwaway = f"non-persistent://{tenant_ns}/consumer-id-shift"
-        results = await asyncio.gather(
-            *(
-                client.subscribe(
-                    throwaway, subscription, consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=1
-                )
-                for _ in range(count)
-            ),
-            return_exceptions=True,
-        )
-        await asyncio.gather(
-            *(c.close() for c in results if isinstance(c, pulsar_asyncio.Consumer)), return_exceptions=True
+        return await subscribe_shifted(
+            self._shared_client, topic, name, receiver_queue, listener, self._shift_subscription
         )
 
     async def _close_when_the_loop_ends(self) -> None:
