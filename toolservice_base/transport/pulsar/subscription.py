@@ -48,6 +48,7 @@ from .errors import broker_errors
 log = get_logger("toolservice_base.transport")
 
 _BYTES = pulsar.schema.BytesSchema()
+_OK = _pulsar.Result.Ok
 
 
 class PulsarSubscription:
@@ -144,9 +145,19 @@ class PulsarSubscription:
             pass
 
     def _acknowledge(self, consumer: Any, message: Any) -> None:
-        """pulsar-client groups acknowledgements: this returns at once, without waiting for the broker."""
+        """Acknowledge without waiting: pulsar-client groups acknowledgements and calls back at once.
+
+        Not the blocking `acknowledge`: it lets go of the GIL to wait and must take it back, so on the listener
+        thread each message would wait for the loop thread's next switch (py-spy: the listener thread's time went
+        to `waitForAsyncResult` under 64 calls in flight). An ack failure was only ever logged; it still is.
+        """
         with broker_errors(log="consumer.ack_failed", topic=self.topic):
-            consumer.acknowledge(message)
+            consumer.acknowledge_async(message, self._ack_done)
+
+    def _ack_done(self, result: object) -> None:
+        """Runs on the thread that acknowledged, or a client I/O thread: it may log, but touches nothing else."""
+        if result != _OK:
+            log.debug("consumer.ack_failed", topic=self.topic, error=str(result))
 
     def _pause(self, consumer: Any) -> None:
         with self._pause_lock:
