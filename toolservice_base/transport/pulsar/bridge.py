@@ -56,11 +56,18 @@ class LoopBridge:
         """
         self._pending.append((complete, value))
         if self._scheduled:
+            if self._loop.is_closed():  # closed with a drain still due (it was stopped first): none will run
+                self._loop_gone()
             return
         self._scheduled = True
         try:
             self._loop.call_soon_threadsafe(self._drain)
         except RuntimeError:  # the loop is closed: nothing will ever run there again
+            self._loop_gone()
+
+    def check(self) -> None:
+        """From a client thread that posts nothing this time: notice a loop closed under it all the same."""
+        if self._loop.is_closed():
             self._loop_gone()
 
     def _drain(self) -> None:

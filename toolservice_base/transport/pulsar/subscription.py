@@ -125,6 +125,8 @@ class PulsarSubscription:
             if self._idle:
                 self._idle = False
                 self._bridge.post(self._wake, None)
+            else:
+                self._bridge.check()
         except BaseException as exc:  # noqa: BLE001
             log.error("consumer.listener_failed", topic=self.topic, error=repr(exc))
 
