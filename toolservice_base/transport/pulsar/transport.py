@@ -111,6 +111,7 @@ class PulsarTransport(OpenedResources):
         self._closed_off_loop = threading.Lock()
         self._closing = False
         self._shut_off_loop = False
+        self._clients_closed = False
         self._guard = asyncio.ensure_future(self._close_when_the_loop_ends())
 
     @classmethod
@@ -460,7 +461,7 @@ class PulsarTransport(OpenedResources):
         """The loop closed under pending completions (it was never given the chance to run the guard): close the
         clients on a thread of their own, as nothing can run on the loop any more."""
         with self._closed_off_loop:
-            if self._shut_off_loop:
+            if self._shut_off_loop or self._clients_closed:
                 return
             self._shut_off_loop = self._closed = True
             clients = [c for c in (self._shared_client, self._bulk_client, self._client) if c is not None]
@@ -480,6 +481,7 @@ class PulsarTransport(OpenedResources):
                 continue
             with broker_errors(log="client.close_failed"):
                 await client.close()
+        self._clients_closed = True
         if self._abandoned:  # creations the broker had not answered: the closed client fails them now
             await asyncio.wait(set(self._abandoned), timeout=self._client_options["operation_timeout_seconds"])
         if self._capabilities.close_grace:
