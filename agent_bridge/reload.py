@@ -43,6 +43,8 @@ log = get_logger("agent_bridge.toolset")
 STORE_ERRORS: tuple[type[Exception], ...] = (TransportError, ConfigError)
 
 ChangeCallback = Callable[[list[str], list[str], list[str], int], Awaitable[None] | None]
+SwapHook = Callable[[Mapping[str, Entry], Mapping[str, Entry]], Awaitable[None]]
+"""Called with the old and the new set at each swap, before anyone is told of it (the search index is one)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ class Reloader:
         self._factories = dict(factories)
         self.state = State()
         self.callbacks: list[ChangeCallback] = []
+        self.swap_hooks: list[SwapHook] = []
         self.swapped = asyncio.Condition()
         """Notified after every swap (`ToolSet.wait_for` waits on it)."""
         self.runs = 0
@@ -315,6 +318,8 @@ class Reloader:
         new = State(version, source, built.entries, built.problems, built.clients, built.service_problems)
         self.state = new  # the one swap
         self._after_swap(old, built)
+        for hook in self.swap_hooks:
+            await hook(old.entries, new.entries)
         async with self.swapped:
             self.swapped.notify_all()
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import aclosing
 from functools import lru_cache
 from pathlib import Path
@@ -33,6 +33,7 @@ from toolservice_base.metrics import OTHER_TOOL
 from toolservice_base.schemas import TextContent, ToolResult, ToolServiceDescriptor, check_name
 from toolservice_base.schemas.content import merge
 from toolservice_base.schemas.tools import definition_digest
+from toolservice_base.search import Health, Match, Ranker, ToolIndex
 from toolservice_base.settings import Settings
 from toolservice_base.transport import Transport, open_transport
 
@@ -41,6 +42,7 @@ from .impls import CallsForUser, PartsForUser, StreamsForUser, Tool, ToolFactory
 from .limits import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, CallLimits
 from .metrics import BridgeMetrics
 from .reload import ChangeCallback, Reloader, State
+from .search import ToolSearch
 from .snapshot import read_snapshot, snapshot_path
 from .static import StaticDirError, load_static_dir
 
@@ -94,12 +96,14 @@ class ToolSet:
         close_timeout: float = 30.0,
         metrics: BridgeMetrics | None = None,
         limits: CallLimits | None = None,
+        ranker: Callable[[], Ranker] = ToolIndex,
     ) -> None:
         """`call_timeout` bounds each whole call, a streamed answer included; `idle_timeout` (off unless
         given) also bounds each wait for the next chunk; `max_answer_bytes` bounds what one answer
         may bring in. Past a timeout a call raises `RequestTimeout`, past the size `AnswerTooLarge`,
         and the service is told to stop. `limits` gives the three as one `CallLimits` (then the three
-        arguments are not read)."""
+        arguments are not read). `ranker` makes the ranker `search` uses (BM25 over tantivy by default; an
+        embedding ranker of your own goes behind the same `Ranker` interface)."""
         self.workspace = check_name(workspace, "workspace")
         self._settings = settings or Settings.from_env(data_dir=data_dir, pulsar_url=pulsar_url)
         self._pulsar_url = pulsar_url
@@ -117,6 +121,8 @@ class ToolSet:
         self.close_timeout = close_timeout
         self.metrics = metrics or BridgeMetrics.default()
         self._reload = Reloader(self, factories or {})
+        self._search = ToolSearch(ranker)
+        self._reload.swap_hooks.append(self._search.swap)
         self._closed = False
 
     # --- lifecycle ---------------------------------------------------------
@@ -186,7 +192,7 @@ class ToolSet:
     def __len__(self) -> int:
         return len(self._state.entries)
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """Name, description and JSON Schema of the arguments of each tool, by name, and the `digest` of its definition.
 
         `parameters` is the tool's input schema as its service declared it (the same bytes after
@@ -196,9 +202,35 @@ class ToolSet:
         shows: of the tool's description, arguments, config values, title, annotations and schemas,
         and its service's queues and params, as this set holds them
         (`toolservice_base.schemas.tools.definition_digest`).
+
+        `names`: only these tools, in this order (a name the set does not hold is left out), as `search` ranks them.
         """
         entries = self._state.entries
-        return [_spec(n, entries[n]) for n in sorted(entries)]
+        chosen = sorted(entries) if names is None else [n for n in names if n in entries]
+        return [_spec(n, entries[n]) for n in chosen]
+
+    # --- search --------------------------------------------------------------
+
+    def search(self, query: str, limit: int = 10) -> list[Match]:
+        """The `limit` tools that best match `query`, best first: BM25 over their names, titles, descriptions and
+        arguments, adjusted by health (`toolservice_base.search.health`): a tool the registry reports `held` or
+        `unavailable` is never returned; one failing most of its calls ranks below a healthy one that matches as
+        well. Health comes from this set's own calls, and from `report_health` if the application feeds it.
+
+        `describe([m.name for m in matches])` gives their definitions. The index is built on the first search
+        (about 0.3 s for 10,000 tools) and then updated at every reload with what changed. `BadQuery` (one line)
+        for a query with no words, one over `MAX_QUERY_CHARS`, or a limit outside 1 to `MAX_LIMIT`.
+        """
+        return self._search.search(query, limit, self._state.entries)
+
+    def report_health(self, reports: Mapping[str, Health]) -> None:
+        """What the registry says of each tool (its status; its failure share over every caller), replacing the last
+        report: `search` ranks by it. A tool left out is not known to the registry."""
+        self._search.reported = dict(reports)
+
+    def health(self, name: str) -> Health:
+        """What `search` knows of one tool's health: its own calls' failure share, and the registry's report."""
+        return self._search.health(name)
 
     def as_openai_tools(self) -> list[dict[str, Any]]:
         """OpenAI function calling: `[{"type": "function", "function": {name, description, parameters}}]`.
@@ -265,7 +297,8 @@ class ToolSet:
         `call_timeout` (or `idle_timeout`), `UnknownToolError` for a name the
         set does not hold. Counted and timed per tool in the bridge's metrics.
         """
-        with self.metrics.timed(*self._labels(name)):
+        labels = self._labels(name)
+        with self.metrics.timed(*labels), self._search.outcomes.counting(labels[1]):
             return await self._invoke(name, arguments, user)
 
     async def _invoke(self, name: str, arguments: Mapping[str, Any] | None, user: str) -> str:
@@ -304,7 +337,7 @@ class ToolSet:
             parts: AsyncIterator[ToolResult] = entry.impl.call_parts(args, user=user or None)
         else:
             parts = _as_parts(self._chunks(entry, args, user))
-        return self.metrics.timed_stream(*labels, parts)
+        return self.metrics.timed_stream(*labels, self._search.outcomes.counted(labels[1], parts))
 
     def _chunks(self, entry: Entry, args: dict[str, Any], user: str) -> AsyncIterator[str]:
         if isinstance(entry.impl, StreamsForUser):
@@ -331,7 +364,9 @@ class ToolSet:
         except (UnknownToolError, BadArguments) as exc:
             self.metrics.failed(*labels, exc)
             raise
-        return self.metrics.timed_stream(*labels, self._chunks(entry, args, user))
+        return self.metrics.timed_stream(
+            *labels, self._search.outcomes.counted(labels[1], self._chunks(entry, args, user))
+        )
 
     # --- change notification -------------------------------------------------
 

@@ -175,6 +175,11 @@ class BadRequest(ToolDiscoveryError, ValueError):
     """A request that cannot be parsed; answered with an error, never a crash."""
 
 
+class BadQuery(ToolDiscoveryError, ValueError):
+    """A tool search that cannot be answered as asked (no words in it, too long, a limit out of range); the message
+    says what would be."""
+
+
 class ToolError(ToolDiscoveryError):
     """A tool call failed: the service answered with an error, or could not be asked.
 

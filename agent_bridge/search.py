@@ -1,0 +1,165 @@
+"""The `ToolSet`'s search: its index, fed from the difference between the old and the new set at each swap, and
+what the agent knows of each tool's health.
+
+The index is built on the first search (an agent that never searches pays nothing) and from then on updated at
+every swap with the tools that came, changed or went: a changed tool is one whose built entry is not the same
+object as before (`build` keeps unchanged ones as they were), so the cost of an update follows the change, not
+the set, however the reload learned of it.
+
+Health, as `toolservice_base.search.health` ranks by it, from two sources:
+
+- the agent's own calls (`CallOutcomes`), free: every call through `ToolSet.invoke`, `call`, `parts` and `stream`
+  ends as a success or a failure of the tool (no answer in time, a transport error, the service's own error, a
+  malformed answer, a busy service); a call the caller got wrong (bad arguments, an unknown tool) or gave up on
+  is no evidence about the tool and is not counted. Counts decay with a half-life of `HALF_LIFE` seconds, so a
+  tool that recovers climbs back; a share is given once `MIN_CALLS` (decayed) calls are behind it.
+- the registry's report, when the application asks it (`ToolSet.report_health`; `toolreg mcp --search` does,
+  from the query API's `list`): each tool's status (`held` and `unavailable` are never returned) and, where the
+  services' heartbeats carry it, errors/s over calls/s across every caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TypeVar
+
+from toolservice_base.logs import get_logger
+from toolservice_base.metrics import OTHER_TOOL
+from toolservice_base.schemas import ToolDescriptor
+from toolservice_base.search import UNKNOWN, Health, Match, Ranker, SearchDoc, ToolIndex, arguments_text, combine, rank
+
+from .build import Entry
+from .metrics import MAX_SERIES, error_type
+
+T = TypeVar("T")
+log = get_logger("agent_bridge.search")
+
+HALF_LIFE = 300.0
+"""Seconds after which a call's outcome counts half as much."""
+MIN_CALLS = 3.0
+"""Decayed calls needed before a tool's own failure share is used."""
+FAILURES = frozenset({"timeout", "busy", "bad-response", "transport", "tool-error", "client-closed", "other"})
+"""`metrics.error_type`s that count against the tool. Not: `bad-arguments`, `bad-request`, `unknown-tool` (the
+caller's mistake), `answer-too-large` (the caller's bound), `cancelled` (the caller gave up)."""
+IGNORED = frozenset({"bad-arguments", "bad-request", "unknown-tool", "answer-too-large", "cancelled"})
+
+
+def search_doc(tool: ToolDescriptor) -> SearchDoc:
+    return SearchDoc(
+        tool.name,
+        tool.title or "",
+        tool.description,
+        arguments_text((a.name, a.description) for a in tool.arguments),
+    )
+
+
+class CallOutcomes:
+    """Each tool's recent calls and failures, decayed exponentially; bounded like the bridge's metrics."""
+
+    def __init__(self, half_life: float = HALF_LIFE, clock: Callable[[], float] = time.monotonic) -> None:
+        self._rate = math.log(2) / half_life
+        self._clock = clock
+        self._tools: dict[str, tuple[float, float, float]] = {}  # tool -> (calls, failures, when)
+
+    def _decayed(self, tool: str, now: float) -> tuple[float, float]:
+        calls, failures, when = self._tools.get(tool, (0.0, 0.0, now))
+        keep = math.exp(-self._rate * max(0.0, now - when))
+        return calls * keep, failures * keep
+
+    def record(self, tool: str, error: BaseException | None) -> None:
+        """One call of `tool` ended; `error` is why it failed, or None."""
+        kind = None if error is None else error_type(error)
+        if tool == OTHER_TOOL or kind in IGNORED:
+            return
+        if tool not in self._tools and len(self._tools) >= MAX_SERIES:
+            return
+        now = self._clock()
+        calls, failures = self._decayed(tool, now)
+        self._tools[tool] = (calls + 1.0, failures + (1.0 if kind in FAILURES else 0.0), now)
+
+    def health(self, tool: str) -> Health | None:
+        if tool not in self._tools:
+            return None
+        calls, failures = self._decayed(tool, self._clock())
+        return Health(failure_share=failures / calls) if calls >= MIN_CALLS else None
+
+    def forget(self, tools: Iterable[str]) -> None:
+        for tool in tools:
+            self._tools.pop(tool, None)
+
+    @contextmanager
+    def counting(self, tool: str) -> Iterator[None]:
+        """Around one call: its outcome recorded."""
+        try:
+            yield
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            self.record(tool, exc)
+            raise
+        self.record(tool, None)
+
+    async def counted(self, tool: str, chunks: AsyncIterator[T]) -> AsyncIterator[T]:
+        """`chunks` as one call, its outcome recorded when it ends; a caller that stops reading records nothing."""
+        try:
+            with self.counting(tool):
+                async for chunk in chunks:
+                    yield chunk
+        finally:
+            close = getattr(chunks, "aclose", None)
+            if close is not None:
+                await close()
+
+
+class ToolSearch:
+    """One `ToolSet`'s ranker, kept in step at each swap, and the health it ranks by."""
+
+    def __init__(self, ranker: Callable[[], Ranker] = ToolIndex) -> None:
+        self.outcomes = CallOutcomes()
+        self.reported: Mapping[str, Health] = {}
+        self._make = ranker
+        self._ranker: Ranker | None = None
+        self.updates = 0
+        """Swaps that changed the index (for tests and the benchmark)."""
+        self.last_changed = 0
+        """Documents the last such swap wrote."""
+
+    def ranker(self, entries: Mapping[str, Entry]) -> Ranker:
+        """The ranker, built over `entries` on first use."""
+        if self._ranker is None:
+            ranker = self._make()
+            ranker.stage({name: search_doc(entry.tool) for name, entry in entries.items()})
+            ranker.commit()
+            ranker.refresh()
+            self._ranker = ranker
+        return self._ranker
+
+    async def swap(self, old: Mapping[str, Entry], new: Mapping[str, Entry]) -> None:
+        """Feed the ranker the difference between two sets: the tools that came or changed, and those that went."""
+        gone = [name for name in old if name not in new]
+        self.outcomes.forget(gone)
+        ranker = self._ranker
+        if ranker is None:
+            return
+        upserts = {name: search_doc(entry.tool) for name, entry in new.items() if old.get(name) is not entry}
+        try:
+            changed = ranker.stage(upserts, gone)
+            if changed:
+                await asyncio.to_thread(ranker.commit)
+                ranker.refresh()
+                self.updates += 1
+                self.last_changed = changed
+        except Exception:  # never let the index hold a reload up: built again, whole, on the next search
+            log.exception("toolset.search_index_failed", upserts=len(upserts), removals=len(gone))
+            self._ranker = None
+
+    def health(self, tool: str) -> Health:
+        own, reported = self.outcomes.health(tool), self.reported.get(tool)
+        return UNKNOWN if own is None and reported is None else combine(own, reported)
+
+    def search(self, query: str, limit: int, entries: Mapping[str, Entry]) -> list[Match]:
+        return rank(self.ranker(entries), query, limit, health_of=self.health, admits=entries.__contains__)
