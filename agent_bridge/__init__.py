@@ -29,6 +29,7 @@ through `ToolSet.invoke` or `ToolSet.stream`, the same way.
 from toolservice_base.errors import (
     AnswerTooLarge,
     BadArguments,
+    BadQuery,
     BridgeUnavailable,
     RequestTimeout,
     ToolDiscoveryError,
@@ -53,6 +54,7 @@ from .toolset import ToolSet
 __all__ = [
     "AnswerTooLarge",
     "BadArguments",
+    "BadQuery",
     "BridgeUnavailable",
     "CallLimits",
     "RequestTimeout",

@@ -12,7 +12,7 @@ Health, as `toolservice_base.search.health` ranks by it, from two sources:
   ends as a success or a failure of the tool (no answer in time, a transport error, the service's own error, a
   malformed answer, a busy service); a call the caller got wrong (bad arguments, an unknown tool) or gave up on
   is no evidence about the tool and is not counted. Counts decay with a half-life of `HALF_LIFE` seconds, so a
-  tool that recovers climbs back; a share is given once `MIN_CALLS` (decayed) calls are behind it.
+  tool that recovers climbs back; a share is given once about three recent calls are behind it (`MIN_CALLS`).
 - the registry's report, when the application asks it (`ToolSet.report_health`; `toolreg mcp --search` does,
   from the query API's `list`): each tool's status (`held` and `unavailable` are never returned) and, where the
   services' heartbeats carry it, errors/s over calls/s across every caller.
@@ -40,8 +40,8 @@ log = get_logger("agent_bridge.search")
 
 HALF_LIFE = 300.0
 """Seconds after which a call's outcome counts half as much."""
-MIN_CALLS = 3.0
-"""Decayed calls needed before a tool's own failure share is used."""
+MIN_CALLS = 2.5
+"""Decayed calls needed before a tool's own failure share is used: three calls within the last few minutes."""
 FAILURES = frozenset({"timeout", "busy", "bad-response", "transport", "tool-error", "client-closed", "other"})
 """`metrics.error_type`s that count against the tool. Not: `bad-arguments`, `bad-request`, `unknown-tool` (the
 caller's mistake), `answer-too-large` (the caller's bound), `cancelled` (the caller gave up)."""
