@@ -3,6 +3,7 @@
     toolreg mcp                                   stdio (what desktop and CLI clients spawn)
     toolreg mcp --http 127.0.0.1:8765             streamable HTTP at http://127.0.0.1:8765/mcp
     toolreg mcp --tools 'calc*' --exclude 'calc.debug*' --workspace research
+    toolreg mcp --search                          two tools (search_tools, call_tool) in front of every live one
 
 On stdio, stdout is the protocol channel: the SDK's stdio transport points
 fd 1 at stderr for the whole run, and it is entered *before* anything
@@ -64,6 +65,14 @@ def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         default=[],
         metavar="PATTERN",
         help="leave out tools whose name matches one of these shell patterns",
+    )
+    mcp.add_argument(
+        "--search",
+        action="store_true",
+        help=(
+            "list only search_tools and call_tool: a client finds the live tools it needs by words (ranked by match,"
+            " then by health as the registry and this front's own calls see it) instead of being sent them all"
+        ),
     )
     mcp.add_argument("--user", default="", help="the caller passed to tool services with every call")
     mcp.add_argument(
@@ -213,6 +222,28 @@ async def _open_toolset(stack: contextlib.AsyncExitStack, args: argparse.Namespa
         raise CommandError(flag_names(exc)) from None
 
 
+async def _follow_registry(stack: contextlib.AsyncExitStack, tools: ToolSet, settings: Settings) -> None:
+    """Rank searches by what the registry says of each tool too, for as long as `stack` is open (a registry that
+    does not answer only leaves the front's own calls to rank by)."""
+    from discovery.registry.client import RegistryClient
+    from toolservice_base.transport import open_transport
+
+    from .search_health import follow_registry
+
+    connection = await open_transport(settings)
+    stack.push_async_callback(connection.close)
+    client = await RegistryClient(connection).start()
+    stack.push_async_callback(client.close)
+    task = asyncio.create_task(follow_registry(tools, client), name="mcp-search-health")
+
+    async def stop() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    stack.push_async_callback(stop)
+
+
 async def _serve(args: argparse.Namespace) -> int:
     # Imported here: the SDK takes ~0.7 s to import, which no other command should pay.
     from mcp.server.stdio import stdio_server
@@ -238,7 +269,9 @@ async def _serve(args: argparse.Namespace) -> int:
                 stack.callback(stdin.stop)  # runs before the transport closes, which waits for its reader
         await check_broker(url)
         tools = await _open_toolset(stack, args, settings)
-        front = McpFront(tools, include=args.tools, exclude=args.exclude, user=args.user)
+        front = McpFront(tools, include=args.tools, exclude=args.exclude, user=args.user, search=args.search)
+        if args.search:
+            await _follow_registry(stack, tools, settings)
 
         def serving(**where: str) -> None:  # said once it does: for HTTP, after the port is bound
             log.info(

@@ -60,6 +60,8 @@ from toolservice_base.logs import get_logger
 from toolservice_base.schemas import TextContent, ToolResult, json_literals
 from toolservice_base.schemas.content import merge
 
+from . import search as surface
+
 log = get_logger("discovery.mcp")
 
 PAGE_SIZE = 100
@@ -137,6 +139,10 @@ class Listing:
     def tool(self, name: str) -> types.Tool | None:
         return self._by_name.get(name)
 
+    def by_name(self) -> dict[str, types.Tool]:
+        """MCP name -> tool."""
+        return self._by_name
+
     def page(self, cursor: str | None, size: int) -> types.ListToolsResult:
         start = 0 if cursor is None else self._start_after(cursor)
         page = self.tools[start : start + size]
@@ -170,6 +176,11 @@ def _mcp_tool(name: str, spec: Mapping[str, Any]) -> types.Tool:
         annotations=types.ToolAnnotations.model_validate(annotations) if annotations is not None else None,
         _meta={DIGEST_META: spec["digest"]},
     )
+
+
+def _mcp_names(listing: Listing) -> dict[str, str]:
+    """A tool's own name -> its MCP name, in `listing`."""
+    return {own: mcp for mcp, own in listing.own_names.items()}
 
 
 def _mcp_result(result: ToolResult) -> types.CallToolResult:
@@ -237,14 +248,18 @@ class McpFront:
         exclude: Sequence[str] = (),
         user: str = "",
         page_size: int = PAGE_SIZE,
+        search: bool = False,
     ) -> None:
+        """`search`: list only `search_tools` and `call_tool` (`discovery.mcp.search`) in front of the live tools."""
         self.tools = tools
+        self.search = search
         self.filter = ToolFilter(tuple(include), tuple(exclude))
         self.user = user
         self.page_size = page_size
         self.bus = InMemorySubscriptionBus()
         self._listing = Listing.of(tools, self.filter)
         self._announced = self._listing
+        self._surface = Listing(tools=list(surface.SURFACE), own_names={}) if search else None
         self.listen = ListenHandler(self.bus)
         self.server = _ToolServer(
             "toolreg",
@@ -277,7 +292,7 @@ class McpFront:
     async def _on_change(self, added: list[str], removed: list[str], changed: list[str], version: int) -> None:
         listing = Listing.of(self.tools, self.filter)
         self._listing = listing
-        if listing.same_as(self._announced):
+        if self._surface is not None or listing.same_as(self._announced):  # the search surface never changes
             return
         self._announced = listing
         log.info(
@@ -299,28 +314,39 @@ class McpFront:
     # --- requests ------------------------------------------------------------
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
-        tool = self._listing.tool(name)
+        tool = (self._surface and self._surface.tool(name)) or self._listing.tool(name)
         return None if tool is None else tool.input_schema
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         log.debug("mcp.list_tools", protocol=ctx.protocol_version, cursor=params.cursor if params is not None else None)
-        return self._listing.page(params.cursor if params is not None else None, self.page_size)
+        listing = self._surface or self._listing
+        return listing.page(params.cursor if params is not None else None, self.page_size)
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         listing = self._listing
-        name = params.name
+        name, arguments = params.name, dict(params.arguments or {})
         log.debug("mcp.call_tool", protocol=ctx.protocol_version, tool=name)
+        if self._surface is not None and name == surface.SEARCH:
+            return surface.search_result(self.tools, listing.by_name(), _mcp_names(listing), arguments)
+        if self._surface is not None and name == surface.CALL:
+            called, arguments = arguments.get("name"), arguments.get("arguments") or {}
+            if not isinstance(called, str) or not isinstance(arguments, dict):
+                return surface.refusal(f"{surface.CALL} takes a tool's name (text) and its arguments (an object)")
+            name = called
+            if name not in listing.own_names:
+                return surface.refusal(f"no live tool named {name!r}; {surface.SEARCH} finds the tools there are")
         own_name = listing.own_names.get(name)
         if own_name is None:
-            raise MCPError(
-                types.INVALID_PARAMS,
-                f"unknown tool {name!r}: tools/list names the {len(listing.tools)} tools there are",
+            found = (
+                "search_tools finds the live tools"
+                if self._surface
+                else f"tools/list names the {len(listing.tools)} tools there are"
             )
-        arguments = dict(params.arguments or {})
+            raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: {found}")
         parts: list[ToolResult] = []
         try:
             async with aclosing(self.tools.parts(own_name, arguments, user=self.user)) as stream:  # type: ignore[type-var]

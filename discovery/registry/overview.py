@@ -24,7 +24,7 @@ from toolservice_base.schemas import ToolAnnotations, ToolDescriptor
 from .leases import Lease, LeaseTable, ServiceKey
 from .protocol import NameConflict, PendingChange, Rejection
 from .state import ServiceState, static_status
-from .usage import ToolUsage, tool_usage
+from .usage import ToolUsage, live_usage
 from .validation import RejectionLog, TrustCheck
 
 STATIC_TYPES = ["tool", "tool-service"]
@@ -284,7 +284,7 @@ class Overview:
             if self._pending is not None:
                 offer = state.merged  # pinned: the newest offer may be held; show what was written
             described = {tool.name: tool for tool in offer.tools} if offer is not None else {}
-            traffic = tool_usage(lease.calls for lease in leases if lease.calls is not None and lease.state == "live")
+            traffic = live_usage(leases)
             for status in state.tool_statuses(leases, wall):
                 tools[(state.workspace, status.name)] = ToolView(
                     name=status.name,

@@ -17,6 +17,8 @@ from toolservice_base.schemas import (
     ErrorBody,
 )
 
+from .usage import ToolUsage
+
 # --- registry query API (spec section 6) -----------------------------------
 
 RegistryOperation = Literal["list", "get", "rejections", "conflicts", "release", "pending", "approve", "reject"]
@@ -56,6 +58,10 @@ class ToolStatus(BaseModel):
     digest: str | None = None
     """sha256 of the tool's definition as the store holds it (`definition_digest`); None if unknown (its item does not
     parse, or a service restored at start has not re-announced yet)."""
+    usage: ToolUsage | None = None
+    """Calls/s, errors/s and p95 from its live instances' heartbeats, as the registry page shows them; None: not known
+    (static tools, services that send no counters, one heartbeat so far). Left out by older registries, ignored by
+    older clients. An agent ranks its search by errors/s over calls/s (`toolreg mcp --search`)."""
 
 
 class Rejection(BaseModel):

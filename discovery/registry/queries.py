@@ -29,6 +29,7 @@ from .pins import Pending, PinBook, PinError, rejected_reason
 from .probes import Prober
 from .protocol import NameConflict, PendingChange, RegistryRequest, RegistryResponse, Rejection, ToolStatus
 from .state import ServiceState, static_status
+from .usage import live_usage
 from .validation import RejectionLog
 from .writer import StoreWriter
 
@@ -79,7 +80,10 @@ class Queries:
         for state in self._services.values():
             if state.workspace == workspace:
                 unwritten = self.writer.failure if self.writer.waiting(state.key) else None
-                for status in state.tool_statuses(self.leases.of_service(state.key), wall, unwritten):
+                leases = self.leases.of_service(state.key)
+                traffic = live_usage(leases)
+                for status in state.tool_statuses(leases, wall, unwritten):
+                    status.usage = traffic.get(status.name)
                     tools[status.name] = status
         static = {
             name: value

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import BaseModel
 
@@ -96,3 +97,17 @@ def tool_usage(instances: Iterable[InstanceCalls]) -> dict[str, ToolUsage]:
         )
         for tool in sorted(calls.keys() | slowest.keys())
     }
+
+
+class Counted(Protocol):
+    """What `live_usage` reads of a lease."""
+
+    @property
+    def calls(self) -> InstanceCalls | None: ...
+    @property
+    def state(self) -> str: ...
+
+
+def live_usage(leases: Iterable[Counted]) -> dict[str, ToolUsage]:
+    """`tool_usage` over the live ones of one service's leases."""
+    return tool_usage(lease.calls for lease in leases if lease.calls is not None and lease.state == "live")
