@@ -7,7 +7,15 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from toolservice_base.errors import BadArguments, RequestTimeout, ToolDiscoveryError, ToolError, UnknownToolError
+from toolservice_base.errors import (
+    BadArguments,
+    BadQuery,
+    RequestTimeout,
+    ToolDiscoveryError,
+    ToolError,
+    UnknownToolError,
+)
+from toolservice_base.search import MAX_QUERY_CHARS
 
 if TYPE_CHECKING:
     from .. import ToolSet
@@ -53,12 +61,13 @@ class Spec:
 class SpecCache:
     """The ToolSet's current specs, rebuilt only when its set changed (version, source or names)."""
 
-    __slots__ = ("toolset", "_key", "_specs")
+    __slots__ = ("toolset", "_key", "_specs", "_own")
 
     def __init__(self, toolset: ToolSet) -> None:
         self.toolset = toolset
         self._key: tuple[int, str, tuple[str, ...]] | None = None
         self._specs: tuple[Spec, ...] = ()
+        self._own: dict[str, Spec] = {}
 
     def key(self) -> tuple[int, str, tuple[str, ...]]:
         toolset = self.toolset
@@ -79,8 +88,76 @@ class SpecCache:
                 )
                 for f, spec in zip((t["function"] for t in self.toolset.as_openai_tools()), described)
             )
+            self._own = {spec["name"]: found for spec, found in zip(described, self._specs)}
             self._key = key
         return self._specs
+
+    def of(self, names: list[str]) -> list[Spec]:
+        """The current specs of the tools the ToolSet calls `names` (its own names), in that order."""
+        self.current()
+        return [self._own[name] for name in names if name in self._own]
+
+
+SEARCH_TOOL = "search_tools"
+"""The tool a model is given in the top-k mode to look for other tools."""
+SEARCH_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": "What the tool should do, in a few words"}},
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+
+class Focus:
+    """The top-k mode of an adapter: the model is offered only the `top_k` tools that best match the step's query
+    (`ToolSet.search`: by text, then by health), and `search_tools` to look for others.
+
+    The query of a step is the model's own latest `search_tools` call, or else the conversation's last user
+    message (its last `MAX_QUERY_CHARS` characters), whichever came last. A step with neither offers only
+    `search_tools`.
+    """
+
+    def __init__(self, specs: SpecCache, top_k: int) -> None:
+        if not 1 <= top_k <= 100:
+            raise ValueError(f"top_k must be from 1 to 100, got {top_k}")
+        self.specs = specs
+        self.top_k = top_k
+        self._memo: tuple[tuple[int, str, tuple[str, ...]], str] | None = None
+        self._chosen: list[Spec] = []
+
+    @property
+    def description(self) -> str:
+        return (
+            f"Find tools for a task among every live tool; the {self.top_k} best are offered to you at the next step."
+            " Describe what you want to do in a few words."
+        )
+
+    def offered(self, query: str | None) -> list[Spec]:
+        """The specs to offer for a step whose query is `query` (none: nothing but `search_tools`)."""
+        if not query:
+            return []
+        query = query[-MAX_QUERY_CHARS:]
+        key = (self.specs.key(), query)
+        if key != self._memo:
+            try:
+                found = self.specs.toolset.search(query, self.top_k)
+            except BadQuery:
+                found = []
+            self._chosen, self._memo = self.specs.of([m.name for m in found]), key
+        return self._chosen
+
+    def answer(self, query: Any) -> str:
+        """What `search_tools` tells the model: the tools it will be offered, one a line, or why none."""
+        if not isinstance(query, str):
+            return "bad-arguments: search_tools takes a query, in words"
+        try:
+            self.specs.toolset.search(query[-MAX_QUERY_CHARS:], self.top_k)
+        except BadQuery as exc:
+            return str(exc)
+        found = self.offered(query)
+        if not found:
+            return f"no live tool matches {query!r}; try other words"
+        return "Offered at your next step:\n" + "\n".join(f"- {spec.name}: {spec.description}" for spec in found)
 
 
 def is_retry(exc: BaseException) -> bool:

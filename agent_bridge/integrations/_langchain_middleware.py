@@ -14,9 +14,10 @@ from langchain.agents.middleware import (
     ModelResponse,
     ToolCallRequest,
 )
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
 
+from ._common import SEARCH_PARAMETERS, SEARCH_TOOL, Focus
 from ._langchain_tools import CurrentTools, LiveTool
 
 if TYPE_CHECKING:
@@ -28,17 +29,49 @@ ModelResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
 class LiveToolsMiddleware(AgentMiddleware[Any, Any, Any]):
     """Offers the ToolSet's current tools at every model call, and runs the model's calls of them."""
 
-    def __init__(self, toolset: ToolSet, *, user: str = "", loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self,
+        toolset: ToolSet,
+        *,
+        user: str = "",
+        loop: asyncio.AbstractEventLoop | None = None,
+        top_k: int | None = None,
+    ) -> None:
         super().__init__()
         self.toolset = toolset
         self._tools = CurrentTools(toolset, user, loop)
         self._offered: set[str] = set()
+        self._focus = Focus(self._tools.specs, top_k) if top_k is not None else None
+        self._search = self._search_tool() if self._focus is not None else None
+
+    def _search_tool(self) -> LiveTool:
+        focus = self._focus
+        assert focus is not None
+
+        async def search(arguments: dict[str, Any]) -> str:
+            return focus.answer(arguments.get("query"))
+
+        def search_sync(arguments: dict[str, Any]) -> str:
+            return focus.answer(arguments.get("query"))
+
+        return LiveTool(
+            name=SEARCH_TOOL,
+            description=focus.description,
+            args_schema=SEARCH_PARAMETERS,
+            func=search_sync,
+            coroutine=search,
+            toolset=self.toolset,
+        )
 
     def _offer(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         current = self._tools.current()
         self._offered.update(current)
         others = [t for t in request.tools if not self._ours(t)]
-        return request.override(tools=[*others, *current.values()])
+        if self._focus is None or self._search is None:
+            return request.override(tools=[*others, *current.values()])
+        focused = [current[spec.name] for spec in self._focus.offered(_step_query(request.messages))]
+        self._offered.add(SEARCH_TOOL)
+        return request.override(tools=[*others, self._search, *focused])
 
     def _route(self, request: ToolCallRequest) -> ToolCallRequest:
         name = request.tool_call["name"]
@@ -46,6 +79,8 @@ class LiveToolsMiddleware(AgentMiddleware[Any, Any, Any]):
             return request  # not a tool of ours: the ToolNode (or another middleware) answers
         if request.tool is not None and not self._ours(request.tool):
             return request
+        if name == SEARCH_TOOL and self._search is not None:
+            return request.override(tool=self._search)
         return request.override(tool=self._tools.for_name(name))
 
     def _ours(self, tool: Any) -> bool:
@@ -70,3 +105,16 @@ class LiveToolsMiddleware(AgentMiddleware[Any, Any, Any]):
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
     ) -> ToolMessage | Command[Any]:
         return await handler(self._route(request))
+
+
+def _step_query(messages: list[AnyMessage]) -> str | None:
+    """The model's latest `search_tools` query, or the last human message's text, whichever came last."""
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            for call in reversed(message.tool_calls):
+                query = call["args"].get("query")
+                if call["name"] == SEARCH_TOOL and isinstance(query, str):
+                    return query
+        if isinstance(message, HumanMessage):
+            return message.text
+    return None

@@ -62,12 +62,12 @@ class CurrentTools:
         self.toolset = toolset
         self.user = user
         self.loop = loop
-        self._specs = SpecCache(toolset)
+        self.specs = SpecCache(toolset)
         self._built_from: tuple[Spec, ...] | None = None
         self._tools: dict[str, LiveTool] = {}
 
     def current(self) -> dict[str, LiveTool]:
-        specs = self._specs.current()
+        specs = self.specs.current()
         if specs is not self._built_from:
             self._tools = {spec.name: live_tool(self.toolset, spec, self.user, self.loop) for spec in specs}
             self._built_from = specs

@@ -71,14 +71,17 @@ def as_langchain_tools(
 
 
 def live_tools_middleware(
-    toolset: ToolSet, *, user: str = "", loop: asyncio.AbstractEventLoop | None = None
+    toolset: ToolSet, *, user: str = "", loop: asyncio.AbstractEventLoop | None = None, top_k: int | None = None
 ) -> AgentMiddleware[Any, Any, Any]:
     """A `create_agent` middleware that offers the ToolSet's current tools at every model call and runs their calls.
 
     Pass it in `middleware=[...]`, with or without other tools; no tool of the
     ToolSet needs to be given to `create_agent`. Needs the `langchain` package.
+    With `top_k=5`, each model call is offered only the five tools that best match
+    the step (the model's latest `search_tools` call, or else the last human
+    message; `ToolSet.search` ranks them by text, then health) and `search_tools`.
     """
     require("langchain.agents", "langchain", "langchain")
     from ._langchain_middleware import LiveToolsMiddleware
 
-    return LiveToolsMiddleware(toolset, user=user, loop=loop if loop is not None else running_loop())
+    return LiveToolsMiddleware(toolset, user=user, loop=loop if loop is not None else running_loop(), top_k=top_k)

@@ -20,6 +20,13 @@ OpenAI's strict mode can take (no open objects or arrays, as for every tool
 whose arguments are strings, numbers, integers and booleans) is sent strict;
 any other is sent as it is, non-strict.
 
+With `as_function_tools(tools, top_k=5)` each turn of the run is offered only
+the five tools that best match it (the model's latest `search_tools` call in
+this run, or else the run's last user message), ranked by `ToolSet.search`
+(text, then health), and `search_tools`: every live tool is in the list, and
+the others are disabled for that turn (`is_enabled`). Build it for each run,
+as above: what the model searched for is kept for the run.
+
 Calls go through `ToolSet.invoke` (a streamed answer arrives joined). Errors
 (bad arguments, a service's error, a timeout, a tool gone since) come back
 to the model as the tool's output, one line saying what went wrong, as the
@@ -33,11 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 from toolservice_base.errors import ToolDiscoveryError
 
-from ._common import Spec, SpecCache, for_model, require
+from ._common import SEARCH_PARAMETERS, SEARCH_TOOL, Focus, Spec, SpecCache, for_model, require
 
 require("agents", "openai-agents", "openai-agents")  # before the imports below: one line if it is missing
 
 from agents import FunctionTool
+from agents.run_context import RunContextWrapper
 from agents.tool_context import ToolContext
 
 if TYPE_CHECKING:
@@ -48,9 +56,14 @@ __all__ = ["as_function_tools", "strict_compatible"]
 _SCALARS = frozenset({"string", "number", "integer", "boolean"})
 
 
-def as_function_tools(toolset: ToolSet, *, user: str = "") -> list[FunctionTool]:
-    """The ToolSet's tools now, as `FunctionTool`s; `user` is sent with every call."""
-    return [_function_tool(toolset, spec, user) for spec in SpecCache(toolset).current()]
+def as_function_tools(toolset: ToolSet, *, user: str = "", top_k: int | None = None) -> list[FunctionTool]:
+    """The ToolSet's tools now, as `FunctionTool`s; `user` is sent with every call. `top_k`: only the best `top_k`
+    for each turn are enabled, and `search_tools` is added (see the module's docstring)."""
+    specs = SpecCache(toolset)
+    if top_k is None:
+        return [_function_tool(toolset, spec, user) for spec in specs.current()]
+    turns = _Turns(Focus(specs, top_k))
+    return [turns.search_tool(), *(_function_tool(toolset, spec, user, turns) for spec in specs.current())]
 
 
 def strict_compatible(schema: dict[str, Any]) -> bool:
@@ -71,7 +84,51 @@ def strict_compatible(schema: dict[str, Any]) -> bool:
     )
 
 
-def _function_tool(toolset: ToolSet, spec: Spec, user: str) -> FunctionTool:
+class _Turns:
+    """One run's top-k state: the model's latest search, and the tools chosen for a turn."""
+
+    def __init__(self, focus: Focus) -> None:
+        self.focus = focus
+        self.searched: str | None = None
+
+    def search_tool(self) -> FunctionTool:
+        async def invoke(ctx: ToolContext[Any], input: str) -> str:
+            try:
+                query = json.loads(input).get("query") if input.strip() else None
+            except (ValueError, AttributeError):
+                query = None
+            if isinstance(query, str):
+                self.searched = query
+            return self.focus.answer(query)
+
+        return FunctionTool(
+            name=SEARCH_TOOL,
+            description=self.focus.description,
+            params_json_schema=SEARCH_PARAMETERS,
+            on_invoke_tool=invoke,
+            strict_json_schema=True,
+        )
+
+    def enabled(self, name: str) -> Any:
+        def check(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+            query = self.searched or _last_user_text(ctx.turn_input)
+            return any(spec.name == name for spec in self.focus.offered(query))
+
+        return check
+
+
+def _last_user_text(items: list[Any]) -> str | None:
+    for item in reversed(items):
+        if isinstance(item, dict) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return None
+
+
+def _function_tool(toolset: ToolSet, spec: Spec, user: str, turns: _Turns | None = None) -> FunctionTool:
     name = spec.name
 
     async def invoke(ctx: ToolContext[Any], input: str) -> str:
@@ -92,4 +149,5 @@ def _function_tool(toolset: ToolSet, spec: Spec, user: str) -> FunctionTool:
         params_json_schema=spec.parameters,
         on_invoke_tool=invoke,
         strict_json_schema=strict_compatible(spec.parameters),
+        is_enabled=True if turns is None else turns.enabled(name),
     )

@@ -22,6 +22,10 @@ go back to the model, never out of the run:
 - a service's error, a timeout and any other `ToolDiscoveryError` raise
   `ToolFailed`: the model sees the failure and adapts, no retry budget spent.
 
+With `top_k=5`, each step offers the model only the five tools that best match the step (its own latest
+`search_tools` call, or else the last user prompt), ranked by `ToolSet.search` (text, then health), and
+`search_tools` to look for others: a fleet of thousands costs a handful of definitions per step.
+
 Tool names are the OpenAI-safe ones of `ToolSet.as_openai_tools()`
 (`acme.search` is offered as `acme_search`); `.prefixed("live")` and the
 other pydantic-ai wrappers apply as usual.
@@ -32,12 +36,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._common import Spec, SpecCache, for_model, is_retry, require
+from ._common import SEARCH_PARAMETERS, SEARCH_TOOL, Focus, Spec, SpecCache, for_model, is_retry, require
 
 require("pydantic_ai", "pydantic-ai", "pydantic-ai-slim")  # before the imports below: one line if it is missing
 
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ModelRetry, ToolFailed
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, UserPromptPart
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
@@ -64,15 +69,25 @@ class LiveToolset(AbstractToolset[Any]):
     for multi-tenant services: a string, or a function of the run context
     (`user=lambda ctx: ctx.deps.user_id`). `max_retries` is each tool's retry
     budget for calls the model must correct. `id` names the toolset among an
-    agent's toolsets (durable execution needs one).
+    agent's toolsets (durable execution needs one). `top_k`: offer only the best
+    `top_k` tools for each step, and `search_tools` (see the module's docstring).
     """
 
-    def __init__(self, toolset: ToolSet, *, user: User = "", max_retries: int = 1, id: str | None = None) -> None:
+    def __init__(
+        self,
+        toolset: ToolSet,
+        *,
+        user: User = "",
+        max_retries: int = 1,
+        id: str | None = None,
+        top_k: int | None = None,
+    ) -> None:
         self.toolset = toolset
         self.user = user
         self.max_retries = max_retries
         self._id = id
         self._specs = SpecCache(toolset)
+        self._focus = Focus(self._specs, top_k) if top_k is not None else None
         self._built_from: tuple[Spec, ...] | None = None
         self._tools: dict[str, ToolsetTool[Any]] = {}
 
@@ -83,27 +98,33 @@ class LiveToolset(AbstractToolset[Any]):
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         specs = self._specs.current()
         if specs is not self._built_from:  # the set changed since the last step: build the definitions again
-            self._tools = {
-                spec.name: ToolsetTool(
-                    toolset=self,
-                    tool_def=ToolDefinition(
-                        name=spec.name,
-                        description=spec.description,
-                        parameters_json_schema=spec.parameters,
-                        metadata=spec.mcp_metadata(),
-                        return_schema=spec.output_schema,
-                    ),
-                    max_retries=self.max_retries,
-                    args_validator=_ARGUMENTS,
-                )
-                for spec in specs
-            }
+            self._tools = {spec.name: self._tool(spec) for spec in specs}
             self._built_from = specs
-        return dict(self._tools)
+        if self._focus is None:
+            return dict(self._tools)
+        offered = self._focus.offered(_step_query(ctx.messages))
+        search = self._tool(Spec(SEARCH_TOOL, self._focus.description, SEARCH_PARAMETERS))
+        return {SEARCH_TOOL: search, **{spec.name: self._tools[spec.name] for spec in offered}}
+
+    def _tool(self, spec: Spec) -> ToolsetTool[Any]:
+        return ToolsetTool(
+            toolset=self,
+            tool_def=ToolDefinition(
+                name=spec.name,
+                description=spec.description,
+                parameters_json_schema=spec.parameters,
+                metadata=spec.mcp_metadata(),
+                return_schema=spec.output_schema,
+            ),
+            max_retries=self.max_retries,
+            args_validator=_ARGUMENTS,
+        )
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> str:
+        if self._focus is not None and name == SEARCH_TOOL:
+            return self._focus.answer(tool_args.get("query"))
         user = self.user if isinstance(self.user, str) else self.user(ctx)
         try:
             return await self.toolset.invoke(name, tool_args, user=user)
@@ -112,3 +133,17 @@ class LiveToolset(AbstractToolset[Any]):
             if is_retry(exc):
                 raise ModelRetry(message) from exc
             raise ToolFailed(message) from exc
+
+
+def _step_query(messages: list[ModelMessage]) -> str | None:
+    """The model's latest `search_tools` query, or the last user prompt's text, whichever came last."""
+    for message in reversed(messages):
+        for part in reversed(message.parts):
+            if isinstance(message, ModelResponse) and isinstance(part, ToolCallPart) and part.tool_name == SEARCH_TOOL:
+                query = part.args_as_dict().get("query")
+                if isinstance(query, str):
+                    return query
+            if isinstance(message, ModelRequest) and isinstance(part, UserPromptPart):
+                content = part.content
+                return content if isinstance(content, str) else " ".join(c for c in content if isinstance(c, str))
+    return None

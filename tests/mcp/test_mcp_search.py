@@ -11,27 +11,13 @@ from typing import Any
 import mcp_types as types
 import pytest
 from support import eventually
+from support.corpus import corpus_items
 from support.mcp import ERAS, Era, list_all, stdio_session, text_of
 
 from discovery.broker import EmbeddedBroker
 from discovery.registry.service import Registry
 from toolservice_base import ConfigClient, Settings
 from toolservice_base.examples.calculator import CalculatorService
-
-CORPUS = Path(__file__).resolve().parents[2] / "bench" / "search-corpus"
-
-
-def corpus_items() -> list[tuple[str, str, str]]:
-    """The search corpus's 1,000 tools as hand-written items of one service (not running: they are only found)."""
-    service = {
-        "id": "corpus",
-        "request-queue": "non-persistent://tg/request/corpus",
-        "response-queue": "non-persistent://tg/response/corpus",
-    }
-    tools = json.loads((CORPUS / "tools.json").read_text())
-    return [("tool-service", "corpus", json.dumps(service))] + [
-        ("tool", t["name"], json.dumps({**t, "service": "corpus"})) for t in tools
-    ]
 
 
 @pytest.fixture
