@@ -29,8 +29,7 @@ from typing import TypeVar
 
 from toolservice_base.logs import get_logger
 from toolservice_base.metrics import OTHER_TOOL
-from toolservice_base.schemas import ToolDescriptor
-from toolservice_base.search import UNKNOWN, Health, Match, Ranker, SearchDoc, ToolIndex, arguments_text, combine, rank
+from toolservice_base.search import UNKNOWN, Health, Match, Ranker, SearchDoc, ToolIndex, combine, rank
 
 from .build import Entry
 from .metrics import MAX_SERIES, error_type
@@ -46,15 +45,6 @@ FAILURES = frozenset({"timeout", "busy", "bad-response", "transport", "tool-erro
 """`metrics.error_type`s that count against the tool. Not: `bad-arguments`, `bad-request`, `unknown-tool` (the
 caller's mistake), `answer-too-large` (the caller's bound), `cancelled` (the caller gave up)."""
 IGNORED = frozenset({"bad-arguments", "bad-request", "unknown-tool", "answer-too-large", "cancelled"})
-
-
-def search_doc(tool: ToolDescriptor) -> SearchDoc:
-    return SearchDoc(
-        tool.name,
-        tool.title or "",
-        tool.description,
-        arguments_text((a.name, a.description) for a in tool.arguments),
-    )
 
 
 class CallOutcomes:
@@ -132,7 +122,7 @@ class ToolSearch:
         """The ranker, built over `entries` on first use."""
         if self._ranker is None:
             ranker = self._make()
-            ranker.stage({name: search_doc(entry.tool) for name, entry in entries.items()})
+            ranker.stage({name: SearchDoc.of(entry.tool) for name, entry in entries.items()})
             ranker.commit()
             ranker.refresh()
             self._ranker = ranker
@@ -145,7 +135,7 @@ class ToolSearch:
         ranker = self._ranker
         if ranker is None:
             return
-        upserts = {name: search_doc(entry.tool) for name, entry in new.items() if old.get(name) is not entry}
+        upserts = {name: SearchDoc.of(entry.tool) for name, entry in new.items() if old.get(name) is not entry}
         try:
             changed = ranker.stage(upserts, gone)
             if changed:

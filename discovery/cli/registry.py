@@ -316,7 +316,8 @@ def _add_tools_command(subparsers: Any, query: argparse.ArgumentParser) -> None:
         '  toolreg tools --json | jq -r \'.[] | select(.status == "unavailable") | .name + ": " + .detail\'\n'
         f'  toolreg tools --strict >/dev/null || echo "held ({HELD_EXIT}) or no registry (1)"\n'
         "  toolreg tools --watch                     # then a timestamped row per change, until Ctrl-C\n"
-        "  toolreg tools --watch --json | jq -c 'select(.type == \"DELETED\") | .object.name'\n",
+        "  toolreg tools --watch --json | jq -c 'select(.type == \"DELETED\") | .object.name'\n"
+        "  toolreg tools --search 'open a ticket in jira' --limit 5\n",
     )
     tools.add_argument(
         "--json",
@@ -343,6 +344,22 @@ def _add_tools_command(subparsers: Any, query: argparse.ArgumentParser) -> None:
             " registry stops answering, one line on stderr says so and the watch keeps asking; another says when it is"
             " back"
         ),
+    )
+    once.add_argument(
+        "--search",
+        default=None,
+        metavar="QUERY",
+        help=(
+            "the tools that best match QUERY, best first, as an agent's search ranks them: by their names, titles,"
+            " descriptions and arguments, then by health (held and unavailable tools left out, failing ones lower)"
+        ),
+    )
+    tools.add_argument(
+        "--limit",
+        type=int,
+        default=10,
+        metavar="N",
+        help="with --search: how many tools to show (1 to 100, default 10)",
     )
     tools.add_argument(
         "--interval",

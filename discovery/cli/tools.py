@@ -98,6 +98,10 @@ def tool_row(tool: ToolStatus, pinning: bool, heartbeat: bool = True) -> list[st
 async def cmd_tools(args: argparse.Namespace) -> int:
     if args.watch:
         return await watch_tools(args)
+    if args.search is not None:
+        from .tool_search import cmd_search
+
+        return await cmd_search(args)
     if args.interval is not None:
         raise CommandError("--interval is how often `toolreg tools --watch` asks; add --watch, or leave --interval out")
 

@@ -26,6 +26,8 @@ from ..errors import BadQuery
 if TYPE_CHECKING:
     import tantivy
 
+    from ..schemas import ToolDescriptor
+
 BOOSTS: dict[str, float] = {"name": 3.0, "title": 2.0, "description": 1.0, "arguments": 0.6}
 """Field -> how much a match in it counts, relative to one in the description (tantivy's per-field boost)."""
 
@@ -64,6 +66,12 @@ class SearchDoc:
     title: str = ""
     description: str = ""
     arguments: str = ""
+
+    @classmethod
+    def of(cls, tool: ToolDescriptor) -> SearchDoc:
+        """A tool descriptor as searched: its name, title, description, and each argument's name and description."""
+        arguments = arguments_text((a.name, a.description) for a in tool.arguments)
+        return cls(tool.name, tool.title or "", tool.description, arguments)
 
     def fields(self) -> dict[str, str]:
         return {
