@@ -47,6 +47,7 @@ BENCHMARKS: dict[str, str] = {
     "stages": "bench.b_stages",
     "rich": "bench.b_rich",
     "sidecar": "bench.b_sidecar",
+    "search": "bench.b_search",
 }
 """Name -> module with `run(work, quick)`, in the order they run."""
 
