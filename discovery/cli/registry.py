@@ -299,6 +299,26 @@ def query_parent(common_parent: argparse.ArgumentParser) -> argparse.ArgumentPar
     return query
 
 
+def _add_search_options(tools: argparse.ArgumentParser, once: argparse._MutuallyExclusiveGroup) -> None:
+    """`toolreg tools --search QUERY [--limit N]` (`tool_search`)."""
+    once.add_argument(
+        "--search",
+        default=None,
+        metavar="QUERY",
+        help=(
+            "the tools that best match QUERY, best first, as an agent's search ranks them: by their names, titles,"
+            " descriptions and arguments, then by health (held and unavailable tools left out, failing ones lower)"
+        ),
+    )
+    tools.add_argument(
+        "--limit",
+        type=int,
+        default=10,
+        metavar="N",
+        help="with --search: how many tools to show (1 to 100, default 10)",
+    )
+
+
 def _add_tools_command(subparsers: Any, query: argparse.ArgumentParser) -> None:
     """`toolreg tools`: the listing, `--strict` and `--watch`."""
     tools = subparsers.add_parser(
@@ -345,22 +365,7 @@ def _add_tools_command(subparsers: Any, query: argparse.ArgumentParser) -> None:
             " back"
         ),
     )
-    once.add_argument(
-        "--search",
-        default=None,
-        metavar="QUERY",
-        help=(
-            "the tools that best match QUERY, best first, as an agent's search ranks them: by their names, titles,"
-            " descriptions and arguments, then by health (held and unavailable tools left out, failing ones lower)"
-        ),
-    )
-    tools.add_argument(
-        "--limit",
-        type=int,
-        default=10,
-        metavar="N",
-        help="with --search: how many tools to show (1 to 100, default 10)",
-    )
+    _add_search_options(tools, once)
     tools.add_argument(
         "--interval",
         type=_interval,
