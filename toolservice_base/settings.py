@@ -36,6 +36,11 @@ from .topics import DEFAULT_TOPICSPACE, Topics, check_topicspace
 DEFAULT_DATA_DIR = ".toolreg"
 BROKERS = ("apache-pulsar", "pulsar-lite")
 BROKER_URL_FILE = "broker.url"
+MCP_TOKEN_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+"""Asymmetric JWS algorithms only: a key published in a JWKS is public, so an HMAC (`HS*`) token checked against one
+could be forged by anyone, and `none` is no signature."""
+MCP_CLOCK_SKEW = 30.0
+MAX_MCP_CLOCK_SKEW = 300.0
 
 
 def _read_token() -> str | None:
@@ -87,6 +92,28 @@ class Settings:
     """TOOLREG_MAX_INSTANCES: instance leases the registry holds at most; None: the registry's default."""
     pin_definitions: bool = False
     """TOOLREG_PIN_DEFINITIONS (1, true or yes): pin each announced tool's definition (`--pin-definitions`)."""
+    mcp_oauth_issuer: str | None = None
+    """TOOLREG_MCP_OAUTH_ISSUER: `toolreg mcp --http` is an OAuth 2.1 resource server for tokens of this issuer."""
+    mcp_resource: str | None = None
+    """TOOLREG_MCP_RESOURCE: the front's canonical resource URI (tokens' audience); None: the URL it serves."""
+    mcp_jwks_uri: str | None = None
+    """TOOLREG_MCP_JWKS_URI: where the issuer's signing keys are; None: its metadata's `jwks_uri`."""
+    mcp_introspection_client: str | None = None
+    """TOOLREG_MCP_INTROSPECTION_CLIENT: the client id the front introspects opaque tokens as (RFC 7662)."""
+    mcp_introspection_secret: str | None = None
+    """TOOLREG_MCP_INTROSPECTION_SECRET: that client's secret."""
+    mcp_token_algorithms: tuple[str, ...] = MCP_TOKEN_ALGORITHMS
+    """TOOLREG_MCP_TOKEN_ALGORITHMS (comma-separated): the JWS algorithms an access token may be signed with."""
+    mcp_clock_skew: float = MCP_CLOCK_SKEW
+    """TOOLREG_MCP_CLOCK_SKEW: seconds a token's `exp` and `nbf` may be off by (0 to 300)."""
+    mcp_policy: Path | None = None
+    """TOOLREG_MCP_POLICY: the front's access policy (scopes and claims to tools); None: every token, every tool."""
+    mcp_rate_limit: float | None = None
+    """TOOLREG_MCP_RATE_LIMIT: tool calls per second each caller may make through the front; None: no limit."""
+    mcp_audit_topic: bool = False
+    """TOOLREG_MCP_AUDIT_TOPIC (1, true or yes): every call through the front is also published on the audit topic."""
+    mcp_audit_arguments: bool = False
+    """TOOLREG_MCP_AUDIT_ARGUMENTS (1, true or yes): audit records carry the call's arguments."""
 
     def __post_init__(self) -> None:
         check_topicspace(self.topicspace)
@@ -113,6 +140,7 @@ class Settings:
             store=os.environ.get("TOOLREG_STORE", "").strip() or None,
             **_serving_env(),
             **_registry_env(),
+            **_mcp_env(),
         )
 
     @property
@@ -166,6 +194,7 @@ class Settings:
 
 # --- the HTTP surface and the registry's tuning: fields of Settings ---------------------
 
+
 METRICS_PORT_ENV = "TOOLREG_METRICS_PORT"
 METRICS_HOST_ENV = "TOOLREG_METRICS_HOST"
 HTTP_TOKEN_ENV = "TOOLREG_HTTP_TOKEN"
@@ -175,6 +204,19 @@ ALLOWED_NAMESPACES_ENV = "TOOLREG_ALLOWED_NAMESPACES"
 MAX_CLOCK_SKEW_ENV = "TOOLREG_MAX_CLOCK_SKEW"
 MAX_INSTANCES_ENV = "TOOLREG_MAX_INSTANCES"
 PIN_DEFINITIONS_ENV = "TOOLREG_PIN_DEFINITIONS"
+
+
+MCP_OAUTH_ISSUER_ENV = "TOOLREG_MCP_OAUTH_ISSUER"
+MCP_RESOURCE_ENV = "TOOLREG_MCP_RESOURCE"
+MCP_JWKS_URI_ENV = "TOOLREG_MCP_JWKS_URI"
+MCP_INTROSPECTION_CLIENT_ENV = "TOOLREG_MCP_INTROSPECTION_CLIENT"
+MCP_INTROSPECTION_SECRET_ENV = "TOOLREG_MCP_INTROSPECTION_SECRET"
+MCP_TOKEN_ALGORITHMS_ENV = "TOOLREG_MCP_TOKEN_ALGORITHMS"
+MCP_CLOCK_SKEW_ENV = "TOOLREG_MCP_CLOCK_SKEW"
+MCP_POLICY_ENV = "TOOLREG_MCP_POLICY"
+MCP_RATE_LIMIT_ENV = "TOOLREG_MCP_RATE_LIMIT"
+MCP_AUDIT_TOPIC_ENV = "TOOLREG_MCP_AUDIT_TOPIC"
+MCP_AUDIT_ARGUMENTS_ENV = "TOOLREG_MCP_AUDIT_ARGUMENTS"
 
 
 def _env(name: str) -> str | None:
@@ -231,6 +273,62 @@ def _registry_env() -> _Registry:
         "max_clock_skew": skew,
         "max_instances": instances,
         "pin_definitions": (_env(PIN_DEFINITIONS_ENV) or "").lower() in ("1", "true", "yes"),
+    }
+
+
+class _Mcp(TypedDict):
+    mcp_oauth_issuer: str | None
+    mcp_resource: str | None
+    mcp_jwks_uri: str | None
+    mcp_introspection_client: str | None
+    mcp_introspection_secret: str | None
+    mcp_token_algorithms: tuple[str, ...]
+    mcp_clock_skew: float
+    mcp_policy: Path | None
+    mcp_rate_limit: float | None
+    mcp_audit_topic: bool
+    mcp_audit_arguments: bool
+
+
+def _flag(name: str) -> bool:
+    return (_env(name) or "").lower() in ("1", "true", "yes")
+
+
+def _number(name: str, what: str, low: float, high: float) -> float | None:
+    text = _env(name)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"{name}={text!r} is not a number of {what}") from None
+    if not low <= value <= high:  # NaN fails this too
+        raise SettingsError(f"{name}={text!r} is out of range: use {low:g} to {high:g} {what}")
+    return value
+
+
+def _mcp_env() -> _Mcp:
+    algorithms = tuple(a.strip() for a in (_env(MCP_TOKEN_ALGORITHMS_ENV) or "").split(",") if a.strip())
+    unsafe = [a for a in algorithms if a not in MCP_TOKEN_ALGORITHMS]
+    if unsafe:
+        raise SettingsError(
+            f"{MCP_TOKEN_ALGORITHMS_ENV} names {', '.join(unsafe)}: access tokens are checked against the issuer's "
+            f"public keys, so only {', '.join(MCP_TOKEN_ALGORITHMS)} may be allowed"
+        )
+    skew = _number(MCP_CLOCK_SKEW_ENV, "seconds", 0, MAX_MCP_CLOCK_SKEW)
+    policy = _env(MCP_POLICY_ENV)
+    return {
+        "mcp_oauth_issuer": _env(MCP_OAUTH_ISSUER_ENV),
+        "mcp_resource": _env(MCP_RESOURCE_ENV),
+        "mcp_jwks_uri": _env(MCP_JWKS_URI_ENV),
+        "mcp_introspection_client": _env(MCP_INTROSPECTION_CLIENT_ENV),
+        "mcp_introspection_secret": _env(MCP_INTROSPECTION_SECRET_ENV),
+        "mcp_token_algorithms": algorithms or MCP_TOKEN_ALGORITHMS,
+        "mcp_clock_skew": MCP_CLOCK_SKEW if skew is None else skew,
+        "mcp_policy": Path(policy) if policy else None,
+        "mcp_rate_limit": _number(MCP_RATE_LIMIT_ENV, "calls per second", 0.001, 1_000_000),
+        "mcp_audit_topic": _flag(MCP_AUDIT_TOPIC_ENV),
+        "mcp_audit_arguments": _flag(MCP_AUDIT_ARGUMENTS_ENV),
     }
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 DEFAULT_TOPICSPACE = "tg"
 _TENANT = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")
-NAMESPACES = ("request", "response", "notify", "discovery", "state")
+NAMESPACES = ("request", "response", "notify", "discovery", "state", "audit")
 """The namespaces the product uses inside its topicspace (deploy/pulsar-init.sh creates them)."""
 
 
@@ -72,6 +72,12 @@ class Topics:
     @property
     def registry_response(self) -> str:
         return self._topic("response", "tool-registry")
+
+    @property
+    def mcp_audit(self) -> str:
+        """Every call through the MCP front (`AuditRecord`), when its audit topic is on: kept for the `audit`
+        namespace's retention (deploy/pulsar-init.sh sets it)."""
+        return self._persistent("audit", "mcp-calls")
 
     @property
     def state_log(self) -> str:

@@ -23,13 +23,22 @@ from typing import TYPE_CHECKING
 
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import check_name
-from toolservice_base.settings import MCP_TOKEN_ENV, Settings
+from toolservice_base.settings import (
+    MCP_AUDIT_TOPIC_ENV,
+    MCP_OAUTH_ISSUER_ENV,
+    MCP_POLICY_ENV,
+    MCP_RATE_LIMIT_ENV,
+    MCP_RESOURCE_ENV,
+    MCP_TOKEN_ENV,
+    Settings,
+)
 from toolservice_base.transport import broker_unreachable
 
 from .common import CommandError, settings_of, wait_for_signal
 
 if TYPE_CHECKING:
     from agent_bridge import ToolSet
+    from discovery.mcp.auth import Gate, OAuthSettings
 
 log = get_logger("discovery.mcp")
 
@@ -83,7 +92,49 @@ def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         help="seconds to wait for each answer of a tool service (default 30)",
     )
     mcp.add_argument("--static-dir", default=None, help="fallback directory of tool-service/*.json and tool/*.json")
+    _add_access_options(mcp)
     mcp.set_defaults(handler=cmd_mcp)
+
+
+def _add_access_options(mcp: argparse.ArgumentParser) -> None:
+    """Who may call: OAuth 2.1 with --http, the access policy, the per-caller rate limit, the audit topic."""
+    mcp.add_argument(
+        "--oauth-issuer",
+        default=None,
+        metavar="URL",
+        help=(
+            "with --http, be an OAuth 2.1 resource server for access tokens of this authorization server "
+            f"(env {MCP_OAUTH_ISSUER_ENV}); replaces the static token"
+        ),
+    )
+    mcp.add_argument(
+        "--resource",
+        default=None,
+        metavar="URL",
+        help=(
+            "the canonical URI clients reach this server by, which tokens must name as audience "
+            f"(env {MCP_RESOURCE_ENV}; default the URL served, e.g. http://127.0.0.1:8765/mcp)"
+        ),
+    )
+    mcp.add_argument(
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help=f"access policy: which scopes and claims may call which tools (JSON; env {MCP_POLICY_ENV}); needs OAuth",
+    )
+    mcp.add_argument(
+        "--rate-limit",
+        type=float,
+        default=None,
+        metavar="CALLS_PER_S",
+        help=f"tool calls per second each caller may make; more get a retry-after (env {MCP_RATE_LIMIT_ENV})",
+    )
+    mcp.add_argument(
+        "--audit-topic",
+        action="store_true",
+        default=None,
+        help=f"also publish every call on the persistent topic <topicspace>/audit/mcp-calls ({MCP_AUDIT_TOPIC_ENV})",
+    )
 
 
 def _add_http_options(mcp: argparse.ArgumentParser) -> None:
@@ -202,6 +253,27 @@ def _address_and_token(args: argparse.Namespace) -> tuple[tuple[str, int] | None
     return address, token
 
 
+def _check_access(address: tuple[str, int] | None, token: str | None, oauth: OAuthSettings | None, gate: Gate) -> None:
+    """Refuse what cannot mean what the operator wants: a policy nobody's token is checked against."""
+    if oauth is None and gate.policy is not None:
+        raise CommandError(
+            "an access policy grants tools to the scopes and claims of OAuth tokens: serve with --http and "
+            f"--oauth-issuer (or {MCP_OAUTH_ISSUER_ENV}), or leave out --policy"
+        )
+    if oauth is not None and address is None:
+        raise CommandError("--oauth-issuer protects --http; stdio is private to the client that spawned this process")
+    if oauth is not None and token is not None:
+        log.warning("mcp.token_ignored", reason="OAuth access tokens are checked instead of the static bearer token")
+
+
+async def _publish_audit(stack: contextlib.AsyncExitStack, gate: Gate, settings: Settings) -> None:
+    """Every call also on the audit topic, through a connection of its own (the ToolSet's is its own business)."""
+    from toolservice_base.transport import open_transport
+
+    transport = await stack.enter_async_context(await open_transport(settings))
+    await stack.enter_async_context(gate.trail.publishing(transport))
+
+
 async def _open_toolset(stack: contextlib.AsyncExitStack, args: argparse.Namespace, settings: Settings) -> ToolSet:
     """The workspace's live `ToolSet`, closed by `stack`; a store that does not answer and no fallback is one line."""
     from agent_bridge import BridgeUnavailable, ToolSet
@@ -244,10 +316,55 @@ async def _follow_registry(stack: contextlib.AsyncExitStack, tools: ToolSet, set
     stack.push_async_callback(stop)
 
 
+def _oauth_settings(args: argparse.Namespace, settings: Settings, gate: Gate) -> OAuthSettings | None:
+    """The resource server's settings when --oauth-issuer (or its variable) names an issuer; else None."""
+    from discovery.mcp.auth import OAuthSettings
+    from discovery.mcp.auth.http import scopes_named
+
+    issuer = args.oauth_issuer or settings.mcp_oauth_issuer
+    if issuer is None:
+        return None
+    policy = gate.policy
+    return OAuthSettings(
+        issuer=issuer,
+        resource=args.resource or settings.mcp_resource,
+        jwks_uri=settings.mcp_jwks_uri,
+        introspection_client=settings.mcp_introspection_client,
+        introspection_secret=settings.mcp_introspection_secret,
+        algorithms=settings.mcp_token_algorithms,
+        skew=settings.mcp_clock_skew,
+        required_scopes=policy.required_scopes if policy is not None else (),
+        scopes=scopes_named(policy.required_scopes, policy.scopes()) if policy is not None else (),
+    )
+
+
+def _gate(args: argparse.Namespace, settings: Settings, token: str | None) -> Gate:
+    """The front's gate: its access policy, rate limit and audit trail, and who its local caller is."""
+    from discovery.mcp.auth import AccessPolicy, AccessPolicyError, AuditTrail, Caller, Gate, RateLimiter
+
+    policy_file = Path(args.policy) if args.policy else settings.mcp_policy
+    try:
+        policy = AccessPolicy.load(policy_file) if policy_file is not None else None
+    except AccessPolicyError as exc:
+        raise CommandError(str(exc)) from None
+    rate = args.rate_limit if args.rate_limit is not None else settings.mcp_rate_limit
+    if rate is not None and not rate > 0:
+        raise CommandError(f"--rate-limit must be above 0 calls per second, got {rate:g}")
+    local = "stdio" if args.http is None else "bearer-token" if token else "anonymous"
+    return Gate(
+        args.workspace,
+        policy=policy,
+        limiter=RateLimiter(rate) if rate is not None else None,
+        audit=AuditTrail(args.workspace, arguments=settings.mcp_audit_arguments),
+        local=Caller(local),
+    )
+
+
 async def _serve(args: argparse.Namespace) -> int:
     # Imported here: the SDK takes ~0.7 s to import, which no other command should pay.
     from mcp.server.stdio import stdio_server
 
+    from discovery.mcp.auth import IssuerError
     from discovery.mcp.server import McpFront
     from discovery.mcp.transports import StdinLines, http_server, serve_streams
 
@@ -257,6 +374,9 @@ async def _serve(args: argparse.Namespace) -> int:
         raise CommandError(f"--workspace: {exc}") from None
     settings = settings_of(args)
     address, token = _address_and_token(args)
+    gate = _gate(args, settings, token)
+    oauth = _oauth_settings(args, settings, gate)
+    _check_access(address, token, oauth, gate)
     url = settings.resolve_pulsar_url()  # NoBrokerError (one line) when none is configured
 
     async with contextlib.AsyncExitStack() as stack:
@@ -269,7 +389,9 @@ async def _serve(args: argparse.Namespace) -> int:
                 stack.callback(stdin.stop)  # runs before the transport closes, which waits for its reader
         await check_broker(url)
         tools = await _open_toolset(stack, args, settings)
-        front = McpFront(tools, include=args.tools, exclude=args.exclude, user=args.user, search=args.search)
+        if args.audit_topic or settings.mcp_audit_topic:
+            await _publish_audit(stack, gate, settings)
+        front = McpFront(tools, include=args.tools, exclude=args.exclude, user=args.user, search=args.search, gate=gate)
         if args.search:
             await _follow_registry(stack, tools, settings)
 
@@ -289,11 +411,14 @@ async def _serve(args: argparse.Namespace) -> int:
         else:
             assert address is not None
             try:
-                server = http_server(front, *address, token=token, allowed_hosts=args.allow_host)
+                server = http_server(front, *address, token=token, oauth=oauth, allowed_hosts=args.allow_host)
                 endpoint = await stack.enter_async_context(server)
-            except OSError as exc:
+            except (OSError, IssuerError) as exc:
                 raise CommandError(str(exc)) from None
             serving(transport="http", endpoint=endpoint)
-            print(f"mcp           {endpoint}{' (bearer token required)' if token else ''}", flush=True)
+            guarded = (
+                f" (OAuth 2.1: tokens of {oauth.issuer})" if oauth else " (bearer token required)" if token else ""
+            )
+            print(f"mcp           {endpoint}{guarded}", flush=True)
             await wait_for_signal()
     return 0

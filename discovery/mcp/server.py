@@ -32,6 +32,7 @@ import base64
 import binascii
 import bisect
 import fnmatch
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -58,9 +59,12 @@ from agent_bridge.llm_names import openai_names
 from toolservice_base import TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import TextContent, ToolResult, json_literals
+from toolservice_base.schemas.audit import Outcome
 from toolservice_base.schemas.content import merge
 
 from . import search as surface
+from .auth.gate import INSUFFICIENT_SCOPE_META, RETRY_AFTER_META, Gate
+from .auth.policy import Caller, Rights
 
 log = get_logger("discovery.mcp")
 
@@ -68,6 +72,8 @@ PAGE_SIZE = 100
 """Tools per tools/list page; a longer list is paged with `nextCursor`."""
 LIST_TTL_MS = 1000
 """`ttlMs` on tools/list (2026-07-28): a client that does not listen for changes refetches within a second."""
+MAX_VIEWS = 256
+"""Listings kept per set of rights (the access policy's rules that apply to a caller); past it they are built anew."""
 _CURSOR_PREFIX = "after:"
 DIGEST_META = "toolreg/definition-digest"
 """The `_meta` key of each listed tool holding the sha256 of its definition (`ToolSet.describe()`'s `digest`), as
@@ -142,6 +148,13 @@ class Listing:
     def by_name(self) -> dict[str, types.Tool]:
         """MCP name -> tool."""
         return self._by_name
+
+    def visible_to(self, rights: Rights) -> Listing:
+        """The tools `rights` may call, and only those."""
+        if rights.everything:
+            return self
+        chosen = [t for t in self.tools if rights.allows(self.own_names[t.name], t.name)]
+        return Listing(tools=chosen, own_names={t.name: self.own_names[t.name] for t in chosen})
 
     def page(self, cursor: str | None, size: int) -> types.ListToolsResult:
         start = 0 if cursor is None else self._start_after(cursor)
@@ -249,6 +262,7 @@ class McpFront:
         user: str = "",
         page_size: int = PAGE_SIZE,
         search: bool = False,
+        gate: Gate | None = None,
     ) -> None:
         """`search`: list only `search_tools` and `call_tool` (`discovery.mcp.search`) in front of the live tools."""
         self.tools = tools
@@ -256,6 +270,9 @@ class McpFront:
         self.filter = ToolFilter(tuple(include), tuple(exclude))
         self.user = user
         self.page_size = page_size
+        self.gate = gate if gate is not None else Gate(tools.workspace)
+        self._views: dict[Rights, Listing] = {}
+        """Each set of rights' view of the current listing; emptied when the listing changes, bounded."""
         self.bus = InMemorySubscriptionBus()
         self._listing = Listing.of(tools, self.filter)
         self._announced = self._listing
@@ -292,6 +309,7 @@ class McpFront:
     async def _on_change(self, added: list[str], removed: list[str], changed: list[str], version: int) -> None:
         listing = Listing.of(self.tools, self.filter)
         self._listing = listing
+        self._views = {}
         if self._surface is not None or listing.same_as(self._announced):  # the search surface never changes
             return
         self._announced = listing
@@ -317,39 +335,104 @@ class McpFront:
         tool = (self._surface and self._surface.tool(name)) or self._listing.tool(name)
         return None if tool is None else tool.input_schema
 
+    def visible(self, caller: Caller) -> Listing:
+        """What `caller` sees of the current listing: the tools its rights allow."""
+        rights = self.gate.rights(caller)
+        if rights.everything:
+            return self._listing
+        view = self._views.get(rights)
+        if view is None:
+            if len(self._views) >= MAX_VIEWS:
+                self._views.clear()
+            view = self._views[rights] = self._listing.visible_to(rights)
+        return view
+
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         log.debug("mcp.list_tools", protocol=ctx.protocol_version, cursor=params.cursor if params is not None else None)
-        listing = self._surface or self._listing
+        listing = self._surface or self.visible(self.gate.caller(ctx.request))
         return listing.page(params.cursor if params is not None else None, self.page_size)
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        """Who calls, may it, is it too fast; then the call; each one recorded (`mcp.call`, and the audit topic)."""
+        started = time.monotonic()
+        caller = self.gate.caller(ctx.request)
+        resolved = self._resolve(caller, params.name, dict(params.arguments or {}))
+        if isinstance(resolved, types.CallToolResult):
+            return resolved
+        name, arguments = resolved
         listing = self._listing
-        name, arguments = params.name, dict(params.arguments or {})
-        log.debug("mcp.call_tool", protocol=ctx.protocol_version, tool=name)
-        if self._surface is not None and name == surface.SEARCH:
-            return surface.search_result(self.tools, listing.by_name(), _mcp_names(listing), arguments)
-        if self._surface is not None and name == surface.CALL:
-            called, arguments = arguments.get("name"), arguments.get("arguments") or {}
-            if not isinstance(called, str) or not isinstance(arguments, dict):
-                return surface.refusal(f"{surface.CALL} takes a tool's name (text) and its arguments (an object)")
-            name = called
-            if name not in listing.own_names:
-                return surface.refusal(f"no live tool named {name!r}; {surface.SEARCH} finds the tools there are")
+        tool = listing.tool(name)
+        digest = tool.meta.get(DIGEST_META) if tool is not None and tool.meta else None
+
+        def record(outcome: Outcome, detail: str = "") -> None:
+            self.gate.trail.record(caller, name, outcome, started, digest=digest, detail=detail, arguments=arguments)
+
         own_name = listing.own_names.get(name)
         if own_name is None:
+            record("unknown_tool")
             found = (
                 "search_tools finds the live tools"
                 if self._surface
-                else f"tools/list names the {len(listing.tools)} tools there are"
+                else f"tools/list names the {len(self.visible(caller).tools)} tools there are"
             )
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: {found}")
+        if not self.gate.rights(caller).allows(own_name, name):
+            text, scopes = self.gate.denial(caller, name, own_name)
+            record("denied", text)
+            meta = {INSUFFICIENT_SCOPE_META: {"error": "insufficient_scope", "scope": scopes}}
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True, _meta=meta)
+        wait = self.gate.wait(caller)
+        if wait > 0:
+            limiter = self.gate.limiter
+            assert limiter is not None
+            text = f"rate_limited: at most {limiter.rate:g} calls per second per caller; retry after {wait:.3f} s"
+            record("rate_limited", text)
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=text)],
+                is_error=True,
+                _meta={RETRY_AFTER_META: max(0.001, round(wait, 3))},
+            )
+        try:
+            result, outcome, detail = await self._invoke(ctx, name, own_name, arguments, caller)
+        except MCPError as exc:
+            record("timeout" if exc.error.code == types.REQUEST_TIMEOUT else "failed", exc.error.message)
+            raise
+        record(outcome, detail)
+        return result
+
+    def _resolve(
+        self, caller: Caller, name: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult | tuple[str, dict[str, Any]]:
+        """The tool a call is for and its arguments; with the search surface, `search_tools` answered here (over the
+        tools `caller` may call) and `call_tool` unwrapped."""
+        if self._surface is None or name not in (surface.SEARCH, surface.CALL):
+            return name, arguments
+        if name == surface.SEARCH:
+            visible = self.visible(caller)
+            return surface.search_result(self.tools, visible.by_name(), _mcp_names(visible), arguments)
+        called, inner = arguments.get("name"), arguments.get("arguments") or {}
+        if not isinstance(called, str) or not isinstance(inner, dict):
+            return surface.refusal(f"{surface.CALL} takes a tool's name (text) and its arguments (an object)")
+        if called not in self._listing.own_names:
+            return surface.refusal(f"no live tool named {called!r}; {surface.SEARCH} finds the tools there are")
+        return called, inner
+
+    async def _invoke(
+        self, ctx: ServerRequestContext[Any], name: str, own_name: str, arguments: dict[str, Any], caller: Caller
+    ) -> tuple[types.CallToolResult, Outcome, str]:
+        """Call the tool through the `ToolSet`; its result, how it ended, and the error in one line if any.
+
+        The service is told who calls (the request's `user`): `--user` when given, else an OAuth caller's subject.
+        """
+        log.debug("mcp.call_tool", protocol=ctx.protocol_version, tool=name)
+        user = self.user or (caller.subject if caller.authenticated else "")
         parts: list[ToolResult] = []
         try:
-            async with aclosing(self.tools.parts(own_name, arguments, user=self.user)) as stream:  # type: ignore[type-var]
+            async with aclosing(self.tools.parts(own_name, arguments, user=user)) as stream:  # type: ignore[type-var]
                 async for part in stream:
                     parts.append(part)
                     # A no-op unless the client sent a progress token.
@@ -358,14 +441,19 @@ class McpFront:
             # A tool execution error, not -32602: the model sees it and can correct its call (SEP-1303). On every
             # protocol version, as the SDK's own MCPServer does; no version requires a protocol error here.
             log.info("mcp.bad_arguments", tool=name, argument=exc.argument)
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text=f"bad arguments: {json_literals(exc.message)}")],
-                is_error=True,
+            text = f"bad arguments: {json_literals(exc.message)}"
+            return (
+                types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True),
+                ("bad_arguments"),
+                text,
             )
         except ToolError as exc:
             log.info("mcp.tool_failed", tool=name, error=str(exc))
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text=f"{exc.type}: {exc.message}")], is_error=True
+            text = f"{exc.type}: {exc.message}"
+            return (
+                types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True),
+                ("tool_error"),
+                text,
             )
         except UnknownToolError as exc:  # removed between the lookup and the call
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: {one_line(exc)}") from None
@@ -374,4 +462,4 @@ class McpFront:
         except TransportError as exc:
             log.warning("mcp.call_failed", tool=name, error=one_line(exc))
             raise MCPError(types.INTERNAL_ERROR, f"tool {name!r} could not be called: {one_line(exc)}") from None
-        return _mcp_result(merge(parts) if parts else ToolResult(content=(TextContent(text=""),)))
+        return _mcp_result(merge(parts) if parts else ToolResult(content=(TextContent(text=""),))), "ok", ""

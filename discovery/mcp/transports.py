@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import ipaddress
 import json
 import os
@@ -49,6 +48,7 @@ from discovery.web.hardening import HEADER_TIMEOUT, MAX_CONNECTIONS, WRITE_TIMEO
 from discovery.web.health import is_loopback_host, split_host
 from toolservice_base.logs import get_logger
 
+from .auth.http import BearerTokenGuard, OAuthSettings, resource_server
 from .dropped import CancelDroppedCalls
 from .events import RETRY_MS, BoundedEventStore
 from .server import McpFront, one_line
@@ -280,40 +280,6 @@ async def serve_streams(front: McpFront, read_stream: Any, write_stream: Any) ->
 # --- HTTP --------------------------------------------------------------------
 
 
-class BearerTokenGuard:
-    """ASGI wrapper: HTTP requests without `Authorization: Bearer <token>` get 401 and never reach MCP."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self._token = token.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self._authorized(scope):
-            body = json.dumps(
-                {"error": "invalid_token", "error_description": "send Authorization: Bearer <token>"}
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", b'Bearer error="invalid_token"'),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-        await self.app(scope, receive, send)
-
-    def _authorized(self, scope: Scope) -> bool:
-        given = next((value for key, value in scope["headers"] if key == b"authorization"), b"")
-        scheme, _, credential = given.partition(b" ")
-        # Constant time in the token's content: how long a refusal takes says nothing about how close a guess was.
-        return scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self._token)
-
-
 REFUSALS_LOGGED_EVERY = 10.0
 """Seconds between log lines about refused Host/Origin requests (each says how many there were)."""
 
@@ -438,55 +404,64 @@ async def http_server(
     port: int,
     *,
     token: str | None = None,
+    oauth: OAuthSettings | None = None,
     allowed_hosts: Iterable[str] = (),
     header_timeout: float = HEADER_TIMEOUT,
     write_timeout: float = WRITE_TIMEOUT,
     max_connections: int = MAX_CONNECTIONS,
 ) -> AsyncIterator[str]:
-    """Serve `front` over streamable HTTP while the block runs; yields the endpoint URL."""
+    """Serve `front` over streamable HTTP while the block runs; yields the endpoint URL.
+
+    With `oauth` it is an OAuth 2.1 resource server (`auth.http`): the issuer is read before the port answers, its
+    metadata routes are served, and its guard stands where the static `token`'s would.
+    """
     sock = _bind(host, port)
-    bound_port = int(sock.getsockname()[1])
-    # The SDK's own Host/Origin check is off: it covers only three literal hosts, and HostOriginGuard covers every bind.
-    # Every stream resumable (SEP-1699): a client that lost its connection mid-call reconnects and gets the rest.
-    app: ASGIApp = front.server.streamable_http_app(
-        host=host,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-        event_store=BoundedEventStore(),
-        retry_interval=RETRY_MS,
-    )
-    app = CancelDroppedCalls(app)
-    if token:
-        app = BearerTokenGuard(app, token)
-    app = HostOriginGuard(app, host, bound_port, allowed_hosts)
-    config = bounded_config(
-        app,
-        header_timeout=header_timeout,
-        write_timeout=write_timeout,
-        max_connections=max_connections,
-        event="mcp.slow_clients_dropped",
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-        log_level="warning",
-        timeout_graceful_shutdown=int(SHUTDOWN_GRACE) or 1,
-    )
-    server = BoundedServer(config)  # without uvicorn's signal handlers: the command decides when to stop
-    task = asyncio.create_task(server.serve(sockets=[sock]), name="mcp-http")
-    try:
-        while not server.started:
-            if task.done():
-                task.result()  # raises what stopped it
-                raise OSError(f"the HTTP server on {host}:{port} stopped while starting")
-            await asyncio.sleep(0.01)
-        bound_host, bound_port = sock.getsockname()[:2]
-        url = f"http://{f'[{bound_host}]' if ':' in bound_host else bound_host}:{bound_port}/mcp"
-        log.info("mcp.listening", url=url, token=bool(token))
-        yield url
-    finally:
-        front.close()
-        server.should_exit = True
+    bound_host, bound_port = sock.getsockname()[:2]
+    url = f"http://{f'[{bound_host}]' if ':' in bound_host else bound_host}:{bound_port}/mcp"
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(sock.close)
+        resource = await stack.enter_async_context(resource_server(oauth, url)) if oauth is not None else None
+        # The SDK's own Host/Origin check is off: it covers only three literal hosts; HostOriginGuard covers every bind.
+        # Every stream resumable (SEP-1699): a client that lost its connection mid-call reconnects and gets the rest.
+        app: ASGIApp = front.server.streamable_http_app(
+            host=host,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            event_store=BoundedEventStore(),
+            retry_interval=RETRY_MS,
+            custom_starlette_routes=resource.routes() if resource is not None else None,
+        )
+        app = CancelDroppedCalls(app)
+        if resource is not None:
+            app = resource.guard(app)
+        elif token:
+            app = BearerTokenGuard(app, token)
+        app = HostOriginGuard(app, host, bound_port, allowed_hosts)
+        config = bounded_config(
+            app,
+            header_timeout=header_timeout,
+            write_timeout=write_timeout,
+            max_connections=max_connections,
+            event="mcp.slow_clients_dropped",
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            log_level="warning",
+            timeout_graceful_shutdown=int(SHUTDOWN_GRACE) or 1,
+        )
+        server = BoundedServer(config)  # without uvicorn's signal handlers: the command decides when to stop
+        task = asyncio.create_task(server.serve(sockets=[sock]), name="mcp-http")
         try:
-            await task
-        except Exception as exc:
-            log.warning("mcp.http_stop_failed", error=one_line(exc))
-        sock.close()
+            while not server.started:
+                if task.done():
+                    task.result()  # raises what stopped it
+                    raise OSError(f"the HTTP server on {host}:{port} stopped while starting")
+                await asyncio.sleep(0.01)
+            log.info("mcp.listening", url=url, token=bool(token), oauth=resource.resource if resource else None)
+            yield url
+        finally:
+            front.close()
+            server.should_exit = True
+            try:
+                await task
+            except Exception as exc:
+                log.warning("mcp.http_stop_failed", error=one_line(exc))

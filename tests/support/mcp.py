@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+import httpx2
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -117,13 +118,13 @@ async def stdio_session(
 
 @asynccontextmanager
 async def http_session(
-    endpoint: str, era: Era, token: str | None = None
+    endpoint: str, era: Era, token: str | None = None, auth: httpx2.Auth | None = None
 ) -> AsyncIterator[tuple[ClientSession, Changes]]:
-    """A `ClientSession` on a streamable-HTTP endpoint, opened in `era`."""
+    """A `ClientSession` on a streamable-HTTP endpoint, opened in `era`; `auth`: the SDK's OAuth flow, say."""
     changes = Changes()
     headers = {"Authorization": f"Bearer {token}"} if token else None
     async with AsyncExitStack() as stack:
-        http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+        http = await stack.enter_async_context(create_mcp_http_client(headers=headers, auth=auth))
         read, write = await stack.enter_async_context(streamable_http_client(endpoint, http_client=http))
         session = await stack.enter_async_context(
             ClientSession(read, write, message_handler=changes.on_message, read_timeout_seconds=30)

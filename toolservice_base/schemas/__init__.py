@@ -6,6 +6,7 @@ Import from here: `from toolservice_base.schemas import ToolDescriptor`.
 """
 
 from .announce import Announcement, AnnouncementKind, Probe, descriptor_digest
+from .audit import MAX_AUDIT_BYTES, AuditRecord
 from .base import (
     ARGUMENT_TYPES,
     DEFAULT_TTL,
@@ -81,6 +82,8 @@ from .tools import (
 )
 
 __all__ = [
+    "AuditRecord",
+    "MAX_AUDIT_BYTES",
     "ARGUMENT_TYPES",
     "Announcement",
     "AnnouncementKind",

@@ -38,9 +38,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from ...errors import AuthenticationFailed, NamespaceMissing, NotAuthorized, TokenExpired, TransportError
-from ...logs import get_logger
-from ...schemas import queue_namespace
+from ..errors import AuthenticationFailed, NamespaceMissing, NotAuthorized, TokenExpired, TransportError
+from ..logs import get_logger
+from ..schemas import queue_namespace
 
 log = get_logger("toolservice_base.transport")
 
