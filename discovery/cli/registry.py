@@ -128,6 +128,7 @@ def registry_options(args: argparse.Namespace) -> RegistryOptions:
             max_instances_per_service=min(RegistryOptions.max_instances_per_service, max_instances),
             pin_definitions=pin or (trust is not None and trust.pin_definitions),
             auto_approve=trust.auto_approve if trust is not None else None,
+            follow_audit=settings.mcp_audit_topic,
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from None

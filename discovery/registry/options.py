@@ -47,6 +47,8 @@ class RegistryOptions:
     allowed the service and tools they claim. None accepts every valid announcement."""
     pin_definitions: bool = False
     """Pin each announced tool's definition when first accepted; hold later changes for an operator (`pins`)."""
+    follow_audit: bool = False
+    """Read the MCP fronts' audit topic for the page's calls per caller (`callers.CallerBook`)."""
     auto_approve: AutoApprove | None = None
     """With `pin_definitions`: `same-key-higher-version` approves a held definition signed by the key that signed
     the pinned one, under a higher service version. None: every change waits for an operator."""

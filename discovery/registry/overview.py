@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from toolservice_base.configclient import ConfigClient
 from toolservice_base.schemas import ToolAnnotations, ToolDescriptor
 
+from .callers import CallerBook, CallerView
 from .leases import Lease, LeaseTable, ServiceKey
 from .protocol import NameConflict, PendingChange, Rejection
 from .state import ServiceState, static_status
@@ -138,6 +139,8 @@ class RegistrySnapshot(BaseModel):
     """Wall clock when this registry started (a replica's: when it was last promoted); None if not known."""
     trust: TrustView | None = None
     """Whether a trust policy is on; None: not known to whoever built the snapshot."""
+    callers: list[CallerView] | None = None
+    """Calls per caller through the MCP fronts (from the audit topic), busiest first; None: not followed."""
 
 
 def _identity(config: ConfigClient) -> RegistryIdentity:
@@ -213,6 +216,7 @@ class Overview:
         workspace_default: str,
         pending: Callable[[], list[PendingChange]] | None = None,
         trust: TrustView | None = None,
+        callers: CallerBook | None = None,
     ) -> None:
         self._services = services
         self._leases = leases
@@ -224,6 +228,7 @@ class Overview:
         """Held definition changes; None: the registry does not pin definitions."""
         self.workspace_default = workspace_default
         self.trust = trust
+        self.callers = callers
         """`trust_view(options.trust)`: whether the registry checks signatures, and against what; None: not told (the
         page says nothing)."""
         self.started = time.time()
@@ -321,4 +326,5 @@ class Overview:
             identity=self.identity,
             started=self.started,
             trust=self.trust,
+            callers=self.callers.views() if self.callers is not None else None,
         )

@@ -27,6 +27,8 @@ restart opens no window for a replayed message and hands no name over early.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from contextlib import AsyncExitStack
 from typing import Self
@@ -41,6 +43,7 @@ from toolservice_base.rpc import RequestServer, error_body
 from toolservice_base.schemas import ConfigPush
 from toolservice_base.transport import Subscription, Transport, unique_name
 
+from .callers import CallerBook
 from .departed import DEPARTED_KEY, Departed
 from .expiry import Expiry
 from .heard import HeardLeases
@@ -98,6 +101,7 @@ class Registry:
             memory=max(SEQUENCE_MEMORY, 2 * opts.max_instances),
         )
         self.rejection_log = RejectionLog(opts.max_rejections)
+        self.callers = CallerBook()
         self.departed = Departed()
         self.pins = PinBook(opts.auto_approve) if opts.pin_definitions else None
         """Pinned definitions and held changes (`pins`); None without `--pin-definitions`."""
@@ -198,6 +202,7 @@ class Registry:
             workspace_default=self.workspace_default,
             pending=self.queries.pending if self.pins is not None else None,
             trust=trust_view(self.options.trust),
+            callers=self.callers if self.options.follow_audit else None,
         )
 
     # --- life cycle ----------------------------------------------------------
@@ -230,6 +235,9 @@ class Registry:
             stack.push_async_callback(self._finish_writes)
             self._scheduler = self._start_sweeps()
             stack.callback(self._stop_sweeps)
+            if self.options.follow_audit:
+                following = asyncio.create_task(self.callers.follow(connection), name="registry-audit")
+                stack.push_async_callback(_cancelled, following)
             self._running = True
             await self._prober.probe(None, "registry started")
             self._resources = stack.pop_all()
@@ -471,3 +479,9 @@ class Registry:
     async def reject(self, tool: str, workspace: str | None = None, digest: str | None = None) -> PendingChange:
         """Keep `tool`'s pin and refuse the offered definition from now on (`Queries.reject`)."""
         return await self.queries.reject(tool, workspace, digest)
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -34,13 +34,14 @@ from support.oauth import client, sdk_oauth, signing_key, token
 
 from agent_bridge import ToolSet
 from discovery.broker import EmbeddedBroker
-from discovery.mcp.auth import AccessPolicy, Gate, OAuthSettings, RateLimiter, resource_server
+from discovery.mcp.auth import AccessPolicy, AuditTrail, Gate, OAuthSettings, RateLimiter, resource_server
 from discovery.mcp.auth.gate import INSUFFICIENT_SCOPE_META, RETRY_AFTER_META
-from discovery.mcp.server import McpFront
+from discovery.mcp.server import DIGEST_META, McpFront
 from discovery.mcp.transports import http_server
-from toolservice_base import ConfigClient, DynamicToolService, Settings
+from toolservice_base import ConfigClient, DynamicToolService, Settings, Transport
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.echo import EchoService
+from toolservice_base.schemas import AuditRecord
 from toolservice_base.settings import MCP_TOKEN_ALGORITHMS
 
 POLICY = {
@@ -417,3 +418,29 @@ def _result(response: httpx2.Response) -> dict[str, Any]:
         return dict(response.json()["result"])
     data = [line[5:] for line in response.text.splitlines() if line.startswith("data:") and line[5:].strip()]
     return dict(json.loads(data[-1])["result"])
+
+
+async def test_calls_are_published_on_the_persistent_audit_topic_with_arguments_when_asked(
+    settings: Settings, services: list[DynamicToolService], issuer: AuthorizationServer, connection: Transport
+) -> None:
+    policy = AccessPolicy.of(POLICY)
+    oauth = OAuthSettings(issuer=issuer.issuer, algorithms=MCP_TOKEN_ALGORITHMS, scopes=tuple(policy.scopes()))
+    gate = Gate("default", policy=policy, audit=AuditTrail("default", arguments=True))
+    async with ToolSet(settings=settings) as tools, gate.trail.publishing(connection):
+        async with http_server(McpFront(tools, gate=gate), "127.0.0.1", 0, oauth=oauth) as url:
+            async with http_session(url, "legacy", auth=sdk_oauth(url, issuer.issuer, "calc-agent")) as (session, _):
+                await session.call_tool("calculate", {"expression": "1 + 1"})
+                await session.call_tool("echo", {"text": "not yours"})
+                digest = (await session.list_tools()).tools[0].meta[DIGEST_META]  # type: ignore[index]
+    assert gate.trail.published == 2
+    reader = await connection.reader(connection.topics.mcp_audit, "earliest")
+    try:
+        records = [AuditRecord.model_validate_json((await reader.read_next(5)).data) for _ in range(2)]  # type: ignore[union-attr]
+    finally:
+        await connection.close_reader(reader)
+    assert [(r.subject, r.tool, r.outcome, r.arguments) for r in records] == [
+        ("calc-agent", "calculate", "ok", {"expression": "1 + 1"}),
+        ("calc-agent", "echo", "denied", {"text": "not yours"}),
+    ]
+    assert records[0].digest == digest and records[1].detail.startswith("insufficient_scope: tool 'echo' needs")
+    assert records[0].front == records[1].front and records[0].workspace == "default"

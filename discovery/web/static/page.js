@@ -256,6 +256,16 @@
       cell(tr, r.version);
       agoCell(tr, r.since);
     });
+    $("callers-section").hidden = s.callers == null;
+    fill("callers", s.callers || [], 7, "no calls heard yet", (tr, c) => {
+      cell(tr, c.subject, "mono");
+      cell(tr, c.client_id, "mono");
+      cell(tr, c.calls);
+      cell(tr, c.refused);
+      cell(tr, c.failed);
+      agoCell(tr, c.last_at);
+      cell(tr, c.tools.join(", "), "mono");
+    });
     applyFilter();
     tick();
   }
