@@ -6,18 +6,22 @@
 #   PULSAR_CLUSTER           the cluster the tenant may use        default standalone
 #   PULSAR_ADMIN_TOKEN_FILE  a superuser token, if auth is on      default: no auth (also when the file is empty)
 #   TOOLREG_ROLE             role to grant produce+consume on the namespaces (with authorization on)
+#   TOOLREG_AUDIT_RETENTION  how long tg/audit keeps the MCP front's audit records    default 30d
 #
 # Every toolreg topic is non-persistent://tg/<namespace>/<name>; shared subscriptions also open
 # throwaway consumers on non-persistent://tg/request/consumer-id-shift, in the request namespace.
 # The exception is tg/state: the replicated config store (--store pulsar) keeps its log, snapshots and
 # locks there, in persistent topics that must be kept without limit (retention -1/-1, set on every run).
+# And tg/audit: toolreg mcp --audit-topic records every call there, kept for TOOLREG_AUDIT_RETENTION
+# (default 30d; a pulsar-admin time such as 90d or 1y).
 set -eu
 
 ADMIN_URL="${PULSAR_ADMIN_URL:-http://localhost:8080}"
 CLUSTER="${PULSAR_CLUSTER:-standalone}"
 TENANT="tg"
-NAMESPACES="request response notify discovery state"
+NAMESPACES="request response notify discovery state audit"
 UNLIMITED="state"
+AUDIT_RETENTION="${TOOLREG_AUDIT_RETENTION:-30d}"
 ADMIN_BIN="${PULSAR_HOME:-/pulsar}/bin/pulsar-admin"
 
 admin() {
@@ -50,6 +54,10 @@ for name in $NAMESPACES; do
     *" $name "*)
       admin namespaces set-retention "$namespace" --size -1 --time -1
       echo "namespace $namespace: retention unlimited"
+      ;;
+    audit)
+      admin namespaces set-retention "$namespace" --size -1 --time "$AUDIT_RETENTION"
+      echo "namespace $namespace: retention $AUDIT_RETENTION"
       ;;
   esac
   if [ -n "${TOOLREG_ROLE:-}" ]; then

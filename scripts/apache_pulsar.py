@@ -53,6 +53,7 @@ PRODUCT_NAMESPACES = (
     "notify",
     "discovery",
     "state",
+    "audit",
 )  # every topic is <tenant>/<one of these>/<name>
 UNLIMITED_RETENTION = {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
 NAMESPACE_POLICIES: dict[str, dict[str, Any]] = {"state": {"retention": UNLIMITED_RETENTION}}

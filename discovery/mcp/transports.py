@@ -12,8 +12,9 @@ SDK leaves to the application:
 - HTTP: the `Host` and `Origin` of every request are checked against the
   bound address, on every bind (the SDK checks them only on the literal
   hosts 127.0.0.1, localhost and ::1), so no other site can reach the server
-  through DNS rebinding; then an optional static bearer token, compared in
-  constant time; both before the SDK sees the request. A 2025-era call
+  through DNS rebinding; then either an OAuth 2.1 access token of the
+  configured issuer (`auth.http`), or an optional static bearer token
+  compared in constant time; both before the SDK sees the request. A 2025-era call
   whose client disconnects before its answer is cancelled, as over stdio
   (`dropped`). Request heads have a
   deadline and open sockets a cap (`discovery.web.hardening.bounded_config`).

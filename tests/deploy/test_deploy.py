@@ -527,11 +527,15 @@ def unlimited_namespaces() -> set[str]:
 def test_the_init_step_creates_every_namespace_the_code_uses() -> None:
     _, created = init_script_layout()
     assert (
-        created == namespaces_the_code_uses() == {"tg/request", "tg/response", "tg/notify", "tg/discovery", "tg/state"}
+        created
+        == namespaces_the_code_uses()
+        == {"tg/request", "tg/response", "tg/notify", "tg/discovery", "tg/state", "tg/audit"}
     )
     assert created == {f"tg/{namespace}" for namespace in topics.NAMESPACES}
     # the replicated store's log and snapshots must outlive every reader: their namespace keeps everything
-    assert unlimited_namespaces() == persistent_namespaces_the_code_uses() == {"tg/state"}
+    assert unlimited_namespaces() == {"tg/state"}
+    # the MCP front's audit records are kept for a retention the operator chooses (TOOLREG_AUDIT_RETENTION)
+    assert persistent_namespaces_the_code_uses() == {"tg/state", "tg/audit"}
     embedded = k8s_find("ConfigMap", "toolreg-pulsar-init")["data"]["pulsar-init.sh"]
     assert embedded == (DEPLOY / "pulsar-init.sh").read_text(), (
         "deploy/k8s/pulsar-init.yaml must embed deploy/pulsar-init.sh verbatim"
