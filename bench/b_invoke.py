@@ -6,8 +6,12 @@ bare pulsar-client responder in its own process (`bench.raw responder`)
 called by bare pulsar-client: the sync API for the sequential round trip
 (the floor), pulsar.asyncio for concurrency (what an asyncio agent gets
 without us). A second bare responder on pulsar.asyncio gives the floor for
-an event-loop service at both ends, which is what the product is. The request bytes are the ones `ToolServiceClient`
-sends.
+an event-loop service at both ends, which is what the product is. A third
+bare responder answers from the client's `message_listener`, called by an
+asyncio caller on the client's listener and `send_async` callbacks
+(`raw.listener_rtt`): the fastest the bare client allows an event-loop caller,
+the reference for calls/s at 64 in flight. The request bytes are the ones
+`ToolServiceClient` sends.
 """
 
 from __future__ import annotations
@@ -37,11 +41,15 @@ from .common import (
 
 NAME = "invoke"
 TARGET_RATIO = 1.5
+TARGET_RATE_RATIO = 0.6
+"""Calls/s at 64 in flight against the listener-bridged bare caller and responder (the goal is 0.8)."""
 ROUNDS = 5
 RAW_REQUEST = "non-persistent://tg/request/raw-echo"
 RAW_RESPONSE = "non-persistent://tg/response/raw-echo"
 ASYNC_REQUEST = "non-persistent://tg/request/raw-async-echo"
 ASYNC_RESPONSE = "non-persistent://tg/response/raw-async-echo"
+LISTENER_REQUEST = "non-persistent://tg/request/raw-listener-echo"
+LISTENER_RESPONSE = "non-persistent://tg/response/raw-listener-echo"
 TEXT = "hello, tool"
 
 
@@ -63,8 +71,15 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
             stack.workdir / "raw-async.log",
         )
         stack.processes["raw-async"] = async_responder
+        listener_responder = spawn(
+            ["-m", "bench.raw", "listener-responder", stack.url, LISTENER_REQUEST, LISTENER_RESPONSE],
+            stack.env(),
+            stack.workdir / "raw-listener.log",
+        )
+        stack.processes["raw-listener"] = listener_responder
         wait_for_line(stack.workdir / "raw.log", "raw responder ready", responder)
         wait_for_line(stack.workdir / "raw-async.log", "raw responder ready", async_responder)
+        wait_for_line(stack.workdir / "raw-listener.log", "raw responder ready", listener_responder)
         connection = await open_transport(stack.settings)
         try:
             async with ToolSet(settings=stack.settings, connection=connection) as tools:
@@ -109,10 +124,10 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
     # Interleaved rounds: on a shared 2-core machine latency drifts by tens of
     # percent within a minute, so each figure takes its share of every round
     # rather than having a minute of its own.
-    samples: dict[str, list[float]] = {"ours": [], "sync": [], "async": [], "both": []}
+    samples: dict[str, list[float]] = {"ours": [], "sync": [], "async": [], "both": [], "listener": []}
     per_round = count // ROUNDS
     for number in range(1, ROUNDS + 1):
-        progress.update(f"sequential calls, round {number}/{ROUNDS}: ours and three bare references", force=True)
+        progress.update(f"sequential calls, round {number}/{ROUNDS}: ours and four bare references", force=True)
         samples["ours"] += await _ours_sequential(tools, per_round)
         samples["sync"] += await asyncio.to_thread(
             raw.sequential_rtt, url, RAW_REQUEST, RAW_RESPONSE, payload, per_round
@@ -123,7 +138,12 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
         samples["both"] += (
             await raw.concurrent_rtt(url, ASYNC_REQUEST, ASYNC_RESPONSE, payload, 1, 60, max_calls=per_round)
         )[2]
-    ours, raw_sync, raw_async, raw_both = (summary_ms(samples[k]) for k in ("ours", "sync", "async", "both"))
+        samples["listener"] += (
+            await raw.listener_rtt(url, LISTENER_REQUEST, LISTENER_RESPONSE, payload, 1, 60, max_calls=per_round)
+        )[2]
+    ours, raw_sync, raw_async, raw_both, raw_listener = (
+        summary_ms(samples[k]) for k in ("ours", "sync", "async", "both", "listener")
+    )
     if profiling():  # an extra, untimed pass: py-spy slows down what it samples
         progress.update(f"{count} sequential calls under py-spy", force=True)
         with sampled(service_pid, "invoke-service"), sampled(os.getpid(), "invoke-bridge"):
@@ -133,14 +153,20 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
         progress.update(f"throughput at concurrency {concurrency}", force=True)
         ours_rate = await _ours_concurrent(tools, concurrency, seconds)
         calls, elapsed, _ = await raw.concurrent_rtt(url, RAW_REQUEST, RAW_RESPONSE, payload, concurrency, seconds)
+        listened, listen_elapsed, _ = await raw.listener_rtt(
+            url, LISTENER_REQUEST, LISTENER_RESPONSE, payload, concurrency, seconds
+        )
         throughput[str(concurrency)] = {
             "ours_calls_per_s": round(ours_rate, 1),
             "raw_asyncio_calls_per_s": round(calls / elapsed, 1),
+            "raw_listener_calls_per_s": round(listened / listen_elapsed, 1),
         }
     progress.done(f"p50 {ours['p50_ms']:.3f} ms vs raw {raw_sync['p50_ms']:.3f} ms")
     ratio_p50 = ours["p50_ms"] / raw_sync["p50_ms"]
     ratio_async = ours["p50_ms"] / raw_async["p50_ms"]
     ratio_both = ours["p50_ms"] / raw_both["p50_ms"]
+    ratio_listener = ours["p50_ms"] / raw_listener["p50_ms"]
+    rate_ratio = throughput["64"]["ours_calls_per_s"] / throughput["64"]["raw_listener_calls_per_s"]
     rows: list[dict[str, Any]] = [
         {
             "figure": f"{count} sequential calls, p50",
@@ -174,6 +200,12 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
             "reference": 1.0,
             "unit": "x",
         },
+        {
+            "figure": "p50 ratio to raw, listener-bridged caller and listener responder",
+            "ours": round(ratio_listener, 2),
+            "reference": 1.0,
+            "unit": "x",
+        },
     ]
     for concurrency, figures in throughput.items():
         rows.append(
@@ -184,6 +216,25 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
                 "unit": "calls/s",
             }
         )
+    for concurrency, figures in throughput.items():
+        rows.append(
+            {
+                "figure": f"throughput, concurrency {concurrency}, vs raw listener-bridged caller and responder",
+                "ours": figures["ours_calls_per_s"],
+                "reference": figures["raw_listener_calls_per_s"],
+                "unit": "calls/s",
+            }
+        )
+    rows.append(
+        {
+            "figure": "calls/s at 64 in flight, ratio to raw listener-bridged caller and responder",
+            "ours": round(rate_ratio, 2),
+            "reference": 1.0,
+            "unit": "x",
+            "target": f">= {TARGET_RATE_RATIO:g}x (goal 0.8x)",
+            "met": rate_ratio >= TARGET_RATE_RATIO,
+        }
+    )
     return {
         "name": NAME,
         "title": "Invocation overhead",
@@ -192,13 +243,17 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
             "bare pulsar-client request/response (responder and caller, no product code) on the same broker with "
             "the same request bytes: sync API at both ends for sequential latency (the target), also a "
             "pulsar.asyncio caller against the sync responder and pulsar.asyncio at both ends; a "
-            "pulsar.asyncio caller for throughput"
+            "pulsar.asyncio caller for throughput, and a caller on the client's listener and send_async callbacks"
+            " (bridged into the loop with call_soon_threadsafe) against a responder on a message listener"
         ),
         "data": {
             "ours": ours,
             "raw_sync": raw_sync,
             "raw_asyncio": raw_async,
             "raw_asyncio_both_ends": raw_both,
+            "raw_listener_both_ends": raw_listener,
+            "ratio_p50_listener_both_ends": round(ratio_listener, 3),
+            "ratio_calls_per_s_64_listener": round(rate_ratio, 3),
             "ratio_p50_sync": round(ratio_p50, 3),
             "ratio_p50_asyncio": round(ratio_async, 3),
             "ratio_p50_asyncio_both_ends": round(ratio_both, 3),

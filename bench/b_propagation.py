@@ -25,6 +25,8 @@ from .serve import echo_class
 
 NAME = "propagation"
 TARGET_MS = 250.0
+TARGET_RATIO = 2.0
+"""Announce -> invokable p50 against its reference (start() plus a direct call) on the same broker."""
 
 
 async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
@@ -89,6 +91,14 @@ async def _measure(stack: Stack, connection: Transport, starts: int, progress: P
                 "ours": ours["p50_ms"],
                 "reference": ref["p50_ms"],
                 "unit": "ms",
+            },
+            {
+                "figure": "start() -> first ToolSet.invoke ok, p50 ratio to the reference",
+                "ours": round(ours["p50_ms"] / ref["p50_ms"], 2),
+                "reference": 1.0,
+                "unit": "x",
+                "target": f"<= {TARGET_RATIO:g}x",
+                "met": ours["p50_ms"] <= TARGET_RATIO * ref["p50_ms"],
             },
             {
                 "figure": "start() -> first ToolSet.invoke ok, p95",

@@ -7,8 +7,9 @@ there must be none (an unchanged digest means no write).
 
 Reference, same window: a bare pulsar-client consumer on its own
 subscription to the same topic, so it receives exactly the same 400
-messages/s: the CPU any consumer of this stream must spend; and the same
-consumer on pulsar.asyncio, what any event-loop process must spend.
+messages/s: the CPU any consumer of this stream must spend; the same consumer on
+pulsar.asyncio, what any event-loop process must spend through that API; and
+on a message listener, what the registry's transport is built on (the target).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from .regload import populate, steady_window
 from .simproc import SimProcess
 
 NAME = "scale"
+REFERENCES = ("consumer", "async-consumer", "listener-consumer")
+"""`bench.raw` consumers beside the registry: sync API, pulsar.asyncio, and a message listener (the target's)."""
+TARGET_CPU_RATIO = 1.2
+"""The registry's CPU at 2,000 instances against a bare consumer on the client's message listener."""
 SERVICES, INSTANCES, TOOLS, TTL = 400, 5, 5, 15.0
 
 
@@ -79,11 +84,12 @@ async def _window(
     progress: Progress,
 ) -> dict[str, Any]:
     rate = SERVICES * INSTANCES / (TTL / 3)
-    measured = await steady_window(stack, sim, config, rate, window, progress)
-    ours, ref, async_ref = (
+    measured = await steady_window(stack, sim, config, rate, window, progress, references=REFERENCES)
+    ours, ref, async_ref, listener_ref = (
         measured["registry"],
         measured["references"]["consumer"],
         measured["references"]["async-consumer"],
+        measured["references"]["listener-consumer"],
     )
     peak_rss, bumps, dropped, expiries = (
         measured["peak_rss_mb"],
@@ -109,6 +115,14 @@ async def _window(
                 "reference": round(async_ref["cpu_share"] * 100, 2),
                 "unit": "% of a core",
             },
+            {
+                "figure": "registry CPU share vs a bare listener consumer",
+                "ours": round(ours["cpu_share"] * 100, 2),
+                "reference": round(listener_ref["cpu_share"] * 100, 2),
+                "unit": "% of a core",
+                "target": f"<= {TARGET_CPU_RATIO:g}x",
+                "met": ours["cpu_share"] <= TARGET_CPU_RATIO * listener_ref["cpu_share"],
+            },
             {"figure": "registry RSS, peak", "ours": peak_rss, "reference": ref["rss_mb"], "unit": "MB"},
             {
                 "figure": "store version bumps per minute, nothing changing",
@@ -128,7 +142,8 @@ async def _window(
         "reference_is": (
             "a bare pulsar-client consumer (sync API) on its own subscription to the same topic in the same window: "
             "the CPU and memory any process must spend just receiving this stream; also the same consumer on "
-            "pulsar.asyncio, the floor for a process on an event loop"
+            "pulsar.asyncio, and on a message listener (what the product's transport is built on: the target's "
+            "reference)"
         ),
         "data": {
             "window_s": window,
@@ -141,6 +156,7 @@ async def _window(
             "registry": {**ours, "peak_rss_mb": peak_rss},
             "raw_consumer": ref,
             "raw_asyncio_consumer": async_ref,
+            "raw_listener_consumer": listener_ref,
             "sent": measured["sent"],
             "version_bumps": bumps,
             "dropped": dropped,

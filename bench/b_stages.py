@@ -42,6 +42,7 @@ from typing import Any
 from agent_bridge import ToolSet
 from agent_bridge.reload import Reloader
 from discovery.broker import EmbeddedBroker
+from discovery.registry.intake import Intake
 from discovery.registry.service import Registry, RegistryOptions
 from discovery.registry.store_writes import StoreWrites
 from discovery.store.service import ConfigStoreService
@@ -143,7 +144,7 @@ def stamped(marks: Marks) -> Iterator[None]:
     # Stamped on entry where the next stage can start before the call returns (a send whose message is already on its
     # way).
     wrap(Announcer, "_send", before="announce sent", when=lambda self, kind: kind == "announce")
-    wrap(Registry, "_on_message", before="received by the registry")
+    wrap(Intake, "on_message", before="received by the registry")
     wrap(StoreWrites, "apply", before="merged (store write sent)")
     wrap(ConfigStoreService, "_handle", before="write received by the store")
     wrap(ConfigStoreService, "_execute", after="committed in the store")

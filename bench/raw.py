@@ -4,23 +4,33 @@ Each product figure is set beside what bare pulsar-client does with the same
 messages on the same broker in the same run:
 
 - `responder`: a request/response echo server in its own process (sync API:
-  receive, send the answer with the request's `id`, acknowledge), and
-  `async-responder`, the same on pulsar.asyncio;
-- `sequential_rtt` / `concurrent_rtt`: the matching client side;
+  receive, send the answer with the request's `id`, acknowledge),
+  `async-responder`, the same on pulsar.asyncio, and `listener-responder`, the
+  same on the client's `message_listener` (answering with `send_async` from the
+  listener thread: no receive call, no event loop);
+- `sequential_rtt` / `concurrent_rtt` / `listener_rtt`: the matching client
+  sides; `listener_rtt` is an asyncio caller built on the client's
+  `message_listener` and `send_async` callbacks, each completion handed to the
+  loop with `call_soon_threadsafe`: the fastest a caller on an event loop gets
+  from the bare client;
 - `consumer`: a process that only receives and counts, the broker's raw consume
-  rate (and CPU floor) for a topic; `async-consumer`, the same on pulsar.asyncio.
+  rate (and CPU floor) for a topic; `async-consumer`, the same on pulsar.asyncio;
+  `listener-consumer`, the same on a `message_listener`.
 
-Run as `python -m bench.raw responder|async-responder URL REQ RESP` or
-`python -m bench.raw consumer|async-consumer URL TOPIC SECONDS`.
+Run as `python -m bench.raw responder|async-responder|listener-responder URL REQ RESP` or
+`python -m bench.raw consumer|async-consumer|listener-consumer URL TOPIC SECONDS`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
+import threading
 import time
 import uuid
+from typing import Any
 
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
@@ -58,6 +68,30 @@ async def async_responder(url: str, request_topic: str, response_topic: str) -> 
         body = json.dumps({"error": None, "response": json.loads(request["arguments"])["text"], "end_of_stream": True})
         await producer.send(body.encode(), properties={"id": message.properties()["id"]})
         await consumer.acknowledge(message)
+
+
+def listener_responder(url: str, request_topic: str, response_topic: str) -> None:
+    """`responder` on the client's message listener: each request answered from the listener thread."""
+    client = pulsar.Client(url, logger=QUIET)
+    producer = client.create_producer(response_topic, batching_enabled=False, max_pending_messages=20_000)
+
+    def sent(result: Any, message_id: Any) -> None:
+        pass
+
+    def on_request(consumer: pulsar.Consumer, message: pulsar.Message) -> None:
+        request = json.loads(message.data())
+        body = json.dumps({"error": None, "response": json.loads(request["arguments"])["text"], "end_of_stream": True})
+        producer.send_async(body.encode(), sent, properties={"id": message.properties()["id"]})
+        consumer.acknowledge(message)
+
+    client.subscribe(
+        request_topic,
+        f"raw-{uuid.uuid4().hex[:8]}",
+        consumer_type=pulsar.ConsumerType.Exclusive,
+        message_listener=on_request,
+    )
+    print("raw responder ready", flush=True)
+    threading.Event().wait()
 
 
 def sequential_rtt(
@@ -154,6 +188,89 @@ async def concurrent_rtt(
     return done, elapsed, latencies
 
 
+async def listener_rtt(
+    url: str,
+    request_topic: str,
+    response_topic: str,
+    payload: bytes,
+    concurrency: int,
+    seconds: float,
+    max_calls: int | None = None,
+) -> tuple[int, float, list[float]]:
+    """`concurrent_rtt` with the client's callbacks instead of pulsar.asyncio: answers come on a message listener,
+    send receipts on `send_async`'s callback, each handed to the loop with `call_soon_threadsafe`.
+
+    Each call awaits its send's receipt, then its answer, as a caller that reports a failed send must.
+    Returns (calls, elapsed seconds, each call's latency in seconds).
+    """
+    loop = asyncio.get_running_loop()
+    waiting: dict[str, asyncio.Future[None]] = {}
+
+    def answered(request_id: str) -> None:
+        future = waiting.pop(request_id, None)
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    def on_response(consumer: Any, message: Any) -> None:  # the listener thread
+        loop.call_soon_threadsafe(answered, message.properties().get("id", ""))
+        consumer.acknowledge(message)
+
+    def receipt(future: asyncio.Future[None], result: Any) -> None:
+        if future.done():
+            return
+        if result == pulsar.Result.Ok:
+            future.set_result(None)
+        else:
+            future.set_exception(RuntimeError(f"send failed: {result}"))
+
+    def sent(future: asyncio.Future[None], result: Any, message_id: Any) -> None:  # an I/O thread
+        loop.call_soon_threadsafe(receipt, future, result)
+
+    client = pulsar.Client(url, logger=QUIET)
+    try:
+        await asyncio.to_thread(
+            client.subscribe, response_topic, f"raw-listen-{uuid.uuid4().hex[:8]}", message_listener=on_response
+        )
+        producer = await asyncio.to_thread(
+            client.create_producer, request_topic, batching_enabled=False, max_pending_messages=20_000
+        )
+
+        async def call() -> float:
+            request_id = uuid.uuid4().hex
+            answer = waiting[request_id] = loop.create_future()
+            t0 = time.perf_counter()
+            accepted = loop.create_future()
+            producer.send_async(payload, functools.partial(sent, accepted), properties={"id": request_id})
+            await accepted
+            await asyncio.wait_for(answer, 10)
+            return time.perf_counter() - t0
+
+        for _ in range(50):  # until a first answer arrives: a fresh consumer's permits may not be at the broker yet
+            try:
+                await asyncio.wait_for(call(), 0.2)
+                break
+            except TimeoutError:
+                continue
+        stop_at = loop.time() + seconds
+        done = 0
+        latencies: list[float] = []
+        limit = max_calls if max_calls is not None else float("inf")
+
+        async def worker() -> None:
+            nonlocal done
+            while loop.time() < stop_at and done < limit:
+                latencies.append(await call())
+                done += 1
+
+        started = loop.time()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = loop.time() - started
+        await asyncio.to_thread(producer.flush)
+        return done, elapsed, latencies
+    finally:
+        await asyncio.to_thread(client.close)
+
+
 def consumer(url: str, topic: str, seconds: float) -> None:
     """Receive and acknowledge for `seconds` after the first message; print JSON {received, seconds}."""
     client = pulsar.Client(url, logger=QUIET)
@@ -191,6 +308,26 @@ async def async_consumer(url: str, topic: str, seconds: float) -> None:
     await client.close()
 
 
+def listener_consumer(url: str, topic: str, seconds: float) -> None:
+    """`consumer` on a message listener: the floor for a process that takes a stream on the client's callbacks."""
+    client = pulsar.Client(url, logger=QUIET)
+    count = _Count(seconds)
+    finished = threading.Event()
+
+    def on_message(consumer: Any, message: Any) -> None:
+        consumer.acknowledge(message)
+        if count.tick():
+            finished.set()
+
+    client.subscribe(topic, f"raw-count-{uuid.uuid4().hex[:8]}", receiver_queue_size=1000, message_listener=on_message)
+    print("raw consumer ready", flush=True)
+    while not finished.wait(0.5):
+        if count.first is not None and time.perf_counter() - count.first > seconds:
+            break
+    count.report()
+    client.close()
+
+
 class _Count:
     """Messages received, and the span from the first to the last; done `seconds` after the first."""
 
@@ -218,9 +355,13 @@ if __name__ == "__main__":
         responder(*rest)
     elif command == "async-responder":
         asyncio.run(async_responder(*rest))
+    elif command == "listener-responder":
+        listener_responder(*rest)
     elif command == "consumer":
         consumer(rest[0], rest[1], float(rest[2]))
     elif command == "async-consumer":
         asyncio.run(async_consumer(rest[0], rest[1], float(rest[2])))
+    elif command == "listener-consumer":
+        listener_consumer(rest[0], rest[1], float(rest[2]))
     else:
         raise SystemExit(f"unknown command {command!r}")

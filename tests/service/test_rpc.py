@@ -198,3 +198,40 @@ async def test_a_client_whose_start_fails_half_way_leaves_no_subscription_open_a
     finally:
         await client.close()
         await server.stop()
+
+
+async def test_a_handler_that_raises_has_its_caller_answered_with_an_error_and_the_server_goes_on(
+    connection: Transport,
+) -> None:
+    requests_queue, responses_queue = (
+        connection.topics.request_queue("rpc-faulty"),
+        connection.topics.response_queue("rpc-faulty"),
+    )
+
+    async def faulty(message: Envelope, reply: Reply) -> None:
+        text = json.loads(message.data)["text"]
+        if text == "stream then fail":
+            await reply({"chunk": "first", "end_of_stream": False})
+        if text != "fine":
+            raise RuntimeError("a bug in the handler")
+        await reply({"echo": text})
+
+    server = RequestServer(connection, requests_queue, responses_queue, faulty, subscription="rpc-faulty")
+    await server.start()
+    client = await RequestClient(connection, requests_queue, responses_queue).start()
+    try:
+        failed = await client.request({"text": "fail"}, timeout=5)
+        assert failed["error"]["type"] == "internal-error" and failed["end_of_stream"] is True
+        assert "RuntimeError" in failed["error"]["message"] and requests_queue in failed["error"]["message"]
+        streamed = [
+            body
+            async for body in client.stream(
+                {"text": "stream then fail"}, is_last=lambda body: body.get("end_of_stream", True), timeout=5
+            )
+        ]
+        assert [body.get("chunk") for body in streamed] == ["first", None]
+        assert streamed[-1]["error"]["type"] == "internal-error"
+        assert await client.request({"text": "fine"}, timeout=5) == {"echo": "fine"}
+    finally:
+        await client.close()
+        await server.stop()

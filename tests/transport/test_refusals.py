@@ -22,7 +22,7 @@ from discovery.broker import EmbeddedBroker
 from toolservice_base import Settings, open_transport
 from toolservice_base.errors import AuthenticationFailed, TokenExpired
 from toolservice_base.transport import Envelope
-from toolservice_base.transport.diagnosis import handshake, token_refused
+from toolservice_base.transport.pulsar.diagnosis import handshake, token_refused
 
 OPERATION_TIMEOUT = 2
 

@@ -63,6 +63,54 @@ def answer_too_large(reason: str) -> dict[str, Any]:
     return error_body("answer-too-large", f"{reason}; stream it in parts (an async generator) or return less")
 
 
+class _Reply:
+    """Answers one request (`reply(body)`), and remembers whether its last answer went out."""
+
+    __slots__ = ("_server", "_request_id", "_reply_to", "finished")
+
+    def __init__(self, server: "RequestServer", request_id: str, reply_to: str | None) -> None:
+        self._server, self._request_id, self._reply_to = server, request_id, reply_to
+        self.finished = False
+
+    async def __call__(self, body: Body) -> None:
+        await self._server._send(body, self._request_id, self._reply_to)
+        # A body is the last unless it says `end_of_stream: false` (single-answer protocols never say it).
+        more = body.get("end_of_stream") if isinstance(body, dict) else getattr(body, "end_of_stream", None)
+        self.finished = more is not False
+
+
+class _Expiry:
+    """A request's deadline: at it, the call is cancelled, and its slot is freed `cancel_grace` later if the handler
+    has not let go (as `asyncio.timeout_at` would cancel it, with one timer instead of two)."""
+
+    __slots__ = ("_server", "_task", "_request_id", "_cancelling", "_handle", "_guard", "fired")
+
+    def __init__(self, server: "RequestServer", task: asyncio.Task[None], request_id: str, deadline: float) -> None:
+        self._server, self._task, self._request_id = server, task, request_id
+        self._cancelling = task.cancelling()
+        self.fired = False
+        self._guard: asyncio.TimerHandle | None = None
+        self._handle = asyncio.get_running_loop().call_at(deadline, self._fire)
+
+    def _fire(self) -> None:
+        if self._task.done():
+            return
+        self.fired = True
+        self._task.cancel()
+        self._guard = asyncio.get_running_loop().call_later(
+            self._server._cancel_grace, self._server._abandon, self._task, self._request_id
+        )
+
+    def ended_the_call(self) -> bool:
+        """For a call that ended cancelled: whether the deadline did it (and not a cancel from elsewhere too)."""
+        return self.fired and self._task.uncancel() <= self._cancelling
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+        if self._guard is not None:
+            self._guard.cancel()
+
+
 class RequestServer:
     """Consume a request queue (Shared) and answer on the response queue.
 
@@ -229,47 +277,55 @@ class RequestServer:
     async def _run(self, message: Envelope, deadline: float | None, limit: float | None) -> None:
         request_id, reply_to = self._return_address(message)
         _deadline.set(deadline)  # this task's own context: see past_deadline()
-
-        async def reply(body: Body) -> None:
-            await self._send(body, request_id, reply_to)
-
+        reply = _Reply(self, request_id, reply_to)
         # No per-request log line here: a structlog call costs more than the rest of
         # this method (py-spy: 5% of a service's main thread); latency is in the metrics.
         if deadline is None and not self._cancellable:
             async with self._slots:
                 await self._call(message, reply, request_id)
             return
-        try:
-            async with asyncio.timeout_at(deadline):
-                await self._slots.acquire()
-        except TimeoutError:
-            await self._expired(reply, request_id, limit, started=False)
-            return
+        if self._slots.locked():  # a wait for a slot, bounded by the deadline; a free slot is taken without a timer
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._slots.acquire()
+            except TimeoutError:
+                await self._expired(reply, request_id, limit, started=False)
+                return
+        else:
+            await self._slots.acquire()
         task = asyncio.current_task()
         assert task is not None
         self._holding.add(task)
-        guard = (
-            None
-            if deadline is None
-            else asyncio.get_running_loop().call_at(deadline + self._cancel_grace, self._abandon, task, request_id)
-        )
+        # One timer for the deadline: it cancels the call and only then arms the slot's guard (`_abandon`), where
+        # asyncio.timeout_at and a guard timer of its own cost two per request.
+        expiry = None if deadline is None else _Expiry(self, task, request_id, deadline)
         try:
-            async with asyncio.timeout_at(deadline):
-                await self._call(message, reply, request_id)
-        except TimeoutError:
+            await self._call(message, reply, request_id)
+        except asyncio.CancelledError:
+            if expiry is None or not expiry.ended_the_call():
+                raise
             await self._expired(reply, request_id, limit, started=True)
         finally:
-            if guard is not None:
-                guard.cancel()
+            if expiry is not None:
+                expiry.cancel()
             if task in self._holding:
                 self._holding.discard(task)
                 self._slots.release()
 
-    async def _call(self, message: Envelope, reply: Callable[[Body], Awaitable[None]], request_id: str) -> None:
+    async def _call(self, message: Envelope, reply: "_Reply", request_id: str) -> None:
+        """Run the handler; one that raises before its last answer has the caller told so, not left to time out."""
         try:
             await self._handle(message, reply)
-        except Exception:
+        except Exception as exc:
             log.exception("request.handler_failed", queue=self.request_queue, id=request_id)
+            if not reply.finished:
+                await reply(
+                    error_body(
+                        "internal-error",
+                        f"{self.request_queue} failed while handling the request ({type(exc).__name__}); the"
+                        " service's log has the details",
+                    )
+                )
         finally:
             self.handled += 1
 

@@ -3,11 +3,19 @@
 Every trap in the broker notes is handled here once, so nothing above has to
 know them:
 
-- a consumer gets exactly one long-lived `receive()` loop, cancelled only when
-  the consumer closes (a cancelled `receive()` eats the next message);
+- the hot paths never call into `pulsar.asyncio`: a subscription's messages
+  arrive on the client's `message_listener` thread and a send's receipt on its
+  `send_async` callback, each handed to the event loop through one `LoopBridge`
+  (a wake-up per batch, not per message), so no `receive()` is ever pending
+  and none can be cancelled and eat a message; a listener's inbox is bounded
+  (the listener pauses at `receiver_queue`), and a send waits for a slot
+  rather than overflow the producer's queue (`subscription`, `handles`);
 - producers are unbatched (latency matters more than throughput on
   request/response) with a queue sized for bursts, and are flushed and closed
-  before the client, before the event loop ends;
+  before the client, before the event loop ends; a loop that ends with the
+  transport still open closes it first (`asyncio.run` cancels the transport's
+  guard task), and a loop closed under pending callbacks has the client closed
+  on a thread of its own: no callback ever runs into a closed loop;
 - Pulsar exceptions are caught here, by name (they are not all `Exception`
   subclasses of one tree), in one place (`broker_errors`, as httpx maps its
   transport's exceptions), and translated into the product's `TransportError`

@@ -19,7 +19,7 @@ from ...errors import (
 )
 from ...logs import get_logger
 from ...schemas import queue_namespace
-from ..diagnosis import namespace_missing, not_authorized
+from .diagnosis import namespace_missing, not_authorized
 
 log = get_logger("toolservice_base.transport")
 

@@ -1,5 +1,5 @@
-"""What a `PulsarTransport` hands out: publishers (plain and exclusive), readers and subscriptions, each owning its
-pulsar-client object."""
+"""What a `PulsarTransport` hands out besides subscriptions (`subscription`): publishers (plain and exclusive) and
+readers, each owning its pulsar-client object."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import _pulsar
-import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
 from ...errors import (
@@ -23,11 +23,11 @@ from ...logs import get_logger
 from ..base import (
     Envelope,
     ExclusiveMode,
-    Handler,
     Payload,
     encode,
 )
-from ..diagnosis import Action
+from .bridge import LoopBridge
+from .diagnosis import Action
 from .errors import Explain, broker_errors, result_name
 
 log = get_logger("toolservice_base.transport")
@@ -37,7 +37,13 @@ READ_BATCH = 500
 
 
 class PulsarPublisher:
-    """A producer that takes models, dicts or bytes.
+    """A producer that takes models, dicts or bytes, sending through pulsar-client's `send_async` and its callback.
+
+    A send builds the native message and hands it to the client on the loop's
+    thread (no thread hop); the client's I/O thread reports the broker's receipt
+    through the `LoopBridge`, batched with whatever else completed meanwhile.
+    Back-pressure: at most `queue` sends are pending in the client; past that, a
+    send waits for a slot (the client's own `ProducerQueueIsFull` never shows).
 
     Disconnected because the broker refuses us (a token, a permission, a
     namespace: what the transport's `TopicWatch` found), a send fails at once
@@ -52,40 +58,90 @@ class PulsarPublisher:
         producer: pulsar_asyncio.Producer,
         topic: str,
         url: str,
+        bridge: LoopBridge,
         *,
+        queue: int,
         explain: Explain | None = None,
         refused: Callable[[str], TransportError | None] | None = None,
     ) -> None:
         self._producer = producer
+        self._native: Any = producer._producer  # the C++ producer: its send_async takes a callback
         self.topic = topic
         self._url = url
+        self._bridge = bridge
         self._explain = explain
         self._refused = refused
+        self._room = max(1, queue)
+        self._slot_free: asyncio.Event | None = None
+        self._doing = f"sending on {topic}"
 
     async def send(self, payload: Payload, properties: dict[str, str] | None = None, *, key: str | None = None) -> None:
-        doing = f"sending on {self.topic}"
         if (
             self._refused is not None
-            and not self._producer.is_connected()
+            and not self._native.is_connected()
             and (refused := self._refused(self.topic)) is not None
         ):
             raise refused
-        if self._explain is None:
-            with broker_errors(doing, self._url, self.topic):
-                await self._producer.send(encode(payload), properties=properties or None, partition_key=key)
-            return
+        builder = _pulsar.MessageBuilder()
+        builder.content(encode(payload))
+        if properties:
+            builder.properties(properties)
+        if key is not None:
+            builder.partition_key(key)
+        while self._room <= 0:
+            await self._wait_for_room()
+        loop = self._bridge.loop
+        receipt: asyncio.Future[Any] = loop.create_future()
+        self._room -= 1
+        try:
+            with broker_errors(self._doing, self._url, self.topic):
+                self._native.send_async(builder.build(), partial(self._sent, receipt))
+            result = await receipt
+        finally:
+            self._room += 1
+            if self._slot_free is not None:
+                self._slot_free.set()
+        if result != _OK:
+            await self._failed(pulsar_asyncio.PulsarException(result))
+
+    def _sent(self, receipt: asyncio.Future[Any], result: Any, message_id: Any) -> None:
+        """Runs on a client I/O thread: the broker's receipt (or the failure), handed to the loop."""
+        self._bridge.post(_settle, (receipt, result))
+
+    async def _wait_for_room(self) -> None:
+        if self._slot_free is None:
+            self._slot_free = asyncio.Event()
+        self._slot_free.clear()
+        await self._slot_free.wait()
+
+    async def _failed(self, exc: BaseException) -> None:
+        """Raise the product's error for a send the client failed (asking the broker why, for a timeout)."""
         explain = self._explain
-        async with broker_errors(explain=lambda exc: explain(exc, doing, self.topic)):
-            await self._producer.send(encode(payload), properties=properties or None, partition_key=key)
+        if explain is None:
+            with broker_errors(self._doing, self._url, self.topic):
+                raise exc
+        else:
+            async with broker_errors(explain=lambda failure: explain(failure, self._doing, self.topic)):
+                raise exc
 
     @property
     def connected(self) -> bool:
-        return bool(self._producer.is_connected())
+        return bool(self._native.is_connected())
 
     async def close(self) -> None:
         with broker_errors(log="producer.close_failed", topic=self.topic):
             await self._producer.flush()
             await self._producer.close()
+
+
+_OK = _pulsar.Result.Ok
+
+
+def _settle(completion: tuple[asyncio.Future[Any], Any]) -> None:
+    """On the loop: a send's receipt; a caller that gave up (cancelled) has nothing left to hear."""
+    receipt, result = completion
+    if not receipt.done():
+        receipt.set_result(result)
 
 
 class PulsarExclusivePublisher:
@@ -258,95 +314,3 @@ class PulsarReader:
             if not self._in_flight.cancelled():
                 self._in_flight.exception()  # retrieved: the AlreadyClosed it ended with is expected
         self._thread.shutdown(wait=False)
-
-
-class PulsarSubscription:
-    """One consumer and the single receive loop that feeds its handler.
-
-    The handler runs inline: a handler that wants concurrency starts its own
-    tasks (and so owns its back-pressure). A handler that raises is logged and
-    the loop goes on: one bad message never stops a subscription.
-
-    `delete_on_close` (an exclusive subscription, this process's alone): closing
-    unsubscribes, so the broker keeps nothing for it (see `Transport.unsubscribe`).
-    """
-
-    action: Action = "consume"
-
-    def __init__(
-        self, consumer: pulsar_asyncio.Consumer, topic: str, handler: Handler, *, delete_on_close: bool = False
-    ) -> None:
-        self._consumer = consumer
-        self.topic = topic
-        self._handler = handler
-        self._delete_on_close = delete_on_close
-        self._closing = False
-        self._native: Any = getattr(consumer, "_consumer", None)
-        self._task = asyncio.create_task(self._run(), name=f"receive:{topic}")
-
-    @property
-    def connected(self) -> bool:
-        """Whether the consumer is attached to the broker now: False while pulsar-client reconnects (for
-        `TopicWatch`)."""
-        return self._native is None or bool(self._native.is_connected())
-
-    async def _run(self) -> None:
-        while not self._closing:
-            with broker_errors(keep=True) as receiving:
-                message = await self._consumer.receive()
-            if receiving.error is not None:
-                if self._closing:
-                    return
-                log.warning("consumer.receive_failed", topic=self.topic, error=str(receiving.error))
-                await asyncio.sleep(0.2)
-                continue
-            self._acknowledge(message)
-            envelope = Envelope(message.data(), message.properties() or {}, self.topic)
-            try:
-                await self._handler(envelope)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("consumer.handler_failed", topic=self.topic)
-
-    def _acknowledge(self, message: pulsar.Message) -> None:
-        """Acknowledge without waiting for the broker's receipt.
-
-        Awaiting it cost every message a second trip through the client's I/O
-        thread and the event loop before the handler could run. `make bench`
-        before/after: registry CPU at 5,000 heartbeats/s 51% -> 42%,
-        ToolSet.invoke p50 1.86 -> 1.20 ms. An ack failure was only ever
-        logged; it still is. The native consumer is pulsar.asyncio's own
-        attribute; if a release renames it, the awaited path takes over.
-        """
-        if self._native is None:
-            asyncio.ensure_future(self._acknowledge_awaited(message))
-            return
-        with broker_errors(log="consumer.ack_failed", topic=self.topic):
-            self._native.acknowledge_async(message._message, self._ack_done)
-
-    def _ack_done(self, result: object) -> None:
-        """Runs on the client's I/O thread: it may log, but must not touch the event loop."""
-        if result != _pulsar.Result.Ok:
-            log.debug("consumer.ack_failed", topic=self.topic, error=str(result))
-
-    async def _acknowledge_awaited(self, message: pulsar.Message) -> None:
-        with broker_errors(log="consumer.ack_failed", topic=self.topic):
-            await self._consumer.acknowledge(message)
-
-    async def close(self) -> None:
-        self._closing = True
-        self._task.cancel()
-        try:
-            await self._task
-        except (asyncio.CancelledError, Exception):
-            pass
-        if self._delete_on_close:
-            # Unsubscribing closes the consumer too; if it fails (the broker is gone, say), it is only closed.
-            with broker_errors(keep=True) as deleting:
-                await self._consumer.unsubscribe()
-            if deleting.error is None:
-                return
-            log.debug("consumer.unsubscribe_failed", topic=self.topic, error=str(deleting.error))
-        with broker_errors(log="consumer.close_failed", topic=self.topic):
-            await self._consumer.close()

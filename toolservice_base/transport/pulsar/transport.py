@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,16 +29,17 @@ from ..base import (
     broker_unreachable,
     unique_name,
 )
-from ..diagnosis import Action, Claims, TopicWatch, handshake, token_refused
+from .bridge import LoopBridge
+from .consumer_ids import subscribe_shifted
+from .diagnosis import Action, Claims, TopicWatch, handshake, token_refused
 from .errors import HELD, broker_errors, result_name, translate
-from .handles import PulsarExclusivePublisher, PulsarPublisher, PulsarReader, PulsarSubscription
+from .handles import PulsarExclusivePublisher, PulsarPublisher, PulsarReader
+from .subscription import PulsarSubscription, subscribe_listening
 
 log = get_logger("toolservice_base.transport")
 
 PRODUCER_QUEUE = 20_000
 SEND_TIMEOUT_MS = 10_000
-ID_SHIFT_RANGE = 64
-SHARED_ATTEMPTS = 6
 
 LOOKUP_TIMEOUT = 2.0
 """Seconds a diagnostic lookup of a topic may take; a broker that lets us in answers one in milliseconds."""
@@ -106,6 +107,12 @@ class PulsarTransport(OpenedResources):
         self._shift_subscription = unique_name("consumer-id-shift")
         self._abandoned: set[asyncio.Future[Any]] = set()
         self.url = url
+        self._bridge = LoopBridge(asyncio.get_running_loop(), self._loop_gone)
+        self._closed_off_loop = threading.Lock()
+        self._closing = False
+        self._shut_off_loop = False
+        self._clients_closed = False
+        self._guard = asyncio.ensure_future(self._close_when_the_loop_ends())
 
     @classmethod
     async def open(cls, settings: Settings | None = None, *, url: str | None = None) -> "PulsarTransport":
@@ -249,6 +256,8 @@ class PulsarTransport(OpenedResources):
             producer,
             topic,
             self.url,
+            self._bridge,
+            queue=PRODUCER_QUEUE,
             explain=lambda exc, doing, on: self._explain(exc, doing, on, "produce"),
             refused=self._watch.refusal,
         )
@@ -378,15 +387,18 @@ class PulsarTransport(OpenedResources):
         self._check_open()
         name = subscription or unique_name("sub")
         doing = f"subscribing to {topic}"
+        sub = PulsarSubscription(
+            topic, handler, self._bridge, receiver_queue=receiver_queue, delete_on_close=not shared
+        )
         async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic)):
             if shared:
-                consumer = await self._subscribe_shared(topic, name, receiver_queue)
+                consumer = await self._subscribe_shared(topic, name, receiver_queue, sub.on_message)
             else:
                 client = self._bulk() if bulk and self._capabilities.separate_bulk_connection else self._client
-                consumer = await client.subscribe(
-                    topic, name, consumer_type=pulsar.ConsumerType.Exclusive, receiver_queue_size=receiver_queue
+                consumer = await subscribe_listening(
+                    client, topic, name, pulsar.ConsumerType.Exclusive, receiver_queue, sub.on_message
                 )
-        sub = PulsarSubscription(consumer, topic, handler, delete_on_close=not shared)
+        sub.attach(consumer)
         self._subscriptions.append(sub)
         self._watch.start()
         return sub
@@ -418,58 +430,49 @@ class PulsarTransport(OpenedResources):
             self._bulk_client = pulsar_asyncio.Client(self.url, **self._client_options)
         return self._bulk_client
 
-    async def _subscribe_shared(self, topic: str, name: str, receiver_queue: int) -> pulsar_asyncio.Consumer:
+    async def _subscribe_shared(
+        self, topic: str, name: str, receiver_queue: int, listener: Callable[[Any, Any], None]
+    ) -> Any:
         if not self._capabilities.shift_consumer_ids:
-            return await self._client.subscribe(
-                topic, name, consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=receiver_queue
+            return await subscribe_listening(
+                self._client, topic, name, pulsar.ConsumerType.Shared, receiver_queue, listener
             )
         if self._shared_client is None:
             # A short operation timeout: a collision shows up as a timeout, and we retry.
             self._shared_client = pulsar_asyncio.Client(
                 self.url, **{**self._client_options, "operation_timeout_seconds": 2}
             )
-        last: BaseException | None = None
-        for attempt in range(1, SHARED_ATTEMPTS + 1):
-            await self._shift_consumer_id(self._shared_client, topic, self._shift_subscription)
-            with broker_errors(
-                log="consumer.shared_subscribe_retry", level="warning", topic=topic, subscription=name, attempt=attempt
-            ) as subscribing:
-                return await self._shared_client.subscribe(
-                    topic, name, consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=receiver_queue
-                )
-            last = subscribing.error
-        assert last is not None
-        raise last
-
-    @staticmethod
-    async def _shift_consumer_id(client: pulsar_asyncio.Client, topic: str, subscription: str) -> None:
-        """Use up a random number of consumer ids on a throwaway topic in `topic`'s namespace.
-
-        All on one Shared `subscription`, named once per transport: pulsar-lite keeps every subscription
-        name a topic ever had, for good (about 16 KiB each, measured; unsubscribing frees nothing), and a
-        name per throwaway consumer cost it 0.5 MB per service start. One name per process cannot collide
-        with another process's consumers, and within the process the consumer ids differ.
-        """
-        count = random.randrange(ID_SHIFT_RANGE)
-        if not count:
-            return
-        _, _, rest = topic.partition("://")
-        tenant_ns = "/".join(rest.split("/")[:2])
-        throwaway = f"non-persistent://{tenant_ns}/consumer-id-shift"
-        results = await asyncio.gather(
-            *(
-                client.subscribe(
-                    throwaway, subscription, consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=1
-                )
-                for _ in range(count)
-            ),
-            return_exceptions=True,
+        return await subscribe_shifted(
+            self._shared_client, topic, name, receiver_queue, listener, self._shift_subscription
         )
-        await asyncio.gather(
-            *(c.close() for c in results if isinstance(c, pulsar_asyncio.Consumer)), return_exceptions=True
-        )
+
+    async def _close_when_the_loop_ends(self) -> None:
+        """Close the transport if the loop ends with it open: `asyncio.run` cancels this task before it closes the
+        loop, and a client left open would outlive it (its threads, its connection, its callbacks into a closed
+        loop)."""
+        try:
+            await asyncio.get_running_loop().create_future()
+        except asyncio.CancelledError:
+            if not self._closing:
+                log.debug("transport.closed_with_the_loop", url=self.url)
+                await self.close()
+
+    def _loop_gone(self) -> None:
+        """The loop closed under pending completions (it was never given the chance to run the guard): close the
+        clients on a thread of their own, as nothing can run on the loop any more."""
+        with self._closed_off_loop:
+            if self._shut_off_loop or self._clients_closed:
+                return
+            self._shut_off_loop = self._closed = True
+            clients = [c for c in (self._shared_client, self._bulk_client, self._client) if c is not None]
+        log.warning("transport.loop_closed_while_open", url=self.url, hint="close the transport before the loop")
+        threading.Thread(target=_shut_down, args=(clients,), name="pulsar-close", daemon=True).start()
 
     async def close(self) -> None:
+        self._closing = True
+        guard = self._guard
+        if guard is not asyncio.current_task() and not guard.done():
+            guard.cancel()
         await self._watch.stop()
         if not await self._close_opened():
             return
@@ -478,7 +481,14 @@ class PulsarTransport(OpenedResources):
                 continue
             with broker_errors(log="client.close_failed"):
                 await client.close()
+        self._clients_closed = True
         if self._abandoned:  # creations the broker had not answered: the closed client fails them now
             await asyncio.wait(set(self._abandoned), timeout=self._client_options["operation_timeout_seconds"])
         if self._capabilities.close_grace:
             await asyncio.sleep(self._capabilities.close_grace)
+
+
+def _shut_down(clients: list[pulsar_asyncio.Client]) -> None:
+    for client in clients:
+        with broker_errors(log="client.close_failed"):
+            client._client.close()
