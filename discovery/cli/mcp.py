@@ -39,6 +39,7 @@ from .common import CommandError, settings_of, wait_for_signal
 if TYPE_CHECKING:
     from agent_bridge import ToolSet
     from discovery.mcp.auth import Gate, OAuthSettings
+    from discovery.mcp.server import McpFront
 
 log = get_logger("discovery.mcp")
 
@@ -364,9 +365,8 @@ async def _serve(args: argparse.Namespace) -> int:
     # Imported here: the SDK takes ~0.7 s to import, which no other command should pay.
     from mcp.server.stdio import stdio_server
 
-    from discovery.mcp.auth import IssuerError
     from discovery.mcp.server import McpFront
-    from discovery.mcp.transports import StdinLines, http_server, serve_streams
+    from discovery.mcp.transports import StdinLines, serve_streams
 
     try:
         check_name(args.workspace, "workspace")
@@ -410,11 +410,7 @@ async def _serve(args: argparse.Namespace) -> int:
             await _until_signal(serve_streams(front, *streams))
         else:
             assert address is not None
-            try:
-                server = http_server(front, *address, token=token, oauth=oauth, allowed_hosts=args.allow_host)
-                endpoint = await stack.enter_async_context(server)
-            except (OSError, IssuerError) as exc:
-                raise CommandError(str(exc)) from None
+            endpoint = await _listen(stack, front, address, token, oauth, args.allow_host)
             serving(transport="http", endpoint=endpoint)
             guarded = (
                 f" (OAuth 2.1: tokens of {oauth.issuer})" if oauth else " (bearer token required)" if token else ""
@@ -422,3 +418,23 @@ async def _serve(args: argparse.Namespace) -> int:
             print(f"mcp           {endpoint}{guarded}", flush=True)
             await wait_for_signal()
     return 0
+
+
+async def _listen(
+    stack: contextlib.AsyncExitStack,
+    front: McpFront,
+    address: tuple[str, int],
+    token: str | None,
+    oauth: OAuthSettings | None,
+    allowed_hosts: list[str],
+) -> str:
+    """Serve `front` over streamable HTTP until `stack` closes; its endpoint, or one line saying why it cannot."""
+    from discovery.mcp.auth import IssuerError
+    from discovery.mcp.transports import http_server
+
+    try:
+        return await stack.enter_async_context(
+            http_server(front, *address, token=token, oauth=oauth, allowed_hosts=allowed_hosts)
+        )
+    except (OSError, IssuerError) as exc:
+        raise CommandError(str(exc)) from None

