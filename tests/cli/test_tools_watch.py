@@ -213,10 +213,12 @@ async def test_a_watch_with_no_registry_fails_in_one_line_like_toolreg_tools(
 
 
 async def four_falling_silent(connection: Transport) -> None:
-    """Four services whose leases (1 s) all run out together: self-preservation holds their removal."""
+    """Four services whose leases (3 s) all run out together: self-preservation holds their removal.
+
+    Long enough for a `toolreg` command (about a second to start on a loaded machine) to ask before they run out."""
     publisher = await connection.publisher(connection.topics.tool_descriptors)
     for number in range(4):
-        await announced(publisher, f"svc-{number}", f"tool-{number}", f"svc-{number}-1", ttl=1.0)
+        await announced(publisher, f"svc-{number}", f"tool-{number}", f"svc-{number}-1", ttl=3.0)
 
 
 async def test_strict_exits_3_while_self_preservation_holds_a_removal_and_0_once_released(
@@ -225,7 +227,7 @@ async def test_strict_exits_3_while_self_preservation_holds_a_removal_and_0_once
     env = toolreg_env(broker.url or "", settings.data_dir)
     await four_falling_silent(connection)
     assert (await atoolreg("tools", "--strict", env=env)).returncode == 0  # nothing held yet
-    await eventually(lambda: len(registry.held_services()) == 4, timeout=3.0)
+    await eventually(lambda: len(registry.held_services()) == 4, timeout=6.0)
 
     strict = await atoolreg("tools", "--strict", env=env)
     assert strict.returncode == 3, strict.stderr
