@@ -6,19 +6,20 @@
         print(match.name, match.score)
 
 `ToolIndex` (`index`) ranks by BM25 over four fields (`text`); `rank` applies the health rules (`health`):
-excluded tools dropped, failing ones lowered. `agent_bridge`'s `ToolSet.search`, `toolreg mcp --search`,
-`toolreg tools --search` and the registry page's search box all rank this way. A `Ranker` of your own (an
-embedding model's, say) goes behind the same interface.
+excluded tools dropped, failing ones lowered; `LiveIndex` (`live`) keeps a ranker in step with a live set, built
+and fed off the event loop. `agent_bridge`'s `ToolSet.search`, `toolreg mcp --search`, `toolreg tools --search`
+and the registry page's search box all rank this way. A `Ranker` of your own (an embedding model's, say) goes
+behind the same interface.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from .health import EXCLUDED, FAILING_WEIGHT, HEALTHY_SHARE, UNKNOWN, Health, combine, share_of
-from .index import ToolIndex
+from .index import Ranker, ToolIndex
+from .live import LiveIndex
 from .text import BOOSTS, MAX_LIMIT, MAX_QUERY_CHARS, SearchDoc, arguments_text, check_limit, query_terms
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "UNKNOWN",
     "Health",
+    "LiveIndex",
     "Match",
     "Ranker",
     "SearchDoc",
@@ -41,20 +43,6 @@ __all__ = [
     "rank",
     "share_of",
 ]
-
-
-class Ranker(Protocol):
-    """What `rank` ranks with: `ToolIndex`, or another ranker kept up to date the same way."""
-
-    def __len__(self) -> int: ...
-
-    def stage(self, upserts: Mapping[str, SearchDoc], removals: Iterable[str] = ()) -> int: ...
-
-    def commit(self) -> None: ...
-
-    def refresh(self) -> None: ...
-
-    def search(self, query: str, limit: int) -> list[tuple[str, float]]: ...
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,15 @@ segment of the changed documents, whatever the size of the index, and tantivy me
 thread. Measured on this project's corpus (`python -m bench --only search`): p50 about 0.2 ms per search over
 10,000 tools; one changed tool costs one commit of a few milliseconds at 1,000 or 30,000 tools alike.
 
-Threads: `stage` and `refresh` are cheap and run where the caller is; `commit` takes milliseconds and releases
-the GIL, so an event loop runs it in a worker thread (`await asyncio.to_thread(index.commit)`). Searches keep
-reading the last refreshed view meanwhile. One writer: a caller serialises its `stage`/`commit` pairs.
+Threads: any. `stage` and `commit` grow with what changed (a whole first build of 10,000 tools is about half a
+second), so an event loop runs them in a worker thread, as `LiveIndex` (`live`) does; searches keep reading the
+last refreshed view meanwhile, from any thread. One writer: a caller serialises its `stage`/`commit` pairs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from .text import BOOSTS, SearchDoc, analyzer, query_terms
 
@@ -21,6 +22,23 @@ WRITER_HEAP = 15_000_000
 """Bytes of tantivy's indexing arena (its floor is 3 MB per thread); past it the writer flushes a segment itself."""
 TOKENIZER = "tools"
 ID = "id"
+
+
+class Ranker(Protocol):
+    """What `rank` ranks with: `ToolIndex`, or another ranker kept up to date the same way (an embedding model's).
+
+    `stage` and `commit` run in a worker thread (`LiveIndex`), `search` wherever the caller is, while a write may
+    be under way: it reads what the last `refresh` made visible."""
+
+    def __len__(self) -> int: ...
+
+    def stage(self, upserts: Mapping[str, SearchDoc], removals: Iterable[str] = ()) -> int: ...
+
+    def commit(self) -> None: ...
+
+    def refresh(self) -> None: ...
+
+    def search(self, query: str, limit: int) -> list[tuple[str, float]]: ...
 
 
 class ToolIndex:
@@ -68,7 +86,7 @@ class ToolIndex:
         return changed
 
     def commit(self) -> None:
-        """Write what was staged (milliseconds; releases the GIL: run it in a worker thread from an event loop)."""
+        """Write what was staged (milliseconds for a few tools; releases the GIL)."""
         if self._staged:
             self._staged = False
             self._writer.commit()
