@@ -1,10 +1,12 @@
 """The `ToolSet`'s search: its index, fed from the difference between the old and the new set at each swap, and
 what the agent knows of each tool's health.
 
-The index is built on the first search (an agent that never searches pays nothing) and from then on updated at
-every swap with the tools that came, changed or went: a changed tool is one whose built entry is not the same
-object as before (`build` keeps unchanged ones as they were), so the cost of an update follows the change, not
-the set, however the reload learned of it.
+The index (`toolservice_base.search.LiveIndex`) is built in a worker thread when the first search asks for it (an
+agent that never searches pays nothing; the search waits for it without holding the event loop up), and from
+then on fed at every swap, in the background, with the tools that came, changed or went: a changed tool is one
+whose built entry is not the same object as before (`build` keeps unchanged ones as they were), so the cost of
+an update follows the change, not the set, however the reload learned of it. A search that comes before the
+last swap is written waits for it, so it ranks the set it is asked about.
 
 Health, as `toolservice_base.search.health` ranks by it, from two sources:
 
@@ -20,22 +22,31 @@ Health, as `toolservice_base.search.health` ranks by it, from two sources:
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TypeVar
 
-from toolservice_base.logs import get_logger
 from toolservice_base.metrics import OTHER_TOOL
-from toolservice_base.search import UNKNOWN, Health, Match, Ranker, SearchDoc, ToolIndex, combine, rank
+from toolservice_base.search import (
+    UNKNOWN,
+    Health,
+    LiveIndex,
+    Match,
+    Ranker,
+    SearchDoc,
+    ToolIndex,
+    check_limit,
+    combine,
+    query_terms,
+    rank,
+)
 
 from .build import Entry
 from .metrics import MAX_SERIES, error_type
 
 T = TypeVar("T")
-log = get_logger("agent_bridge.search")
 
 HALF_LIFE = 300.0
 """Seconds after which a call's outcome counts half as much."""
@@ -106,50 +117,32 @@ class CallOutcomes:
 
 
 class ToolSearch:
-    """One `ToolSet`'s ranker, kept in step at each swap, and the health it ranks by."""
+    """One `ToolSet`'s index, kept in step at each swap, and the health it ranks by."""
 
     def __init__(self, ranker: Callable[[], Ranker] = ToolIndex) -> None:
         self.outcomes = CallOutcomes()
         self.reported: Mapping[str, Health] = {}
-        self._make = ranker
-        self._ranker: Ranker | None = None
-        self.updates = 0
-        """Swaps that changed the index (for tests and the benchmark)."""
-        self.last_changed = 0
-        """Documents the last such swap wrote."""
-
-    def ranker(self, entries: Mapping[str, Entry]) -> Ranker:
-        """The ranker, built over `entries` on first use."""
-        if self._ranker is None:
-            ranker = self._make()
-            ranker.stage({name: SearchDoc.of(entry.tool) for name, entry in entries.items()})
-            ranker.commit()
-            ranker.refresh()
-            self._ranker = ranker
-        return self._ranker
+        self.index: LiveIndex[Entry] = LiveIndex(_document, ranker)
 
     async def swap(self, old: Mapping[str, Entry], new: Mapping[str, Entry]) -> None:
-        """Feed the ranker the difference between two sets: the tools that came or changed, and those that went."""
-        gone = [name for name in old if name not in new]
-        self.outcomes.forget(gone)
-        ranker = self._ranker
-        if ranker is None:
-            return
-        upserts = {name: SearchDoc.of(entry.tool) for name, entry in new.items() if old.get(name) is not entry}
-        try:
-            changed = ranker.stage(upserts, gone)
-            if changed:
-                await asyncio.to_thread(ranker.commit)
-                ranker.refresh()
-                self.updates += 1
-                self.last_changed = changed
-        except Exception:  # never let the index hold a reload up: built again, whole, on the next search
-            log.exception("toolset.search_index_failed", upserts=len(upserts), removals=len(gone))
-            self._ranker = None
+        """Forget the outcomes of tools that went; feed the index the new set in the background (a reload never
+        waits for it)."""
+        self.outcomes.forget(name for name in old if name not in new)
+        self.index.follow(new)
 
     def health(self, tool: str) -> Health:
         own, reported = self.outcomes.health(tool), self.reported.get(tool)
         return UNKNOWN if own is None and reported is None else combine(own, reported)
 
-    def search(self, query: str, limit: int, entries: Mapping[str, Entry]) -> list[Match]:
-        return rank(self.ranker(entries), query, limit, health_of=self.health, admits=entries.__contains__)
+    async def search(self, query: str, limit: int, entries: Mapping[str, Entry]) -> list[Match]:
+        check_limit(limit)
+        query_terms(query)  # a query that cannot be searched is refused before anything is built
+        ranker = await self.index.sync(entries)
+        return rank(ranker, query, limit, health_of=self.health, admits=entries.__contains__)
+
+    async def close(self) -> None:
+        await self.index.close()
+
+
+def _document(name: str, entry: Entry) -> SearchDoc:
+    return SearchDoc.of(entry.tool)

@@ -155,6 +155,7 @@ class ToolSet:
 
     async def _shutdown(self) -> None:
         await self._reload.stop()
+        await self._search.close()
         if self._own_connection and self._connection is not None:
             await self._connection.close()
 
@@ -211,17 +212,18 @@ class ToolSet:
 
     # --- search --------------------------------------------------------------
 
-    def search(self, query: str, limit: int = 10) -> list[Match]:
+    async def search(self, query: str, limit: int = 10) -> list[Match]:
         """The `limit` tools that best match `query`, best first: BM25 over their names, titles, descriptions and
         arguments, adjusted by health (`toolservice_base.search.health`): a tool the registry reports `held` or
         `unavailable` is never returned; one failing most of its calls ranks below a healthy one that matches as
         well. Health comes from this set's own calls, and from `report_health` if the application feeds it.
 
-        `describe([m.name for m in matches])` gives their definitions. The index is built on the first search
-        (about 0.3 s for 10,000 tools) and then updated at every reload with what changed. `BadQuery` (one line)
-        for a query with no words, one over `MAX_QUERY_CHARS`, or a limit outside 1 to `MAX_LIMIT`.
+        `describe([m.name for m in matches])` gives their definitions. The index is built in a worker thread when
+        the first search asks for it (about half a second for 10,000 tools, while the event loop runs on; a set
+        that is never searched never builds one), then fed at every reload with what changed. `BadQuery` (one
+        line, at once) for a query with no words, one over `MAX_QUERY_CHARS`, or a limit outside 1 to `MAX_LIMIT`.
         """
-        return self._search.search(query, limit, self._state.entries)
+        return await self._search.search(query, limit, self._state.entries)
 
     def report_health(self, reports: Mapping[str, Health]) -> None:
         """What the registry says of each tool (its status; its failure share over every caller), replacing the last

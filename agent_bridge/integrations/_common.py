@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
@@ -15,7 +16,7 @@ from toolservice_base.errors import (
     ToolError,
     UnknownToolError,
 )
-from toolservice_base.search import MAX_QUERY_CHARS
+from toolservice_base.search import MAX_QUERY_CHARS, query_terms
 
 if TYPE_CHECKING:
     from .. import ToolSet
@@ -122,8 +123,7 @@ class Focus:
             raise ValueError(f"top_k must be from 1 to 100, got {top_k}")
         self.specs = specs
         self.top_k = top_k
-        self._memo: tuple[tuple[int, str, tuple[str, ...]], str] | None = None
-        self._chosen: list[Spec] = []
+        self._memo: tuple[tuple[tuple[int, str, tuple[str, ...]], str], asyncio.Task[list[Spec]]] | None = None
 
     @property
     def description(self) -> str:
@@ -132,29 +132,36 @@ class Focus:
             " Describe what you want to do in a few words."
         )
 
-    def offered(self, query: str | None) -> list[Spec]:
-        """The specs to offer for a step whose query is `query` (none: nothing but `search_tools`)."""
+    async def offered(self, query: str | None) -> list[Spec]:
+        """The specs to offer for a step whose query is `query` (none: nothing but `search_tools`).
+
+        One search per set and query: a framework that asks once per tool (the OpenAI Agents SDK's `is_enabled`)
+        gets the answer of the first ask."""
         if not query:
             return []
         query = query[-MAX_QUERY_CHARS:]
         key = (self.specs.key(), query)
-        if key != self._memo:
-            try:
-                found = self.specs.toolset.search(query, self.top_k)
-            except BadQuery:
-                found = []
-            self._chosen, self._memo = self.specs.of([m.name for m in found]), key
-        return self._chosen
+        memo = self._memo
+        if memo is None or memo[0] != key or (memo[1].done() and (memo[1].cancelled() or memo[1].exception())):
+            memo = self._memo = (key, asyncio.ensure_future(self._choose(query)))
+        return await asyncio.shield(memo[1])  # one asker giving up does not stop the search the others wait for
 
-    def answer(self, query: Any) -> str:
+    async def _choose(self, query: str) -> list[Spec]:
+        try:
+            found = await self.specs.toolset.search(query, self.top_k)
+        except BadQuery:
+            found = []
+        return self.specs.of([m.name for m in found])
+
+    async def answer(self, query: Any) -> str:
         """What `search_tools` tells the model: the tools it will be offered, one a line, or why none."""
         if not isinstance(query, str):
             return "bad-arguments: search_tools takes a query, in words"
         try:
-            self.specs.toolset.search(query[-MAX_QUERY_CHARS:], self.top_k)
+            query_terms(query[-MAX_QUERY_CHARS:])
         except BadQuery as exc:
             return str(exc)
-        found = self.offered(query)
+        found = await self.offered(query)
         if not found:
             return f"no live tool matches {query!r}; try other words"
         return "Offered at your next step:\n" + "\n".join(f"- {spec.name}: {spec.description}" for spec in found)

@@ -17,8 +17,8 @@ from langchain.agents.middleware import (
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
 
-from ._common import SEARCH_PARAMETERS, SEARCH_TOOL, Focus
-from ._langchain_tools import CurrentTools, LiveTool
+from ._common import SEARCH_PARAMETERS, SEARCH_TOOL, Focus, Spec
+from ._langchain_tools import CurrentTools, LiveTool, on_loop
 
 if TYPE_CHECKING:
     from .. import ToolSet
@@ -49,10 +49,10 @@ class LiveToolsMiddleware(AgentMiddleware[Any, Any, Any]):
         assert focus is not None
 
         async def search(arguments: dict[str, Any]) -> str:
-            return focus.answer(arguments.get("query"))
+            return await focus.answer(arguments.get("query"))
 
         def search_sync(arguments: dict[str, Any]) -> str:
-            return focus.answer(arguments.get("query"))
+            return on_loop(self._tools.loop, lambda: focus.answer(arguments.get("query")), SEARCH_TOOL)
 
         return LiveTool(
             name=SEARCH_TOOL,
@@ -63,15 +63,18 @@ class LiveToolsMiddleware(AgentMiddleware[Any, Any, Any]):
             toolset=self.toolset,
         )
 
-    def _offer(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+    async def _focused(self, request: ModelRequest[Any]) -> list[Spec]:
+        """The top-k mode's choice for this model call (nothing without it)."""
+        return [] if self._focus is None else await self._focus.offered(_step_query(request.messages))
+
+    def _offer(self, request: ModelRequest[Any], focused: list[Spec]) -> ModelRequest[Any]:
         current = self._tools.current()
         self._offered.update(current)
         others = [t for t in request.tools if not self._ours(t)]
         if self._focus is None or self._search is None:
             return request.override(tools=[*others, *current.values()])
-        focused = [current[spec.name] for spec in self._focus.offered(_step_query(request.messages))]
         self._offered.add(SEARCH_TOOL)
-        return request.override(tools=[*others, self._search, *focused])
+        return request.override(tools=[*others, self._search, *(current[s.name] for s in focused if s.name in current)])
 
     def _route(self, request: ToolCallRequest) -> ToolCallRequest:
         name = request.tool_call["name"]
@@ -89,12 +92,13 @@ class LiveToolsMiddleware(AgentMiddleware[Any, Any, Any]):
     def wrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
     ) -> ModelResult:
-        return handler(self._offer(request))
+        focused = [] if self._focus is None else on_loop(self._tools.loop, lambda: self._focused(request), SEARCH_TOOL)
+        return handler(self._offer(request, focused))
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
     ) -> ModelResult:
-        return await handler(self._offer(request))
+        return await handler(self._offer(request, await self._focused(request)))
 
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from contextlib import aclosing
 from functools import cache
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pydantic import Field
 
@@ -27,7 +27,9 @@ from langchain_core.tools import StructuredTool, ToolException
 if TYPE_CHECKING:
     from .. import ToolSet
 
-__all__ = ["CurrentTools", "LiveTool", "live_tool", "running_loop"]
+__all__ = ["CurrentTools", "LiveTool", "live_tool", "on_loop", "running_loop"]
+
+T = TypeVar("T")
 
 _EMPTY: dict[str, Any] = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
 
@@ -97,17 +99,7 @@ def live_tool(toolset: ToolSet, spec: Spec, user: str, loop: asyncio.AbstractEve
             raise ToolException(for_model(name, exc)) from exc
 
     def call(arguments: dict[str, Any]) -> str:
-        if loop is None:
-            raise RuntimeError(
-                f"tool {name!r} was made outside an event loop: pass loop=<the ToolSet's loop> to make it callable"
-                " synchronously, or use ainvoke"
-            )
-        if running_loop() is loop:
-            raise RuntimeError(
-                f"tool {name!r} was called synchronously on the ToolSet's own event loop, which would block it; use"
-                " ainvoke"
-            )
-        return asyncio.run_coroutine_threadsafe(acall(arguments), loop).result()
+        return on_loop(loop, lambda: acall(arguments), f"tool {name!r}")
 
     return LiveTool(
         name=name,
@@ -126,6 +118,20 @@ def _metadata(spec: Spec) -> dict[str, Any] | None:
     `metadata`; None when it says nothing more."""
     said = {**(spec.mcp_metadata() or {}), **({"output_schema": spec.output_schema} if spec.output_schema else {})}
     return said or None
+
+
+def on_loop(loop: asyncio.AbstractEventLoop | None, work: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
+    """For LangChain's synchronous paths: run `work()` on the ToolSet's `loop` (from another thread) and wait."""
+    if loop is None:
+        raise RuntimeError(
+            f"{what} was made outside an event loop: pass loop=<the ToolSet's loop> to make it callable"
+            " synchronously, or use ainvoke"
+        )
+    if running_loop() is loop:
+        raise RuntimeError(
+            f"{what} was called synchronously on the ToolSet's own event loop, which would block it; use ainvoke"
+        )
+    return asyncio.run_coroutine_threadsafe(work(), loop).result()
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:

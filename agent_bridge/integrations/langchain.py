@@ -79,7 +79,9 @@ def live_tools_middleware(
     ToolSet needs to be given to `create_agent`. Needs the `langchain` package.
     With `top_k=5`, each model call is offered only the five tools that best match
     the step (the model's latest `search_tools` call, or else the last human
-    message; `ToolSet.search` ranks them by text, then health) and `search_tools`.
+    message; `ToolSet.search` ranks them by text, then health) and `search_tools`. An agent run synchronously
+    (`invoke`) has its searches and calls run on `loop`, the ToolSet's event loop (by default the one this is
+    called on).
     """
     require("langchain.agents", "langchain", "langchain")
     from ._langchain_middleware import LiveToolsMiddleware

@@ -99,7 +99,7 @@ class _Turns:
                 query = None
             if isinstance(query, str):
                 self.searched = query
-            return self.focus.answer(query)
+            return await self.focus.answer(query)
 
         return FunctionTool(
             name=SEARCH_TOOL,
@@ -110,9 +110,9 @@ class _Turns:
         )
 
     def enabled(self, name: str) -> Any:
-        def check(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+        async def check(ctx: RunContextWrapper[Any], agent: Any) -> bool:
             query = self.searched or _last_user_text(ctx.turn_input)
-            return any(spec.name == name for spec in self.focus.offered(query))
+            return any(spec.name == name for spec in await self.focus.offered(query))
 
         return check
 

@@ -102,7 +102,7 @@ class LiveToolset(AbstractToolset[Any]):
             self._built_from = specs
         if self._focus is None:
             return dict(self._tools)
-        offered = self._focus.offered(_step_query(ctx.messages))
+        offered = await self._focus.offered(_step_query(ctx.messages))
         search = self._tool(Spec(SEARCH_TOOL, self._focus.description, SEARCH_PARAMETERS))
         return {SEARCH_TOOL: search, **{spec.name: self._tools[spec.name] for spec in offered}}
 
@@ -124,7 +124,7 @@ class LiveToolset(AbstractToolset[Any]):
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> str:
         if self._focus is not None and name == SEARCH_TOOL:
-            return self._focus.answer(tool_args.get("query"))
+            return await self._focus.answer(tool_args.get("query"))
         user = self.user if isinstance(self.user, str) else self.user(ctx)
         try:
             return await self.toolset.invoke(name, tool_args, user=user)

@@ -94,7 +94,7 @@ CALL_TOOL = types.Tool(
 SURFACE = [SEARCH_TOOL, CALL_TOOL]
 
 
-def search_result(
+async def search_result(
     tools: ToolSet, listed: dict[str, types.Tool], mcp_name: dict[str, str], args: dict[str, Any]
 ) -> types.CallToolResult:
     """`search_tools`: the best live tools `listed` (MCP name -> tool, filters applied) holds for the query."""
@@ -104,7 +104,7 @@ def search_result(
     try:
         check_limit(limit)
         # Asked for more than `limit` when --tools/--exclude leave some out: they are dropped after ranking.
-        matches = tools.search(query, limit if len(listed) >= len(tools) else MAX_LIMIT)
+        matches = await tools.search(query, limit if len(listed) >= len(tools) else MAX_LIMIT)
     except BadQuery as exc:
         return refusal(str(exc))
     found = []

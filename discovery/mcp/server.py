@@ -360,7 +360,7 @@ class McpFront:
         """Who calls, may it, is it too fast; then the call; each one recorded (`mcp.call`, and the audit topic)."""
         started = time.monotonic()
         caller = self.gate.caller(ctx.request)
-        resolved = self._resolve(caller, params.name, dict(params.arguments or {}))
+        resolved = await self._resolve(caller, params.name, dict(params.arguments or {}))
         if isinstance(resolved, types.CallToolResult):
             return resolved
         name, arguments = resolved
@@ -404,7 +404,7 @@ class McpFront:
         record(outcome, detail)
         return result
 
-    def _resolve(
+    async def _resolve(
         self, caller: Caller, name: str, arguments: dict[str, Any]
     ) -> types.CallToolResult | tuple[str, dict[str, Any]]:
         """The tool a call is for and its arguments; with the search surface, `search_tools` answered here (over the
@@ -413,7 +413,7 @@ class McpFront:
             return name, arguments
         if name == surface.SEARCH:
             visible = self.visible(caller)
-            return surface.search_result(self.tools, visible.by_name(), _mcp_names(visible), arguments)
+            return await surface.search_result(self.tools, visible.by_name(), _mcp_names(visible), arguments)
         called, inner = arguments.get("name"), arguments.get("arguments") or {}
         if not isinstance(called, str) or not isinstance(inner, dict):
             return surface.refusal(f"{surface.CALL} takes a tool's name (text) and its arguments (an object)")

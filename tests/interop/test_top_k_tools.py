@@ -4,6 +4,7 @@ search."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -72,9 +73,13 @@ def sorted_after_first(names: Sequence[str]) -> list[str]:
     return ["search_tools", *rest] if "search_tools" in names else list(names)
 
 
-async def test_langchain_middleware_offers_the_top_five_and_search_tools(live_toolset: ToolSet, fleet: None) -> None:
+@pytest.mark.parametrize("run", ["ainvoke", "invoke"])
+async def test_langchain_middleware_offers_the_top_five_and_search_tools(
+    live_toolset: ToolSet, fleet: None, run: str
+) -> None:
+    """`invoke` runs the agent synchronously, in another thread: its searches and calls run on the ToolSet's loop."""
     from langchain.agents import create_agent
-    from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
+    from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
@@ -100,6 +105,17 @@ async def test_langchain_middleware_offers_the_top_five_and_search_tools(live_to
         def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
             return self.model_copy(update={"bound": [convert_to_openai_tool(t)["function"]["name"] for t in tools]})
 
+        def _generate(
+            self,
+            messages: list[BaseMessage],
+            stop: Any = None,
+            run_manager: CallbackManagerForLLMRun | None = None,
+            **kwargs: Any,
+        ) -> ChatResult:
+            offered.append(self.bound)
+            told.extend(str(m.content) for m in messages[-1:] if isinstance(m, ToolMessage))
+            return ChatResult(generations=[ChatGeneration(message=plan.pop(0))])
+
         async def _agenerate(
             self,
             messages: list[BaseMessage],
@@ -107,15 +123,18 @@ async def test_langchain_middleware_offers_the_top_five_and_search_tools(live_to
             run_manager: AsyncCallbackManagerForLLMRun | None = None,
             **kwargs: Any,
         ) -> ChatResult:
-            offered.append(self.bound)
-            told.extend(str(m.content) for m in messages[-1:] if isinstance(m, ToolMessage))
-            return ChatResult(generations=[ChatGeneration(message=plan.pop(0))])
+            return self._generate(messages, stop, **kwargs)
 
     agent = create_agent(Scripted(), middleware=[live_tools_middleware(live_toolset, top_k=5)])
+
+    async def ask(text: str) -> None:
+        question = {"messages": [("user", text)]}
+        await (agent.ainvoke(question) if run == "ainvoke" else asyncio.to_thread(agent.invoke, question))
+
     plan[:] = [call("calculate", expression="6 * 7"), AIMessage(content="ok")]
-    await agent.ainvoke({"messages": [("user", ASK)]})
+    await ask(ASK)
     plan[:] = [call("search_tools", query=SEARCH), AIMessage(content="ok")]
-    await agent.ainvoke({"messages": [("user", "hello")]})
+    await ask("hello")
     check([sorted_after_first(o) for o in offered], told)
 
 
