@@ -17,9 +17,10 @@ from agent_bridge import ToolSet
 from discovery.errors import RegistryUnavailable
 from discovery.registry.client import RegistryClient
 from discovery.registry.protocol import ToolStatus
+from discovery.registry.search import usage_health
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.logs import get_logger
-from toolservice_base.search import Health, share_of
+from toolservice_base.search import Health
 
 log = get_logger("discovery.search")
 
@@ -29,13 +30,7 @@ STALE_AFTER = 30.0
 
 def reports(tools: Iterable[ToolStatus]) -> dict[str, Health]:
     """The registry's listing as the health a search ranks by."""
-    return {
-        tool.name: Health(
-            status=tool.status,
-            failure_share=share_of(tool.usage.calls_per_s, tool.usage.errors_per_s) if tool.usage else None,
-        )
-        for tool in tools
-    }
+    return {tool.name: usage_health(tool.status, tool.usage) for tool in tools}
 
 
 async def follow_registry(

@@ -13,17 +13,20 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from toolservice_base.configclient import ConfigClient
 from toolservice_base.schemas import ToolAnnotations, ToolDescriptor
+from toolservice_base.search import Match
 
 from .callers import CallerBook, CallerView
 from .leases import Lease, LeaseTable, ServiceKey
+from .merge import Offer
 from .protocol import NameConflict, PendingChange, Rejection
+from .search import ToolFinder, ToolSource, search_key, usage_health
 from .state import ServiceState, static_status
 from .usage import ToolUsage, live_usage
 from .validation import RejectionLog, TrustCheck
@@ -238,6 +241,8 @@ class Overview:
         """The newest store version seen (pushes and our reads); None until the first."""
         self._static: dict[str, tuple[int, dict[str, dict[str, str]]]] = {}
         """Workspace -> (version, {"tool": items, "tool-service": items}) as last read."""
+        self.finder = ToolFinder(self.tool_sources)
+        """The registry's index of its tools, for the page's search (`search`)."""
 
     def observe(self, version: int) -> None:
         """A config push: the store is at `version` now, so static tools may have changed."""
@@ -273,6 +278,43 @@ class Overview:
             last_seen=lease.last_seen,
         )
 
+    def _shown_offer(self, state: ServiceState, leases: list[Lease]) -> Offer | None:
+        """The offer whose descriptions the page shows: the newest a live lease announced (what the merge uses, read
+        without its pruning); pinned, the one written (the newest may be held)."""
+        if self._pending is not None:
+            return state.merged
+        announced = [lease for lease in leases if lease.announced and lease.digest in state.offers]
+        newest = max(announced, key=lambda lease: lease.announced).digest if announced else None
+        return state.offers.get(newest) if newest is not None else None
+
+    async def _static_tools(self) -> AsyncIterator[tuple[str, str, str, dict[str, str]]]:
+        """(workspace, name, item, the workspace's tool-service items) of every `tool` item in the store, the
+        registry's own included, in the default workspace and every workspace a service announced in."""
+        for workspace in sorted({self.workspace_default} | {key.workspace for key in self._services}):
+            items = await self._static_items(workspace)
+            for name, value in items.get("tool", {}).items():
+                yield workspace, name, value, items.get("tool-service", {})
+
+    async def tool_sources(self) -> dict[str, ToolSource]:
+        """Every tool the page lists, by `search_key`, as the search reads it (`search.ToolSource`): no copy, and the
+        same objects from call to call while nothing changes."""
+        grouped = self._leases.by_service()
+        sources: dict[str, ToolSource] = {}
+        for key, state in self._services.items():
+            offer = self._shown_offer(state, grouped.get(key, []))
+            described = {tool.name: tool for tool in offer.tools} if offer is not None else {}
+            for name in state.tool_names():
+                sources[search_key(state.workspace, name)] = described.get(name)
+        async for workspace, name, value, _ in self._static_tools():
+            sources.setdefault(search_key(workspace, name), value)
+        return sources
+
+    async def search(self, query: str, limit: int, among: RegistrySnapshot) -> list[Match]:
+        """The tools of `among` (a snapshot the page shows) that best match `query`, best first, by the health shown
+        there (`search.ToolFinder`); a match's `name` is its `search_key`. `BadQuery` for a query out of bounds."""
+        shown = {search_key(t.workspace, t.name): usage_health(t.status, t.usage) for t in among.tools}
+        return await self.finder.search(query, limit, shown)
+
     async def snapshot(self) -> RegistrySnapshot:
         wall = time.time()
         grouped = self._leases.by_service()
@@ -281,13 +323,7 @@ class Overview:
         instances: list[InstanceView] = []
         for key, state in sorted(self._services.items()):
             leases = grouped.get(key, [])
-            announced = [lease for lease in leases if lease.announced and lease.digest in state.offers]
-            newest = max(announced, key=lambda lease: lease.announced).digest if announced else None
-            offer = (
-                state.offers.get(newest) if newest is not None else None
-            )  # what the merge uses, read without its pruning
-            if self._pending is not None:
-                offer = state.merged  # pinned: the newest offer may be held; show what was written
+            offer = self._shown_offer(state, leases)
             described = {tool.name: tool for tool in offer.tools} if offer is not None else {}
             traffic = live_usage(leases)
             for status in state.tool_statuses(leases, wall):
@@ -306,12 +342,9 @@ class Overview:
                     usage=traffic.get(status.name),
                 )
             instances += [self._instance(state, lease, names) for lease in sorted(leases, key=lambda x: x.instance)]
-        workspaces = {self.workspace_default} | {key.workspace for key in self._services}
-        for workspace in sorted(workspaces):
-            items = await self._static_items(workspace)
-            for name, value in items.get("tool", {}).items():
-                if (workspace, name) not in tools:
-                    tools[(workspace, name)] = _static_view(name, value, items.get("tool-service", {}), workspace)
+        async for workspace, name, value, services in self._static_tools():
+            if (workspace, name) not in tools:
+                tools[(workspace, name)] = _static_view(name, value, services, workspace)
         return RegistrySnapshot(
             at=wall,
             config_version=self.config_version,

@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING
 from discovery.errors import RegistryUnavailable
 from toolservice_base.errors import TransportError
 from toolservice_base.logs import get_logger
+from toolservice_base.search import Match
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Transport
 
 from .heard import HeardLeases
 from .options import RegistryOptions
-from .overview import RegistrySnapshot, ReplicaView
+from .overview import Overview, RegistrySnapshot, ReplicaView
 from .service import DESCRIPTOR_PERMITS, Registry
 
 if TYPE_CHECKING:
@@ -124,11 +125,18 @@ class ActiveRegistry:
     def readiness(self) -> str | None:
         return None if self.registry is None else self.registry.readiness()
 
-    async def snapshot(self) -> RegistrySnapshot:
-        """The page's view: the active registry's overview; a standby has none to show."""
+    def _overview(self) -> Overview:
         if self.registry is None:
             raise RegistryUnavailable("this replica is a standby: the active replica runs the registry and its page")
-        snapshot = await self.registry.overview.snapshot()
+        return self.registry.overview
+
+    async def search(self, query: str, limit: int, among: RegistrySnapshot) -> list[Match]:
+        """The page's search: the active registry's (`Overview.search`); a standby has none."""
+        return await self._overview().search(query, limit, among)
+
+    async def snapshot(self) -> RegistrySnapshot:
+        """The page's view: the active registry's overview; a standby has none to show."""
+        snapshot = await self._overview().snapshot()
         if self.replicas is None:
             return snapshot
         group = [

@@ -281,6 +281,7 @@ class Registry:
             await self.writer.stop()  # first: no pending write reaches the store from here on
         await self._stop_intake()
         await self._resources.aclose()
+        await self.overview.finder.close()
         if was_running:
             log.info("registry.stopped")
 

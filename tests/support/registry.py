@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from discovery.registry.service import RegistryOptions
@@ -62,6 +63,33 @@ def announcement(
         service=service if full else None,
         tools=parsed if full else None,
     )
+
+
+def offering(
+    service_id: str,
+    described: Mapping[str, str],
+    *,
+    kind: str = "announce",
+    sequence: int = 1,
+    ttl: float = 60.0,
+) -> bytes:
+    """The bytes of an announcement (or withdraw) of `service_id` offering the tools `described` (name ->
+    description), as a service sends it; a long ttl, so no heartbeat is needed while a test runs."""
+    service, _ = descriptors(service_id)
+    tools = [ToolDescriptor(name=name, description=text, service=service_id) for name, text in described.items()]
+    full = kind == "announce"
+    message = Announcement(
+        kind=kind,  # type: ignore[arg-type]
+        instance=f"{service_id}-1",
+        sequence=sequence,
+        sent_at=time.time(),
+        ttl=ttl,
+        workspace="default",
+        digest=descriptor_digest(service, tools),
+        service=service if full else None,
+        tools=tools if full else None,
+    )
+    return message.model_dump_json(by_alias=True).encode()
 
 
 def silence(service: DynamicToolService) -> None:
