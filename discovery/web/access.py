@@ -7,11 +7,20 @@ else the page requires the bearer token `TOOLREG_HTTP_TOKEN`
 (`Settings.http_token`), compared in constant time: `Authorization: Bearer
 <token>`, or `/?token=<token>` once, which sets a cookie (HttpOnly,
 SameSite=Strict) and redirects to `/`.
+
+Another site's page can make a browser send requests here, though not read
+the answers; it is refused before anything is done for it. A request that
+says it comes from another origin (`Origin`, which browsers send on
+cross-origin fetches, event streams and forms) is refused unless it names this
+page's own host exactly; one that a browser says is cross-site
+(`Sec-Fetch-Site`) is refused unless it is a top-level navigation (a link to
+the page from elsewhere still opens it).
 """
 
 from __future__ import annotations
 
 import hmac
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -47,6 +56,9 @@ class PageAccess:
 
     def refusal(self, request: Request) -> Response | None:
         """None if the request may read the page; else the response to send instead."""
+        foreign = _foreign(request)
+        if foreign is not None:
+            return JSONResponse({"error": foreign}, status_code=403)
         if self.loopback:
             given = request.headers.get("host", "")
             parsed = split_host(given)
@@ -84,3 +96,17 @@ class PageAccess:
 def _bearer(request: Request) -> str | None:
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def _foreign(request: Request) -> str | None:
+    """Why a request another site's page made is refused; None for this page's own, or one no browser made."""
+    host = request.headers.get("host", "").lower()
+    origin = request.headers.get("origin")
+    if origin is not None:
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not host or parts.netloc.lower() != host:
+            return f"the registry page answers only its own origin, not {origin[:100]!r}"
+    site, mode = request.headers.get("sec-fetch-site"), request.headers.get("sec-fetch-mode")
+    if site == "cross-site" and mode != "navigate":
+        return "the registry page does not answer another site's requests (only links to it)"
+    return None

@@ -4,7 +4,9 @@
 With the page open (and never reloaded), a signed service starts and its row
 appears, an unsigned announcement is refused and shows under rejections, a
 tool whose description holds `<script>` shows it as text, and the service is
-killed and its row goes. The screenshot taken on the way is the one the README
+killed and its row goes. A search typed in the box is ranked on the server and
+keeps its query and order as the page redraws itself; with JavaScript off it is
+a plain GET form. The screenshot taken on the way is the one the README
 shows (docs/registry-page.png), so it is rewritten by every run; writing it is
 best effort and never fails the test.
 
@@ -25,10 +27,13 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from subprocess import Popen
+from urllib.parse import quote
 
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 from support import eventually, toolreg_background, toolreg_env
+from support.registry import offering
+from test_page import acall
 
 from discovery.broker import EmbeddedBroker
 from discovery.registry.overview import (
@@ -40,10 +45,12 @@ from discovery.registry.overview import (
     TrustView,
 )
 from discovery.registry.protocol import PendingChange, Rejection
+from discovery.registry.service import Registry
 from discovery.registry.trust import TrustPolicy, trusted_key
 from discovery.registry.usage import ToolUsage
 from discovery.web.health import HealthServer
-from discovery.web.page import PageAccess, PageFeed, page_routes
+from discovery.web.page import PageAccess, PageFeed, page_routes, serve_registry_page
+from toolservice_base import Transport
 from toolservice_base.signing import generate_key_pair
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,7 +231,7 @@ async def test_the_registry_page_follows_services_live_in_a_browser(
     try:
         plain = await static.new_page()
         await plain.goto(url)
-        await expect(plain.locator("#live")).to_have_text("static page")
+        await expect(plain.locator("#live")).to_have_text("static page: reload for the latest")
         await expect(plain.locator("#tools tbody tr", has_text="find-notes").locator("td.description")).to_have_text(
             HOSTILE
         )
@@ -331,7 +338,7 @@ async def served_page(browser: Browser, stub: Stub) -> AsyncIterator[tuple[Page,
 async def test_pending_changes_replicas_and_the_filter_in_a_browser(
     browser: Browser, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("discovery.web.page.BEATS_INTERVAL", 0.0)
+    monkeypatch.setattr("discovery.web.feed.BEATS_INTERVAL", 0.0)
     now = time.time()
     stub = Stub(pinned_registry(now, now, now - 1))
     async with served_page(browser, stub) as (page, feed):
@@ -462,7 +469,7 @@ def busy_registry(at: float, usage: ToolUsage | None) -> RegistrySnapshot:
 async def test_calls_errors_and_p95_follow_the_heartbeats_in_a_browser(
     browser: Browser, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("discovery.web.page.BEATS_INTERVAL", 0.0)
+    monkeypatch.setattr("discovery.web.feed.BEATS_INTERVAL", 0.0)
     stub = Stub(busy_registry(time.time(), ToolUsage(calls_per_s=12.5, errors_per_s=0.25, p95_ms=3.5)))
     async with served_page(browser, stub) as (page, feed):
         busy, manual = (
@@ -489,3 +496,90 @@ async def test_calls_errors_and_p95_follow_the_heartbeats_in_a_browser(
         await expect(busy.locator("td.num")).to_have_text(["1.00", "1.00", "0.50 ms"], timeout=3000)
         assert feed.snapshots > frames
         await page.close()
+
+
+# --- the search box: ranked on the server, kept by page.js as the page follows the registry ------------------
+
+
+async def test_a_search_keeps_its_query_and_order_as_the_page_follows_the_registry_in_a_browser(
+    browser: Browser, registry: Registry, connection: Transport
+) -> None:
+    publisher = await connection.publisher(connection.topics.tool_descriptors)
+
+    async def listed(name: str) -> bool:
+        return name in {t.name for t in (await registry.overview.snapshot()).tools}
+
+    async def ranked(url: str, query: str) -> list[str]:
+        _, _, body = await acall(f"{url}/search.json?q={quote(query)}")
+        return [t["key"] for t in json.loads(body)["tools"]]
+
+    jira = {"jira.ticket.create": "Create a ticket in Jira", "jira.ticket.comment": "Comment on a Jira ticket"}
+    await publisher.send(offering("jira", jira))
+    await publisher.send(offering("weather", {"weather.now": "The current weather in a city"}))
+    await eventually(lambda: listed("weather.now"), timeout=10)
+    try:
+        async with HealthServer(port=0) as health:
+            serve_registry_page(health, registry.overview)
+            page: Page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            await page.goto(f"{health.url}/")
+            await expect(page.locator("#live")).to_have_text("live", timeout=5000)
+
+            # Typed and sent as a plain GET form: the server ranks, the page shows the query and each score.
+            await page.locator("#q").fill("archive a jira ticket")
+            await page.locator("#q").press("Enter")
+            await expect(page).to_have_url(f"{health.url}/?q=archive+a+jira+ticket")
+            await expect(page.locator("#live")).to_have_text("live", timeout=5000)
+            await page.evaluate("window.sameDocument = true")
+            rows = page.locator("#tools tbody tr[data-tool]")
+            await expect(rows).to_have_count(2)
+            await expect(page.locator("#tools thead th").first).to_have_text("Score")
+            order = lambda: rows.evaluate_all("rows => rows.map((row) => row.dataset.tool)")  # noqa: E731
+
+            # A better match comes: shown first, without a reload; the query stays in the box.
+            await publisher.send(offering("archive", {"jira.ticket.archive": "Archive a Jira ticket"}))
+            await expect(rows.first).to_have_attribute("data-tool", "default/jira.ticket.archive", timeout=3000)
+            await expect(rows).to_have_count(3)
+            assert await order() == await ranked(health.url, "archive a jira ticket")
+            await expect(page.locator("#q")).to_have_value("archive a jira ticket")
+            await expect(rows.first.locator("td.score")).to_have_text(re.compile(r"^\d+\.\d\d$"))
+
+            # One that does not match comes: the table is redrawn (its instance shows), the results stay as ranked.
+            await publisher.send(offering("mail", {"mail.send": "Send an email"}))
+            await expect(page.locator("#instances tbody")).to_contain_text("mail-1", timeout=3000)
+            await expect(rows).to_have_count(3)
+            assert await order() == await ranked(health.url, "archive a jira ticket")
+
+            # One whose description holds markup matches: shown as text, nothing runs.
+            await publisher.send(offering("notes", {"notes.jira": f"{HOSTILE} archive jira ticket notes"}))
+            description = page.locator('#tools tr[data-tool="default/notes.jira"] td.description')
+            await expect(description).to_have_text(f"{HOSTILE} archive jira ticket notes", timeout=3000)
+            assert await description.locator("b, script").count() == 0
+            assert await page.evaluate("window.owned === undefined") and await page.title() == "toolreg registry"
+
+            # The best match goes: its row goes; the others keep their order.
+            await publisher.send(offering("archive", {"jira.ticket.archive": "x"}, kind="withdraw", sequence=2))
+            await expect(page.locator('#tools tr[data-tool="default/jira.ticket.archive"]')).to_have_count(0)
+            await expect(rows).to_have_count(3)
+            assert await order() == await ranked(health.url, "archive a jira ticket")
+            await expect(page.locator("#q")).to_have_value("archive a jira ticket")
+            assert await page.evaluate("window.sameDocument === true"), "the page was never reloaded"
+            await page.close()
+
+            # JavaScript off: the same box, a plain GET form the page's CSP lets submit to the page itself.
+            static = await browser.new_context(java_script_enabled=False)
+            try:
+                plain = await static.new_page()
+                await plain.goto(f"{health.url}/")
+                await plain.locator("#q").fill("jira ticket")
+                await plain.locator("#q").press("Enter")
+                await expect(plain).to_have_url(f"{health.url}/?q=jira+ticket")
+                shown = plain.locator("#tools tbody tr[data-tool]")
+                assert await shown.evaluate_all("rows => rows.map((r) => r.dataset.tool)") == await ranked(
+                    health.url, "jira ticket"
+                )
+                await expect(plain.locator("#q")).to_have_value("jira ticket")
+                await expect(plain.locator("#live")).to_have_text("static page: reload for the latest")
+            finally:
+                await static.close()
+    finally:
+        await connection.close_publisher(publisher)

@@ -246,7 +246,7 @@ def test_trust_view_reads_a_policy_as_the_trust_line_does(tmp_path: Any) -> None
 async def test_heartbeats_of_an_instance_offering_a_held_definition_are_no_change(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("discovery.web.page.BEATS_INTERVAL", 0.0)
+    monkeypatch.setattr("discovery.web.feed.BEATS_INTERVAL", 0.0)
     stub = Stub(pinned_snapshot(at=1000.0, last_seen=1000.0))
     feed = PageFeed(stub)
     await feed.refresh()
@@ -302,7 +302,7 @@ def heartbeat(instance: str, sequence: int, digest: str) -> Announcement:
 async def test_a_held_definition_shows_on_the_page_and_its_heartbeats_push_no_frames(
     pinning: Registry, connection: Transport, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("discovery.web.page.BEATS_INTERVAL", 0.0)
+    monkeypatch.setattr("discovery.web.feed.BEATS_INTERVAL", 0.0)
     feed = PageFeed(pinning.overview)
     send = Sender(connection)
     try:

@@ -231,7 +231,7 @@ class Stub:
 async def test_figures_moved_by_heartbeats_go_out_in_the_small_heartbeats_event_not_as_a_snapshot(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("discovery.web.page.BEATS_INTERVAL", 0.0)
+    monkeypatch.setattr("discovery.web.feed.BEATS_INTERVAL", 0.0)
     stub = Stub(snapshot(1000.0, 999.0, None))
     feed = PageFeed(stub)
     await feed.refresh()

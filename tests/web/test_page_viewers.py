@@ -78,7 +78,7 @@ def snapshot(last_seen: float, tools: int = 3, at: float = 1000.0) -> RegistrySn
 
 
 async def test_one_buffer_for_every_viewer_and_a_heartbeat_is_no_change(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("discovery.web.page.BEATS_INTERVAL", 0.0)
+    monkeypatch.setattr("discovery.web.feed.BEATS_INTERVAL", 0.0)
     stub = Stub(snapshot(last_seen=990.0))
     feed = PageFeed(stub)  # type: ignore[arg-type]
     closing = asyncio.Event()

@@ -7,6 +7,11 @@
   const SHORT = 12; // hex digits of a digest shown; the whole one is the cell's title
   let offset = 0; // registry clock minus ours, seconds
   let current = null;
+  // The search this page shows ("" none): the server ranked the tools table for it; redraws keep it and its order.
+  const query = $("search").dataset.query || "";
+  // The ranker's answer for `query`, best first: [tool key, score]. First the server's, then /search.json's.
+  let ranking = [...document.querySelectorAll("#tools tr[data-tool]")].map((tr) => [tr.dataset.tool, Number(tr.dataset.score)]);
+  let asked = 0; // searches sent: only the newest answer is drawn
 
   const now = () => Date.now() / 1000 + offset;
   const age = (seconds) => {
@@ -174,6 +179,56 @@
     $("footer-replicas").hidden = !(s.replicas && s.replicas.length);
   }
 
+  function toolCells(tr, t) {
+    tr.dataset.tool = toolKey(t);
+    cell(tr, t.name, "mono");
+    cell(tr, t.service, "mono");
+    cell(tr, t.workspace);
+    cell(tr, t.source);
+    cell(tr, t.status, `status-${t.status}`);
+    cell(tr, t.detail || "", "why");
+    cell(tr, t.source === "announced" ? t.instances : "-");
+    usageCells(tr, t.usage);
+    digestCell(tr, t.digest);
+    cell(tr, t.hints || "", "hints");
+    cell(tr, t.title ? `${t.title}: ${t.description}` : t.description, "description");
+  }
+
+  // The tools table: every tool; or, for a search, the tools of `ranking` this snapshot holds, in its order.
+  function drawTools(s) {
+    if (!query) {
+      fill("tools", s.tools, 13, "no tools", toolCells);
+      return;
+    }
+    const byKey = new Map(s.tools.map((t) => [toolKey(t), t]));
+    const found = ranking.filter(([key]) => byKey.has(key));
+    fill("tools", found, 14, `no tool matches “${query}”; try other words`, (tr, [key, score]) => {
+      cell(tr, score.toFixed(2), "num score");
+      toolCells(tr, byKey.get(key));
+      tr.dataset.score = score;
+    });
+  }
+
+  // Ask the server to rank again (a tool came, went or changed, or its health moved), and draw the answer.
+  async function rerank() {
+    if (!query) return;
+    const mine = ++asked;
+    let answer;
+    try {
+      const response = await fetch(`search.json?q=${encodeURIComponent(query)}`, { cache: "no-store" });
+      if (!response.ok) return;
+      answer = await response.json();
+    } catch {
+      return; // the next change asks again
+    }
+    if (mine !== asked || !Array.isArray(answer.tools)) return;
+    ranking = answer.tools.map((t) => [String(t.key), Number(t.score)]);
+    if (current) {
+      drawTools(current);
+      applyFilter();
+    }
+  }
+
   function render(s) {
     current = s;
     $("config-version").textContent = s.config_version == null ? "unknown" : String(s.config_version);
@@ -181,20 +236,7 @@
     const banner = $("held");
     banner.hidden = !s.held.length;
     $("held-services").textContent = s.held.join(", ");
-    fill("tools", s.tools, 13, "no tools", (tr, t) => {
-      tr.dataset.tool = toolKey(t);
-      cell(tr, t.name, "mono");
-      cell(tr, t.service, "mono");
-      cell(tr, t.workspace);
-      cell(tr, t.source);
-      cell(tr, t.status, `status-${t.status}`);
-      cell(tr, t.detail || "", "why");
-      cell(tr, t.source === "announced" ? t.instances : "-");
-      usageCells(tr, t.usage);
-      digestCell(tr, t.digest);
-      cell(tr, t.hints || "", "hints");
-      cell(tr, t.title ? `${t.title}: ${t.description}` : t.description, "description");
-    });
+    drawTools(s);
     fill("instances", s.instances, 6, "no instances hold a lease", (tr, i) => {
       cell(tr, i.service, "mono");
       cell(tr, i.id, "id");
@@ -277,6 +319,7 @@
       const s = JSON.parse(event.data);
       offset = s.at - Date.now() / 1000;
       render(s);
+      rerank();
       $("problem").hidden = true;
       live.textContent = "live";
       live.className = "on";
@@ -309,6 +352,7 @@
       }
       applyFilter(); // the traffic cells are row text the filter reads
       tick();
+      rerank(); // a tool's errors/s move its score
     });
     events.addEventListener("problem", (event) => {
       const problem = $("problem");
