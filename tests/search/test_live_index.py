@@ -59,9 +59,11 @@ async def test_the_event_loop_keeps_running_while_10000_tools_are_indexed() -> N
     assert len(ranker) == 10_000 and index.builds == 1
     assert [m.name for m in rank(ranker, "archive a jira ticket", 1)] == ["jira.ticket.archive"]
     # Built on the loop, the whole build would be one gap (0.6-0.9 s here); in a worker thread the loop gets the
-    # GIL back every few milliseconds.
+    # GIL back every few milliseconds. (A busy machine may still hold the process up now and then: the longest gap
+    # is bounded by the build, most of them by a few ticks of the GIL's switch interval.)
+    gaps.sort()
     assert len(gaps) >= 10, (took, len(gaps))
-    assert max(gaps) < min(0.15, took / 2), (took, sorted(gaps)[-5:])
+    assert gaps[-1] < took / 2 and gaps[int(0.9 * len(gaps))] < 0.05, (took, gaps[-5:])
 
 
 async def test_after_the_build_only_what_changed_is_written() -> None:
