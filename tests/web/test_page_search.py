@@ -193,7 +193,7 @@ async def test_many_searches_at_once_cost_bounded_memory_and_cpu_on_one_index(
     async with HealthServer(port=0) as health:
         serve_registry_page(health, registry.overview)
         assert (await acall(f"{health.url}/search.json?q=ticket"))[0] == 200  # the index is built once, here
-        addresses = [f"{health.url}/{'search.json' if n % 2 else ''}?q={queries[n % len(queries)]}" for n in range(300)]
+        addresses = [f"{health.url}/{'search.json' if n % 2 else ''}?q={queries[n % len(queries)]}" for n in range(200)]
         first, _, _ = await searches(addresses)  # the server's pools and buffers grow to what such a load needs
         settled = rss_mb()
         answers, spent, took = await searches(addresses)
