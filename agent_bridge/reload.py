@@ -36,7 +36,7 @@ from .client import ToolServiceClient
 from .impls import ToolFactory, registered_factories
 from .limits import CallLimits
 from .llm_names import openai_names
-from .snapshot import write_snapshot
+from .snapshot import Deployment, write_snapshot
 
 log = get_logger("agent_bridge.toolset")
 
@@ -92,6 +92,8 @@ class Tuning(Protocol):
     def limits(self) -> CallLimits: ...
     @property
     def snapshot_path(self) -> Path: ...
+    @property
+    def deployment(self) -> Deployment: ...
 
 
 class Reloader:
@@ -362,7 +364,7 @@ class Reloader:
     async def _save_snapshot(self, version: int, items: Items) -> None:
         path = self._owner.snapshot_path
         try:
-            await asyncio.to_thread(write_snapshot, path, self._owner.workspace, version, items)
+            await asyncio.to_thread(write_snapshot, path, self._owner.deployment, self._owner.workspace, version, items)
         except OSError as exc:
             log.warning("snapshot.write_failed", path=str(path), error=str(exc))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import aclosing
 from functools import lru_cache
@@ -43,7 +44,7 @@ from .limits import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, CallLimits
 from .metrics import BridgeMetrics
 from .reload import ChangeCallback, Reloader, State
 from .search import ToolSearch
-from .snapshot import read_snapshot, snapshot_path
+from .snapshot import Deployment, Snapshot, other_snapshots, read_snapshot, snapshot_path
 from .static import StaticDirError, load_static_dir
 
 log = get_logger("agent_bridge.toolset")
@@ -110,9 +111,11 @@ class ToolSet:
         self._connection = connection
         self._own_connection = connection is None
         self.static_dir = Path(static_dir) if static_dir is not None else None
-        self.snapshot_path = snapshot_path(
-            Path(data_dir) if data_dir is not None else self._settings.data_dir, workspace
-        )
+        self.data_dir = Path(data_dir) if data_dir is not None else self._settings.data_dir
+        """Where the last-known-good snapshots are kept (`snapshot_path`)."""
+        self.snapshot: Snapshot | None = None
+        """The snapshot this set was loaded from, when the store did not answer at start (None otherwise): which file,
+        how old and of which deployment it is (`Snapshot.describe()`), for a caller to tell its user."""
         self.user = user
         self.poll_interval = poll_interval
         self.store_timeout = store_timeout
@@ -158,6 +161,19 @@ class ToolSet:
         await self._search.close()
         if self._own_connection and self._connection is not None:
             await self._connection.close()
+
+    @property
+    def deployment(self) -> Deployment:
+        """The broker and topicspace this set's tools come from (once started: as its connection reaches them)."""
+        if self._connection is not None:
+            return Deployment.of(self._connection.url, self._connection.topics.topicspace)
+        url = self._pulsar_url or self._settings.resolve_pulsar_url()
+        return Deployment.of(url, self._settings.topicspace)
+
+    @property
+    def snapshot_path(self) -> Path:
+        """This set's last-known-good snapshot: one per deployment and workspace, under `data_dir`."""
+        return snapshot_path(self.data_dir, self.workspace, self.deployment)
 
     # --- the set -------------------------------------------------------------
 
@@ -403,15 +419,19 @@ class ToolSet:
         return await self._reload.refresh()
 
     async def _load_fallback(self, error: BaseException) -> None:
-        snapshot = read_snapshot(self.snapshot_path, self.workspace)
+        deployment = self.deployment
+        snapshot = read_snapshot(self.snapshot_path, deployment, self.workspace)
         if snapshot is not None:
             log.warning(
                 "toolset.fallback",
                 source="snapshot",
-                path=str(self.snapshot_path),
+                path=str(snapshot.path),
                 version=snapshot.version,
+                age_s=round(max(0.0, time.time() - snapshot.saved_at), 1),
+                deployment=str(deployment),
                 error=one_line(error),
             )
+            self.snapshot = snapshot
             await self._reload.apply(snapshot.version, snapshot.items, "snapshot")
             return
         static_error = "no static_dir given"
@@ -428,9 +448,15 @@ class ToolSet:
             what, fix = one_line(error), "start the broker or fix PULSAR_URL"
         else:
             what, fix = f"config store did not answer ({one_line(error)})", "start the config store (`toolreg up`)"
+        others = other_snapshots(self.data_dir, self.workspace, deployment)
+        unused = (
+            f" (not used, being of another deployment: {'; '.join(f'{o.path.name}, {o.deployment}' for o in others)})"
+            if others
+            else ""
+        )
         raise BridgeUnavailable(
-            f"{what}; no snapshot at {self.snapshot_path} and {static_error}: "
-            f"{fix}, or pass static_dir=<dir with tool/*.json and tool-service/*.json>"
+            f"{what}; no snapshot of workspace {self.workspace!r} for {deployment} at {self.snapshot_path}{unused} and"
+            f" {static_error}: {fix}, or pass static_dir=<dir with tool/*.json and tool-service/*.json>"
         )
 
 

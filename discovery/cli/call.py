@@ -72,6 +72,23 @@ def flag_names(error: BridgeUnavailable) -> str:
     )
 
 
+def say_fallback(tools: ToolSet, waited: float) -> None:
+    """When the tools come from a fallback, say so on stderr: which snapshot (or directory), how old, from where.
+
+    A command-line user reads this where a library's user reads the `toolset.fallback` log event: an answer from
+    a snapshot may be out of date, and one from the wrong deployment would be wrong, so it is never left unsaid.
+    """
+    if tools.source == "store":
+        return
+    where = tools.snapshot.describe() if tools.snapshot is not None else f"the static directory {tools.static_dir}"
+    print(
+        f"toolreg: warning: the config store did not answer within {waited:g}s; the tools come from {where},"
+        " and may be out of date",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def _what_answers(tools: ToolSet, name: str) -> str:
     impl = tools.get(name)
     if isinstance(impl, ToolServiceImpl):
@@ -98,6 +115,7 @@ async def cmd_call(args: argparse.Namespace) -> int:
             await tools.start()
     except BridgeUnavailable as exc:
         raise CommandError(flag_names(exc)) from None
+    say_fallback(tools, tools.store_timeout)
     try:
         return await _call(args, tools)
     finally:

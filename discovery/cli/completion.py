@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 from typing import Literal
 
+from .parsing import every_parser
+
 SHELLS = ("bash", "zsh", "fish")
 PathKind = Literal["file", "directory"]
 
@@ -35,22 +37,12 @@ def path_kind(action: argparse.Action) -> PathKind | None:
     return None
 
 
-def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
-    """`parser` and every subcommand's parser under it."""
-    found = [parser]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in dict.fromkeys(action.choices.values()):  # aliases share a parser
-                found.extend(_parsers(sub))
-    return found
-
-
 def script(parser: argparse.ArgumentParser, shell: str) -> str:
     """The completion script of `parser` for `shell` (one of `SHELLS`)."""
     import shtab  # only this command needs it
 
     hints = {"file": shtab.FILE, "directory": shtab.DIRECTORY}
-    for each in _parsers(parser):
+    for each in every_parser(parser):
         for action in each._actions:
             kind = path_kind(action)
             if kind is not None:

@@ -20,7 +20,7 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolservice_base import ToolDiscoveryError, configure_logging
@@ -37,6 +37,7 @@ from . import trust as cli_trust
 from .common import Handler, fail, lazy
 from .completion import SHELLS, script
 from .otel import configure_tracing
+from .parsing import Parser, parent, subcommands
 
 log = get_logger("discovery.cli")
 
@@ -75,7 +76,7 @@ def _examples(*lines: str) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     """The whole `toolreg` command line. Loads no subsystem: a command's handler is imported when it runs (`lazy`)."""
     common = _common_options()
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="toolreg",
         description="Tool discovery for LLM agents on Apache Pulsar.",
         parents=[common],
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action=_Version)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = subcommands(parser, dest="command", metavar="COMMAND", required=True)
 
     _add_up(sub, common)
     _add_serve(sub, common)
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _common_options() -> argparse.ArgumentParser:
     """The options every command takes, before or after its name."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     # SUPPRESS: a subcommand's copy of these options must not reset a value given before it.
     common.add_argument(
         "--data-dir",
@@ -242,7 +243,7 @@ def _add_serve(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
 
 def _add_config(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
     """`toolreg config put|get|list|delete`: config items by TYPE/KEY."""
-    config_common = argparse.ArgumentParser(add_help=False, parents=[common])
+    config_common = parent(common)
     config_common.add_argument("--workspace", default="default", help="config workspace (default: default)")
     config_common.add_argument(
         "--timeout",
@@ -265,7 +266,7 @@ def _add_config(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
             "toolreg config delete tool/tell-joke",
         ),
     )
-    config_sub = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    config_sub = subcommands(config, dest="config_command", metavar="ACTION", required=True)
     put = config_sub.add_parser(
         "put",
         parents=[config_common],
@@ -330,6 +331,22 @@ def _add_call(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
         help='print {"tool", "workspace", "observation"} as one JSON object once the answer is whole',
     )
     call.set_defaults(handler=lazy("call", "cmd_call"))
+    call.hint = _tool_arguments_hint
+
+
+def _tool_arguments_hint(extras: list[str], given: Sequence[str]) -> str:
+    """`toolreg call tell-joke --topic cats`: say that a tool's arguments are KEY=VALUE, with the pair it meant."""
+    meant = []
+    for option in (extra for extra in extras if extra.startswith("--") and len(extra) > 2):
+        name, sep, value = option[2:].partition("=")
+        if not sep:
+            at = list(given).index(option) if option in given else -1
+            following = given[at + 1] if 0 <= at < len(given) - 1 else ""
+            value = following if following and not following.startswith("-") else "VALUE"
+        meant.append(f"{name}={value}")
+    if not meant:
+        return ""
+    return f"a tool's arguments are KEY=VALUE, not options: {' '.join(meant)}"
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -279,10 +279,10 @@ async def _open_toolset(stack: contextlib.AsyncExitStack, args: argparse.Namespa
     """The workspace's live `ToolSet`, closed by `stack`; a store that does not answer and no fallback is one line."""
     from agent_bridge import BridgeUnavailable, ToolSet
 
-    from .call import flag_names
+    from .call import flag_names, say_fallback
 
     try:
-        return await stack.enter_async_context(
+        tools = await stack.enter_async_context(
             ToolSet(
                 workspace=args.workspace,
                 settings=settings,
@@ -293,6 +293,8 @@ async def _open_toolset(stack: contextlib.AsyncExitStack, args: argparse.Namespa
         )
     except BridgeUnavailable as exc:
         raise CommandError(flag_names(exc)) from None
+    say_fallback(tools, tools.store_timeout)
+    return tools
 
 
 async def _follow_registry(stack: contextlib.AsyncExitStack, tools: ToolSet, settings: Settings) -> None:

@@ -34,6 +34,7 @@ from toolservice_base.settings import (
 )
 
 from .common import CommandError, Deadline, connect, lazy, opened, settings_of, waiting_for
+from .parsing import parent
 
 SHORT = 12
 """Hex digits of a definition digest shown in tables; `--digest` takes 8 or more."""
@@ -289,7 +290,7 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
 
 def query_parent(common_parent: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The options of every command that asks the registry: the common ones and `--timeout`."""
-    query = argparse.ArgumentParser(add_help=False, parents=[common_parent])
+    query = parent(common_parent)
     query.add_argument(
         "--timeout",
         type=float,

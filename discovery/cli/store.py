@@ -39,6 +39,7 @@ from discovery.store.sqlite import STORE_FILE
 from discovery.writable import probe
 
 from .common import UpLock, fail, settings_of, store_choice
+from .parsing import subcommands
 
 if TYPE_CHECKING:
     from toolservice_base.transport import Transport
@@ -213,7 +214,7 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
             "backups by itself into <data-dir>/backups/."
         ),
     )
-    actions = store.add_subparsers(dest="store_command", metavar="ACTION", required=True)
+    actions = subcommands(store, dest="store_command", metavar="ACTION", required=True)
     check = actions.add_parser(
         "check",
         parents=[common_parent],

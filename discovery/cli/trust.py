@@ -15,6 +15,7 @@ from toolservice_base.signing import (
 )
 
 from .common import fail, settings_of
+from .parsing import Parser, subcommands
 
 
 def policy_path(args: argparse.Namespace) -> Path:
@@ -140,7 +141,7 @@ def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
 
 def _add_trust_command(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
     """`toolreg trust add|remove|list`: edit the trust policy file."""
-    policy = argparse.ArgumentParser(add_help=False)
+    policy = Parser(add_help=False)
     policy.add_argument(
         "--policy", default=None, help=f"the policy file (env {TRUST_POLICY_ENV}, default ./trust.json)"
     )
@@ -155,7 +156,7 @@ def _add_trust_command(sub: argparse._SubParsersAction, common: argparse.Argumen
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=TRUST_EXAMPLES,
     )
-    trust_sub = trust.add_subparsers(dest="trust_command", metavar="ACTION", required=True)
+    trust_sub = subcommands(trust, dest="trust_command", metavar="ACTION", required=True)
     add = trust_sub.add_parser(
         "add",
         parents=[common, policy],

@@ -44,7 +44,8 @@ async def test_store_down_at_start_uses_the_snapshot_then_the_store_once_it_is_b
     await client.put(static_items(running["joke-service"]))
     async with ToolSet(connection=connection, settings=settings) as tools:
         snapshot_version = tools.version
-    snapshot = settings.data_dir / "bridge-snapshot-default.json"
+    snapshot = tools.snapshot_path
+    assert snapshot.parent == settings.data_dir and snapshot.name.startswith("bridge-snapshot-default.")
     assert json.loads(snapshot.read_text())["version"] == snapshot_version
     await client.close()
     await store.stop()
@@ -96,10 +97,11 @@ async def test_static_directory_when_there_is_no_store_and_no_snapshot(
     (static / "tool" / "uses-bad.json").write_text(
         json.dumps({"name": "uses-bad", "description": "x", "service": "bad-service"})
     )
-    snapshot = settings.data_dir / "bridge-snapshot-default.json"
+    tools = ToolSet(connection=connection, settings=settings, static_dir=static, store_timeout=0.3)
+    snapshot = tools.snapshot_path
     snapshot.parent.mkdir(parents=True, exist_ok=True)
     snapshot.write_text("{half a snapsh")  # an unusable snapshot is passed over, not fatal
-    async with ToolSet(connection=connection, settings=settings, static_dir=static, store_timeout=0.3) as tools:
+    async with tools:
         assert tools.source == "static" and tools.version == 0
         assert tools.names() == ["calculate", "tell-joke"]
         assert "not JSON" in tools.problems["broken"]
@@ -118,7 +120,7 @@ async def test_neither_store_nor_fallback_is_a_one_line_error_saying_what_to_do(
         await ToolSet(connection=connection, settings=settings, store_timeout=0.2).start()
     message = str(caught.value)
     assert "\n" not in message
-    assert "no snapshot at" in message and "toolreg up" in message and "static_dir=" in message
+    assert "no snapshot of workspace 'default'" in message and "toolreg up" in message and "static_dir=" in message
 
     with pytest.raises(BridgeUnavailable, match="static directory .* does not exist"):
         await ToolSet(
@@ -167,22 +169,23 @@ async def test_a_toolset_opens_and_closes_its_own_connection(
     tools = ToolSet(settings=dataclasses.replace(settings, data_dir=tmp_path / "agent"))  # no connection given: its own
     async with tools:
         assert await tools.invoke("tell-joke", {"topic": "cats"}) == JOKE_ANSWER
-    assert (tmp_path / "agent" / "bridge-snapshot-default.json").exists()
+    assert tools.snapshot_path.parent == tmp_path / "agent" and tools.snapshot_path.exists()
     with pytest.raises(RuntimeError, match="closed"):
         await tools.invoke("tell-joke", {"topic": "cats"})
 
 
 async def test_an_unreachable_broker_falls_back_within_the_store_timeout(tmp_path: Path) -> None:
-    from agent_bridge.snapshot import write_snapshot
+    from agent_bridge.snapshot import Deployment, snapshot_path, write_snapshot
     from discovery.broker.embedded import reserve_port
 
     joke = JokeService(settings=Settings(pulsar_url="pulsar://unused:1"), announce=False)
     raw: dict[str, dict[str, str]] = {"tool-service": {}, "tool": {}}
     for item_type, key, value in static_items(joke):
         raw[item_type][key] = value
-    write_snapshot(tmp_path / "bridge-snapshot-default.json", "default", 7, raw)
     with reserve_port() as nothing_listens:
         port = nothing_listens.getsockname()[1]
+    deployment = Deployment.of(f"pulsar://127.0.0.1:{port}", "tg")
+    write_snapshot(snapshot_path(tmp_path, "default", deployment), deployment, "default", 7, raw)
     started = asyncio.get_running_loop().time()
     async with ToolSet(f"pulsar://127.0.0.1:{port}", data_dir=tmp_path, store_timeout=0.3) as tools:
         assert asyncio.get_running_loop().time() - started < 2  # not the client's 10 s operation timeout
