@@ -7,18 +7,20 @@
 #   PULSAR_ADMIN_TOKEN_FILE  a superuser token, if auth is on      default: no auth (also when the file is empty)
 #   TOOLREG_ROLE             role to grant produce+consume on the namespaces (with authorization on)
 #   TOOLREG_AUDIT_RETENTION  how long tg/audit keeps the MCP front's audit records    default 30d
+#   TOOLREG_TOPICSPACE       the tenant to prepare, as toolreg's processes name it  default tg
+# `toolreg init [--topicspace T] [--admin-url U] [--role R]` does the same where toolreg is installed.
 #
-# Every toolreg topic is non-persistent://tg/<namespace>/<name>; shared subscriptions also open
-# throwaway consumers on non-persistent://tg/request/consumer-id-shift, in the request namespace.
-# The exception is tg/state: the replicated config store (--store pulsar) keeps its log, snapshots and
-# locks there, in persistent topics that must be kept without limit (retention -1/-1, set on every run).
-# And tg/audit: toolreg mcp --audit-topic records every call there, kept for TOOLREG_AUDIT_RETENTION
+# Every toolreg topic is non-persistent://<topicspace>/<namespace>/<name>; shared subscriptions also open
+# throwaway consumers on non-persistent://<topicspace>/request/consumer-id-shift, in the request namespace.
+# The exception is <topicspace>/state: the replicated config store (--store pulsar) keeps its log, snapshots
+# and locks there, in persistent topics that must be kept without limit (retention -1/-1, set on every run).
+# And <topicspace>/audit: toolreg mcp --audit-topic records every call there, kept for TOOLREG_AUDIT_RETENTION
 # (default 30d; a pulsar-admin time such as 90d or 1y).
 set -eu
 
 ADMIN_URL="${PULSAR_ADMIN_URL:-http://localhost:8080}"
 CLUSTER="${PULSAR_CLUSTER:-standalone}"
-TENANT="tg"
+TENANT="${TOOLREG_TOPICSPACE:-tg}"
 NAMESPACES="request response notify discovery state audit"
 UNLIMITED="state"
 AUDIT_RETENTION="${TOOLREG_AUDIT_RETENTION:-30d}"

@@ -11,6 +11,7 @@ from toolservice_base.errors import ToolDiscoveryError
 
 __all__ = [
     "BrokerError",
+    "ClusterAdminError",
     "LogIncomplete",
     "NewerFormat",
     "NotActive",
@@ -23,6 +24,10 @@ __all__ = [
 
 class BrokerError(ToolDiscoveryError):
     """The embedded broker could not be started or supervised."""
+
+
+class ClusterAdminError(ToolDiscoveryError):
+    """Apache Pulsar's admin API refused, or could not be reached (`toolreg init`); the message says what to fix."""
 
 
 # --- the registry ----------------------------------------------------------------------

@@ -94,6 +94,8 @@ def configure_logging(level: str | None = None, *, json: bool | None = None, str
     root.setLevel(_LEVELS.get(name, logging.INFO))
     # APScheduler logs every run of every job at info (four lines a second for the registry's sweep).
     logging.getLogger("apscheduler").setLevel(max(logging.WARNING, root.level))
+    # httpx logs every request at info (`toolreg init`'s calls to the admin API): only when debugging.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level) if root.level > logging.DEBUG else root.level)
     # pulsar-client repeats every connection retry: only when debugging.
     logging.getLogger(CLIENT_LOGGER).setLevel(logging.WARNING if root.level <= logging.DEBUG else logging.CRITICAL)
     # Structlog's own default (used by code that calls structlog.get_logger directly) goes the same way.

@@ -114,6 +114,12 @@ class Settings:
     """TOOLREG_MCP_AUDIT_TOPIC (1, true or yes): every call through the front is also published on the audit topic."""
     mcp_audit_arguments: bool = False
     """TOOLREG_MCP_AUDIT_ARGUMENTS (1, true or yes): audit records carry the call's arguments."""
+    admin_url: str | None = None
+    """PULSAR_ADMIN_URL: Apache Pulsar's admin API, for `toolreg init`; None: port 8080 of the PULSAR_URL host."""
+    admin_token: str | None = None
+    """The contents of PULSAR_ADMIN_TOKEN_FILE: a superuser's token for the admin API; None: PULSAR_AUTH_TOKEN's."""
+    cluster: str | None = None
+    """PULSAR_CLUSTER: the cluster a tenant `toolreg init` makes may use; None: the cluster's own, if it has one."""
 
     def __post_init__(self) -> None:
         check_topicspace(self.topicspace)
@@ -141,6 +147,7 @@ class Settings:
             **_serving_env(),
             **_registry_env(),
             **_mcp_env(),
+            **_admin_env(),
         )
 
     @property
@@ -204,6 +211,9 @@ ALLOWED_NAMESPACES_ENV = "TOOLREG_ALLOWED_NAMESPACES"
 MAX_CLOCK_SKEW_ENV = "TOOLREG_MAX_CLOCK_SKEW"
 MAX_INSTANCES_ENV = "TOOLREG_MAX_INSTANCES"
 PIN_DEFINITIONS_ENV = "TOOLREG_PIN_DEFINITIONS"
+ADMIN_URL_ENV = "PULSAR_ADMIN_URL"
+ADMIN_TOKEN_FILE_ENV = "PULSAR_ADMIN_TOKEN_FILE"
+CLUSTER_ENV = "PULSAR_CLUSTER"
 
 
 MCP_OAUTH_ISSUER_ENV = "TOOLREG_MCP_OAUTH_ISSUER"
@@ -330,6 +340,26 @@ def _mcp_env() -> _Mcp:
         "mcp_audit_topic": _flag(MCP_AUDIT_TOPIC_ENV),
         "mcp_audit_arguments": _flag(MCP_AUDIT_ARGUMENTS_ENV),
     }
+
+
+class _Admin(TypedDict):
+    admin_url: str | None
+    admin_token: str | None
+    cluster: str | None
+
+
+def _admin_env() -> _Admin:
+    """What `toolreg init` (and deploy/pulsar-init.sh, under the same names) reads to reach the admin API."""
+    token = None
+    path = _env(ADMIN_TOKEN_FILE_ENV)
+    if path is not None:
+        try:
+            token = Path(path).read_text().strip() or None
+        except OSError as exc:
+            raise SettingsError(
+                f"cannot read {ADMIN_TOKEN_FILE_ENV} {path!r}: {exc.strerror}; fix the path or unset it"
+            ) from None
+    return {"admin_url": _env(ADMIN_URL_ENV), "admin_token": token, "cluster": _env(CLUSTER_ENV)}
 
 
 # --- read when needed: logging, the event loop, tracing -----------------------------------

@@ -1,6 +1,7 @@
 """`toolreg`: run the product and talk to it.
 
     toolreg up                      broker (embedded unless PULSAR_URL) + config store + registry
+    toolreg init                    prepare a topicspace on an Apache Pulsar cluster
     toolreg serve MODULE:CLASS      run a DynamicToolService subclass
     toolreg announce --service S --tools T   announce a service that cannot announce itself
     toolreg config put|get|list|delete
@@ -28,6 +29,7 @@ from toolservice_base.logs import get_logger
 from toolservice_base.settings import event_loop
 
 from . import announce as cli_announce
+from . import init as cli_init
 from . import mcp as cli_mcp
 from . import pins as cli_pins
 from . import registry as cli_registry
@@ -92,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = subcommands(parser, dest="command", metavar="COMMAND", required=True)
 
     _add_up(sub, common)
+    cli_init.add_command(sub, common)
     _add_serve(sub, common)
     _add_config(sub, common)
     _add_call(sub, common)

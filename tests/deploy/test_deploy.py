@@ -500,7 +500,7 @@ def test_ports_agree_with_the_code() -> None:
 
 def init_script_layout() -> tuple[str, set[str]]:
     text = (DEPLOY / "pulsar-init.sh").read_text()
-    tenant = re.search(r'^TENANT="([^"]+)"$', text, re.M)
+    tenant = re.search(r'^TENANT="\$\{TOOLREG_TOPICSPACE:-([^}"]+)\}"$', text, re.M)  # the default topicspace
     names = re.search(r'^NAMESPACES="([^"]+)"$', text, re.M)
     assert tenant and names
     return tenant.group(1), {f"{tenant.group(1)}/{n}" for n in names.group(1).split()}
@@ -608,6 +608,11 @@ def test_the_init_script_is_idempotent_and_passes_auth(tmp_path: Path, shell: st
     assert not any("--auth-params" in call for call in run(PULSAR_ADMIN_TOKEN_FILE=str(token))), (
         "an empty token file means no auth"
     )
+    research = run(TOOLREG_TOPICSPACE="research")  # the topicspace toolreg's processes are given, not always tg
+    assert "--admin-url http://broker:8080 tenants create research --allowed-clusters standalone" in research
+    assert {call.split()[-1] for call in research if " namespaces create " in call} == {
+        namespace.replace("tg/", "research/") for namespace in init_script_layout()[1]
+    }
 
 
 def test_the_shell_scripts_parse() -> None:

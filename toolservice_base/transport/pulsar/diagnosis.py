@@ -138,7 +138,8 @@ def not_authorized(url: str, namespace: str, role: str | None, *, doing: str | N
     return NotAuthorized(
         f"not authorized on {namespace} for role {role or '(the token names none)'} ({where}AuthorizationError from"
         f" {url}): grant it with `pulsar-admin namespaces grant-permission {namespace} --role {who} --actions"
-        " produce,consume` (deploy/pulsar-init.sh does, with TOOLREG_ROLE), or create the namespace if it was deleted",
+        f" produce,consume` (`toolreg init --topicspace {namespace.split('/')[0]} --role {who}` does, as"
+        " deploy/pulsar-init.sh with TOOLREG_ROLE), or create the namespace if it was deleted",
         namespace=namespace,
         role=role,
     )
@@ -149,8 +150,8 @@ def namespace_missing(url: str, namespace: str, *, doing: str | None = None) -> 
     where = f" ({doing})" if doing else ""
     return NamespaceMissing(
         f"the broker at {url} has no namespace {namespace}{where}: it does not exist, or was deleted; create it "
-        "(deploy/pulsar-init.sh does, for the topicspace in TOOLREG_TOPICSPACE) or set TOOLREG_TOPICSPACE to a tenant "
-        "that has the product's namespaces",
+        f"(`toolreg init --topicspace {namespace.split('/')[0]}` does, as deploy/pulsar-init.sh with"
+        " TOOLREG_TOPICSPACE) or set TOOLREG_TOPICSPACE to a tenant that has the product's namespaces",
         namespace=namespace,
     )
 

@@ -1,0 +1,98 @@
+"""`toolreg init`: prepare a topicspace on an Apache Pulsar cluster, as deploy/pulsar-init.sh does.
+
+The embedded broker needs no preparing (pulsar-lite makes topics as they are
+used); an Apache Pulsar cluster does: `toolreg up` on a topicspace without
+its namespaces stops at the first one. This makes the tenant, its namespaces
+and their policies, and grants roles what toolreg's processes need
+(`discovery.broker.topicspace`), through the cluster's admin API. Safe to
+run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from discovery.broker.admin import PulsarAdmin, admin_url_for
+from discovery.broker.topicspace import ALL_PROCESSES, prepare
+from toolservice_base.errors import SettingsError
+from toolservice_base.settings import ADMIN_TOKEN_FILE_ENV, ADMIN_URL_ENV, CLUSTER_ENV
+
+from .common import CommandError, settings_of, waiting_for
+
+
+def add_command(sub: Any, common: argparse.ArgumentParser) -> None:
+    init = sub.add_parser(
+        "init",
+        parents=[common],
+        help="prepare a topicspace on an Apache Pulsar cluster (tenant, namespaces, grants); safe to run again",
+        description=(
+            "Make the tenant of the topicspace (--topicspace, env TOOLREG_TOPICSPACE, default tg) and the namespaces"
+            " toolreg uses in it (request, response, notify, discovery, and state kept without limit) through the"
+            " cluster's admin API, and let each --role produce and consume on them. What exists is kept; the"
+            " policies and grants are set on every run. The embedded broker needs none of this."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "examples:\n"
+            "  PULSAR_URL=pulsar://broker:6650 toolreg init                       # topicspace tg, admin API on :8080\n"
+            "  toolreg init --topicspace research --admin-url http://broker:8080 --role toolreg\n"
+            f"  {ADMIN_TOKEN_FILE_ENV}=admin.token toolreg init --topicspace research   # with authentication on\n"
+        ),
+    )
+    init.add_argument(
+        "--admin-url",
+        default=None,
+        metavar="URL",
+        help=(
+            f"the cluster's admin API (env {ADMIN_URL_ENV}; default: port 8080 of the PULSAR_URL host). A superuser's"
+            f" token, with authentication on, is read from {ADMIN_TOKEN_FILE_ENV} (else PULSAR_AUTH_TOKEN's is used)"
+        ),
+    )
+    init.add_argument(
+        "--role",
+        action="append",
+        default=[],
+        metavar="ROLE",
+        help="a role (a token's subject) toolreg's processes run as: it may produce and consume; repeatable",
+    )
+    init.add_argument(
+        "--cluster",
+        default=None,
+        help=f"the cluster a new tenant may use (env {CLUSTER_ENV}; default: the cluster's own, if it has one)",
+    )
+    init.set_defaults(handler=cmd_init)
+
+
+def admin_url(args: argparse.Namespace) -> str:
+    """--admin-url, PULSAR_ADMIN_URL, or the admin port of the PULSAR_URL broker; else one line saying what to give."""
+    settings = settings_of(args)
+    if args.admin_url or settings.admin_url:
+        return str(args.admin_url or settings.admin_url)
+    if settings.pulsar_url:
+        return admin_url_for(settings.pulsar_url)
+    raise CommandError(
+        "toolreg init prepares a topicspace on an Apache Pulsar cluster: give its admin API with --admin-url (or"
+        f" {ADMIN_URL_ENV}), or its broker with PULSAR_URL; the embedded broker of `toolreg up` needs no init"
+    )
+
+
+async def cmd_init(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_of(args)
+    except SettingsError as exc:
+        raise CommandError(str(exc)) from None
+    url = admin_url(args)
+    token = settings.admin_token or settings.auth_token
+    async with PulsarAdmin(url, token) as admin:
+        with waiting_for(f"the admin API at {url}"):
+            said = await prepare(
+                admin,
+                settings.topicspace,
+                cluster=args.cluster or settings.cluster,
+                roles=[(role, ALL_PROCESSES) for role in args.role],
+            )
+    for line in said:
+        print(line)
+    print(f"topicspace {settings.topicspace} ready on {url}", flush=True)
+    return 0
