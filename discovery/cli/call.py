@@ -117,13 +117,25 @@ async def cmd_call(args: argparse.Namespace) -> int:
         raise CommandError(flag_names(exc)) from None
     say_fallback(tools, tools.store_timeout)
     try:
-        return await _call(args, tools)
+        try:
+            name = resolve(tools, args.tool)
+        except CommandError:
+            from .held import HeldLookup  # only for a name not found: it asks the registry
+
+            lookup = HeldLookup(settings, args.workspace)
+            try:
+                held = await lookup.explain(args.tool)
+            finally:
+                await lookup.close()
+            if held is not None:
+                raise CommandError(held) from None
+            raise
+        return await _call(args, tools, name)
     finally:
         await tools.close()
 
 
-async def _call(args: argparse.Namespace, tools: ToolSet) -> int:
-    name = resolve(tools, args.tool)
+async def _call(args: argparse.Namespace, tools: ToolSet, name: str) -> int:
     spec = next(d for d in tools.describe() if d["name"] == name)
     types = {arg: prop.get("type", "string") for arg, prop in spec["parameters"]["properties"].items()}
     arguments = parse_arguments(args.arguments, types)

@@ -370,6 +370,8 @@ async def _serve(args: argparse.Namespace) -> int:
     from discovery.mcp.server import McpFront
     from discovery.mcp.transports import StdinLines, serve_streams
 
+    from .held import HeldLookup
+
     try:
         check_name(args.workspace, "workspace")
     except ValueError as exc:
@@ -393,7 +395,17 @@ async def _serve(args: argparse.Namespace) -> int:
         tools = await _open_toolset(stack, args, settings)
         if args.audit_topic or settings.mcp_audit_topic:
             await _publish_audit(stack, gate, settings)
-        front = McpFront(tools, include=args.tools, exclude=args.exclude, user=args.user, search=args.search, gate=gate)
+        held = HeldLookup(settings, args.workspace)
+        stack.push_async_callback(held.close)
+        front = McpFront(
+            tools,
+            include=args.tools,
+            exclude=args.exclude,
+            user=args.user,
+            search=args.search,
+            gate=gate,
+            explain_unknown=held.explain,
+        )
         if args.search:
             await _follow_registry(stack, tools, settings)
 

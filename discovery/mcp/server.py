@@ -263,10 +263,14 @@ class McpFront:
         page_size: int = PAGE_SIZE,
         search: bool = False,
         gate: Gate | None = None,
+        explain_unknown: Callable[[str], Awaitable[str | None]] | None = None,
     ) -> None:
-        """`search`: list only `search_tools` and `call_tool` (`discovery.mcp.search`) in front of the live tools."""
+        """`search`: list only `search_tools` and `call_tool` (`discovery.mcp.search`) in front of the live tools.
+        `explain_unknown(name)`: one line on why a name tools/list does not give is not there (a tool held by
+        pinning, say), or None; what a call by that name is then answered with."""
         self.tools = tools
         self.search = search
+        self.explain_unknown = explain_unknown
         self.filter = ToolFilter(tuple(include), tuple(exclude))
         self.user = user
         self.page_size = page_size
@@ -374,6 +378,10 @@ class McpFront:
         own_name = listing.own_names.get(name)
         if own_name is None:
             record("unknown_tool")
+            allowed = self.gate.rights(caller).allows(name)  # a caller is told only of a tool it may call
+            why = await self.explain_unknown(name) if self.explain_unknown is not None and allowed else None
+            if why is not None:
+                raise MCPError(types.INVALID_PARAMS, why)
             found = (
                 "search_tools finds the live tools"
                 if self._surface

@@ -25,9 +25,9 @@ from toolservice_base.search import Match
 from .callers import CallerBook, CallerView
 from .leases import Lease, LeaseTable, ServiceKey
 from .merge import Offer
-from .protocol import NameConflict, PendingChange, Rejection
+from .protocol import NameConflict, PendingChange, Rejection, ToolStatus
 from .search import ToolFinder, ToolSource, search_key, usage_health
-from .state import ServiceState, static_status
+from .state import ServiceState, held_statuses, static_status
 from .usage import ToolUsage, live_usage
 from .validation import RejectionLog, TrustCheck
 
@@ -315,6 +315,40 @@ class Overview:
         shown = {search_key(t.workspace, t.name): usage_health(t.status, t.usage) for t in among.tools}
         return await self.finder.search(query, limit, shown)
 
+    def _add_held(
+        self, tools: dict[tuple[str, str], ToolView], grouped: Mapping[ServiceKey, list[Lease]], wall: float
+    ) -> None:
+        """Tools held by pinning, as `toolreg tools` lists them (`state.held_statuses`)."""
+        if self._pending is None:
+            return
+        changes = self._pending()
+        for workspace in sorted({change.workspace for change in changes}):
+            listed = {
+                name: ToolStatus(
+                    name=name,
+                    service=view.service,
+                    source="announced",
+                    status=view.status,
+                    instances=view.instances,
+                    detail=view.detail,
+                )
+                for (ws, name), view in tools.items()
+                if ws == workspace and view.source == "announced"
+            }
+            held = held_statuses(
+                listed,
+                [change for change in changes if change.workspace == workspace],
+                lambda service: len(grouped.get(ServiceKey(workspace, service), [])),  # noqa: B023 - used at once
+                wall,
+            )
+            for name, status in held.items():
+                shown = tools.get((workspace, name))
+                tools[(workspace, name)] = (
+                    shown.model_copy(update={"detail": status.detail})
+                    if shown is not None
+                    else _announced_view(status, None, None)
+                )
+
     async def snapshot(self) -> RegistrySnapshot:
         wall = time.time()
         grouped = self._leases.by_service()
@@ -327,21 +361,11 @@ class Overview:
             described = {tool.name: tool for tool in offer.tools} if offer is not None else {}
             traffic = live_usage(leases)
             for status in state.tool_statuses(leases, wall):
-                tools[(state.workspace, status.name)] = ToolView(
-                    name=status.name,
-                    service=status.service,
-                    workspace=state.workspace,
-                    source="announced",
-                    status=status.status,
-                    instances=status.instances,
-                    description=_description(getattr(described.get(status.name), "description", "")),
-                    title=_title(getattr(described.get(status.name), "title", None)),
-                    hints=_offered_hints(described.get(status.name)),
-                    detail=status.detail,
-                    digest=status.digest,
-                    usage=traffic.get(status.name),
+                tools[(state.workspace, status.name)] = _announced_view(
+                    status, described.get(status.name), traffic.get(status.name)
                 )
             instances += [self._instance(state, lease, names) for lease in sorted(leases, key=lambda x: x.instance)]
+        self._add_held(tools, grouped, wall)
         async for workspace, name, value, services in self._static_tools():
             if (workspace, name) not in tools:
                 tools[(workspace, name)] = _static_view(name, value, services, workspace)
@@ -361,3 +385,21 @@ class Overview:
             trust=self.trust,
             callers=self.callers.views() if self.callers is not None else None,
         )
+
+
+def _announced_view(status: ToolStatus, tool: ToolDescriptor | None, usage: ToolUsage | None) -> ToolView:
+    """An announced tool's row: its status, and what its offer says of it (`tool`; None for one held by pinning)."""
+    return ToolView(
+        name=status.name,
+        service=status.service,
+        workspace=status.workspace,
+        source="announced",
+        status=status.status,
+        instances=status.instances,
+        description=_description(getattr(tool, "description", "")),
+        title=_title(getattr(tool, "title", None)),
+        hints=_offered_hints(tool),
+        detail=status.detail,
+        digest=status.digest,
+        usage=usage,
+    )

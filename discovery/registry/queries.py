@@ -28,7 +28,7 @@ from .paging import page_of
 from .pins import Pending, PinBook, PinError, rejected_reason
 from .probes import Prober
 from .protocol import NameConflict, PendingChange, RegistryRequest, RegistryResponse, Rejection, ToolStatus
-from .state import ServiceState, static_status
+from .state import ServiceState, held_statuses, static_status
 from .usage import live_usage
 from .validation import RejectionLog
 from .writer import StoreWriter
@@ -85,6 +85,14 @@ class Queries:
                 for status in state.tool_statuses(leases, wall, unwritten):
                     status.usage = traffic.get(status.name)
                     tools[status.name] = status
+        tools.update(
+            held_statuses(
+                tools,
+                [change for change in self.pending() if change.workspace == workspace],
+                lambda service: len(self.leases.of_service(ServiceKey(workspace, service))),
+                wall,
+            )
+        )
         static = {
             name: value
             for name, value in (await self._config.getvalues("tool", workspace=workspace)).items()

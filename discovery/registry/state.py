@@ -11,7 +11,7 @@ dying moves nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from toolservice_base.schemas import (
@@ -26,9 +26,9 @@ from toolservice_base.schemas.tools import definition_digest
 from .keys import Key
 from .leases import Lease, ServiceKey
 from .merge import InstanceRecord, Offer, OwnershipRecord
-from .protocol import NameConflict, ToolStatus
+from .protocol import NameConflict, PendingChange, ToolStatus
 
-__all__ = ["ServiceState", "service_status", "static_status"]
+__all__ = ["ServiceState", "held_statuses", "service_status", "static_status"]
 
 
 STATUSES = ("live", "held", "grace", "refused")
@@ -57,6 +57,49 @@ def status_detail(status: str, leases: list[Lease]) -> str:
     if status == "grace":
         return "not heard from since the registry started; removed if still silent after one ttl"
     return ""
+
+
+HELD_BY_PIN = "held"
+"""A tool whose only definition on offer is a changed one, held by pinning: no agent sees it until an operator
+decides. (`held` is also a service's status while self-preservation holds its removal; WHY tells the two apart.)"""
+
+
+def held_statuses(
+    listed: Mapping[str, ToolStatus],
+    changes: Iterable[PendingChange],
+    instances_of: Callable[[str], int],
+    wall_now: float,
+) -> dict[str, ToolStatus]:
+    """What pinning adds to one workspace's `listed` tools, by name: a tool whose changed definition is held and no
+    longer listed (no instance offers the pinned one) comes back as `held`; a listed one with a change held says so.
+
+    So `toolreg tools`, the registry page and `toolreg call` point at `toolreg pending` wherever such a tool is looked
+    up, instead of it vanishing. `instances_of(service)`: its instances holding a lease.
+    """
+    found: dict[str, ToolStatus] = {}
+    for change in changes:
+        shown = listed.get(change.tool)
+        if shown is not None:
+            note = "a changed definition is held, agents keep this one: `toolreg pending` shows it"
+            found[change.tool] = shown.model_copy(update={"detail": "; ".join(p for p in (shown.detail, note) if p)})
+            continue
+        found[change.tool] = ToolStatus(
+            name=change.tool,
+            service=change.service,
+            source="announced",
+            status=HELD_BY_PIN,
+            instances=instances_of(change.service),
+            last_heartbeat_age=round(max(0.0, wall_now - change.last_seen), 3),
+            workspace=change.workspace,
+            version=change.version,
+            detail=(
+                "its definition changed and is held until an operator decides; agents do not see it: `toolreg"
+                f" pending` shows the change, `toolreg approve {change.tool}` or `toolreg reject {change.tool}`"
+                " decides"
+            ),
+            digest=change.offered,
+        )
+    return found
 
 
 def static_status(name: str, value: str, services: Mapping[str, str], workspace: str) -> ToolStatus:
