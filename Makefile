@@ -16,13 +16,23 @@ STAMP  := $(VENV)/.installed
 PIP_INSTALL := $(BIN)/python -W 'ignore:`project.license` as a TOML table:UserWarning' \
 	-W 'ignore:Editable installation:UserWarning' -m pip install --quiet
 
+# `make test` needs the test extra (linters, TrustGraph, a browser driver, the agent frameworks: about 578 MB); `make
+# demo` needs the product alone, so it installs only that (the test install includes it, and stamps it too).
+DEMO_STAMP := $(VENV)/.installed-demo
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(PIP_INSTALL) -e '.[test]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(PIP_INSTALL) -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/toolreg demo
 
 test: $(STAMP)

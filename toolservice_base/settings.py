@@ -196,7 +196,11 @@ class Settings:
             url = ""
         if url:
             return url
-        raise NoBrokerError(f"no broker: set PULSAR_URL, or run `toolreg up` (no {self.broker_url_file} found)")
+        raise NoBrokerError(
+            f"no broker: set PULSAR_URL, or run `toolreg up` (no {self.broker_url_file} found: `toolreg up` writes"
+            " its broker's URL in its data directory, so run this command from the same directory or give it the"
+            " same --data-dir or TOOLREG_DATA_DIR)"
+        )
 
 
 # --- the HTTP surface and the registry's tuning: fields of Settings ---------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -64,17 +65,27 @@ async def cmd_config_get(args: argparse.Namespace) -> int:
             return fail(f"{item_type}/{key} not found in workspace {client.workspace!r}")
         value = found[(item_type, key)]
         try:
-            print(json.dumps(json.loads(value), indent=2))
+            parsed, text = json.loads(value), False
         except ValueError:
-            print(value)
+            parsed, text = value, True
+        if args.json:  # the value parsed when it is JSON (as most are), else its text
+            print(json.dumps({"type": item_type, "key": key, "workspace": client.workspace, "value": parsed}, indent=2))
+        else:
+            print(value if text else json.dumps(parsed, indent=2))
         return 0
 
     return await with_config(args, get)
 
 
+KNOWN_TYPES = ("tool", "tool-service")
+"""The types the product itself reads and writes: listing one that is empty is no mistake."""
+
+
 async def cmd_config_list(args: argparse.Namespace) -> int:
     async def listing(client: ConfigClient) -> int:
         keys = await client.list(args.type)
+        if not keys and args.type not in KNOWN_TYPES:
+            await _no_such_type(client, args.type)
         if getattr(args, "json", False):
             print(json.dumps(keys, indent=2))
             return 0
@@ -83,6 +94,21 @@ async def cmd_config_list(args: argparse.Namespace) -> int:
         return 0
 
     return await with_config(args, listing)
+
+
+async def _no_such_type(client: ConfigClient, item_type: str) -> None:
+    """`config list tols`: an empty answer for a type nothing holds is a typo more often than not; say which types
+    the workspace has (a type TrustGraph or an operator uses is listed as soon as it holds an item)."""
+    _, items = await client.config()
+    there = sorted({*KNOWN_TYPES, *(t for t, values in items.items() if values)})
+    if item_type in there:
+        return
+    close = difflib.get_close_matches(item_type, there, n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise CommandError(
+        f"no items of type {item_type!r} in workspace {client.workspace!r}, and no such type there: the types are"
+        f" {', '.join(there)}{hint}"
+    )
 
 
 async def cmd_config_delete(args: argparse.Namespace) -> int:

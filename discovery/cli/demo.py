@@ -130,7 +130,7 @@ async def run_demo(data_dir: Path) -> None:
         step(6, "the config store stops; a new bridge starts from its last-known-good snapshot")
         await store.stop()
         await answer_from_snapshot(settings)
-    say(f"\ndone in {took(started)}; logs of the services are in {data_dir}")
+    say(f"\ndone in {took(started)}; the logs (this run's in {LOG_FILE}, each service's own) are in {data_dir}")
 
 
 async def start_backend(stack: AsyncExitStack, data_dir: Path) -> tuple[Settings, Transport, ConfigStoreService]:
@@ -253,13 +253,22 @@ def fresh_dir(data_dir: str | None = None) -> Path:
     return path.absolute()
 
 
-async def demo(data_dir: str | None = None) -> int:
-    """Run the story in a fresh directory."""
-    await run_demo(await asyncio.to_thread(fresh_dir, data_dir))
-    return 0
+LOG_FILE = "demo.log"
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    if getattr(args, "log_level", None) is None:
-        configure_logging("warning")  # the story is the output; --log-level info shows the events too
-    return await demo(args.dir)
+    """The story is the output: this process's own events (the registry's, the bridge's) go to `demo.log` beside the
+    services' logs, so piped output is the story alone, not interleaved with JSON lines; `--log-level` puts them back
+    on stderr."""
+    path = await asyncio.to_thread(fresh_dir, args.dir)
+    if getattr(args, "log_level", None) is not None:
+        await run_demo(path)
+        return 0
+    log = await asyncio.to_thread(open, path / LOG_FILE, "a", encoding="utf-8")
+    try:
+        configure_logging("info", json=True, stream=log)
+        await run_demo(path)
+    finally:
+        configure_logging("warning")  # the file is closing: nothing may be written to it any more
+        log.close()
+    return 0

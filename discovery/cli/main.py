@@ -283,9 +283,20 @@ def _add_config(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     put.set_defaults(handler=lazy("config", "cmd_config_put"))
     get = config_sub.add_parser("get", parents=[config_common], help="print TYPE/KEY", description="Print one item.")
     get.add_argument("item", metavar="TYPE/KEY")
+    get.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"type", "key", "workspace", "value"} (the value parsed when it is JSON) as one JSON object',
+    )
     get.set_defaults(handler=lazy("config", "cmd_config_get"))
     listing = config_sub.add_parser(
-        "list", parents=[config_common], help="list the keys of TYPE", description="List the keys of a type."
+        "list",
+        parents=[config_common],
+        help="list the keys of TYPE",
+        description=(
+            "List the keys of a type. A type the workspace holds no item of (other than tool and tool-service) is an"
+            " error naming the types it has: more often a typo than an empty type."
+        ),
     )
     listing.add_argument("type", metavar="TYPE")
     listing.add_argument("--json", action="store_true", help="print a JSON list of keys instead of one per line")

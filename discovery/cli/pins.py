@@ -9,7 +9,6 @@ the registry's query API.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import time
 from typing import Any
@@ -18,7 +17,8 @@ from discovery.registry.client import RegistryClient
 from discovery.registry.protocol import PendingChange
 
 from .common import CommandError
-from .registry import SHORT, age, ask_registry, query_parent, table
+from .output import Column, add_output_options, render
+from .registry import SHORT, age, ask_registry, query_parent
 
 _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 
@@ -38,7 +38,8 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  toolreg pending\n  toolreg pending --json | jq -r '.[] | .tool + \" \" + .offered'\n",
     )
-    pending.add_argument("--json", action="store_true", help="print JSON instead of a table and diffs")
+    pending.add_argument("--json", action="store_true", help="print JSON instead of a table and diffs (-o json)")
+    add_output_options(pending, wide="the whole digests and the pinned version", name="tool name")
     pending.add_argument("--workspace", default=None, help="only the changes in this workspace (default: all)")
     pending.set_defaults(handler=cmd_pending)
 
@@ -79,43 +80,42 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
         command.set_defaults(handler=cmd_approve if name == "approve" else cmd_reject)
 
 
+def pending_columns(now: float) -> list[Column[PendingChange]]:
+    return [
+        Column("TOOL", lambda c: c.tool),
+        Column("SERVICE", lambda c: c.service),
+        Column("WORKSPACE", lambda c: c.workspace),
+        Column("PINNED", lambda c: c.pinned[:SHORT], narrow=True),
+        Column("OFFERED", lambda c: c.offered[:SHORT], narrow=True),
+        Column("PINNED", lambda c: c.pinned, wide=True),
+        Column("PINNED VERSION", lambda c: c.pinned_version or "-", wide=True),
+        Column("OFFERED", lambda c: c.offered, wide=True),
+        Column("VERSION", lambda c: c.version or "-"),
+        Column("SIGNER", lambda c: c.signer or "-"),
+        Column("FIRST SEEN", lambda c: age(now - c.first_seen)),
+        Column("LAST SEEN", lambda c: age(now - c.last_seen)),
+    ]
+
+
 async def cmd_pending(args: argparse.Namespace) -> int:
     async def action(client: RegistryClient) -> int:
         found = await client.pending()
         changes = [c for c in found.changes if args.workspace is None or c.workspace == args.workspace]
-        if args.json:
-            print(json.dumps([change.model_dump(mode="json") for change in changes], indent=2))
-            return 0
-        if not changes:
-            where = "" if args.workspace is None else f" in workspace {args.workspace!r}"
-            off = "" if found.pinning else " (this registry does not pin definitions: start it with --pin-definitions)"
-            print(f"no pending definition changes{where}{off}")
-            return 0
-        now = time.time()
-        rows = [
-            (
-                c.tool,
-                c.service,
-                c.workspace,
-                c.pinned[:SHORT],
-                c.offered[:SHORT],
-                c.version or "-",
-                c.signer or "-",
-                age(now - c.first_seen),
-                age(now - c.last_seen),
-            )
-            for c in changes
-        ]
-        print(
-            table(
-                ("TOOL", "SERVICE", "WORKSPACE", "PINNED", "OFFERED", "VERSION", "SIGNER", "FIRST SEEN", "LAST SEEN"),
-                rows,
-            )
+        where = "" if args.workspace is None else f" in workspace {args.workspace!r}"
+        off = "" if found.pinning else " (this registry does not pin definitions: start it with --pin-definitions)"
+        chosen = render(
+            args,
+            changes,
+            pending_columns(time.time()),
+            name=lambda c: c.tool,
+            record=lambda c: c.model_dump(mode="json"),
+            empty=f"no pending definition changes{where}{off}",
         )
-        for change in changes:
-            print()
-            print(_decision_help(change))
-            print(change.diff)
+        if chosen in ("table", "wide"):  # each change's diff, and the commands that decide on it
+            for change in changes:
+                print()
+                print(_decision_help(change))
+                print(change.diff)
         return 0
 
     return await ask_registry(args, action)

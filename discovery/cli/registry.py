@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from typing import Any
+
+from pydantic import BaseModel
 
 from discovery.errors import RegistryUnavailable
 from discovery.registry.client import DEFAULT_TIMEOUT, RegistryClient
 from discovery.registry.options import RegistryOptions
+from discovery.registry.protocol import NameConflict, Rejection
 from discovery.registry.trust import PolicyError, policy_from
 from discovery.registry.validation import DEFAULT_MAX_SKEW
 from toolservice_base.errors import SettingsError
@@ -34,6 +36,7 @@ from toolservice_base.settings import (
 )
 
 from .common import CommandError, Deadline, connect, lazy, opened, settings_of, waiting_for
+from .output import Column, add_output_options, render
 from .parsing import parent
 
 SHORT = 12
@@ -194,12 +197,6 @@ async def ask_registry(args: argparse.Namespace, action: Callable[[RegistryClien
             return await action(client)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
-    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [headers, *rows]]
-    return "\n".join(lines)
-
-
 def age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -210,49 +207,51 @@ def age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h ago"
 
 
-def show(
-    args: argparse.Namespace, items: Sequence[Any], empty: str, headers: Sequence[str], rows: Sequence[Sequence[str]]
-) -> int:
-    """`--json`: the items as a JSON list; otherwise a table, or `empty` when there is nothing."""
-    if args.json:
-        print(json.dumps([item.model_dump(mode="json") for item in items], indent=2))
-    elif not items:
-        print(empty)
-    else:
-        print(table(headers, rows))
-    return 0
+def record(item: BaseModel) -> Any:
+    """A row of `-o json|yaml`: every field of the registry's answer, as it sent it."""
+    return item.model_dump(mode="json")
+
+
+def rejection_columns(now: float) -> list[Column[Rejection]]:
+    return [
+        Column("LAST", lambda r: age(now - r.at)),
+        Column("COUNT", lambda r: str(r.count)),
+        Column("FIRST", lambda r: age(now - (r.first if r.first is not None else r.at))),
+        Column("SERVICE", lambda r: r.service or "-"),
+        Column("INSTANCE", lambda r: r.instance or "-"),
+        Column("WORKSPACE", lambda r: r.workspace or "-"),
+        Column("EXCERPT", lambda r: " ".join(r.excerpt.split())[:60] or "-", wide=True),
+        Column("REASON", lambda r: r.reason),
+    ]
 
 
 async def cmd_rejections(args: argparse.Namespace) -> int:
     async def action(client: RegistryClient) -> int:
         rejections = [r for r in await client.rejections() if args.workspace is None or r.workspace == args.workspace]
-        now = time.time()
-        rows = [
-            (
-                age(now - r.at),
-                str(r.count),
-                age(now - (r.first if r.first is not None else r.at)),
-                r.service or "-",
-                r.instance or "-",
-                r.workspace or "-",
-                r.reason,
-            )
-            for r in rejections
-        ]
         empty = "no rejected announcements" + ("" if args.workspace is None else f" in workspace {args.workspace!r}")
-        return show(
-            args, rejections, empty, ("LAST", "COUNT", "FIRST", "SERVICE", "INSTANCE", "WORKSPACE", "REASON"), rows
-        )
+        columns = rejection_columns(time.time())
+        render(args, rejections, columns, name=lambda r: r.instance or r.service or "-", record=record, empty=empty)
+        return 0
 
     return await ask_registry(args, action)
+
+
+CONFLICT_COLUMNS: list[Column[NameConflict]] = [
+    Column("TOOL", lambda c: c.tool),
+    Column("REFUSED FOR", lambda c: c.service),
+    Column("HELD BY", lambda c: c.held_by),
+    Column("WORKSPACE", lambda c: c.workspace),
+    Column("SINCE", lambda c: age(time.time() - c.at), wide=True),
+    Column("REASON", lambda c: c.reason),
+]
 
 
 async def cmd_conflicts(args: argparse.Namespace) -> int:
     async def action(client: RegistryClient) -> int:
         conflicts = [c for c in await client.conflicts() if args.workspace is None or c.workspace == args.workspace]
-        rows = [(c.tool, c.service, c.held_by, c.workspace, c.reason) for c in conflicts]
         empty = "no conflicts" if args.workspace is None else f"no conflicts in workspace {args.workspace!r}"
-        return show(args, conflicts, empty, ("TOOL", "REFUSED FOR", "HELD BY", "WORKSPACE", "REASON"), rows)
+        render(args, conflicts, CONFLICT_COLUMNS, name=lambda c: c.tool, record=record, empty=empty)
+        return 0
 
     return await ask_registry(args, action)
 
@@ -344,8 +343,9 @@ def _add_tools_command(subparsers: Any, query: argparse.ArgumentParser) -> None:
     tools.add_argument(
         "--json",
         action="store_true",
-        help="print a JSON list of objects instead of a table; with --watch, one JSON object per change (NDJSON)",
+        help="print a JSON list of objects instead of a table (-o json); with --watch, one JSON object per change",
     )
+    add_output_options(tools, wide="WORKSPACE, VERSION and the whole DIGEST", name="tool name")
     tools.add_argument("--workspace", default=None, help="config workspace (default: the registry's, 'default')")
     once = tools.add_mutually_exclusive_group()
     once.add_argument(
@@ -394,7 +394,8 @@ def _add_report_commands(subparsers: Any, query: argparse.ArgumentParser) -> Non
             " jq '.[0].excerpt'\n"
         ),
     )
-    rejections.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    rejections.add_argument("--json", action="store_true", help="print JSON instead of a table (-o json)")
+    add_output_options(rejections, wide="an EXCERPT of what was refused", name="refused instance (or service)")
     rejections.add_argument(
         "--workspace",
         default=None,
@@ -415,7 +416,8 @@ def _add_report_commands(subparsers: Any, query: argparse.ArgumentParser) -> Non
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  toolreg conflicts\n  toolreg conflicts --workspace research --json\n",
     )
-    conflicts.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    conflicts.add_argument("--json", action="store_true", help="print JSON instead of a table (-o json)")
+    add_output_options(conflicts, wide="SINCE when", name="tool name")
     conflicts.add_argument("--workspace", default=None, help="only the conflicts in this workspace (default: all)")
     conflicts.set_defaults(handler=cmd_conflicts)
 

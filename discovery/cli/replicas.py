@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
-from .common import CommandError, lazy, settings_of
+from .common import CommandError, Deadline, connect, lazy, opened
+from .output import Column, add_output_options, output_format, render
 
 if TYPE_CHECKING:
     from discovery.replicas.membership import ReplicaStatus
 
 LISTEN = 2.5
 """Seconds to listen: a member publishes every second, so every live one is heard at least twice."""
+TIMEOUT = 5.0
+"""Seconds `--timeout` gives reaching the broker and subscribing, as the other commands that ask (`toolreg tools`)."""
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -34,16 +36,24 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
             " applied, since."
         ),
     )
-    replicas.add_argument("--json", action="store_true", help="print JSON: one object per replica")
+    replicas.add_argument("--json", action="store_true", help="print JSON: one object per replica (-o json)")
+    add_output_options(replicas, wide="TERM and the SETTINGS digest", name="replica id")
     replicas.add_argument(
         "--listen", type=float, default=LISTEN, metavar="SECONDS", help=f"how long to listen (default {LISTEN:g})"
+    )
+    replicas.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT,
+        metavar="SECONDS",
+        help=f"the longest to wait for the broker before listening (default {TIMEOUT:g})",
     )
     replicas.set_defaults(handler=lazy("replicas", "cmd_replicas"))
 
 
 async def cmd_replicas(args: argparse.Namespace) -> int:
     from discovery.replicas.membership import ReplicaStatus
-    from toolservice_base import Envelope, open_transport
+    from toolservice_base import Envelope
 
     heard: dict[tuple[str, str], ReplicaStatus] = {}
 
@@ -52,27 +62,40 @@ async def cmd_replicas(args: argparse.Namespace) -> int:
         if status is not None:
             heard[(status.group, status.id)] = status
 
+    chosen = output_format(args)
+    deadline = Deadline(args.timeout)
     async with AsyncExitStack() as stack:
-        connection = await open_transport(settings_of(args))
+        connection = await connect(args, deadline)
         stack.push_async_callback(connection.close)
-        subscription = await connection.subscribe(connection.topics.state_members, on_status)
-        stack.push_async_callback(connection.unsubscribe, subscription)
+        topic = connection.topics.state_members
+
+        async def listen() -> None:
+            subscription = await connection.subscribe(topic, on_status)
+            stack.push_async_callback(connection.unsubscribe, subscription)
+
+        await opened(listen(), connection.url, topic, deadline)
         await asyncio.sleep(max(args.listen, 0.1))
     statuses = sorted(heard.values(), key=lambda s: (s.group, s.role != "active", s.id))
-    if args.json:
-        print(json.dumps([_row(status) for status in statuses], indent=2))
-        return 0
-    if not statuses:
+    if not statuses and chosen not in ("json", "yaml"):
         raise CommandError(
-            f"no replica heard on {connection.topics.state_members} within {args.listen:g}s; "
+            f"no replica heard on {topic} within {args.listen:g}s; "
             "replicas run with `toolreg up --store pulsar` on the same broker and topicspace"
         )
-    rows = [[s.group, s.id, s.role, str(s.pid), s.host, str(s.version), _since(s.since)] for s in statuses]
-    headers = ["GROUP", "ID", "ROLE", "PID", "HOST", "VERSION", "SINCE"]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    for line in [headers, *rows]:
-        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
+    render(args, statuses, COLUMNS, name=lambda s: s.id, record=_row, empty="")
     return 0
+
+
+COLUMNS: list[Column[ReplicaStatus]] = [
+    Column("GROUP", lambda s: s.group),
+    Column("ID", lambda s: s.id),
+    Column("ROLE", lambda s: s.role),
+    Column("PID", lambda s: str(s.pid)),
+    Column("HOST", lambda s: s.host),
+    Column("VERSION", lambda s: str(s.version)),
+    Column("TERM", lambda s: str(s.term), wide=True),
+    Column("SETTINGS", lambda s: s.settings or "-", wide=True),
+    Column("SINCE", lambda s: _since(s.since)),
+]
 
 
 def _row(status: ReplicaStatus) -> dict[str, Any]:
@@ -85,6 +108,7 @@ def _row(status: ReplicaStatus) -> dict[str, Any]:
         "version": status.version,
         "since": status.since,
         "term": status.term,
+        "settings": status.settings,
     }
 
 

@@ -38,7 +38,7 @@ from discovery.store.check import (
 from discovery.store.sqlite import STORE_FILE
 from discovery.writable import probe
 
-from .common import UpLock, fail, settings_of, store_choice
+from .common import CommandError, UpLock, fail, settings_of, store_choice
 from .parsing import subcommands
 
 if TYPE_CHECKING:
@@ -163,12 +163,25 @@ async def cmd_store_export(args: argparse.Namespace) -> int:
 
     backend = store_choice(args)
     if backend == "sqlite":
+        _hint_replicated(args)
         version, rows = await asyncio.to_thread(transfer.sqlite_dump, store_path(args))
     else:
         version, rows = await _on_broker(args, transfer.replicated_dump)
     await asyncio.to_thread(transfer.write_export, Path(args.path), version, rows)
     print(f"exported {len(rows)} item(s) at version {version} from the {backend} store to {args.path}")
     return 0
+
+
+def _hint_replicated(args: argparse.Namespace) -> None:
+    """`store export` of a SQLite file that is not there, on a machine pointed at a cluster (PULSAR_URL): the store
+    meant is likely the replicated one, so say how to name it rather than only that no file exists."""
+    settings = settings_of(args)
+    path = store_path(args)
+    if settings.pulsar_url and not getattr(args, "store", None) and not settings.store and not path.exists():
+        raise CommandError(
+            f"no SQLite config store at {path}; PULSAR_URL is set, so for the store replicated on Apache Pulsar"
+            " add --store pulsar (or set TOOLREG_STORE=pulsar), or give --data-dir where `toolreg up` keeps its file"
+        )
 
 
 async def cmd_store_import(args: argparse.Namespace) -> int:
@@ -208,10 +221,12 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
     store = subparsers.add_parser(
         "store",
         parents=[common_parent],
-        help="check, back up or restore the config store's file",
+        help="check, back up, restore, export or import the config store",
         description=(
-            "Look after <data-dir>/config.sqlite directly (no broker needed). `toolreg up` also takes "
-            "backups by itself into <data-dir>/backups/."
+            "check, backup and restore look after <data-dir>/config.sqlite directly, with no broker (`toolreg up`"
+            " also takes backups by itself into <data-dir>/backups/). export and import move a store's items and"
+            " version between that file and the store replicated on Apache Pulsar (--store pulsar, or"
+            " TOOLREG_STORE=pulsar), which needs the broker."
         ),
     )
     actions = subcommands(store, dest="store_command", metavar="ACTION", required=True)

@@ -36,7 +36,8 @@ from discovery.registry.protocol import ToolStatus
 from toolservice_base.errors import TransportError
 
 from .common import CommandError
-from .registry import HELD_EXIT, SHORT, age, answering, ask_registry, registry_client, show
+from .output import Column, output_format, render
+from .registry import HELD_EXIT, SHORT, age, answering, ask_registry, record, registry_client
 
 DEFAULT_INTERVAL = 1.0
 """Seconds between two questions of `toolreg tools --watch` (`--interval`)."""
@@ -95,6 +96,24 @@ def tool_row(tool: ToolStatus, pinning: bool, heartbeat: bool = True) -> list[st
     ]
 
 
+def tool_columns(pinning: bool) -> list[Column[ToolStatus]]:
+    """`toolreg tools`' columns: DIGEST (short) when the registry pins definitions; `-o wide` adds WORKSPACE, VERSION
+    and the whole digest."""
+    return [
+        Column("TOOL", lambda t: t.name),
+        Column("SERVICE", lambda t: t.service or "-"),
+        Column("WORKSPACE", lambda t: t.workspace, wide=True),
+        Column("SOURCE", lambda t: t.source),
+        Column("STATUS", lambda t: t.status),
+        Column("INSTANCES", lambda t: str(t.instances) if t.source == "announced" else "-"),
+        Column("LAST HEARTBEAT", lambda t: age(t.last_heartbeat_age)),
+        Column("VERSION", lambda t: t.version or "-", wide=True),
+        *([Column("DIGEST", lambda t: (t.digest or "-")[:SHORT], narrow=True)] if pinning else []),
+        Column("DIGEST", lambda t: t.digest or "-", wide=True),
+        Column("WHY", lambda t: t.detail),
+    ]
+
+
 async def cmd_tools(args: argparse.Namespace) -> int:
     if args.watch:
         return await watch_tools(args)
@@ -104,20 +123,16 @@ async def cmd_tools(args: argparse.Namespace) -> int:
         return await cmd_search(args)
     if args.interval is not None:
         raise CommandError("--interval is how often `toolreg tools --watch` asks; add --watch, or leave --interval out")
+    output_format(args)  # two formats asked for: one line before anything is asked of the registry
 
     async def action(client: RegistryClient) -> int:
         listing = await client.list(args.workspace)
         if listing.held:
             print(f"toolreg: {held_notice(listing.held)}", file=sys.stderr)
-        rows = [tool_row(t, listing.pinning) for t in listing.tools]
-        shown = show(
-            args,
-            listing.tools,
-            f"no tools in workspace {args.workspace or 'default'!r}",
-            tool_headers(listing.pinning),
-            rows,
-        )
-        return HELD_EXIT if args.strict and listing.held else shown
+        columns = tool_columns(listing.pinning)
+        empty = f"no tools in workspace {args.workspace or 'default'!r}"
+        render(args, listing.tools, columns, name=lambda t: t.name, record=record, empty=empty)
+        return HELD_EXIT if args.strict and listing.held else 0
 
     return await ask_registry(args, action)
 

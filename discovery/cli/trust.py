@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from discovery.registry.trust import TrustPolicy, trusted_key
+from discovery.registry.trust import TrustedKey, TrustPolicy, trusted_key
 from toolservice_base.settings import TRUST_POLICY_ENV
 from toolservice_base.signing import (
     generate_key_pair,
@@ -15,6 +14,7 @@ from toolservice_base.signing import (
 )
 
 from .common import fail, settings_of
+from .output import Column, add_output_options, render
 from .parsing import Parser, subcommands
 
 
@@ -79,35 +79,37 @@ async def cmd_trust_remove(args: argparse.Namespace) -> int:
     return 0
 
 
+KEY_COLUMNS: list[Column[TrustedKey]] = [
+    Column("NAME", lambda k: k.name),
+    Column("KEY ID", lambda k: k.id),
+    Column("PUBLIC KEY", lambda k: k.text, wide=True),
+    Column("SERVICES", lambda k: ",".join(k.services)),
+    Column("TOOLS", lambda k: ",".join(k.tools)),
+    Column("WORKSPACES", lambda k: _workspaces(k.workspaces)),
+]
+
+
+def _key_record(k: TrustedKey) -> dict[str, object]:
+    return {
+        "name": k.name,
+        "id": k.id,
+        "public_key": k.text,
+        "services": list(k.services),
+        "tools": list(k.tools),
+        "workspaces": list(k.workspaces),
+        "may": f"announce {k.scope()}",
+    }
+
+
 async def cmd_trust_list(args: argparse.Namespace) -> int:
     policy = TrustPolicy.load(policy_path(args))
     keys = sorted(policy.keys.values(), key=lambda k: k.name)
-    if getattr(args, "json", False):
-        listed = [
-            {
-                "name": k.name,
-                "id": k.id,
-                "public_key": k.text,
-                "services": list(k.services),
-                "tools": list(k.tools),
-                "workspaces": list(k.workspaces),
-                "may": f"announce {k.scope()}",
-            }
-            for k in keys
-        ]
-        print(json.dumps(listed, indent=2))
-        return 0
-    if not keys:
-        print(f"no trusted keys in {policy_path(args)}: a registry using it refuses every announcement")
-        return 0
-    rows = [(k.name, k.id, ",".join(k.services), ",".join(k.tools), _workspaces(k.workspaces)) for k in keys]
-    header = ("NAME", "KEY ID", "SERVICES", "TOOLS", "WORKSPACES")
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
-    print()
-    for key in keys:
-        print(f"{key.name} may announce {key.scope()}")
+    empty = f"no trusted keys in {policy_path(args)}: a registry using it refuses every announcement"
+    chosen = render(args, keys, KEY_COLUMNS, name=lambda k: k.name, record=_key_record, empty=empty)
+    if chosen in ("table", "wide") and keys and not args.no_headers:
+        print()
+        for key in keys:
+            print(f"{key.name} may announce {key.scope()}")
     return 0
 
 
@@ -193,4 +195,5 @@ def _add_trust_command(sub: argparse._SubParsersAction, common: argparse.Argumen
         description="List the trusted keys: the services, tools and workspaces each may announce.",
     )
     listing.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
+    add_output_options(listing, wide="each PUBLIC KEY", name="key name")
     listing.set_defaults(handler=cmd_trust_list)

@@ -27,7 +27,7 @@ producer access modes; each layer refuses it in one line.
 
 from .election import ElectedWriter, Election, RoleChange
 from .log import FORMAT, LogEntry, Manifest, ReplicatedLog, StateMachine
-from .membership import Membership, ReplicaStatus, Role, settings_digest
+from .membership import Membership, ReplicaStatus, Role, differing_settings, settings_digest
 
 __all__ = [
     "FORMAT",
@@ -41,5 +41,6 @@ __all__ = [
     "Role",
     "RoleChange",
     "StateMachine",
+    "differing_settings",
     "settings_digest",
 ]

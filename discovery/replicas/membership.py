@@ -50,6 +50,20 @@ def settings_digest(settings: Mapping[str, Any] | None) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
+def setting_digests(settings: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    """A short digest of each setting, by name: what lets a replica refused for other settings be told which differ
+    (the values themselves, a trust policy's keys say, are not published)."""
+    return tuple(sorted((name, settings_digest({name: value})[:8]) for name, value in (settings or {}).items()))
+
+
+def differing_settings(one: ReplicaStatus, other: ReplicaStatus) -> list[str]:
+    """The names of the group settings two replicas hold differently; empty when either did not say (an older one)."""
+    if not one.each or not other.each:
+        return []
+    mine, theirs = dict(one.each), dict(other.each)
+    return sorted(name for name in mine.keys() | theirs.keys() if mine.get(name) != theirs.get(name))
+
+
 @dataclass(frozen=True)
 class ReplicaStatus:
     """One replica as it last described itself."""
@@ -67,6 +81,8 @@ class ReplicaStatus:
     """The election term it is active in (0 while standby): a higher term wins over a lower one."""
     settings: str = ""
     """Digest of its group settings (`settings_digest`)."""
+    each: tuple[tuple[str, str], ...] = ()
+    """Digest of each group setting by name (`setting_digests`): which differ, when `settings` does."""
     heard: float = field(default=0.0, compare=False)
     """When this view last heard it (this process's monotonic clock): what expiry and the takeover rule go by."""
 
@@ -82,6 +98,7 @@ class ReplicaStatus:
             "since": self.since,
             "term": self.term,
             "settings": self.settings,
+            "settings-each": dict(self.each),
         }
 
     @classmethod
@@ -101,6 +118,7 @@ class ReplicaStatus:
                 since=float(raw["since"]),
                 term=int(raw.get("term", 0)),
                 settings=str(raw.get("settings", "")),
+                each=tuple(sorted((str(k), str(v)) for k, v in dict(raw.get("settings-each") or {}).items())),
                 heard=heard,
             )
         except (ValueError, KeyError, TypeError) as exc:
@@ -146,6 +164,7 @@ class Membership:
             version=0,
             since=time.time(),
             settings=settings_digest(settings),
+            each=setting_digests(settings),
         )
         self._others: dict[str, ReplicaStatus] = {}
         self._active_heard: float | None = None

@@ -37,7 +37,7 @@ from contextlib import AsyncExitStack
 from typing import Any, Self
 
 from discovery.errors import ReplicationError
-from discovery.replicas import Election, LogEntry, Membership, ReplicaStatus, ReplicatedLog
+from discovery.replicas import Election, LogEntry, Membership, ReplicaStatus, ReplicatedLog, differing_settings
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
@@ -305,10 +305,12 @@ class ReplicatedStore:
             active = next((r for r in members.replicas() if r.role == "active" and r.id != self.replica_id), None)
             if active is not None:
                 if own and active.settings and active.settings != own:
+                    differ = differing_settings(members.status, active)
+                    which = f"; they differ in {', '.join(differ)}" if differ else ""
                     raise ReplicationError(
                         f"replica {self.replica_id} runs with other group settings (trust policy and limits, {own})"
-                        f" than the active replica {active.id} ({active.settings}): start every replica of a group"
-                        " alike (`toolreg replicas` shows each)"
+                        f" than the active replica {active.id} ({active.settings}){which}: start every replica of a"
+                        " group alike (`toolreg replicas -o wide` shows each one's settings digest)"
                     )
                 await replicated_log.expect_at_least(active.version, active.id)
                 return
@@ -324,6 +326,7 @@ class ReplicatedStore:
                     "config.replica_settings_differ",
                     replica=self.replica_id,
                     other=other.id,
+                    differ=differing_settings(self._members.status, other),
                     note="replicas of one group must run with the same trust policy and options; restart them alike",
                 )
 

@@ -181,12 +181,13 @@ async def test_a_replica_that_comes_back_is_a_standby_and_catches_up(group: Grou
 async def test_a_replica_with_other_group_settings_than_the_active_one_refuses_to_join_in_one_line(
     group: Group,
 ) -> None:
-    first = await group.start("first", shared={"trust": "keys-a"})
+    first = await group.start("first", shared={"trust": "keys-a", "max_instances": 10_000})
     await eventually(lambda: first.service is not None, timeout=15)
     with pytest.raises(ReplicationError, match="other group settings") as caught:
-        await group.start("stranger", shared={"trust": "keys-b"})
+        await group.start("stranger", shared={"trust": "keys-a", "max_instances": 20_000})
     assert "\n" not in str(caught.value) and "active replica first" in str(caught.value)
-    alike = await group.start("alike", shared={"trust": "keys-a"})
+    assert "they differ in max_instances:" in str(caught.value)  # which setting, not only that one does
+    alike = await group.start("alike", shared={"trust": "keys-a", "max_instances": 10_000})
     assert alike.role == "standby" and group.active() is first
 
 
