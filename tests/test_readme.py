@@ -1,0 +1,78 @@
+"""Every fenced block of README.md runs as it is written, in order, as one reader's session pastes it.
+
+One embedded broker for the whole run: the README's own `toolreg up &`, in a fresh directory, with the product's
+commands on PATH and nothing in the environment pointing anywhere else. The blocks that cannot run there (a remote
+cluster, an API key, a download) say so above themselves, with why (`support.readme`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from support.readme import Block, Session, blocks, commands, run_blocks
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+
+def test_the_readme_runs_as_written(tmp_path: Path) -> None:
+    found = blocks(README.read_text())
+    run = tmp_path / "run"
+    run.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_", "PYTHON", "VIRTUAL_ENV"))}
+    env.update(PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin", HOME=str(tmp_path / "home"))
+    session = Session(run, env, tmp_path / "session.log")
+    try:
+        skipped = run_blocks(found, session)
+    finally:
+        session.close()
+    assert len(skipped) < len(found) / 2, skipped  # most of it runs
+    said = (tmp_path / "session.log").read_text()
+    assert "I would tell you a joke about cats" in said and "A groan-worthy pun about brokers" in said
+    assert "6.21" in said and "42" in said  # the units service, and the agent's call once the calculator arrived
+    assert '{"tell-joke":"I would tell you a joke about a' in said  # pydantic-ai's TestModel called the live tool
+
+
+def test_the_readmes_example_services_do_not_take_the_shipped_examples_names() -> None:
+    """Pasted beside `toolreg serve ...JokeService`, a README service with the joke service's id would silently join
+    it as one service (answers alternating between the two), and one with its tool's name would be refused."""
+    import re
+
+    from toolservice_base.examples import calculator, countdown, echo, joke
+
+    shipped = [joke.JokeService, calculator.CalculatorService, countdown.CountdownService, echo.EchoService]
+    taken_ids = {cls.descriptor["id"] for cls in shipped}
+    taken_tools = {tool["name"] for cls in shipped for tool in cls.tools}
+    code = "\n".join(block.text for block in blocks(README.read_text()) if block.language == "python")
+    ids = set(re.findall(r'descriptor = \{"id": "([^"]+)"', code))
+    tools = set(re.findall(r'"name": "([^"]+)",\s*"description"', code))
+    assert ids and tools
+    assert not ids & taken_ids and not tools & taken_tools, (ids & taken_ids, tools & taken_tools)
+
+
+def test_the_runner_reads_markers_commands_and_here_documents() -> None:
+    text = (
+        "<!-- readme-test: skip needs a cluster -->\n```sh\nx\n```\n\n"
+        "<!-- readme-test: file a.py -->\n\n```python\nprint(1)\n```\n```json\n{}\n```\n"
+    )
+    assert blocks(text) == [
+        Block("sh", "x\n", 2, "skip", "needs a cluster"),
+        Block("python", "print(1)\n", 8, "file", "a.py"),
+        Block("json", "{}\n", 11),
+    ]
+    script = "toolreg up &   # comment\n# only a comment\ncat > f <<'EOF'\n{\n}\nEOF\nls \\\n  -l\n"
+    assert commands(script) == ["toolreg up &   # comment", "cat > f <<'EOF'\n{\n}\nEOF", "ls \n  -l"]
+
+
+def test_a_skip_marker_without_a_reason_is_refused(tmp_path: Path) -> None:
+    session = Session(tmp_path, {"PATH": "/usr/bin:/bin"}, tmp_path / "log")
+    try:
+        with pytest.raises(AssertionError, match="must say why"):
+            run_blocks([Block("sh", "false\n", 1, "skip", "")], session)
+        with pytest.raises(AssertionError, match="exited 1"):
+            run_blocks([Block("sh", "true\nfalse\n", 1)], session)
+    finally:
+        session.close()
