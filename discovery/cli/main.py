@@ -281,6 +281,16 @@ def _add_config(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
         "--value", default=None, help="the value (default: read stdin, up to end of file: Ctrl-D on a terminal)"
     )
     put.set_defaults(handler=lazy("config", "cmd_config_put"))
+    _add_config_reads(config_sub, config_common)
+    delete = config_sub.add_parser(
+        "delete", parents=[config_common], help="delete TYPE/KEY", description="Delete one item."
+    )
+    delete.add_argument("item", metavar="TYPE/KEY")
+    delete.set_defaults(handler=lazy("config", "cmd_config_delete"))
+
+
+def _add_config_reads(config_sub: argparse._SubParsersAction, config_common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    """`toolreg config get` and `config list`."""
     get = config_sub.add_parser("get", parents=[config_common], help="print TYPE/KEY", description="Print one item.")
     get.add_argument("item", metavar="TYPE/KEY")
     get.add_argument(
@@ -301,11 +311,6 @@ def _add_config(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     listing.add_argument("type", metavar="TYPE")
     listing.add_argument("--json", action="store_true", help="print a JSON list of keys instead of one per line")
     listing.set_defaults(handler=lazy("config", "cmd_config_list"))
-    delete = config_sub.add_parser(
-        "delete", parents=[config_common], help="delete TYPE/KEY", description="Delete one item."
-    )
-    delete.add_argument("item", metavar="TYPE/KEY")
-    delete.set_defaults(handler=lazy("config", "cmd_config_delete"))
 
 
 def _add_call(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
