@@ -140,7 +140,7 @@ async def test_the_readme_client_configurations_work_as_written(
 
     # stdio: only the install path and the broker's address differ from what the README says.
     server = stdio_config["mcpServers"]["toolreg"]
-    assert server["command"].endswith("/.venv/bin/toolreg") and server["env"] == {
+    assert server["command"].endswith("/bin/toolreg") and server["env"] == {
         "PULSAR_URL": "pulsar://127.0.0.1:6650"
     }
     server["command"] = str(Path(sys.executable).parent / "toolreg")
@@ -198,7 +198,7 @@ async def test_the_readme_inspector_commands_name_the_tested_version_and_work_as
     (stdio, http) = (command.split() for _, command in commands)
 
     # stdio: only the install path and the broker's address differ from what the README says.
-    assert stdio[:3] == ["-e", "PULSAR_URL=pulsar://127.0.0.1:6650", ".venv/bin/toolreg"]
+    assert stdio[:3] == ["-e", "PULSAR_URL=pulsar://127.0.0.1:6650", "toolreg"]  # the installed one, on PATH
     stdio[1:3] = [
         f"PULSAR_URL={broker.url}",
         "-e",
