@@ -22,7 +22,7 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     found = blocks(README.read_text())
     run = tmp_path / "run"
     run.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_", "PYTHON", "VIRTUAL_ENV"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_", "PYTHON", "PYTEST_", "VIRTUAL_ENV"))}
     env.update(PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin", HOME=str(tmp_path / "home"))
     session = Session(run, env, tmp_path / "session.log")
     try:
@@ -33,6 +33,7 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     said = (tmp_path / "session.log").read_text()
     assert "I would tell you a joke about cats" in said and "A groan-worthy pun about brokers" in said
     assert "6.21" in said and "42" in said  # the units service, and the agent's call once the calculator arrived
+    assert "added ['calculate']" in said  # the agent's on_change line
     assert '{"tell-joke":"I would tell you a joke about a' in said  # pydantic-ai's TestModel called the live tool
 
 

@@ -140,9 +140,7 @@ async def test_the_readme_client_configurations_work_as_written(
 
     # stdio: only the install path and the broker's address differ from what the README says.
     server = stdio_config["mcpServers"]["toolreg"]
-    assert server["command"].endswith("/bin/toolreg") and server["env"] == {
-        "PULSAR_URL": "pulsar://127.0.0.1:6650"
-    }
+    assert server["command"].endswith("/bin/toolreg") and server["env"] == {"PULSAR_URL": "pulsar://127.0.0.1:6650"}
     server["command"] = str(Path(sys.executable).parent / "toolreg")
     server["env"]["PULSAR_URL"] = broker.url
     (tmp_path / "stdio.json").write_text(json.dumps(stdio_config))
