@@ -22,7 +22,8 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     found = blocks(README.read_text())
     run = tmp_path / "run"
     run.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_", "PYTHON", "PYTEST_", "VIRTUAL_ENV"))}
+    pointing = ("PULSAR_", "TOOLREG_", "PYTHON", "PYTEST_", "VIRTUAL_ENV")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(pointing)}
     env.update(PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin", HOME=str(tmp_path / "home"))
     session = Session(run, env, tmp_path / "session.log")
     try:
