@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 
+@pytest.mark.timeout(300)  # about 20 s; each command is bounded on its own (support.readme)
 def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     found = blocks(README.read_text())
     run = tmp_path / "run"

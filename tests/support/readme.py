@@ -128,7 +128,7 @@ class Session:
     def output_since(self, offset: int) -> str:
         return self.log.read_bytes()[offset:].decode(errors="replace")
 
-    def run(self, command: str, timeout: float = 90.0) -> tuple[int, str]:
+    def run(self, command: str, timeout: float = 60.0) -> tuple[int, str]:
         """Paste `command` and wait for its prompt back: its exit status and what was printed meanwhile."""
         offset = self.log.stat().st_size
         done = f"__readme_done_{uuid.uuid4().hex}__"
