@@ -221,7 +221,7 @@ class Watch:
     def __init__(self, args: argparse.Namespace, first: Listing) -> None:
         self.args = args
         self.interval: float = args.interval or DEFAULT_INTERVAL
-        self.output = WatchOutput(args.json, first.pinning)
+        self.output = WatchOutput(output_format(args) == "json", first.pinning)
         self.seen: dict[str, ToolStatus] = {}
         self.held: list[str] = []
         self.lost = False
@@ -281,6 +281,8 @@ def _first_line(exc: BaseException) -> str:
 async def watch_tools(args: argparse.Namespace) -> int:
     """`toolreg tools --watch`: the first listing fails like `toolreg tools` (exit 1); after it, only Ctrl-C or SIGTERM
     ends it (exit 0)."""
+    if output_format(args) not in ("table", "json") or getattr(args, "no_headers", False):
+        raise CommandError("--watch prints a table (with its header) or one JSON object per change (-o json)")
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None

@@ -151,3 +151,9 @@ def test_trust_list_takes_the_same_formats(tmp_path: Path) -> None:
     assert headless.splitlines() == [headless.splitlines()[0]] and headless.startswith("jokes ")
     listed = yaml.safe_load(toolreg("trust", "list", "--policy", policy, "-o", "yaml", env=env).stdout)
     assert listed[0]["name"] == "jokes" and listed[0]["public_key"] == public
+
+
+def test_a_watch_takes_a_table_or_json_and_says_so_of_the_other_formats(tmp_path: Path) -> None:
+    for chosen in (["-o", "yaml"], ["-o", "name"], ["-o", "wide"], ["--no-headers"]):
+        result = toolreg("tools", "--watch", *chosen, env=no_broker_env(tmp_path))
+        assert result.returncode == 1 and "--watch prints a table" in result.stderr, (chosen, result.stderr)
