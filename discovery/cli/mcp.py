@@ -363,14 +363,39 @@ def _gate(args: argparse.Namespace, settings: Settings, token: str | None) -> Ga
     )
 
 
+async def _front(
+    stack: contextlib.AsyncExitStack, args: argparse.Namespace, settings: Settings, tools: ToolSet, gate: Gate
+) -> McpFront:
+    """The MCP front on `tools` behind `gate`: its audit records published when asked; a call of a name it does not
+    list asks the registry whether that tool is held (`held.HeldLookup`); with `--search`, the registry's view of
+    each tool's health follows too."""
+    from discovery.mcp.server import McpFront
+
+    from .held import HeldLookup
+
+    if args.audit_topic or settings.mcp_audit_topic:
+        await _publish_audit(stack, gate, settings)
+    held = HeldLookup(settings, args.workspace)
+    stack.push_async_callback(held.close)
+    front = McpFront(
+        tools,
+        include=args.tools,
+        exclude=args.exclude,
+        user=args.user,
+        search=args.search,
+        gate=gate,
+        explain_unknown=held.explain,
+    )
+    if args.search:
+        await _follow_registry(stack, tools, settings)
+    return front
+
+
 async def _serve(args: argparse.Namespace) -> int:
     # Imported here: the SDK takes ~0.7 s to import, which no other command should pay.
     from mcp.server.stdio import stdio_server
 
-    from discovery.mcp.server import McpFront
     from discovery.mcp.transports import StdinLines, serve_streams
-
-    from .held import HeldLookup
 
     try:
         check_name(args.workspace, "workspace")
@@ -393,21 +418,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 stack.callback(stdin.stop)  # runs before the transport closes, which waits for its reader
         await check_broker(url)
         tools = await _open_toolset(stack, args, settings)
-        if args.audit_topic or settings.mcp_audit_topic:
-            await _publish_audit(stack, gate, settings)
-        held = HeldLookup(settings, args.workspace)
-        stack.push_async_callback(held.close)
-        front = McpFront(
-            tools,
-            include=args.tools,
-            exclude=args.exclude,
-            user=args.user,
-            search=args.search,
-            gate=gate,
-            explain_unknown=held.explain,
-        )
-        if args.search:
-            await _follow_registry(stack, tools, settings)
+        front = await _front(stack, args, settings, tools, gate)
 
         def serving(**where: str) -> None:  # said once it does: for HTTP, after the port is bound
             log.info(

@@ -78,7 +78,7 @@ def render(
     """Print `rows` as `args` asks; returns the format used (a command adds what follows a table, e.g. diffs)."""
     chosen = output_format(args)
     if chosen == "json":
-        print(json.dumps([record(row) for row in rows], indent=2))
+        print(json.dumps([record(row) for row in rows], indent=2, ensure_ascii=False))
     elif chosen == "yaml":
         import yaml  # only this format needs it
 

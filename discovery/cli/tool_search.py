@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from contextlib import AsyncExitStack
 
@@ -24,6 +23,7 @@ from toolservice_base.schemas import ToolDescriptor, validate_config_item
 from toolservice_base.search import UNKNOWN, Match, SearchDoc, ToolIndex, check_limit, query_terms, rank
 
 from .common import CommandError, Deadline, connect, opened, waiting_for
+from .output import Column, render
 from .search_health import reports
 
 DESCRIPTION_WIDTH = 72
@@ -82,10 +82,19 @@ def _parse(raw: dict[str, str]) -> dict[str, ToolDescriptor]:
 def _print(
     args: argparse.Namespace, matches: list[Match], tools: dict[str, ToolDescriptor], statuses: dict[str, ToolStatus]
 ) -> None:
-    from .registry import table
+    """The ranking as `toolreg tools` prints its listing (`-o`, `--no-headers`); `-o wide` adds TITLE and RELEVANCE."""
+    columns: list[Column[Match]] = [
+        Column("TOOL", lambda m: m.name),
+        Column("SCORE", lambda m: f"{m.score:.2f}"),
+        Column("RELEVANCE", lambda m: f"{m.relevance:.2f}", wide=True),
+        Column("STATUS", lambda m: m.health.status or "-"),
+        Column("SERVICE", lambda m: tools[m.name].service or "-"),
+        Column("TITLE", lambda m: tools[m.name].title or "-", wide=True),
+        Column("DESCRIPTION", lambda m: _short(tools[m.name])),
+    ]
 
-    found: list[dict[str, object]] = [
-        {
+    def record(m: Match) -> dict[str, object]:
+        return {
             "name": m.name,
             "score": round(m.score, 3),
             "relevance": round(m.relevance, 3),
@@ -95,18 +104,8 @@ def _print(
             "title": tools[m.name].title,
             "description": tools[m.name].description,
         }
-        for m in matches
-    ]
-    if args.json:
-        print(json.dumps(found, indent=2, ensure_ascii=False))
-    elif not found:
-        print(f"no tool matches {args.search!r}")
-    else:
-        rows = [
-            [m.name, f"{m.score:.2f}", m.health.status or "-", tools[m.name].service or "-", _short(tools[m.name])]
-            for m in matches
-        ]
-        print(table(["TOOL", "SCORE", "STATUS", "SERVICE", "DESCRIPTION"], rows))
+
+    render(args, matches, columns, name=lambda m: m.name, record=record, empty=f"no tool matches {args.search!r}")
 
 
 def _short(tool: ToolDescriptor) -> str:
