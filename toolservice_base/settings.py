@@ -120,6 +120,8 @@ class Settings:
     """The contents of PULSAR_ADMIN_TOKEN_FILE: a superuser's token for the admin API; None: PULSAR_AUTH_TOKEN's."""
     cluster: str | None = None
     """PULSAR_CLUSTER: the cluster a tenant `toolreg init` makes may use; None: the cluster's own, if it has one."""
+    audit_retention: str | None = None
+    """TOOLREG_AUDIT_RETENTION: how long `toolreg init` has the audit namespace keep records (`30d`); None: 30 days."""
 
     def __post_init__(self) -> None:
         check_topicspace(self.topicspace)
@@ -218,6 +220,7 @@ PIN_DEFINITIONS_ENV = "TOOLREG_PIN_DEFINITIONS"
 ADMIN_URL_ENV = "PULSAR_ADMIN_URL"
 ADMIN_TOKEN_FILE_ENV = "PULSAR_ADMIN_TOKEN_FILE"
 CLUSTER_ENV = "PULSAR_CLUSTER"
+AUDIT_RETENTION_ENV = "TOOLREG_AUDIT_RETENTION"
 
 
 MCP_OAUTH_ISSUER_ENV = "TOOLREG_MCP_OAUTH_ISSUER"
@@ -350,6 +353,7 @@ class _Admin(TypedDict):
     admin_url: str | None
     admin_token: str | None
     cluster: str | None
+    audit_retention: str | None
 
 
 def _admin_env() -> _Admin:
@@ -363,7 +367,12 @@ def _admin_env() -> _Admin:
             raise SettingsError(
                 f"cannot read {ADMIN_TOKEN_FILE_ENV} {path!r}: {exc.strerror}; fix the path or unset it"
             ) from None
-    return {"admin_url": _env(ADMIN_URL_ENV), "admin_token": token, "cluster": _env(CLUSTER_ENV)}
+    return {
+        "admin_url": _env(ADMIN_URL_ENV),
+        "admin_token": token,
+        "cluster": _env(CLUSTER_ENV),
+        "audit_retention": _env(AUDIT_RETENTION_ENV),
+    }
 
 
 # --- read when needed: logging, the event loop, tracing -----------------------------------

@@ -3,8 +3,9 @@
 A topicspace is a tenant with the product's namespaces (`topics.NAMESPACES`).
 Everything is non-persistent but `state`, where the replicated config store
 keeps its log, snapshots and locks in persistent topics that must be kept
-without limit: its retention is set on every run, so a namespace made by hand
-(or by an older release) gets it too. With authorization on, each role named
+without limit, and `audit`, where the MCP front's audit records are kept for
+a while (30 days unless told): their retention is set on every run, so a
+namespace made by hand (or by an older release) gets it too. With authorization on, each role named
 is granted what its kind of process needs on each namespace (`GRANTS`).
 
 `prepare` is safe to run again: what exists is kept, and the policies and
@@ -14,6 +15,8 @@ grants are set every time. deploy/pulsar-init.sh does the same with
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterable, Mapping
 
 from discovery.errors import ClusterAdminError
@@ -22,8 +25,32 @@ from toolservice_base.topics import NAMESPACES
 from .admin import PulsarAdmin
 
 UNLIMITED_RETENTION = {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
-POLICIES: Mapping[str, Mapping[str, object]] = {"state": {"retention": UNLIMITED_RETENTION}}
-"""Policies set on a namespace (by its name in the topicspace) every time, after it is made."""
+DEFAULT_AUDIT_RETENTION = "30d"
+"""How long `audit` keeps the MCP front's audit records unless told (deploy/pulsar-init.sh's default too)."""
+_MINUTES = {"s": 1 / 60, "m": 1, "h": 60, "d": 1440, "w": 10080, "y": 525600}
+_TIME = re.compile(r"^(\d+)([smhdwy]?)$")
+
+
+def retention_minutes(text: str) -> int:
+    """A retention time as pulsar-admin takes it (`30d`, `12h`, `90m`, `2w`, `1y`; a bare number is seconds; -1 keeps
+    everything), in the admin API's minutes; one line for anything else."""
+    text = text.strip()
+    if text == "-1":
+        return -1
+    found = _TIME.match(text)
+    if found is None or int(found.group(1)) == 0:
+        raise ClusterAdminError(
+            f"audit retention {text!r} is not a time: give a number and a unit (30d, 12h, 2w, 1y) or -1 for no limit"
+        )
+    return max(1, math.ceil(int(found.group(1)) * _MINUTES[found.group(2) or "s"]))
+
+
+def policies(audit_retention: str = DEFAULT_AUDIT_RETENTION) -> dict[str, dict[str, dict[str, int]]]:
+    """Policies set on a namespace (by its name in the topicspace) every time, after it is made: `state` (the
+    replicated store's log) kept for good, `audit` for `audit_retention`."""
+    audit = {"retentionTimeInMinutes": retention_minutes(audit_retention), "retentionSizeInMB": -1}
+    return {"state": {"retention": UNLIMITED_RETENTION}, "audit": {"retention": audit}}
+
 
 ALL_PROCESSES = "toolreg"
 """The one kind of role there is today: every toolreg process alike, as deploy/pulsar-init.sh grants it."""
@@ -48,10 +75,16 @@ async def allowed_cluster(admin: PulsarAdmin, cluster: str | None) -> str:
 
 
 async def prepare(
-    admin: PulsarAdmin, topicspace: str, *, cluster: str | None = None, roles: Iterable[tuple[str, str]] = ()
+    admin: PulsarAdmin,
+    topicspace: str,
+    *,
+    cluster: str | None = None,
+    roles: Iterable[tuple[str, str]] = (),
+    audit_retention: str = DEFAULT_AUDIT_RETENTION,
 ) -> list[str]:
     """Tenant `topicspace`, its namespaces and their policies, and the grants of `roles` (role, kind); one line per
     step, saying what was made and what was there already."""
+    wanted = policies(audit_retention)  # a retention that is not a time: one line before anything is made
     said = []
     if topicspace in (await admin.get("tenants") or []):
         said.append(f"tenant {topicspace}: exists")
@@ -68,9 +101,10 @@ async def prepare(
         else:
             await admin.put(f"namespaces/{namespace}")
             said.append(f"namespace {namespace}: created")
-        for policy, value in POLICIES.get(name, {}).items():
+        for policy, value in wanted.get(name, {}).items():
             await admin.post(f"namespaces/{namespace}/{policy}", value)
-            said.append(f"namespace {namespace}: {policy} {'unlimited' if value == UNLIMITED_RETENTION else value}")
+            kept = "unlimited" if value == UNLIMITED_RETENTION else audit_retention.strip()
+            said.append(f"namespace {namespace}: {policy} {kept}")
         for role, actions in grants:
             if name in actions:
                 await admin.post(f"namespaces/{namespace}/permissions/{role}", list(actions[name]))

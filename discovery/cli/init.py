@@ -14,9 +14,9 @@ import argparse
 from typing import Any
 
 from discovery.broker.admin import PulsarAdmin, admin_url_for
-from discovery.broker.topicspace import ALL_PROCESSES, prepare
+from discovery.broker.topicspace import ALL_PROCESSES, DEFAULT_AUDIT_RETENTION, prepare
 from toolservice_base.errors import SettingsError
-from toolservice_base.settings import ADMIN_TOKEN_FILE_ENV, ADMIN_URL_ENV, CLUSTER_ENV
+from toolservice_base.settings import ADMIN_TOKEN_FILE_ENV, ADMIN_URL_ENV, AUDIT_RETENTION_ENV, CLUSTER_ENV
 
 from .common import CommandError, settings_of, waiting_for
 
@@ -28,8 +28,8 @@ def add_command(sub: Any, common: argparse.ArgumentParser) -> None:
         help="prepare a topicspace on an Apache Pulsar cluster (tenant, namespaces, grants); safe to run again",
         description=(
             "Make the tenant of the topicspace (--topicspace, env TOOLREG_TOPICSPACE, default tg) and the namespaces"
-            " toolreg uses in it (request, response, notify, discovery, and state kept without limit) through the"
-            " cluster's admin API, and let each --role produce and consume on them. What exists is kept; the"
+            " toolreg uses in it (request, response, notify, discovery, state kept without limit, and audit) through"
+            " the cluster's admin API, and let each --role produce and consume on them. What exists is kept; the"
             " policies and grants are set on every run. The embedded broker needs none of this."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -55,6 +55,15 @@ def add_command(sub: Any, common: argparse.ArgumentParser) -> None:
         default=[],
         metavar="ROLE",
         help="a role (a token's subject) toolreg's processes run as: it may produce and consume; repeatable",
+    )
+    init.add_argument(
+        "--audit-retention",
+        default=None,
+        metavar="TIME",
+        help=(
+            f"how long the audit namespace keeps the MCP front's audit records: 30d, 12h, 2w, 1y, or -1 for no limit"
+            f" (env {AUDIT_RETENTION_ENV}; default {DEFAULT_AUDIT_RETENTION})"
+        ),
     )
     init.add_argument(
         "--cluster",
@@ -91,6 +100,7 @@ async def cmd_init(args: argparse.Namespace) -> int:
                 settings.topicspace,
                 cluster=args.cluster or settings.cluster,
                 roles=[(role, ALL_PROCESSES) for role in args.role],
+                audit_retention=args.audit_retention or settings.audit_retention or DEFAULT_AUDIT_RETENTION,
             )
     for line in said:
         print(line)

@@ -52,6 +52,7 @@ async def test_init_prepares_any_topicspace_once_and_toolreg_then_runs_there_und
         f"namespace {fresh}/{name}: created" for name in NAMESPACES
     }
     assert f"namespace {fresh}/state: retention unlimited" in lines
+    assert f"namespace {fresh}/audit: retention 30d" in lines
     assert lines[-1] == f"topicspace {fresh} ready on {apache_pulsar.admin_url}"
 
     assert sorted(apache_pulsar.namespaces(fresh)) == sorted(f"{fresh}/{name}" for name in NAMESPACES)
@@ -63,8 +64,14 @@ async def test_init_prepares_any_topicspace_once_and_toolreg_then_runs_there_und
         granted = apache_pulsar.admin("GET", f"namespaces/{fresh}/{name}/permissions")
         assert {who: sorted(actions) for who, actions in granted.items()} == {role: ["consume", "produce"]}
 
-    again = await atoolreg(*argv, env=env)
+    assert apache_pulsar.admin("GET", f"namespaces/{fresh}/audit/retention") == {
+        "retentionTimeInMinutes": 30 * 24 * 60,
+        "retentionSizeInMB": -1,
+    }
+
+    again = await atoolreg(*argv, "--audit-retention", "90d", env=env)
     assert again.returncode == 0, again.stderr
+    assert apache_pulsar.admin("GET", f"namespaces/{fresh}/audit/retention")["retentionTimeInMinutes"] == 90 * 1440
     assert not [line for line in again.stdout.splitlines() if "created" in line], again.stdout
     assert f"tenant {fresh}: exists" in again.stdout and f"namespace {fresh}/notify: exists" in again.stdout
 
@@ -122,3 +129,19 @@ def test_init_says_what_to_give_when_it_has_no_cluster_to_talk_to(tmp_path: Path
 def test_init_refuses_a_topicspace_pulsar_would_refuse(tmp_path: Path) -> None:
     bad = toolreg("init", "--topicspace", "no/slash", "--admin-url", "http://127.0.0.1:1", env=init_env(tmp_path))
     assert bad.returncode == 1 and "not a valid Pulsar tenant name" in bad.stderr
+
+
+def test_an_audit_retention_is_a_time_as_pulsar_admin_takes_it(tmp_path: Path) -> None:
+    from discovery.broker.topicspace import retention_minutes
+
+    assert [retention_minutes(t) for t in ("30d", "12h", "90m", "2w", "1y", "-1", "120")] == [
+        43200,
+        720,
+        90,
+        20160,
+        525600,
+        -1,
+        2,
+    ]
+    bad = toolreg("init", "--admin-url", "http://127.0.0.1:1", "--audit-retention", "a month", env=init_env(tmp_path))
+    assert bad.returncode == 1 and "audit retention 'a month' is not a time" in bad.stderr
