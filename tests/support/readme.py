@@ -89,7 +89,7 @@ def commands(script: str) -> list[str]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         while line.endswith("\\") and index < len(lines):
-            line = line[:-1] + "\n" + lines[index]
+            line = line + "\n" + lines[index]  # the backslash kept: bash joins the lines, as it does pasted
             index += 1
         heredoc = HEREDOC.search(line)
         if heredoc is not None:
