@@ -64,8 +64,7 @@ def _service(text: str) -> ToolServiceDescriptor | None:
 
 
 def _digest(entry: Entry) -> str:
-    """The definition digest of a built tool (`definition_digest`), as `toolreg tools` shows and the registry pins
-    it."""
+    """A built tool's definition digest (`definition_digest`), as `toolreg tools` shows and the registry pins it."""
     digest = _DIGESTS.get(entry.signature)
     if digest is None:
         digest = definition_digest(entry.tool, _service(entry.signature[1]) if entry.signature[1] is not None else None)
