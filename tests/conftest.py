@@ -11,9 +11,11 @@ broker.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from apache_pulsar import ApachePulsar
@@ -166,3 +168,35 @@ async def registry_client(connection: Transport, registry: Registry) -> AsyncIte
     await client.start()
     yield client
     await client.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A test that times out says what each of its event loop's tasks was awaiting: pytest-timeout's own report shows
+    only the loop waiting in select(), which names no await."""
+    report: pytest.TestReport = yield
+    if call.when == "call" and report.failed and "Timeout (>" in str(report.longrepr):
+        report.sections.append(("asyncio tasks at the timeout", _pending_tasks(item)))
+    return report
+
+
+def _pending_tasks(item: pytest.Item) -> str:
+    request = getattr(item, "_request", None)
+    try:
+        loop = request.getfixturevalue("_function_scoped_runner").get_loop() if request is not None else None
+    except Exception as error:  # the runner is pytest-asyncio's; a test without it has no loop to show
+        return f"no event loop to show: {error!r}"
+    if loop is None:
+        return "no event loop to show"
+    lines: list[str] = []
+    for task in asyncio.all_tasks(loop):
+        lines.append(f"{task.get_name()}:")
+        awaited: Any = task.get_coro()
+        while awaited is not None:  # Task.get_stack() gives a suspended coroutine's outer frame only
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is not None:
+                lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return "\n".join(lines) or "no pending task"
