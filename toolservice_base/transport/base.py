@@ -43,12 +43,15 @@ class Envelope:
     `message_id` is where the message sits in its topic (the broker's id, serialized),
     set by a `Reader` so one can read on from there later; empty for subscriptions,
     which have no use for it (and so do not pay for it on every message).
+    `producer` is the name the broker gave the producer that sent it: the one thing
+    about a sender that a message cannot make up, for logging what was refused.
     """
 
     data: bytes
     properties: dict[str, str] = field(default_factory=dict)
     topic: str = ""
     message_id: bytes = b""
+    producer: str = ""
 
 
 ExclusiveMode: TypeAlias = Literal["exclusive", "wait", "fence"]

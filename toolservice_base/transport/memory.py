@@ -169,12 +169,12 @@ class _Topic:
         self.holder: MemoryExclusivePublisher | None = None
         self.waiting: deque[tuple[MemoryExclusivePublisher, asyncio.Future[None]]] = deque()
 
-    def append(self, data: bytes, properties: dict[str, str]) -> bytes:
+    def append(self, data: bytes, properties: dict[str, str], producer: str) -> bytes:
         """Keep the message for readers and wake them; its id."""
         index = self.sent
         self.sent += 1
         message_id = _message_id(index)
-        envelope = Envelope(data, dict(properties), self.name, message_id)
+        envelope = Envelope(data, dict(properties), self.name, message_id, producer)
         if self.persistent:
             self.log.append(envelope)
         for reader in self.readers:
@@ -254,16 +254,16 @@ class MemoryBroker:
             topic = self._topics[name] = _Topic(name)
         return topic
 
-    def publish(self, topic: str, data: bytes, properties: dict[str, str]) -> bytes:
-        """Deliver to every subscription and reader; the message's id."""
+    def publish(self, topic: str, data: bytes, properties: dict[str, str], producer: str = "") -> bytes:
+        """Deliver to every subscription and reader; the message's id. `producer`: the sending publisher's name."""
         self.sent += 1
         target = self._topics.get(topic)
         if target is None:
             if not topic.startswith("persistent://"):
                 return _message_id(0)  # nobody could read it: a non-persistent topic keeps nothing
             target = self._topic(topic)
-        message_id = target.append(data, properties)
-        envelope = Envelope(data, dict(properties), topic)
+        message_id = target.append(data, properties, producer)
+        envelope = Envelope(data, dict(properties), topic, producer=producer)
         for sub in list(target.subs.values()):
             sub.offer(envelope, self.drop)
         return message_id
@@ -285,6 +285,7 @@ class MemoryPublisher:
     def __init__(self, broker: MemoryBroker, topic: str) -> None:
         self._broker = broker
         self.topic = topic
+        self.name = f"{broker.name}-producer-{next(_names)}"
         self._closed = False
         self._topic = broker._topic(topic)
         self._topic.shared.add(self)
@@ -301,7 +302,7 @@ class MemoryPublisher:
                 f"the in-memory broker refused a {len(data)}-byte message on {self.topic} as too large; send less at"
                 " once"
             )
-        self._broker.publish(self.topic, data, properties or {})
+        self._broker.publish(self.topic, data, properties or {}, self.name)
 
     @property
     def connected(self) -> bool:
@@ -319,6 +320,7 @@ class MemoryExclusivePublisher:
     def __init__(self, broker: MemoryBroker, topic: str, mode: ExclusiveMode) -> None:
         self._broker = broker
         self.topic = topic
+        self.name = f"{broker.name}-producer-{next(_names)}"
         self.mode = mode
         self._topic = broker._topic(topic)
         self._closed = False
@@ -344,7 +346,7 @@ class MemoryExclusivePublisher:
                 f"the in-memory broker refused a {len(data)}-byte message on {self.topic} as too large; send less at"
                 " once"
             )
-        return self._broker.publish(self.topic, data, properties or {})
+        return self._broker.publish(self.topic, data, properties or {}, self.name)
 
     @property
     def connected(self) -> bool:

@@ -137,9 +137,24 @@ def not_authorized(url: str, namespace: str, role: str | None, *, doing: str | N
     where = f"{doing}: " if doing else ""
     return NotAuthorized(
         f"not authorized on {namespace} for role {role or '(the token names none)'} ({where}AuthorizationError from"
-        f" {url}): grant it with `pulsar-admin namespaces grant-permission {namespace} --role {who} --actions"
-        f" produce,consume` (`toolreg init --topicspace {namespace.split('/')[0]} --role {who}` does, as"
-        " deploy/pulsar-init.sh with TOOLREG_ROLE), or create the namespace if it was deleted",
+        f" {url}): if this kind of process should, grant its role what the kind needs there (`toolreg init --topicspace"
+        f" {namespace.split('/')[0]}` grants each kind its own, as deploy/pulsar-init.sh with TOOLREG_<KIND>_ROLE; or"
+        f" `pulsar-admin namespaces grant-permission {namespace} --role {who} --actions produce,consume`), or create the"
+        " namespace if it was deleted",
+        namespace=namespace,
+        role=role,
+    )
+
+
+def subscription_reserved(url: str, namespace: str, subscription: str, role: str | None) -> NotAuthorized:
+    """The role may consume in `namespace`, but not through `subscription`: reserved for other roles there."""
+    who = role or "<role>"
+    return NotAuthorized(
+        f"role {role or '(the token names none)'} may consume on {namespace} but not through subscription"
+        f" {subscription!r}, which the namespace reserves for other roles (AuthorizationError from {url}): run this"
+        f" process with the role the subscription is for (deploy/pulsar-init.sh reserves config-store and"
+        f" tool-registry for TOOLREG_STORE_ROLE), or `pulsar-admin namespaces grant-subscription-permission"
+        f" {namespace} --subscription {subscription} --roles {who}` if this role should serve it",
         namespace=namespace,
         role=role,
     )

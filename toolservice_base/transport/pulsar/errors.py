@@ -62,8 +62,8 @@ def translate(
     if name == "AuthorizationError":
         return AuthenticationFailed(
             f"the broker at {url} does not authorize our role{f' {role}' if role else ''} for {doing}"
-            " (AuthorizationError): grant it produce and consume on the topicspace's namespaces (deploy/pulsar-init.sh"
-            " does, with TOOLREG_ROLE)"
+            " (AuthorizationError): grant it what its kind of process needs on the topicspace's namespaces"
+            " (deploy/pulsar-init.sh grants each kind its own role, TOOLREG_<KIND>_ROLE)"
         )
     if name in _NOT_RETRIABLE_AUTH:
         return AuthenticationFailed(
@@ -161,8 +161,9 @@ def _namespace_of(topic: str) -> str | None:
     """`tenant/namespace` of `topic`: Apache Pulsar says TopicNotFound when that is missing."""
     try:
         return queue_namespace(topic)
-    except ValueError:
-        return None
+    except ValueError:  # a name our queues never have (a workspace's `config:<workspace>`, say): still tenant/ns
+        parts = topic.split("://", 1)[-1].split("/")
+        return "/".join(parts[:2]) if len(parts) == 3 and all(parts) else None
 
 
 Explain = Callable[[BaseException, str, str], Awaitable[TransportError]]

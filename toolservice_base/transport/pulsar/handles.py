@@ -247,7 +247,11 @@ class PulsarReader:
 
     def _envelope(self, message: Any) -> Envelope:
         return Envelope(
-            message.data(), dict(message.properties() or {}), self.topic, bytes(message.message_id().serialize())
+            message.data(),
+            dict(message.properties() or {}),
+            self.topic,
+            bytes(message.message_id().serialize()),
+            message.producer_name(),
         )
 
     def _check_open(self) -> None:

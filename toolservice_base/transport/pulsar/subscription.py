@@ -131,7 +131,7 @@ class PulsarSubscription:
             log.error("consumer.listener_failed", topic=self.topic, error=repr(exc))
 
     def _envelope(self, message: Any) -> Envelope:
-        return Envelope(message.data(), message.properties(), self.topic)
+        return Envelope(message.data(), message.properties(), self.topic, producer=message.producer_name())
 
     def _unreadable(self, consumer: Any, message: Any, exc: BaseException) -> None:
         """A message we cannot turn into an `Envelope` (its properties not UTF-8, say): said, and acknowledged so it

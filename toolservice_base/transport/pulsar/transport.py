@@ -14,6 +14,7 @@ import pulsar.asyncio as pulsar_asyncio
 
 from ...errors import (
     BrokerUnreachable,
+    NotAuthorized,
     ProducerBusy,
     TransportError,
 )
@@ -31,7 +32,7 @@ from ..base import (
 )
 from .bridge import LoopBridge
 from .consumer_ids import subscribe_shifted
-from .diagnosis import Action, Claims, TopicWatch, handshake, token_refused
+from .diagnosis import Action, Claims, TopicWatch, handshake, subscription_reserved, token_refused
 from .errors import HELD, broker_errors, result_name, translate
 from .handles import PulsarExclusivePublisher, PulsarPublisher, PulsarReader
 from .subscription import PulsarSubscription, subscribe_listening
@@ -386,11 +387,12 @@ class PulsarTransport(OpenedResources):
     ) -> PulsarSubscription:
         self._check_open()
         name = subscription or unique_name("sub")
-        doing = f"subscribing to {topic}"
+        doing = f"subscribing to {topic}" + (f" as {name!r}" if subscription else "")
         sub = PulsarSubscription(
             topic, handler, self._bridge, receiver_queue=receiver_queue, delete_on_close=not shared
         )
-        async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic)):
+        reserved = name if shared else ""
+        async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic, "consume", reserved)):
             if shared:
                 consumer = await self._subscribe_shared(topic, name, receiver_queue, sub.on_message)
             else:
@@ -404,9 +406,10 @@ class PulsarTransport(OpenedResources):
         return sub
 
     async def _explain(
-        self, exc: BaseException, doing: str, topic: str, action: Action | None = None
+        self, exc: BaseException, doing: str, topic: str, action: Action | None = None, subscription: str = ""
     ) -> TransportError:
-        """`translate`, and for a timeout, why: asked of the broker (`diagnose`).
+        """`translate`, and for a timeout, why: asked of the broker (`diagnose`). A shared `subscription` refused to a
+        role that may consume there is reserved for other roles by the namespace (Pulsar's subscription permissions).
 
         Apache Pulsar drops a connection whose token is missing, wrong or
         expired, and closes the producers and consumers of a role whose
@@ -416,7 +419,10 @@ class PulsarTransport(OpenedResources):
         us in and looks the topic up is the timeout the broker's slowness.
         """
         if result_name(exc) != "Timeout":
-            return translate(exc, doing, self.url, topic, role=self._claims.role)
+            error = translate(exc, doing, self.url, topic, role=self._claims.role)
+            if subscription and isinstance(error, NotAuthorized) and await self._ask(topic, "consume") is None:
+                return subscription_reserved(self.url, error.namespace, subscription, self._claims.role)
+            return error
         found = await self.diagnose(topic, doing, action)
         if found is not None:
             return found
