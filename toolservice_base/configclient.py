@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from pydantic import ValidationError
 
@@ -37,6 +37,17 @@ log = get_logger("toolservice_base.configclient")
 
 
 _ERRORS: dict[str, type[ConfigError]] = {"conflict": ConfigConflict, "invalid": ConfigRefused}
+
+
+class Requests(Protocol):
+    """How a `ConfigClient`'s requests reach a store: the config queues (`RequestClient`), or a store in the same
+    process."""
+
+    async def start(self) -> Any: ...
+
+    async def request(self, request: ConfigRequest, *, timeout: float) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
 
 
 def _config_request(**fields: Any) -> ConfigRequest:
@@ -72,14 +83,26 @@ def _check_size(request: ConfigRequest) -> None:
 class ConfigClient:
     """Typed calls on the config store's request/response queues."""
 
-    def __init__(self, connection: Transport, *, workspace: str = "default", timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        connection: Transport,
+        *,
+        workspace: str = "default",
+        timeout: float = DEFAULT_TIMEOUT,
+        requests: Requests | None = None,
+        sign: Callable[[ConfigRequest], ConfigRequest] | None = None,
+    ) -> None:
+        """`requests`: another way to the store than its queues (a store in this process); None: the queues.
+        `sign`: signs each write (put, delete) before it goes, for a store whose trust policy covers the config
+        queue (`toolservice_base.signing.sign_config_request`)."""
         self.connection = connection
         """The transport the calls go over (the registry page names its broker and topicspace from it)."""
+        self._sign = sign
         self.workspace = workspace
         self.timeout = timeout
         self.page_limit = PAGE_LIMIT
-        self._resend = connection.capabilities.resend_on_silence
-        self._rpc = RequestClient(
+        self._resend = requests is None and connection.capabilities.resend_on_silence
+        self._rpc: Requests = requests or RequestClient(
             connection,
             connection.topics.config_request,
             connection.topics.config_response,
@@ -99,6 +122,8 @@ class ConfigClient:
         await self.close()
 
     async def _call(self, request: ConfigRequest, timeout: float | None = None) -> ConfigResponse:
+        if self._sign is not None and request.operation in ("put", "delete"):
+            request = self._sign(request)  # once: a resend carries the same signature, which the store recognises
         body = await self._request(request, timeout or self.timeout)
         try:
             response = ConfigResponse.model_validate(body)

@@ -12,10 +12,10 @@ a `PULSAR_URL` broker is Apache Pulsar unless `TOOLREG_BROKER` says
 
 What is not about reaching the broker is a typed field of `Settings` too,
 read and checked once by `Settings.from_env`: the HTTP surface (metrics port
-and host, the page's and the MCP front's bearer tokens) and the registry's
-tuning (trust policy, allowed namespaces, clock skew, instance cap, pinned
-definitions). A value the product cannot use is one line naming the variable
-(`SettingsError`). Only what must be read before any `Settings` exists, or
+and host, the page's and the MCP front's bearer tokens and session limits),
+the registry's tuning (trust policy, allowed namespaces, clock skew, instance
+cap, pinned definitions) and the replicas' group key. A value the product
+cannot use is one line naming the variable (`SettingsError`). Only what must be read before any `Settings` exists, or
 at the moment it is needed (a process, or a test, may set it after import),
 is read by a small function here: logging, the event loop, and the standard
 `OTEL_*` variables `toolreg` decides its tracing by. Every variable read here
@@ -25,6 +25,7 @@ is described in docs/operators.md (tests/deploy/test_deploy.py checks).
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,11 +123,24 @@ class Settings:
     """PULSAR_CLUSTER: the cluster a tenant `toolreg init` makes may use; None: the cluster's own, if it has one."""
     audit_retention: str | None = None
     """TOOLREG_AUDIT_RETENTION: how long `toolreg init` has the audit namespace keep records (`30d`); None: 30 days."""
+    group_key_file: Path | None = None
+    """TOOLREG_GROUP_KEY: the replicas' group key file (`toolreg group-key new`): every record they write on the state
+    topics is signed with it, and one that is not is refused. None: the broker's permissions alone protect them."""
+    mcp_session_idle: float = 300.0
+    """TOOLREG_MCP_SESSION_IDLE: seconds an MCP HTTP session may go without a request before it is closed and
+    forgotten (its client starts a new one)."""
+    mcp_max_sessions: int = 1000
+    """TOOLREG_MCP_MAX_SESSIONS: MCP HTTP sessions open at once; a new one past it is refused (503) until one ends or
+    expires."""
 
     def __post_init__(self) -> None:
         check_topicspace(self.topicspace)
         if self.broker is not None and self.broker not in BROKERS:
             raise NoBrokerError(f"TOOLREG_BROKER={self.broker!r} is not a broker kind; use one of {', '.join(BROKERS)}")
+        if not (math.isfinite(self.mcp_session_idle) and self.mcp_session_idle > 0):
+            raise SettingsError(f"{MCP_SESSION_IDLE_ENV}={self.mcp_session_idle!r}: give a positive number of seconds")
+        if self.mcp_max_sessions < 1:
+            raise SettingsError(f"{MCP_MAX_SESSIONS_ENV}={self.mcp_max_sessions!r}: give at least 1")
 
     @classmethod
     def from_env(
@@ -146,6 +160,7 @@ class Settings:
             broker=os.environ.get("TOOLREG_BROKER", "").strip() or None,
             topicspace=space,
             store=os.environ.get("TOOLREG_STORE", "").strip() or None,
+            group_key_file=Path(key) if (key := _env(GROUP_KEY_ENV)) else None,
             **_serving_env(),
             **_registry_env(),
             **_mcp_env(),
@@ -221,6 +236,9 @@ ADMIN_URL_ENV = "PULSAR_ADMIN_URL"
 ADMIN_TOKEN_FILE_ENV = "PULSAR_ADMIN_TOKEN_FILE"
 CLUSTER_ENV = "PULSAR_CLUSTER"
 AUDIT_RETENTION_ENV = "TOOLREG_AUDIT_RETENTION"
+GROUP_KEY_ENV = "TOOLREG_GROUP_KEY"
+MCP_SESSION_IDLE_ENV = "TOOLREG_MCP_SESSION_IDLE"
+MCP_MAX_SESSIONS_ENV = "TOOLREG_MCP_MAX_SESSIONS"
 
 
 MCP_OAUTH_ISSUER_ENV = "TOOLREG_MCP_OAUTH_ISSUER"
@@ -305,6 +323,8 @@ class _Mcp(TypedDict):
     mcp_rate_limit: float | None
     mcp_audit_topic: bool
     mcp_audit_arguments: bool
+    mcp_session_idle: float
+    mcp_max_sessions: int
 
 
 def _flag(name: str) -> bool:
@@ -334,6 +354,12 @@ def _mcp_env() -> _Mcp:
         )
     skew = _number(MCP_CLOCK_SKEW_ENV, "seconds", 0, MAX_MCP_CLOCK_SKEW)
     policy = _env(MCP_POLICY_ENV)
+    idle = _number(MCP_SESSION_IDLE_ENV, "seconds", 1, 7 * 86400)
+    sessions_text = _env(MCP_MAX_SESSIONS_ENV)
+    try:
+        sessions = int(sessions_text) if sessions_text else Settings.mcp_max_sessions
+    except ValueError:
+        raise SettingsError(f"{MCP_MAX_SESSIONS_ENV}={sessions_text!r} is not a whole number of sessions") from None
     return {
         "mcp_oauth_issuer": _env(MCP_OAUTH_ISSUER_ENV),
         "mcp_resource": _env(MCP_RESOURCE_ENV),
@@ -346,6 +372,8 @@ def _mcp_env() -> _Mcp:
         "mcp_rate_limit": _number(MCP_RATE_LIMIT_ENV, "calls per second", 0.001, 1_000_000),
         "mcp_audit_topic": _flag(MCP_AUDIT_TOPIC_ENV),
         "mcp_audit_arguments": _flag(MCP_AUDIT_ARGUMENTS_ENV),
+        "mcp_session_idle": Settings.mcp_session_idle if idle is None else idle,
+        "mcp_max_sessions": sessions,
     }
 
 

@@ -1,4 +1,4 @@
-"""Ed25519 signatures on announcements.
+"""Ed25519 signatures on announcements, and on writes to the config store.
 
 A signature covers the canonical JSON of the announcement without its
 `signature` field, so any change to any field (a tool description, the
@@ -6,6 +6,13 @@ sequence, the time) breaks it. The field holds `<key-id>:<base64 signature>`;
 the key id (16 hex digits of the public key's sha256) lets the registry pick
 the key without trying each one, and never stands in for it: the policy
 stores full public keys.
+
+A config write (`ConfigRequest`, `toolreg config put --signing-key`) is signed
+the same way, over its canonical JSON and the time it was signed: its
+`signature` field holds `ed25519:<key-id>:<signed-at>:<base64 signature>`. A
+store whose trust policy covers the config queue takes writes of `tool` and
+`tool-service` items only when an operator key of the policy signed them,
+recently (`check_signed_at`).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import base64
 import binascii
 import hashlib
 import os
+import time
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -24,7 +32,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from .errors import ToolDiscoveryError
-from .schemas import Announcement, canonical_json
+from .schemas import Announcement, ConfigRequest, canonical_json
+
+CONFIG_SIGNATURE = "ed25519"
+"""The scheme of an operator's signature on a config write (the registry's is its group key's, `group`)."""
+SIGNATURE_WINDOW = 60.0
+"""Seconds a signed config write is good for, either side of the store's clock: a copy replayed later is refused."""
 
 
 class SigningError(ToolDiscoveryError, ValueError):
@@ -107,3 +120,50 @@ def verify(announcement: Announcement, public: Ed25519PublicKey) -> bool:
     except (InvalidSignature, binascii.Error, ValueError):
         return False
     return True
+
+
+def config_signed_bytes(request: ConfigRequest, signed_at: str) -> bytes:
+    """What a config write's signature covers: its canonical JSON (signature left out) and when it was signed."""
+    return request.signed_part() + b"\n" + signed_at.encode()
+
+
+def sign_config_request(request: ConfigRequest, key: Ed25519PrivateKey, now: float | None = None) -> ConfigRequest:
+    """`request` with an operator's signature (`ed25519:<key-id>:<signed-at>:<base64>`)."""
+    signed_at = f"{time.time() if now is None else now:.3f}"
+    unsigned = request.model_copy(update={"signature": None})
+    signature = base64.b64encode(key.sign(config_signed_bytes(unsigned, signed_at))).decode()
+    return unsigned.model_copy(
+        update={"signature": f"{CONFIG_SIGNATURE}:{key_id(key.public_key())}:{signed_at}:{signature}"}
+    )
+
+
+def split_config_signature(signature: str | None) -> tuple[str, str, str, str] | None:
+    """(scheme, key id, signed-at, signature) of a config write's signature; None if it has none, or not that shape."""
+    if not signature or signature.count(":") < 3:
+        return None
+    scheme, kid, signed_at, encoded = signature.split(":", 3)
+    return scheme, kid, signed_at, encoded
+
+
+def verify_config_request(request: ConfigRequest, public: Ed25519PublicKey) -> bool:
+    """Whether `request` carries a valid operator signature by `public` (freshness is `check_signed_at`'s)."""
+    parts = split_config_signature(request.signature)
+    if parts is None or parts[0] != CONFIG_SIGNATURE or parts[1] != key_id(public):
+        return False
+    try:
+        public.verify(base64.b64decode(parts[3], validate=True), config_signed_bytes(request, parts[2]))
+    except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True
+
+
+def check_signed_at(signed_at: str, now: float | None = None, window: float = SIGNATURE_WINDOW) -> str | None:
+    """None if a signature made at `signed_at` is recent enough; else why not."""
+    try:
+        when = float(signed_at)
+    except ValueError:
+        return "its signing time is not a number"
+    skew = (time.time() if now is None else now) - when
+    if not -window <= skew <= window:
+        return f"it was signed {skew:+.0f}s from now, outside the {window:g}s a signature is good for (a replay?)"
+    return None

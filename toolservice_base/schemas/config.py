@@ -14,6 +14,7 @@ from pydantic import (
 
 from .base import (
     MAX_PAGE_ITEMS,
+    canonical_json,
     describe_validation_error,
 )
 from .calls import ErrorBody
@@ -89,6 +90,13 @@ class ConfigRequest(BaseModel):
     expect: list[ExpectedValue] = Field(default_factory=list)
     limit: int | None = Field(default=None, ge=1, le=MAX_PAGE_ITEMS)
     after: str | None = Field(default=None, max_length=512)
+    signature: str | None = Field(default=None, max_length=512)
+    """Beyond TrustGraph's fields: who vouches for a write (`toolservice_base.signing.sign_config_request`), for a
+    store whose trust policy covers the config queue; TrustGraph's store ignores it."""
+
+    def signed_part(self) -> bytes:
+        """What a signature covers: the request's canonical JSON without the signature."""
+        return canonical_json(self.model_dump(mode="json", exclude={"signature"}, exclude_none=True)).encode()
 
     @field_validator("type", mode="before")
     @classmethod
