@@ -26,6 +26,7 @@ producer access modes; each layer refuses it in one line.
 """
 
 from .election import ElectedWriter, Election, RoleChange
+from .groupkey import GroupKey, GroupKeyError, group_key_from
 from .log import FORMAT, LogEntry, Manifest, ReplicatedLog, StateMachine
 from .membership import Membership, ReplicaStatus, Role, differing_settings, settings_digest
 
@@ -33,6 +34,8 @@ __all__ = [
     "FORMAT",
     "ElectedWriter",
     "Election",
+    "GroupKey",
+    "GroupKeyError",
     "LogEntry",
     "Manifest",
     "Membership",
@@ -42,5 +45,6 @@ __all__ = [
     "RoleChange",
     "StateMachine",
     "differing_settings",
+    "group_key_from",
     "settings_digest",
 ]

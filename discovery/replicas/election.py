@@ -10,36 +10,35 @@ whoever holds its exclusive producer is the active replica. How it is taken:
   hands it to the first in line as soon as the holder closes or its
   connection dies (measured on Apache Pulsar 4.0.8: 5-15 ms after a kill -9).
   Each wait ends after the client's operation timeout, so it waits again;
-- a holder that is alive to the broker but silent to the group (frozen,
-  SIGSTOP: the broker keeps its producer about 60 s) is taken over with
-  `fence` (ExclusiveWithFencing) once its `Membership` status has been
-  silent for `takeover_after` seconds. `fence` would take the lock from a
-  live holder too, which is why silence must come first.
+- a holder alive to the broker but silent to the group (frozen, SIGSTOP:
+  the broker keeps its producer about 60 s) is taken over with `fence`
+  (ExclusiveWithFencing) once it has been silent for `takeover_after`
+  seconds; `fence` takes the lock from a live holder too: silence first.
 
-Each promotion writes a marker with the next term on the lock topic (read
-back from its last message), so terms only grow and a replica that sees an
-active in a newer term knows it was deposed, whatever the clocks say.
+Each promotion writes a marker with the next term on the lock topic
+(`markers`), so terms only grow and a replica that reads a marker of a newer
+term knows it was deposed, whatever the clocks say.
 
-The active writes data only through `writer(topic)`: `fence`-mode producers
-(opening one fences a deposed writer's, which then fails every send with
-`Fenced`, for good). The deposed active steps down on the first sign:
-`Fenced` on a send, its lock disconnected for `lost_lock_grace` seconds, or a
-newer term in the group's statuses. Stepping down revokes its writers before
-anything else, so it never writes again; then it is a standby like any other.
-A `wait` producer is never written through, except for the marker, right
-after it was granted: fenced, it would queue again and write later (measured).
+The active writes data only through `writer(topic)` (`elected`). A deposed
+active steps down on the first sign: `Fenced` on a send, its lock
+disconnected for `lost_lock_grace` seconds, a marker of a newer term, or a
+lock it cannot confirm. Stepping down revokes its writers before anything
+else, so it never writes again; then it is a standby like any other.
+
+Statuses (`Membership`) are hints: what counts is the silence of the replica
+the last marker names, and a status claiming a newer term only makes this
+replica read the markers again (`markers`; it also says why an active
+confirms its lock before it acknowledges a write, `confirm`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
-from typing import Any, Self
+from typing import Self
 
 from discovery.errors import NotActive, ReplicationError
 from toolservice_base.errors import Fenced, ProducerBusy, TransportError
@@ -48,7 +47,9 @@ from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import ExclusiveMode, ExclusivePublisher, Reader, Transport
 
 from .elected import ElectedWriter
-from .membership import Membership, Role, wait_event
+from .groupkey import GroupKey
+from .markers import Markers
+from .membership import Membership, Role, RoleChange, wait_event
 
 log = get_logger("discovery.replicas.election")
 
@@ -59,21 +60,8 @@ Demoted = Callable[[str], Awaitable[None]]
 
 __all__ = ["Demoted", "ElectedWriter", "Election", "Promoted", "RoleChange"]
 
-MARKER_READ_TIMEOUT = 10.0
-"""How long reading a marker may take once the broker said one is there."""
 LISTENER_TIMEOUT = 30.0
 """How long a demotion listener may take before it is abandoned (stepping down must finish)."""
-
-
-@dataclass(frozen=True)
-class RoleChange:
-    """One change of role, as `Election.changes()` yields it."""
-
-    role: Role
-    term: int
-    reason: str
-    at: float
-    """When (seconds since the epoch)."""
 
 
 class Election:
@@ -103,7 +91,10 @@ class Election:
         lost_lock_grace: float = 2.0,
         retry_delay: float = 0.5,
         startup_timeout: float = 15.0,
+        key: GroupKey | None = None,
     ) -> None:
+        """`lost_lock_grace`: how long an active goes on without its lock (disconnected, or unconfirmed before it
+        acknowledges a write); `key`: the group key markers are signed and checked with (None: permissions alone)."""
         if takeover_after <= 0:
             raise ValueError(f"takeover_after must be positive, got {takeover_after}")
         self._transport = transport
@@ -119,7 +110,11 @@ class Election:
         self._demoted: list[Demoted] = [on_demoted] if on_demoted else []
         self._role: Role = "standby"
         self._term = 0
-        self._term_seen = 0
+        self._marks = Markers(lock_topic, key)
+        """The lock's markers as read: the highest term, and the replica it names (whose silence counts)."""
+        self._lock: ExclusivePublisher | None = None
+        self._confirmed_at = 0.0
+        self._confirming = asyncio.Lock()
         self._since = time.time()
         self._standby_since = time.monotonic()
         self._writers: list[ElectedWriter] = []
@@ -157,6 +152,11 @@ class Election:
     def failure(self) -> BaseException | None:
         """The error that stopped the election for good (a lost permission, say); None while it runs."""
         return self._failure
+
+    @property
+    def holder(self) -> str | None:
+        """The replica the newest marker on the lock names (None: no marker read yet)."""
+        return self._marks.holder
 
     def add_listener(self, on_promoted: Promoted | None = None, on_demoted: Demoted | None = None) -> None:
         """More callbacks (before `async with`): promotions run in the order added, demotions in reverse."""
@@ -221,6 +221,29 @@ class Election:
             writer.revoke()
         self._lost_reason = reason
         self._lost.set()
+
+    async def confirm(self) -> None:
+        """Return if this replica still holds its lock, as confirmed within `lost_lock_grace`; else step down and raise
+        `NotActive`. Called before a write is acknowledged: a confirmation older than the grace is renewed, one at a
+        time, by a `held` marker the lock must take within the grace (`Markers.confirm`)."""
+        async with self._confirming:
+            started = time.monotonic()
+            if started - self._confirmed_at < self._lost_lock_grace and self._holding():
+                return
+            lock = self._lock
+            if lock is None or not self._holding():
+                raise NotActive(f"replica {self.replica_id} does not hold {self.lock_topic}; it acknowledges no write")
+            why = await self._marks.confirm(lock, self.replica_id, self._term, self._lost_lock_grace)
+            if why is None:
+                self._confirmed_at = started
+                return
+            self.deposed(f"lost the lock on {self.lock_topic}: {why}")
+            raise NotActive(
+                f"replica {self.replica_id} lost the lock on {self.lock_topic}: {why}; it acknowledges none"
+            )
+
+    def _holding(self) -> bool:
+        return self.is_active and not self._lost.is_set() and self._lock is not None
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -313,6 +336,9 @@ class Election:
                         return attempt.result(), "wait"
                     except ProducerBusy:
                         continue  # one wait ended (the client's operation timeout): wait again at once
+                await self._hinted()  # a new active's status: learn from its marker whose silence counts now
+                if self._silent_for() > patience:
+                    await self._read_markers()  # the last word before fencing: the holder may have changed
                 if (silent := self._silent_for()) > patience:
                     lock = await self._attempt("fence")
                     log.warning(
@@ -343,38 +369,39 @@ class Election:
             await self._transport.close_publisher(waiting.result())
 
     def _silent_for(self) -> float:
-        """Seconds since the group last heard an active replica (or since this one became a standby, if later)."""
+        """Seconds since the group last heard the lock's holder say it is active (or since this one became a standby,
+        if later). The holder is the replica the newest marker names; before any marker, any active replica."""
         if self._membership is None:
             return 0.0
-        heard = self._membership.active_heard_at()
+        holder = self._marks.holder if self._marks.holder != self.replica_id else None
+        heard = self._membership.active_heard_at(holder)
         return time.monotonic() - max(heard or 0.0, self._standby_since)
 
     async def _read_markers(self) -> int:
         """Read the lock topic's markers to its end; the highest term seen. Exact once we hold the lock."""
         assert self._markers is not None
-        while await self._markers.has_message_available():
-            marker = await self._markers.read_next(MARKER_READ_TIMEOUT)
-            if marker is None:
-                continue
-            try:
-                self._term_seen = max(self._term_seen, int(json.loads(marker.data)["term"]))
-            except (ValueError, KeyError, TypeError):
-                log.warning(
-                    "election.bad_marker", lock=self.lock_topic, data=marker.data[:100].decode(errors="replace")
-                )
-        return self._term_seen
+        return await self._marks.read(self._markers)
+
+    async def _hinted(self) -> bool:
+        """Whether a status claims a term above the newest marker's, and the markers, read again, bear it out."""
+        other = self._membership.other_active() if self._membership is not None else None
+        if other is None or self._markers is None:
+            return False
+        return await self._marks.claim_borne_out(self._markers, other.id, other.term, self.replica_id)
 
     async def _serve(self, lock: ExclusivePublisher, mode: ExclusiveMode) -> None:
         """Hold the lock: promote, stay active until a sign of deposition (or closing), step down."""
         try:
             term = await self._read_markers() + 1
-            await lock.send(self._marker(term, mode))
+            await self._marks.write(lock, self.replica_id, term, mode)
         except TransportError as exc:  # fenced the moment it was granted, say: a standby again
             log.warning("election.promotion_failed", lock=self.lock_topic, replica=self.replica_id, error=str(exc))
             await self._transport.close_publisher(lock)
             await asyncio.sleep(self._retry_delay)
             return
-        self._term = self._term_seen = term
+        self._term = term
+        self._marks.held_by(self.replica_id, term)
+        self._lock, self._confirmed_at = lock, time.monotonic()
         self._lost.clear()
         self._set_role("active", f"took the lock ({mode})")
         reason = "closing"
@@ -394,38 +421,43 @@ class Election:
                 raise failure  # no permission on a state topic, a log in a newer format: trying again cannot help
             await asyncio.sleep(self._retry_delay)
 
-    def _marker(self, term: int, mode: ExclusiveMode) -> dict[str, Any]:
-        return {"term": term, "replica": self.replica_id, "mode": mode, "since": time.time()}
-
     async def _hold(self, lock: ExclusivePublisher, mode: ExclusiveMode) -> str:
         """Wait for a sign that we were deposed; the reason.
 
         A lock held by a `wait` producer is given up as soon as it is seen
         disconnected: fenced, such a producer queues again and would be handed
-        the lock back, epoch and all, once the new holder leaves (measured).
-        An Exclusive one that reconnects holds the lock again only if nobody
-        took it meanwhile (the broker checks its epoch), so it gets a grace
-        period for a broker restart.
+        the lock back, epoch and all, once the new holder leaves (measured). An
+        Exclusive one that reconnects holds the lock again only if nobody took
+        it meanwhile (the broker checks its epoch): a grace for a broker restart.
         """
         grace = 0.0 if mode == "wait" else self._lost_lock_grace
         disconnected_at: float | None = None
-        while True:
-            if await wait_event(self._lost, self._check_interval):
-                return self._lost_reason
-            now = time.monotonic()
-            if lock.connected:
-                disconnected_at = None
-            elif disconnected_at is None:
-                disconnected_at = now
-            if disconnected_at is not None and now - disconnected_at >= grace:
-                return f"lost the lock on {self.lock_topic} (fenced, or disconnected for {grace:g}s)"
-            other = self._membership.other_active() if self._membership else None
-            if other is not None and other.term > self._term:
-                return f"replica {other.id} is active in a newer term ({other.term} > {self._term})"
+        hint: asyncio.Task[bool] | None = None
+        try:
+            while True:
+                if await wait_event(self._lost, self._check_interval):
+                    return self._lost_reason
+                now = time.monotonic()
+                if lock.connected:
+                    disconnected_at = None
+                elif disconnected_at is None:
+                    disconnected_at = now
+                if disconnected_at is not None and now - disconnected_at >= grace:
+                    return f"lost the lock on {self.lock_topic} (fenced, or disconnected for {grace:g}s)"
+                if self._marks.term > self._term:
+                    return (
+                        f"replica {self._marks.holder} holds the lock in a newer term ({self._marks.term} >"
+                        f" {self._term}), as its marker on {self.lock_topic} says"
+                    )
+                if hint is None or hint.done():  # beside the loop: a slow read never delays noticing `_lost`
+                    hint = asyncio.ensure_future(self._hinted())
+        finally:
+            await cancel_and_wait(hint)
 
     async def _step_down(self, lock: ExclusivePublisher, reason: str) -> None:
         for writer in self._writers:
             writer.revoke()  # first: nothing is written from here on
+        self._lock = None
         self._set_role("standby", reason)
         for demoted in reversed(self._demoted):
             try:

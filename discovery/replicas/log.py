@@ -37,17 +37,20 @@ its whole content for a snapshot, and takes one back.
   deleted with nothing lost yet is said once (`history_deleted`).
 - **Tailing**: a standby applies entries as they come (`poll` seconds at most
   between looks), so it is ready to take over at once.
+- **Only what it can trust** (`records`): an entry that does not check under
+  the group key, or is malformed or out of range, is refused (logged once per
+  producer) and skipped, never a crash; the active confirms its lock before it
+  acknowledges an append (`Election.confirm`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
 __all__ = [
@@ -65,20 +68,22 @@ from discovery.errors import LogIncomplete, NewerFormat, NotActive, ReplicationE
 from toolservice_base.errors import TransportClosed, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
-from toolservice_base.transport import Envelope, Reader, Transport, unique_name
+from toolservice_base.transport import Envelope, Reader, Transport
 
 from .election import ElectedWriter, Election
+from .groupkey import GroupKey
+from .records import Malformed, RecordCheck, counter, sign
 from .snapshots import (
     CHUNK_BYTES,
     ITEM_LIMIT,
     READ_TIMEOUT,
     SNAPSHOT_FORMAT,
     Manifest,
-    b64,
     items_of,
     last_manifest,
     pack,
     read_chunks,
+    send_snapshot,
 )
 from .wholeness import Finding, Wholeness
 
@@ -86,6 +91,8 @@ log = get_logger("discovery.replicas.log")
 
 FORMAT = 1
 """The entry format this version writes and the newest it reads."""
+ENTRY_KIND = "entry"
+"""What an entry's MAC says it is (`groupkey`)."""
 
 
 @dataclass(frozen=True)
@@ -139,9 +146,11 @@ class ReplicatedLog:
         use_snapshots: bool = True,
         require_whole: bool = True,
         poll: float = 0.1,
+        key: GroupKey | None = None,
     ) -> None:
         """`require_whole=False` reads a log that lost entries anyway (each gap logged): only for a writer about to
-        replace the whole state (`toolreg store import --force`), never for a replica that serves it."""
+        replace the whole state (`toolreg store import --force`), never for a replica that serves it. `key`: the
+        group key records are signed and checked with (None: the broker's permissions alone)."""
         if not 0 < chunk_bytes <= ITEM_LIMIT:
             raise ValueError(f"chunk_bytes must be in (0, {ITEM_LIMIT}], got {chunk_bytes}")
         self._transport = transport
@@ -165,9 +174,10 @@ class ReplicatedLog:
         self.history_deleted: str | None = None
         """Set (the line logged) when the broker deleted entries the last snapshot covers: nothing lost yet, retention
         missing."""
-        self.stats = {"applied": 0, "ignored": 0, "appended": 0, "snapshots": 0, "restored_items": 0}
+        self.stats = {"applied": 0, "ignored": 0, "refused": 0, "appended": 0, "snapshots": 0, "restored_items": 0}
         """Counters: entries applied (read or appended); ignored (at or below the state's version: duplicates,
-        stale ones, and on the active its own, read back); appended here; snapshots written here; items restored."""
+        stale ones, and on the active its own, read back); refused (malformed, out of range, unsigned or forged:
+        skipped and logged); appended here; snapshots written here; items restored."""
         self._entries_total = 0
         self._bytes_total = 0
         self._snapshot_mark = (0, 0)
@@ -180,6 +190,8 @@ class ReplicatedLog:
         self._snapshot_task: asyncio.Task[None] | None = None
         self._failure: ReplicationError | None = None
         self._wholeness = Wholeness(self.log_topic)
+        self._key = key
+        self._entries, self._snapshots = RecordCheck(self.log_topic, key), RecordCheck(self.snapshot_topic, key)
         self._stack = AsyncExitStack()
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -275,41 +287,63 @@ class ReplicatedLog:
     def _receive(self, envelope: Envelope) -> None:
         try:
             entry = self._parse(envelope)
+            if entry is None:
+                return
             self._wholeness.met(entry.version)
-            self._apply(entry)
+            self._apply(entry, envelope)
         except ReplicationError as exc:
             self._failure = exc
             log.error("log.stopped", topic=self.log_topic, version=self.version, error=str(exc))
             raise
 
-    def _parse(self, envelope: Envelope) -> LogEntry:
+    def _parse(self, envelope: Envelope) -> LogEntry | None:
+        """The entry in a message; None (refused: logged, skipped) if it is not one, or not signed by the group key."""
+        forged = self._entries.forgery(envelope, ENTRY_KIND)
+        if forged is not None:
+            self._refuse(envelope, forged)
+            return None
         try:
             raw = json.loads(envelope.data)
-            entry_format = int(raw["format"])
-            version = int(raw["version"])
-            payload = raw["payload"]
-            term = int(raw.get("term", 0))
-            previous = None if raw.get("previous") is None else int(raw["previous"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ReplicationError(
-                f"the message after version {self.version} on {self.log_topic} is not a log entry ({exc}); only"
-                " replicas may write there: restore the topic from a backup"
-            ) from None
+            if not isinstance(raw, dict) or "payload" not in raw:
+                raise Malformed("not a JSON object with a payload")
+            entry_format = counter(raw, "format", low=1)
+            version = counter(raw, "version", low=1)
+            term = counter(raw, "term", default=0)
+            previous = None if raw.get("previous") is None else counter(raw, "previous")
+            if previous is not None and previous >= version:
+                raise Malformed(f"version {version} follows version {previous}")
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            self._refuse(envelope, f"not a log entry: {exc}")
+            return None
         if entry_format > FORMAT:
             raise NewerFormat(
                 f"entry version {version} on {self.log_topic} was written by a newer version (format {entry_format},"
                 f" this one reads up to {FORMAT}); upgrade tool-discovery on this replica"
             )
-        return LogEntry(version, payload, term, entry_format, envelope.message_id, previous)
+        return LogEntry(version, raw["payload"], term, entry_format, envelope.message_id, previous)
 
-    def _apply(self, entry: LogEntry) -> bool:
-        """Apply `entry` if it is newer than the state; whether it was."""
+    def _refuse(self, envelope: Envelope, reason: str) -> None:
+        self.stats["refused"] += 1
+        self._entries.refuse(envelope, ENTRY_KIND, reason)
+
+    def _apply(self, entry: LogEntry, envelope: Envelope | None = None) -> bool:
+        """Apply `entry` if it is newer than the state; whether it was.
+
+        A state machine that raises `ValueError` says the payload is not one
+        it takes (not a write of the config store, say): read from the log,
+        that entry is refused and skipped like any malformed one.
+        """
         if entry.version <= self.version:
             self.stats["ignored"] += 1
             return False
         self._found(self._wholeness.applying(self.version, entry.version, entry.previous))
         try:
             self._state.apply(entry)
+        except ValueError as exc:
+            if envelope is None:
+                raise
+            self._refuse(envelope, f"not an entry this state takes: {exc}")
+            return False
         except Exception as exc:
             raise ReplicationError(f"applying version {entry.version} from {self.log_topic} failed: {exc}") from exc
         self.version, self.position, self.term = entry.version, entry.message_id, max(self.term, entry.term)
@@ -374,12 +408,15 @@ class ReplicatedLog:
             next_version = self.version + 1 if version is None else version
             if next_version <= self.version:
                 raise ValueError(f"version {next_version} is not above the log's {self.version}")
+            if self._election is not None:
+                await self._election.confirm()  # no write is acknowledged by a replica that lost its lock
             term, previous = (self._election.term if self._election else 0), self.version
             data = json.dumps(
                 {"format": FORMAT, "version": next_version, "previous": previous, "term": term, "payload": payload},
                 separators=(",", ":"),
             ).encode()
-            message_id = await writer.send(data, {"version": str(next_version)})
+            properties = {"version": str(next_version), **sign(self._key, ENTRY_KIND, self.log_topic, data)}
+            message_id = await writer.send(data, properties)
             # The payload as a standby will see it (JSON round trip), so every replica applies the very same value.
             entry = LogEntry(next_version, json.loads(data)["payload"], term, FORMAT, message_id, previous)
             self._apply(entry)  # unless the tail already read it back
@@ -422,29 +459,16 @@ class ReplicatedLog:
                 (self._entries_total, self._bytes_total),
             )
             chunks, items = pack(self._state.snapshot(), self._chunk_bytes)
-            snapshot_id = unique_name("snapshot")
-            previous = b64(self.manifest.message_id) if self.manifest else ""
-            digest = hashlib.sha256()
-            first_chunk = b""
-            for seq, chunk in enumerate(chunks):
-                digest.update(chunk)
-                properties = {"kind": "chunk", "snapshot": snapshot_id, "seq": str(seq), "previous": previous}
-                message_id = await writer.send(chunk, properties)
-                first_chunk = first_chunk or message_id
-            manifest = Manifest(
-                snapshot=snapshot_id,
+            self.manifest = await send_snapshot(
+                writer,
+                self._key,
+                chunks,
                 version=version,
                 term=term,
                 position=position,
-                first_chunk=first_chunk,
-                chunks=len(chunks),
                 items=items,
-                size=sum(len(chunk) for chunk in chunks),
-                sha256=digest.hexdigest(),
-                written_at=time.time(),
+                previous=self.manifest,
             )
-            message_id = await writer.send(manifest.to_wire(), {"kind": "manifest", "snapshot": snapshot_id})
-            self.manifest = replace(manifest, message_id=message_id)
             self._snapshot_mark = mark
             self.stats["snapshots"] += 1
             log.info(
@@ -452,18 +476,18 @@ class ReplicatedLog:
                 topic=self.snapshot_topic,
                 version=version,
                 items=items,
-                chunks=len(chunks),
-                bytes=manifest.size,
+                chunks=self.manifest.chunks,
+                bytes=self.manifest.size,
                 seconds=round(time.monotonic() - started, 3),
             )
             return self.manifest
 
     async def _restore(self) -> None:
         """Start from the last complete snapshot, if there is one and it is whole."""
-        manifest = await last_manifest(self._transport, self.snapshot_topic)
+        manifest = await last_manifest(self._transport, self.snapshot_topic, self._snapshots)
         if manifest is None:
             return
-        chunks = await read_chunks(self._transport, self.snapshot_topic, manifest)
+        chunks = await read_chunks(self._transport, self.snapshot_topic, manifest, self._snapshots)
         if chunks is None:
             return
         self._state.restore(manifest.version, items_of(chunks))

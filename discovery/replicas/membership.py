@@ -14,6 +14,19 @@ purposes:
 Soft state on purpose: a lost status is replaced a second later, an entry
 not heard for `expire_after` seconds is dropped, and nothing here is ever
 written to disk. Several groups share the topic; each view keeps its own.
+
+A status is a **hint**, never authority: anyone allowed to produce on the
+topic can claim anything in one. No status makes a replica step down or
+stop; the lock and the log decide (`Election`, `ReplicatedLog`). With a group
+key (`groupkey`) statuses carry a MAC and one that does not check is
+dropped from the view (and logged); what is left is then a replica's own
+word. A status that is malformed or out of range is dropped the same way.
+
+A config store (`store` set: `replicated` or `sqlite`) also hears the other
+stores of its topicspace: a store of another kind, or any other SQLite store,
+is a **rival** (`rivals`): two stores on one topicspace would answer the same
+queues in turn. A replica that hears a new member publishes its own status at
+once, so a starting store hears who is there within a round trip.
 """
 
 from __future__ import annotations
@@ -32,7 +45,10 @@ from typing import Any, Literal, Self
 from toolservice_base.errors import TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
-from toolservice_base.transport import Envelope, Publisher, Transport
+from toolservice_base.transport import Envelope, Publisher, Transport, encode
+
+from .groupkey import GroupKey
+from .records import Malformed, RecordCheck, counter, moment, sign, text
 
 log = get_logger("discovery.replicas.membership")
 
@@ -40,6 +56,25 @@ Role = Literal["active", "standby"]
 ROLES: tuple[Role, ...] = ("active", "standby")
 STATUS_FORMAT = 1
 """Format of a status message; a status in a newer format is skipped (it is only a view)."""
+STATUS_KIND = "status"
+"""What a status's MAC says it is (`groupkey`)."""
+STORE_KINDS = ("replicated", "sqlite")
+"""What a config store's status says it is (`ReplicaStatus.store`)."""
+WAKE_EVERY = 0.05
+"""The shortest time between two statuses published at once on hearing a new member (a flood of newcomers)."""
+ANSWERS_WITHIN = 0.15
+"""Seconds a newcomer listens for answers once its question came back to it (members answer at once)."""
+
+
+@dataclass(frozen=True)
+class RoleChange:
+    """One change of role, as `Election.changes()` yields it."""
+
+    role: Role
+    term: int
+    reason: str
+    at: float
+    """When (seconds since the epoch)."""
 
 
 def settings_digest(settings: Mapping[str, Any] | None) -> str:
@@ -83,11 +118,15 @@ class ReplicaStatus:
     """Digest of its group settings (`settings_digest`)."""
     each: tuple[tuple[str, str], ...] = ()
     """Digest of each group setting by name (`setting_digests`): which differ, when `settings` does."""
+    store: str = ""
+    """What kind of config store it is (`replicated`, `sqlite`); empty for other groups (and older replicas)."""
     heard: float = field(default=0.0, compare=False)
     """When this view last heard it (this process's monotonic clock): what expiry and the takeover rule go by."""
+    verified: bool = field(default=False, compare=False)
+    """Its MAC checked under the group key: a replica's own word. False without a key (a hint, as every status)."""
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire: dict[str, Any] = {
             "format": STATUS_FORMAT,
             "id": self.id,
             "group": self.group,
@@ -100,29 +139,53 @@ class ReplicaStatus:
             "settings": self.settings,
             "settings-each": dict(self.each),
         }
+        if self.store:
+            wire["store"] = self.store
+        return wire
+
+    def probing(self) -> dict[str, Any]:
+        """The status as a newcomer sends it while it looks around: every member that hears it answers at once."""
+        return {**self.to_wire(), "probe": True}
+
+    @classmethod
+    def parse(cls, data: bytes, heard: float, *, verified: bool = False) -> "ReplicaStatus":
+        """The status in a message; `Malformed` (saying why) if it is not one this version reads."""
+        try:
+            raw = json.loads(data)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise Malformed("not JSON") from None
+        if not isinstance(raw, dict):
+            raise Malformed("not a JSON object")
+        if counter(raw, "format", default=0) > STATUS_FORMAT:
+            raise Malformed("a status in a newer format")
+        role = raw.get("role")
+        if role not in ROLES:
+            raise Malformed(f"role {str(role)[:20]!r} is neither active nor standby")
+        store = text(raw, "store", default="")
+        if store and store not in STORE_KINDS:
+            raise Malformed(f"store {store[:20]!r} is not a store kind")
+        return cls(
+            id=text(raw, "id"),
+            group=text(raw, "group"),
+            role=role,
+            pid=counter(raw, "pid"),
+            host=text(raw, "host"),
+            version=counter(raw, "version"),
+            since=moment(raw, "since"),
+            term=counter(raw, "term", default=0),
+            settings=text(raw, "settings", default=""),
+            each=_setting_digests(raw.get("settings-each")),
+            store=store,
+            heard=heard,
+            verified=verified,
+        )
 
     @classmethod
     def from_wire(cls, data: bytes, heard: float) -> "ReplicaStatus | None":
-        """The status in a message, or None if it is not one (logged at debug: a view ignores what it cannot read)."""
+        """The status in a message, or None if it is not one (for a reader that only lists what it hears)."""
         try:
-            raw = json.loads(data)
-            if not isinstance(raw, dict) or int(raw.get("format", 0)) > STATUS_FORMAT or raw.get("role") not in ROLES:
-                raise ValueError("not a status this version reads")
-            return cls(
-                id=str(raw["id"]),
-                group=str(raw["group"]),
-                role=raw["role"],
-                pid=int(raw["pid"]),
-                host=str(raw["host"]),
-                version=int(raw["version"]),
-                since=float(raw["since"]),
-                term=int(raw.get("term", 0)),
-                settings=str(raw.get("settings", "")),
-                each=tuple(sorted((str(k), str(v)) for k, v in dict(raw.get("settings-each") or {}).items())),
-                heard=heard,
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            log.debug("membership.status_skipped", error=str(exc))
+            return cls.parse(data, heard)
+        except Malformed:
             return None
 
 
@@ -145,7 +208,11 @@ class Membership:
         expire_after: float | None = None,
         settings: Mapping[str, Any] | None = None,
         version: Callable[[], int] = lambda: 0,
+        key: GroupKey | None = None,
+        store: str = "",
     ) -> None:
+        """`key`: the group key statuses are signed and checked with; `store`: the kind of config store this replica
+        is (`STORE_KINDS`), for a config store's group."""
         if interval <= 0:
             raise ValueError(f"interval must be positive, got {interval}")
         self._transport = transport
@@ -165,11 +232,23 @@ class Membership:
             since=time.time(),
             settings=settings_digest(settings),
             each=setting_digests(settings),
+            store=store,
         )
+        self.key = key
+        self._check = RecordCheck(self.topic, key)
         self._others: dict[str, ReplicaStatus] = {}
-        self._active_heard: float | None = None
+        self._rivals: dict[str, ReplicaStatus] = {}
+        self._rivals_said: set[str] = set()
+        self._active_heard: dict[str, float] = {}
+        self._any_active_heard: float | None = None
+        self._woken_at = 0.0
         self._publisher: Publisher | None = None
         self._wake = asyncio.Event()
+        self._echo = asyncio.Event()
+        self._rival_heard = asyncio.Event()
+        self._asking = bool(store)
+        """A store's statuses are questions (`look_around`) until it `joined`: a store refused at start goes away
+        without having looked, to the stores already there, like a rival."""
         self._paused = False
         self._stack = AsyncExitStack()
 
@@ -224,17 +303,99 @@ class Membership:
 
     async def _publish(self) -> None:
         assert self._publisher is not None
-        await self._publisher.send(self.status.to_wire())
+        status = self.status
+        data = encode(status.probing() if self._asking else status.to_wire())
+        await self._publisher.send(data, sign(self.key, STATUS_KIND, self.topic, data))
+
+    def joined(self) -> None:
+        """Done asking who is there (a store after `look_around`): from now on each status says this one serves."""
+        if self._asking:
+            self._asking = False
+            self._wake.set()
+
+    async def look_around(self, wait: float, answers_within: float = ANSWERS_WITHIN) -> list[ReplicaStatus]:
+        """Ask every member to say itself now; the rival stores heard (at once if any, after at most `wait` s).
+
+        Once our own question comes back (the broker delivers to us), members
+        have it too and answer within a moment: `answers_within` after the
+        echo is as long as this waits then. The question is repeated every
+        0.1 s until it echoes: a subscription's first moments can drop what
+        arrives before its permits reach the broker.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        self._echo.clear()
+        while loop.time() < deadline and not self.rivals():
+            await self._publish()
+            if await wait_event(self._echo, min(0.1, max(0.0, deadline - loop.time()))):
+                await wait_event(self._rival_heard, max(0.0, min(deadline, loop.time() + answers_within) - loop.time()))
+                break
+        return self.rivals()
+
+    def publish_soon(self) -> None:
+        """Publish this replica's status now rather than at the next interval."""
+        self._wake.set()
 
     # --- the group ------------------------------------------------------------------
 
     async def _heard(self, envelope: Envelope) -> None:
-        status = ReplicaStatus.from_wire(envelope.data, time.monotonic())
-        if status is None or status.group != self.group or status.id == self.replica_id:
+        forged = self._check.forgery(envelope, STATUS_KIND)
+        if forged is not None:
+            self._check.refuse(envelope, STATUS_KIND, forged)
+            return
+        try:
+            status = ReplicaStatus.parse(envelope.data, time.monotonic(), verified=self.key is not None)
+        except Malformed as exc:
+            self._check.refuse(envelope, STATUS_KIND, f"malformed status: {exc}")
+            return
+        if status.group != self.group:
+            return
+        if status.id == self.replica_id:
+            if _asks(envelope.data):
+                self._echo.set()
+            return
+        asks = _asks(envelope.data)
+        new = status.id not in self._others and status.id not in self._rivals
+        if (new or asks) and status.heard - self._woken_at >= WAKE_EVERY:
+            self._woken_at = status.heard  # a newcomer: let it hear this replica now, not in a second
+            self._wake.set()
+        if asks and status.id not in self._others:
+            return  # a newcomer's question, not yet a member (a store that is refused goes away at once)
+        if self._rival(status):
+            self._rivals[status.id] = status
+            self._rival_heard.set()
+            self._said_rival(status)
             return
         self._others[status.id] = status
         if status.role == "active":
-            self._active_heard = status.heard
+            self._active_heard[status.id] = self._any_active_heard = status.heard
+
+    def _rival(self, status: ReplicaStatus) -> bool:
+        """Another config store on this topicspace: of another kind, or another SQLite store."""
+        own = self._own.store
+        if not own:
+            return False
+        theirs = status.store or "replicated"  # replicas from before stores said their kind were replicated
+        return theirs != own or own == "sqlite"
+
+    def _said_rival(self, status: ReplicaStatus) -> None:
+        if status.id in self._rivals_said:
+            return
+        self._rivals_said.add(status.id)
+        log.error(
+            "membership.rival_store",
+            group=self.group,
+            replica=self.replica_id,
+            rival=describe(status),
+            note="two config stores on one topicspace answer the same queues in turn: stop one of them",
+        )
+
+    def rivals(self) -> list[ReplicaStatus]:
+        """Other config stores heard on this topicspace within `expire_after` (a config store's group only)."""
+        horizon = time.monotonic() - self.expire_after
+        for gone in [rid for rid, status in self._rivals.items() if status.heard < horizon]:
+            del self._rivals[gone]
+        return sorted(self._rivals.values(), key=lambda status: status.since)
 
     def _live_others(self) -> list[ReplicaStatus]:
         horizon = time.monotonic() - self.expire_after
@@ -256,9 +417,27 @@ class Membership:
         actives = [status for status in self._live_others() if status.role == "active"]
         return max(actives, key=lambda status: (status.term, status.since), default=None)
 
-    def active_heard_at(self) -> float | None:
-        """When (monotonic) another replica last said it was active, however long ago; None if none ever has."""
-        return self._active_heard
+    def active_heard_at(self, replica_id: str | None = None) -> float | None:
+        """When (monotonic) replica `replica_id` (None: any other) last said it was active; None if it never has."""
+        if replica_id is None:
+            return self._any_active_heard
+        return self._active_heard.get(replica_id)
+
+    @property
+    def refused(self) -> int:
+        """Statuses dropped as malformed, out of range, or not signed by the group key."""
+        return self._check.refused
+
+
+def _asks(data: bytes) -> bool:
+    """Whether a status is a newcomer's question (`look_around`): cheap, on bytes already parsed once."""
+    return b'"probe":true' in data
+
+
+def describe(status: ReplicaStatus) -> str:
+    """A replica in a few words, for a line that names it: `sqlite store pid 12 on host-a (id ...)`."""
+    what = f"{status.store} store" if status.store else f"{status.group} replica"
+    return f"{what} {status.id} (pid {status.pid} on {status.host}, {status.role})"
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:
@@ -274,3 +453,10 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+def _setting_digests(raw: object) -> tuple[tuple[str, str], ...]:
+    """A status's per-setting digests, bounded as every field of a record is: only for naming what differs."""
+    if not isinstance(raw, dict):
+        return ()
+    return tuple(sorted((str(name)[:64], str(digest)[:128]) for name, digest in list(raw.items())[:64]))

@@ -8,20 +8,32 @@ died or was deposed) has no manifest; its chunks name the complete one
 before (`previous`), which a reader falls back to. A chunk missing or a
 digest that does not match makes the whole snapshot unusable, never half of
 it: the reader starts from the log instead. `log.ReplicatedLog` writes them.
+
+With a group key every chunk and manifest carries a MAC (`records.sign`; a
+chunk's covers its snapshot, place and the complete snapshot it names): a
+snapshot whose manifest or any chunk does not check (written by anyone but a
+replica, with a sha256 of its own making) is refused, logged, and never
+restored. A manifest out of range is refused the same way.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
+import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from discovery.errors import NewerFormat, ReplicationError
 from toolservice_base.logs import get_logger
-from toolservice_base.transport import MESSAGE_LIMIT, Envelope, ReaderStart, Transport
+from toolservice_base.transport import MESSAGE_LIMIT, Envelope, ReaderStart, Transport, unique_name
+
+from .elected import ElectedWriter
+from .groupkey import GroupKey
+from .records import Malformed, RecordCheck, counter, moment, sign, text
 
 __all__ = [
     "CHUNK_BYTES",
@@ -30,10 +42,13 @@ __all__ = [
     "SNAPSHOT_FORMAT",
     "Manifest",
     "b64",
+    "chunk_properties",
+    "manifest_message",
     "items_of",
     "last_manifest",
     "pack",
     "read_chunks",
+    "send_snapshot",
     "unb64",
 ]
 
@@ -47,6 +62,10 @@ ITEM_LIMIT = MESSAGE_LIMIT - 64 * 1024
 """The largest single item a snapshot can carry (it goes alone in its chunk)."""
 READ_TIMEOUT = 10.0
 """How long a read may take once the broker said a message is there (a slow broker, not an empty topic)."""
+CHUNK_KIND, MANIFEST_KIND = "chunk", "manifest"
+"""What a chunk's and a manifest's MACs say they are (`groupkey`)."""
+MAX_CHUNKS = 1_000_000
+"""The most chunks a manifest may name (a terabyte of state at the chunk size): more is not a manifest of ours."""
 
 
 @dataclass(frozen=True)
@@ -85,24 +104,37 @@ class Manifest:
 
     @classmethod
     def from_wire(cls, envelope: Envelope) -> "Manifest":
-        raw = json.loads(envelope.data)
-        if int(raw["format"]) > SNAPSHOT_FORMAT:
+        """The manifest in a message; `Malformed` if it is not one, `NewerFormat` if a newer version wrote it."""
+        try:
+            raw = json.loads(envelope.data)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise Malformed("not JSON") from None
+        if not isinstance(raw, dict):
+            raise Malformed("not a JSON object")
+        snapshot_format = counter(raw, "format", low=1)
+        if snapshot_format > SNAPSHOT_FORMAT:
             raise NewerFormat(
-                f"the snapshot on {envelope.topic} was written by a newer version (format {raw['format']}, this one"
+                f"the snapshot on {envelope.topic} was written by a newer version (format {snapshot_format}, this one"
                 f" reads up to {SNAPSHOT_FORMAT}); upgrade tool-discovery on this replica"
             )
+        try:
+            position, first_chunk = unb64(text(raw, "position")), unb64(text(raw, "first_chunk"))
+        except (ValueError, binascii.Error):
+            raise Malformed("a position that is not base64") from None
+        if (chunks := counter(raw, "chunks")) > MAX_CHUNKS:
+            raise Malformed(f"{chunks} chunks")
         return cls(
-            snapshot=str(raw["snapshot"]),
-            version=int(raw["version"]),
-            term=int(raw.get("term", 0)),
-            position=unb64(raw["position"]),
-            first_chunk=unb64(raw["first_chunk"]),
-            chunks=int(raw["chunks"]),
-            items=int(raw["items"]),
-            size=int(raw["bytes"]),
-            sha256=str(raw["sha256"]),
-            written_at=float(raw["written_at"]),
-            format=int(raw["format"]),
+            snapshot=text(raw, "snapshot"),
+            version=counter(raw, "version"),
+            term=counter(raw, "term", default=0),
+            position=position,
+            first_chunk=first_chunk,
+            chunks=chunks,
+            items=counter(raw, "items"),
+            size=counter(raw, "bytes"),
+            sha256=text(raw, "sha256"),
+            written_at=moment(raw, "written_at"),
+            format=snapshot_format,
             message_id=envelope.message_id,
         )
 
@@ -111,8 +143,73 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def unb64(text: str) -> bytes:
-    return base64.b64decode(text.encode()) if text else b""
+def unb64(encoded: str) -> bytes:
+    return base64.b64decode(encoded.encode(), validate=True) if encoded else b""
+
+
+def chunk_properties(
+    key: GroupKey | None, topic: str, chunk: bytes, snapshot: str, seq: int, previous: str
+) -> dict[str, str]:
+    """What a chunk carries beside its bytes: its snapshot, place, the complete snapshot before, and its MAC."""
+    properties = {"kind": "chunk", "snapshot": snapshot, "seq": str(seq), "previous": previous}
+    return {**properties, **sign(key, CHUNK_KIND, topic, chunk, snapshot, str(seq), previous)}
+
+
+def manifest_message(key: GroupKey | None, topic: str, manifest: Manifest) -> tuple[bytes, dict[str, str]]:
+    """A manifest as sent: its bytes, and its properties (with its MAC)."""
+    data = json.dumps(manifest.to_wire(), separators=(",", ":")).encode()
+    return data, {"kind": "manifest", "snapshot": manifest.snapshot, **sign(key, MANIFEST_KIND, topic, data)}
+
+
+async def send_snapshot(
+    writer: ElectedWriter,
+    key: GroupKey | None,
+    chunks: list[bytes],
+    *,
+    version: int,
+    term: int,
+    position: bytes,
+    items: int,
+    previous: Manifest | None,
+) -> Manifest:
+    """Send a snapshot's chunks, then its manifest (each signed with `key`) through the active's writer; the manifest.
+
+    Each chunk names the complete snapshot before (`previous`), for a reader
+    that finds this one cut short.
+    """
+    snapshot_id = unique_name("snapshot")
+    before = b64(previous.message_id) if previous else ""
+    digest = hashlib.sha256()
+    first_chunk = b""
+    for seq, chunk in enumerate(chunks):
+        digest.update(chunk)
+        message_id = await writer.send(chunk, chunk_properties(key, writer.topic, chunk, snapshot_id, seq, before))
+        first_chunk = first_chunk or message_id
+    manifest = Manifest(
+        snapshot=snapshot_id,
+        version=version,
+        term=term,
+        position=position,
+        first_chunk=first_chunk,
+        chunks=len(chunks),
+        items=items,
+        size=sum(len(chunk) for chunk in chunks),
+        sha256=digest.hexdigest(),
+        written_at=time.time(),
+    )
+    message_id = await writer.send(*manifest_message(key, writer.topic, manifest))
+    return replace(manifest, message_id=message_id)
+
+
+def _chunk_checks(check: RecordCheck, chunk: Envelope) -> bool:
+    """Whether a chunk checks under the group key (always, without one); refused (logged) if not."""
+    props = chunk.properties
+    context = (props.get("snapshot", ""), props.get("seq", ""), props.get("previous", ""))
+    forged = check.forgery(chunk, CHUNK_KIND, *context)
+    if forged is not None:
+        check.refuse(chunk, CHUNK_KIND, f"{forged}; the log is replayed instead")
+        return False
+    return True
 
 
 def pack(state: Iterable[Any], chunk_bytes: int) -> tuple[list[bytes], int]:
@@ -145,19 +242,29 @@ def items_of(chunks: list[bytes]) -> Iterator[Any]:
         yield from json.loads(chunk)
 
 
-async def last_manifest(transport: Transport, topic: str) -> Manifest | None:
-    """The manifest of the topic's last complete snapshot; None if there is none (or it is unreadable, logged)."""
+async def last_manifest(transport: Transport, topic: str, check: RecordCheck) -> Manifest | None:
+    """The manifest of the topic's last complete snapshot; None if there is none (or it is unreadable, or does not
+    check: logged)."""
     last = await _read_one(transport, topic, "latest")
     if last is not None and last.properties.get("kind") == "chunk":
         # A snapshot cut short (its writer died or was deposed): its chunks name the complete one before.
-        previous = unb64(last.properties.get("previous", ""))
+        if not _chunk_checks(check, last):
+            return None
+        try:
+            previous = unb64(last.properties.get("previous", ""))
+        except (ValueError, binascii.Error):
+            previous = b""
         last = await _read_one(transport, topic, previous) if previous else None
     if last is None:
         return None
+    forged = check.forgery(last, MANIFEST_KIND)
+    if forged is not None:
+        check.refuse(last, MANIFEST_KIND, f"{forged}; the log is replayed instead")
+        return None
     try:
         return Manifest.from_wire(last)
-    except (ValueError, KeyError, TypeError) as exc:
-        log.warning("log.snapshot_skipped", topic=topic, reason=f"unreadable manifest ({exc})")
+    except Malformed as exc:
+        check.refuse(last, MANIFEST_KIND, f"not a snapshot manifest ({exc}); the log is replayed instead")
         return None
 
 
@@ -172,8 +279,9 @@ async def _read_one(transport: Transport, topic: str, start: ReaderStart) -> Env
         await transport.close_reader(reader)
 
 
-async def read_chunks(transport: Transport, topic: str, manifest: Manifest) -> list[bytes] | None:
-    """The snapshot's chunks, checked against its manifest; None (logged) if any is missing or wrong."""
+async def read_chunks(transport: Transport, topic: str, manifest: Manifest, check: RecordCheck) -> list[bytes] | None:
+    """The snapshot's chunks, checked against its manifest and the group key; None (logged) if any is missing or
+    wrong."""
     if manifest.chunks == 0:
         return []
     reader = await transport.reader(topic, manifest.first_chunk, inclusive=True)
@@ -193,6 +301,8 @@ async def read_chunks(transport: Transport, topic: str, manifest: Manifest) -> l
                     snapshot=manifest.snapshot,
                     reason=f"chunk {seq} missing",
                 )
+                return None
+            if not _chunk_checks(check, chunk):
                 return None
             digest.update(chunk.data)
             chunks.append(chunk.data)
