@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 from toolservice_base import ConfigClient, RequestTimeout
+from toolservice_base.schemas import ConfigRequest
+from toolservice_base.signing import load_private_key, sign_config_request
 
 from .common import CommandError, Deadline, connect, fail, opened, waiting_for
 
@@ -21,13 +23,23 @@ def split_item(ref: str) -> tuple[str, str]:
     return item_type, key
 
 
+def _signer(args: argparse.Namespace) -> Callable[[ConfigRequest], ConfigRequest] | None:
+    """`--signing-key`: the operator's key each write is signed with; None without one."""
+    path = getattr(args, "signing_key", None)
+    if not path:
+        return None
+    key = load_private_key(path)
+    return lambda request: sign_config_request(request, key)
+
+
 async def with_config(args: argparse.Namespace, action: Callable[[ConfigClient], Awaitable[int]]) -> int:
     """Run `action` on a config client; `--timeout` bounds it all, connecting to the broker included."""
     deadline = Deadline(args.timeout)
+    sign = _signer(args)
     async with AsyncExitStack() as stack:
         connection = await connect(args, deadline)
         stack.push_async_callback(connection.close)
-        client = ConfigClient(connection, workspace=args.workspace, timeout=args.timeout)
+        client = ConfigClient(connection, workspace=args.workspace, timeout=args.timeout, sign=sign)
         stack.push_async_callback(client.close)
         await opened(client.start(), connection.url, "the config store's queues", deadline)
         client.timeout = deadline.left(floor=min(1.0, args.timeout))

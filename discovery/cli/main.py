@@ -264,6 +264,7 @@ def _add_config(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
             "toolreg config put tool-service/joke-service < joke-service.json",
             'toolreg config put tool/tell-joke --value \'{"type": "tool-service", "name": "tell-joke", "description":'
             ' "Tell a joke", "service": "joke-service"}\'',
+            "toolreg config put tool/tell-joke --signing-key keys/alice.key < tell-joke.json   # a policy asks it",
             "toolreg config get tool/tell-joke",
             "toolreg config list tool --json",
             "toolreg config delete tool/tell-joke",
@@ -280,12 +281,18 @@ def _add_config(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     put.add_argument(
         "--value", default=None, help="the value (default: read stdin, up to end of file: Ctrl-D on a terminal)"
     )
+    signing = (
+        "sign the write with this operator's Ed25519 key (PEM, from `toolreg keygen`): a store whose trust policy"
+        ' covers the config queue ("config-writes": "signed") takes writes of tool and tool-service items only so'
+    )
+    put.add_argument("--signing-key", default=None, metavar="PATH", help=signing)
     put.set_defaults(handler=lazy("config", "cmd_config_put"))
     _add_config_reads(config_sub, config_common)
     delete = config_sub.add_parser(
         "delete", parents=[config_common], help="delete TYPE/KEY", description="Delete one item."
     )
     delete.add_argument("item", metavar="TYPE/KEY")
+    delete.add_argument("--signing-key", default=None, metavar="PATH", help=signing)
     delete.set_defaults(handler=lazy("config", "cmd_config_delete"))
 
 

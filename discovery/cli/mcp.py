@@ -435,7 +435,7 @@ async def _serve(args: argparse.Namespace) -> int:
             await _until_signal(serve_streams(front, *streams))
         else:
             assert address is not None
-            endpoint = await _listen(stack, front, address, token, oauth, args.allow_host)
+            endpoint = await _listen(stack, front, address, token, oauth, args.allow_host, settings)
             serving(transport="http", endpoint=endpoint)
             guarded = (
                 f" (OAuth 2.1: tokens of {oauth.issuer})" if oauth else " (bearer token required)" if token else ""
@@ -452,6 +452,7 @@ async def _listen(
     token: str | None,
     oauth: OAuthSettings | None,
     allowed_hosts: list[str],
+    settings: Settings,
 ) -> str:
     """Serve `front` over streamable HTTP until `stack` closes; its endpoint, or one line saying why it cannot."""
     from discovery.mcp.auth import IssuerError
@@ -459,7 +460,15 @@ async def _listen(
 
     try:
         return await stack.enter_async_context(
-            http_server(front, *address, token=token, oauth=oauth, allowed_hosts=allowed_hosts)
+            http_server(
+                front,
+                *address,
+                token=token,
+                oauth=oauth,
+                allowed_hosts=allowed_hosts,
+                session_idle=settings.mcp_session_idle,
+                max_sessions=settings.mcp_max_sessions,
+            )
         )
     except (OSError, IssuerError) as exc:
         raise CommandError(str(exc)) from None

@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -24,7 +24,7 @@ from discovery.errors import RegistryUnavailable
 from discovery.registry.client import DEFAULT_TIMEOUT, RegistryClient
 from discovery.registry.options import RegistryOptions
 from discovery.registry.protocol import NameConflict, Rejection
-from discovery.registry.trust import PolicyError, policy_from
+from discovery.registry.trust import PolicyError, TrustPolicy, policy_from
 from discovery.registry.validation import DEFAULT_MAX_SKEW
 from toolservice_base.errors import SettingsError
 from toolservice_base.settings import (
@@ -38,6 +38,10 @@ from toolservice_base.settings import (
 from .common import CommandError, Deadline, connect, lazy, opened, settings_of, waiting_for
 from .output import Column, add_output_options, render
 from .parsing import parent
+
+if TYPE_CHECKING:
+    from discovery.replicas import GroupKey
+    from discovery.store.write_policy import ConfigWriteGuard
 
 SHORT = 12
 """Hex digits of a definition digest shown in tables; `--digest` takes 8 or more."""
@@ -153,7 +157,34 @@ def trust_line(options: RegistryOptions) -> str:
         f"trust policy {where or '(in memory)'}: {keys} key(s); only their signed announcements are accepted; queues in"
         f" {namespaces}"
     )
-    return line + _pinning_note(options)
+    return line + _pinning_note(options) + _config_writes_note(trust)
+
+
+def _config_writes_note(trust: object) -> str:
+    if isinstance(trust, TrustPolicy) and trust.config_writes == "signed":
+        return (
+            f"; config writes of tools taken only when signed by one of {len(trust.operators)} operator key(s) (or"
+            " the registry)"
+        )
+    return (
+        "; the policy covers announcements only: whoever may send on the config queue can write tool items (add"
+        ' "config-writes": "signed" with operator keys: `toolreg trust add-operator`)'
+    )
+
+
+def write_guard(options: RegistryOptions, key: GroupKey | None, topicspace: str) -> ConfigWriteGuard | None:
+    """The store's guard on writes of tools, when the trust policy covers the config queue; else None."""
+    trust = options.trust
+    if not isinstance(trust, TrustPolicy) or trust.config_writes != "signed":
+        return None
+    from discovery.store.write_policy import ConfigWriteGuard
+
+    return ConfigWriteGuard(
+        operators={kid: k.public_key for kid, k in trust.operators.items()},
+        names={kid: k.name for kid, k in trust.operators.items()},
+        topicspace=topicspace,
+        registry=key,
+    )
 
 
 def _pinning_note(options: RegistryOptions) -> str:

@@ -42,6 +42,7 @@ from .common import CommandError, UpLock, fail, settings_of, store_choice
 from .parsing import subcommands
 
 if TYPE_CHECKING:
+    from discovery.replicas import GroupKey
     from toolservice_base.transport import Transport
 
 T = TypeVar("T")
@@ -166,7 +167,7 @@ async def cmd_store_export(args: argparse.Namespace) -> int:
         _hint_replicated(args)
         version, rows = await asyncio.to_thread(transfer.sqlite_dump, store_path(args))
     else:
-        version, rows = await _on_broker(args, transfer.replicated_dump)
+        version, rows = await _on_broker(args, lambda connection: transfer.replicated_dump(connection, _key(args)))
     await asyncio.to_thread(transfer.write_export, Path(args.path), version, rows)
     print(f"exported {len(rows)} item(s) at version {version} from the {backend} store to {args.path}")
     return 0
@@ -201,10 +202,18 @@ async def cmd_store_import(args: argparse.Namespace) -> int:
                     lock.release()
     else:
         final = await _on_broker(
-            args, lambda connection: transfer.replicated_load(connection, version, rows, force=args.force)
+            args,
+            lambda connection: transfer.replicated_load(connection, version, rows, force=args.force, key=_key(args)),
         )
     print(f"imported {len(rows)} item(s) from {args.path} into the {backend} store, now at version {final}")
     return 0
+
+
+def _key(args: argparse.Namespace) -> GroupKey | None:
+    """The replicas' group key (TOOLREG_GROUP_KEY), which a replicated export checks and an import signs with."""
+    from discovery.replicas import group_key_from
+
+    return group_key_from(settings_of(args).group_key_file)
 
 
 async def _on_broker(args: argparse.Namespace, action: Callable[[Transport], Awaitable[T]]) -> T:

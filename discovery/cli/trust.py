@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
-from discovery.registry.trust import TrustedKey, TrustPolicy, trusted_key
+from discovery.registry.trust import CONFIG_WRITES, PolicyError, TrustedKey, TrustPolicy, operator_key, trusted_key
 from toolservice_base.settings import TRUST_POLICY_ENV
 from toolservice_base.signing import (
     generate_key_pair,
@@ -101,16 +102,63 @@ def _key_record(k: TrustedKey) -> dict[str, object]:
     }
 
 
+async def cmd_trust_add_operator(args: argparse.Namespace) -> int:
+    path = policy_path(args)
+    policy = _load_or_new(path)
+    key = operator_key({"name": args.name, "public-key": _key_text(args.public_key)}, f"operator {args.name!r}")
+    replaced = [k for k in policy.operators.values() if k.name == key.name or k.id == key.id]
+    for old in replaced:
+        del policy.operators[old.id]
+    policy.operators[key.id] = key
+    policy.save(path)
+    print(f"{'replaced' if replaced else 'added'} operator {key.name!r} ({key.id}) in {path}")
+    if policy.config_writes != "signed":
+        print(f"writes of tools are not yet checked: `toolreg trust config-writes signed --policy {path}` turns it on")
+    print("the store reads the policy at start: restart `toolreg up` to apply")
+    return 0
+
+
+async def cmd_trust_config_writes(args: argparse.Namespace) -> int:
+    path = policy_path(args)
+    policy = _load_or_new(path)
+    if args.mode == "signed" and not policy.operators:
+        raise PolicyError(
+            f"{path} has no operator key to sign writes with: add one first (`toolreg trust add-operator NAME"
+            " --public-key KEY`)"
+        )
+    policy.config_writes = args.mode
+    policy.save(path)
+    if args.mode == "signed":
+        print(f"{path}: the store takes writes of tool and tool-service items only when an operator signed them")
+    else:
+        print(f"{path}: the policy covers announcements only; the config queue is left to the broker's permissions")
+    print("the store reads the policy at start: restart `toolreg up` to apply")
+    return 0
+
+
 async def cmd_trust_list(args: argparse.Namespace) -> int:
     policy = TrustPolicy.load(policy_path(args))
     keys = sorted(policy.keys.values(), key=lambda k: k.name)
     empty = f"no trusted keys in {policy_path(args)}: a registry using it refuses every announcement"
     chosen = render(args, keys, KEY_COLUMNS, name=lambda k: k.name, record=_key_record, empty=empty)
-    if chosen in ("table", "wide") and keys and not args.no_headers:
-        print()
+    if chosen in ("table", "wide") and not args.no_headers:
+        if keys:
+            print()
         for key in keys:
             print(f"{key.name} may announce {key.scope()}")
+        _print_config_writes(policy)
     return 0
+
+
+def _print_config_writes(policy: TrustPolicy) -> None:
+    operators = ", ".join(f"{k.name} ({k.id})" for k in sorted(policy.operators.values(), key=lambda k: k.name))
+    if policy.config_writes == "signed":
+        print(f"config writes of tools: only when signed by an operator: {operators}")
+    else:
+        print(
+            "config writes of tools: not checked (the policy covers announcements only)"
+            + (f"; operators listed: {operators}" if operators else "")
+        )
 
 
 def _workspaces(patterns: tuple[str, ...]) -> str:
@@ -122,6 +170,8 @@ TRUST_EXAMPLES = """examples:
   toolreg trust add jokes-team --public-key keys/jokes.key.pub --services 'joke-*' --tools 'tell-*'
   toolreg trust add research --public-key keys/research.key.pub --services 'rs-*' --tools '*' --workspaces 'research-*'
   toolreg trust list --json
+  toolreg keygen keys/alice.key && toolreg trust add-operator alice --public-key keys/alice.key.pub
+  toolreg trust config-writes signed          # then: toolreg config put tool/X --signing-key keys/alice.key
   toolreg up --trust-policy trust.json
   toolreg serve toolservice_base.examples.joke:JokeService --signing-key keys/jokes.key
 """
@@ -197,3 +247,32 @@ def _add_trust_command(sub: argparse._SubParsersAction, common: argparse.Argumen
     listing.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
     add_output_options(listing, wide="each PUBLIC KEY", name="key name")
     listing.set_defaults(handler=cmd_trust_list)
+    _add_config_writes_commands(trust_sub, [common, policy])
+
+
+def _add_config_writes_commands(trust_sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    """`toolreg trust add-operator|config-writes`: whether, and by whom, writes of tools on the config queue are
+    signed."""
+    operator = trust_sub.add_parser(
+        "add-operator",
+        parents=parents,
+        help="trust a public key to sign writes of tools through the config queue",
+        description=(
+            "Add (or replace, by name) an operator key: with `config-writes signed`, the store takes writes of tool"
+            " and tool-service items only when one of these signed them (toolreg config put --signing-key)."
+        ),
+    )
+    operator.add_argument("name", metavar="NAME", help="a name for the operator, e.g. alice")
+    operator.add_argument("--public-key", required=True, help="base64 public key, or a .pub file from `toolreg keygen`")
+    operator.set_defaults(handler=cmd_trust_add_operator)
+    writes = trust_sub.add_parser(
+        "config-writes",
+        parents=parents,
+        help="whether the policy covers the config queue: signed or any",
+        description=(
+            "signed: the store takes writes of tool and tool-service items only when an operator key of the policy"
+            " (or the registry) signed them. any (the default): the policy covers announcements only."
+        ),
+    )
+    writes.add_argument("mode", choices=CONFIG_WRITES)
+    writes.set_defaults(handler=cmd_trust_config_writes)

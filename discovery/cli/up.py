@@ -23,8 +23,12 @@ from typing import Any
 from discovery.broker import BrokerSupervisor, EmbeddedBroker
 from discovery.registry import RegistryOptions
 from discovery.registry.replicated import ActiveRegistry
-from discovery.replicas import Election, Membership
+from discovery.registry.trust import TrustPolicy
+from discovery.replicas import Election, GroupKey, Membership, group_key_from
+from discovery.replicas.groupkey import protection_line
 from discovery.store import STORE_FILE, ConfigStore, ConfigStoreService
+from discovery.store.local import LocalRequests
+from discovery.store.presence import StorePresence
 from discovery.store.replicated import ReplicatedStore, new_replica_id
 from discovery.web import HealthServer
 from discovery.writable import of_os_error, probe
@@ -39,11 +43,11 @@ REGISTRY_GROUP = "registry"
 
 
 def shared_options(options: RegistryOptions) -> dict[str, object]:
-    """What every replica of a group must run with alike: the trusted keys and what each may do, and the registry's
-    limits."""
-    keys = options.trust.keys if options.trust is not None else {}
+    """What every replica of a group must run with alike: the trusted keys and what each may do (their content, so the
+    digest is the same in every process), and the registry's limits."""
+    trust = options.trust
     return {
-        "trust": sorted(repr(key) for key in keys.values()),
+        "trust": trust.content() if isinstance(trust, TrustPolicy) else None,
         "max_clock_skew": options.max_clock_skew,
         "pin_definitions": options.pin_definitions,
         "allowed_namespaces": sorted(options.allowed_namespaces or []),
@@ -70,6 +74,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     options = cli_registry.registry_options(args)
     backend = store_backend(args)
+    key = group_key_from(settings.group_key_file)
     started = time.perf_counter()
     up = False
     async with AsyncExitStack() as stack:
@@ -92,10 +97,18 @@ async def cmd_up(args: argparse.Namespace) -> int:
             f"workarounds   {', '.join(connection.capabilities.enabled()) or 'none'} (for {settings.broker_kind(url)})"
         )
         if config is not None:
-            if (registry_group := await _sqlite_store(stack, connection, config, args, options, health)) is not None:
+            # Another store on this topicspace: one line, before serving (none can be on a broker we just started).
+            presence = StorePresence(
+                connection, version=lambda: config.version, key=key, look=bool(settings.pulsar_url)
+            )
+            await stack.enter_async_context(presence)
+            registry_group = await _sqlite_store(stack, connection, config, args, options, health, key)
+            if health is not None:
+                health.add_check("one-store", presence.readiness)
+            if registry_group is not None:
                 watched.append(registry_group)
         else:
-            watched.append(await _replicated_store(stack, connection, args, options, health))
+            watched.append(await _replicated_store(stack, connection, args, options, health, key))
         up = True
         print(f"ready in {(time.perf_counter() - started) * 1000:.0f} ms; Ctrl-C to stop", flush=True)
         await wait_for_signal(*watched)
@@ -170,9 +183,11 @@ async def _sqlite_store(
     args: argparse.Namespace,
     options: RegistryOptions,
     health: HealthServer | None,
+    key: GroupKey | None,
 ) -> asyncio.Future[Any] | None:
     """The store, then the registry in its group (`_registry_group`); returns what `wait_for_signal` must watch."""
-    store = ConfigStoreService(connection, config, protocol=args.store_protocol)
+    guard = cli_registry.write_guard(options, key, connection.topics.topicspace)
+    store = ConfigStoreService(connection, config, protocol=args.store_protocol, write_guard=guard)
     stack.push_async_callback(store.stop)
     await store.start()
     if health is not None:
@@ -180,9 +195,9 @@ async def _sqlite_store(
     print(f"config store  {store.store.path} (version {store.store.version}; {args.store_protocol} protocol)")
     if args.no_registry:
         return None
-    registry = ActiveRegistry(connection, options)
+    registry = ActiveRegistry(connection, options, requests=LocalRequests(lambda: store))
     stack.push_async_callback(registry.stop)
-    watched = await _registry_group(stack, connection, registry, options)
+    watched = await _registry_group(stack, connection, registry, options, key)
     if health is not None:
         health.add_check("registry", registry.readiness)
         print(f"page          {show_registry_page(health, registry)}")
@@ -197,9 +212,14 @@ async def _replicated_store(
     args: argparse.Namespace,
     options: RegistryOptions,
     health: HealthServer | None,
+    key: GroupKey | None,
 ) -> asyncio.Future[Any]:
-    """Join the group: a standby until the broker elects this replica; the active one also runs the registry."""
-    registry = ActiveRegistry(connection, options)
+    """Join the group: a standby until the broker elects this replica; the active one also runs the registry, which asks
+    the store of its own replica directly (not the queues, where a frozen deposed replica may still listen)."""
+    replicated: ReplicatedStore | None = None
+    registry = ActiveRegistry(
+        connection, options, requests=LocalRequests(lambda: None if replicated is None else replicated.service)
+    )
     stack.push_async_callback(registry.stop)
     if not args.no_registry:
         await registry.listen()
@@ -211,6 +231,8 @@ async def _replicated_store(
         settings=group_settings,
         on_active=None if args.no_registry else registry.start,
         on_standby=None if args.no_registry else registry.step_down,
+        key=key,
+        write_guard=cli_registry.write_guard(options, key, connection.topics.topicspace),
     )
     registry.replicas = replicated.replicas
     await stack.enter_async_context(replicated)
@@ -223,6 +245,7 @@ async def _replicated_store(
         if not args.no_registry:
             print(f"page          {show_registry_page(health, registry)}")
     print(f"config store  {replicated.describe()}; {args.store_protocol} protocol")
+    print(f"state         {protection_line(key, f'{connection.topics.topicspace}/state')}")
     if not args.no_registry:
         print(f"registry      on the active replica; listening on {connection.topics.tool_descriptors}")
         print(f"trust         {cli_registry.trust_line(options)}")
@@ -238,13 +261,17 @@ async def cmd_registry(args: argparse.Namespace) -> int:
     take over. On pulsar-lite the second one refuses (`_sole_registry`).
     """
     options = cli_registry.registry_options(args)
+    settings = settings_of(args)
+    key = group_key_from(settings.group_key_file)
     async with AsyncExitStack() as stack:
-        connection = await open_transport(settings_of(args))
+        connection = await open_transport(settings)
         stack.push_async_callback(connection.close)
         health = await start_health(stack, args.metrics_port)
-        registry = ActiveRegistry(connection, options)
+        topicspace = connection.topics.topicspace
+        sign = None if key is None else (lambda request: key.sign_config(request, topicspace))  # a guarded store
+        registry = ActiveRegistry(connection, options, sign=sign)
         stack.push_async_callback(registry.stop)
-        watched = [await _registry_group(stack, connection, registry, options)]
+        watched = [await _registry_group(stack, connection, registry, options, key)]
         if health is not None:
             health.add_check("registry", registry.readiness)
             print(f"metrics on {health.url}/metrics (and /healthz, /readyz)", flush=True)
@@ -261,6 +288,7 @@ async def _registry_group(
     connection: Transport,
     registry: ActiveRegistry,
     options: RegistryOptions,
+    key: GroupKey | None = None,
 ) -> asyncio.Future[Any]:
     """Run `registry` as the one registry of the topicspace: elected where the broker can, alone on pulsar-lite.
 
@@ -269,8 +297,8 @@ async def _registry_group(
     waits its turn (an election) or refuses to run.
     """
     if connection.capabilities.replicated_state:
-        return await _elect_registry(stack, connection, registry, options)
-    return await _sole_registry(stack, connection, registry, options)
+        return await _elect_registry(stack, connection, registry, options, key)
+    return await _sole_registry(stack, connection, registry, options, key)
 
 
 async def _sole_registry(
@@ -278,6 +306,7 @@ async def _sole_registry(
     connection: Transport,
     registry: ActiveRegistry,
     options: RegistryOptions,
+    key: GroupKey | None = None,
 ) -> asyncio.Future[Any]:
     """On a broker that cannot elect (pulsar-lite): run, and refuse in one line if an older registry is heard on the
     topicspace.
@@ -289,7 +318,7 @@ async def _sole_registry(
     """
     replica_id = new_replica_id()
     members = await stack.enter_async_context(
-        Membership(connection, replica_id, REGISTRY_GROUP, settings=shared_options(options))
+        Membership(connection, replica_id, REGISTRY_GROUP, settings=shared_options(options), key=key)
     )
     members.set_role("active")
     registry.replicas = members.replicas
@@ -316,14 +345,18 @@ async def _refuse_an_older_registry(members: Membership) -> None:
 
 
 async def _elect_registry(
-    stack: AsyncExitStack, connection: Transport, registry: ActiveRegistry, options: RegistryOptions
+    stack: AsyncExitStack,
+    connection: Transport,
+    registry: ActiveRegistry,
+    options: RegistryOptions,
+    key: GroupKey | None = None,
 ) -> asyncio.Future[Any]:
     """Join the registry group: run the registry while this process holds the registry lock."""
     replica_id = new_replica_id()
     members = await stack.enter_async_context(
-        Membership(connection, replica_id, REGISTRY_GROUP, settings=shared_options(options))
+        Membership(connection, replica_id, REGISTRY_GROUP, settings=shared_options(options), key=key)
     )
-    election = Election(connection, connection.topics.registry_lock, replica_id, membership=members)
+    election = Election(connection, connection.topics.registry_lock, replica_id, membership=members, key=key)
     registry.replicas = members.replicas
     await registry.listen()
 
@@ -333,4 +366,5 @@ async def _elect_registry(
     election.add_listener(registry.start, demoted)
     await stack.enter_async_context(election)
     print(f"replica       {replica_id} ({election.role}; `toolreg replicas` lists the group)", flush=True)
+    print(f"state         {protection_line(key, f'{connection.topics.topicspace}/state')}", flush=True)
     return asyncio.ensure_future(election.wait_stopped())

@@ -19,7 +19,8 @@ SDK leaves to the application:
   (`dropped`). Request heads have a
   deadline and open sockets a cap (`discovery.web.hardening.bounded_config`).
   The socket is bound here, so a taken port is a one-line error and port 0
-  works.
+  works. Idle sessions end, and at most so many are open (503 past it), so
+  abandoned ones cannot pile up (`Settings.mcp_session_idle`, `mcp_max_sessions`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from discovery.web.hardening import HEADER_TIMEOUT, MAX_CONNECTIONS, WRITE_TIMEOUT, BoundedServer, bounded_config
 from discovery.web.health import is_loopback_host, split_host
 from toolservice_base.logs import get_logger
+from toolservice_base.settings import Settings
 
 from .auth.http import BearerTokenGuard, OAuthSettings, ResourceServer, resource_server
 from .dropped import CancelDroppedCalls
@@ -405,6 +407,7 @@ def _guarded_app(
     token: str | None,
     resource: ResourceServer | None,
     allowed_hosts: Iterable[str],
+    sessions: tuple[float, int],
 ) -> ASGIApp:
     """The front's streamable-HTTP app behind its guards: Host/Origin first, then who may call."""
     # The SDK's own Host/Origin check is off: it covers only three literal hosts; HostOriginGuard covers every bind.
@@ -415,6 +418,8 @@ def _guarded_app(
         event_store=BoundedEventStore(),
         retry_interval=RETRY_MS,
         custom_starlette_routes=resource.routes() if resource is not None else None,
+        session_idle_timeout=sessions[0],
+        max_sessions=sessions[1],
     )
     app = CancelDroppedCalls(app)
     if resource is not None:
@@ -436,6 +441,8 @@ async def http_server(
     header_timeout: float = HEADER_TIMEOUT,
     write_timeout: float = WRITE_TIMEOUT,
     max_connections: int = MAX_CONNECTIONS,
+    session_idle: float = Settings.mcp_session_idle,
+    max_sessions: int = Settings.mcp_max_sessions,
 ) -> AsyncIterator[str]:
     """Serve `front` over streamable HTTP while the block runs; yields the endpoint URL.
 
@@ -449,7 +456,7 @@ async def http_server(
         stack.callback(sock.close)
         resource = await stack.enter_async_context(resource_server(oauth, url)) if oauth is not None else None
         config = bounded_config(
-            _guarded_app(front, host, bound_port, token, resource, allowed_hosts),
+            _guarded_app(front, host, bound_port, token, resource, allowed_hosts, (session_idle, max_sessions)),
             header_timeout=header_timeout,
             write_timeout=write_timeout,
             max_connections=max_connections,

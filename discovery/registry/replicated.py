@@ -18,8 +18,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from discovery.errors import RegistryUnavailable
+from toolservice_base.configclient import Requests
 from toolservice_base.errors import TransportError
 from toolservice_base.logs import get_logger
+from toolservice_base.schemas import ConfigRequest
 from toolservice_base.search import Match
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Transport
@@ -51,9 +53,17 @@ class ActiveRegistry:
         connection: Transport,
         options: RegistryOptions,
         replicas: Callable[[], list[ReplicaStatus]] | None = None,
+        *,
+        requests: Requests | None = None,
+        sign: Callable[[ConfigRequest], ConfigRequest] | None = None,
     ) -> None:
+        """`requests`: the config store of this process, which the registry then asks directly, never the queues
+        (where a frozen, deposed replica may still take requests); `sign`: how the registry signs its writes to a store
+        elsewhere whose trust policy covers the config queue."""
         self._connection = connection
         self._options = options
+        self._requests = requests
+        self._sign = sign
         self.registry: Registry | None = None
         self.replicas = replicas
         """The group this registry runs in (`ReplicatedStore.replicas`, `Membership.replicas`), for the page; None: not
@@ -74,7 +84,9 @@ class ActiveRegistry:
         ):  # demoted and promoted again before the ear was back: this registry starts cold
             await cancel_and_wait(self._relistening)
             self._relistening = None
-        registry = Registry(self._connection, options=self._options, heard=self._ear)
+        registry = Registry(
+            self._connection, options=self._options, heard=self._ear, requests=self._requests, sign=self._sign
+        )
         try:
             await registry.start()
         except (

@@ -30,17 +30,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Self
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from discovery.errors import RegistryError
-from toolservice_base.configclient import ConfigClient, watch_config
+from toolservice_base.configclient import ConfigClient, Requests, watch_config
 from toolservice_base.errors import ConfigError, RequestTimeout
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import RequestServer, error_body
-from toolservice_base.schemas import ConfigPush
+from toolservice_base.schemas import ConfigPush, ConfigRequest
 from toolservice_base.transport import Subscription, Transport, unique_name
 
 from .callers import CallerBook
@@ -86,9 +87,12 @@ class Registry:
         options: RegistryOptions | None = None,
         metrics: RegistryMetrics | None = None,
         heard: HeardLeases | None = None,
+        requests: Requests | None = None,
+        sign: Callable[[ConfigRequest], ConfigRequest] | None = None,
     ) -> None:
         """`heard`: what this process heard as a standby (`heard`); the recorded leases start from it, not from a ttl of
-        grace."""
+        grace. `requests`: how to reach the store other than its queues (the store of this very process); `sign`: how
+        its writes are signed, for a store whose trust policy covers the config queue."""
         self._connection = connection
         self._heard = heard
         self.workspace_default = workspace_default
@@ -106,7 +110,9 @@ class Registry:
         self.pins = PinBook(opts.auto_approve) if opts.pin_definitions else None
         """Pinned definitions and held changes (`pins`); None without `--pin-definitions`."""
         self._services: dict[ServiceKey, ServiceState] = {}
-        self._config = ConfigClient(connection, workspace=workspace_default, timeout=opts.store_timeout)
+        self._config = ConfigClient(
+            connection, workspace=workspace_default, timeout=opts.store_timeout, requests=requests, sign=sign
+        )
         self._prober = Prober(connection, interval=opts.probe_interval, per_second=opts.max_probes_per_second)
         self.writer = self._writer()
         self.intake = self._intake()

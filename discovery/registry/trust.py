@@ -29,6 +29,18 @@ Two optional top-level keys govern pinned definitions (`registry.pins`):
   without an operator when it is signed by the same key that signed the
   pinned one and its service `version` is higher (dotted numbers, `1.10` >
   `1.9`; any other version is never higher). Only with pinning on.
+
+Two more cover the config queue (`discovery.store.write_policy`):
+
+    {"config-writes": "signed",
+     "operators": [{"name": "alice", "public-key": "<base64 of 32 bytes>"}],
+     "keys": [...]}
+
+- `"config-writes": "signed"`: the store takes a write of `tool` or
+  `tool-service` items only if one of the `operators` signed it (`toolreg
+  config put --signing-key`), or the registry did. `"any"` (the default)
+  leaves the config queue to the broker's permissions: the policy then
+  covers announcements only, and `toolreg up` says so.
 """
 
 from __future__ import annotations
@@ -48,6 +60,7 @@ from toolservice_base.signing import (
     SigningError,
     key_id,
     parse_public_key,
+    public_key_text,
     signature_key_id,
     verify,
 )
@@ -107,6 +120,22 @@ class TrustedKey:
         return entry
 
 
+CONFIG_WRITES = ("any", "signed")
+
+
+@dataclass(frozen=True)
+class OperatorKey:
+    """A key whose signature lets a write of tools through the config queue (`"operators"` in the policy)."""
+
+    name: str
+    public_key: Ed25519PublicKey
+    text: str
+
+    @property
+    def id(self) -> str:
+        return key_id(self.public_key)
+
+
 @dataclass
 class TrustPolicy:
     keys: dict[str, TrustedKey] = field(default_factory=dict)
@@ -115,6 +144,11 @@ class TrustPolicy:
     """`"pin-definitions": true`: pin each tool's definition when first accepted (as `--pin-definitions`)."""
     auto_approve: AutoApprove | None = None
     """`"auto-approve"`: which held definitions are approved without an operator (`same-key-higher-version`)."""
+    config_writes: str = "any"
+    """`"config-writes"`: `signed` makes the store take writes of tools only when an operator (or the registry) signed
+    them; `any` leaves the config queue to the broker's permissions."""
+    operators: dict[str, OperatorKey] = field(default_factory=dict)
+    """`"operators"`, by key id: who may sign a write of tools."""
 
     @classmethod
     def load(cls, path: str | Path) -> "TrustPolicy":
@@ -130,6 +164,7 @@ class TrustPolicy:
             raise PolicyError(f'trust policy {path}: expected {{"keys": [...]}}')
         policy = cls(path=path)
         _parse_pinning(policy, data, str(path))
+        _parse_config_writes(policy, data, str(path))
         for number, entry in enumerate(entries, 1):
             policy.add(_parse_entry(entry, f"{path} entry {number}"))
         return policy
@@ -164,6 +199,22 @@ class TrustPolicy:
         key = self.keys.get(key_id)
         return key is not None and signature_key_id(announcement) == key_id and verify(announcement, key.public_key)
 
+    def content(self) -> dict[str, object]:
+        """What the policy decides, canonically: each key's public key (its raw bytes, base64) and scopes, and the
+        policy's settings. Equal for equal policies in any process (what the replicas' settings digest hashes); a
+        key's name, which decides nothing, is left out."""
+        keys = sorted(
+            [public_key_text(k.public_key), sorted(k.services), sorted(k.tools), sorted(k.workspaces)]
+            for k in self.keys.values()
+        )
+        return {
+            "keys": keys,
+            "pin-definitions": self.pin_definitions,
+            "auto-approve": self.auto_approve,
+            "config-writes": self.config_writes,
+            "operators": sorted(public_key_text(k.public_key) for k in self.operators.values()),
+        }
+
     def to_json(self) -> str:
         entries = [k.to_entry() for k in sorted(self.keys.values(), key=lambda k: k.name)]
         document: dict[str, object] = {}
@@ -171,6 +222,12 @@ class TrustPolicy:
             document["pin-definitions"] = True
         if self.auto_approve is not None:
             document["auto-approve"] = self.auto_approve
+        if self.config_writes != "any":
+            document["config-writes"] = self.config_writes
+        if self.operators:
+            document["operators"] = [
+                {"name": k.name, "public-key": k.text} for k in sorted(self.operators.values(), key=lambda k: k.name)
+            ]
         document["keys"] = entries
         return json.dumps(document, indent=2) + "\n"
 
@@ -191,6 +248,39 @@ def _parse_pinning(policy: TrustPolicy, data: dict[str, object], where: str) -> 
     if auto is not None and auto not in AUTO_APPROVE:
         raise PolicyError(f"trust policy {where}: 'auto-approve' must be one of: {', '.join(AUTO_APPROVE)}")
     policy.auto_approve = auto
+
+
+def _parse_config_writes(policy: TrustPolicy, data: dict[str, object], where: str) -> None:
+    writes = data.get("config-writes", "any")
+    if writes not in CONFIG_WRITES:
+        raise PolicyError(f"trust policy {where}: 'config-writes' must be one of: {', '.join(CONFIG_WRITES)}")
+    policy.config_writes = str(writes)
+    operators = data.get("operators", [])
+    if not isinstance(operators, list):
+        raise PolicyError(f"trust policy {where}: 'operators' must be a list of {{name, public-key}}")
+    for number, entry in enumerate(operators, 1):
+        key = operator_key(entry, f"{where} operator {number}")
+        policy.operators[key.id] = key
+    if policy.config_writes == "signed" and not policy.operators:
+        raise PolicyError(
+            f"trust policy {where}: 'config-writes' is signed but no operator key may sign (add one with `toolreg"
+            " trust add-operator NAME --public-key KEY`)"
+        )
+
+
+def operator_key(entry: object, where: str) -> OperatorKey:
+    """An `operators` entry (`{"name", "public-key"}`), checked as a trusted key's are."""
+    if not isinstance(entry, dict):
+        raise PolicyError(f"{where}: expected an object")
+    name, text = entry.get("name"), entry.get("public-key")
+    if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
+        raise PolicyError(f"{where}: 'name' must match {NAME_PATTERN}")
+    if not isinstance(text, str):
+        raise PolicyError(f"{where}: 'public-key' is missing")
+    try:
+        return OperatorKey(name, parse_public_key(text), text.strip())
+    except SigningError as exc:
+        raise PolicyError(f"{where}: {exc}") from None
 
 
 def _parse_entry(entry: object, where: str) -> TrustedKey:

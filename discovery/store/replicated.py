@@ -21,6 +21,15 @@ embedded store's own code.
 - **Deposed** (fenced, or an append that may not have reached the log): it
   stops serving, drops its state and starts again as a standby from the log,
   so whatever it had that the log lacks is gone with it.
+- **Alone on its topicspace**: before it joins, a replica asks who is there
+  (`Membership.look_around`); a config store of another kind (a SQLite
+  `toolreg up`) answering the same queues makes it refuse in one line naming
+  it (`AnotherStore`), and one heard later is logged and makes `/readyz` fail.
+
+What a standby holds against the active's status (its settings, the version
+it applied) is only a hint unless a group key authenticates the status: then
+it is a replica's own word and a mismatch refuses the join; without a key it
+is logged, never a reason to stop.
 
 `on_active` / `on_standby` let the caller run what belongs to the active one
 (the registry) beside the store, without this package knowing it.
@@ -37,7 +46,16 @@ from contextlib import AsyncExitStack
 from typing import Any, Self
 
 from discovery.errors import ReplicationError
-from discovery.replicas import Election, LogEntry, Membership, ReplicaStatus, ReplicatedLog, differing_settings
+from discovery.replicas import (
+    Election,
+    GroupKey,
+    LogEntry,
+    Membership,
+    ReplicaStatus,
+    ReplicatedLog,
+    differing_settings,
+)
+from discovery.replicas.membership import describe
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
@@ -46,6 +64,7 @@ from toolservice_base.transport import Transport
 from .operations import StoreProtocol
 from .service import ConfigStoreService
 from .sqlite import ConfigStore, Write
+from .write_policy import ConfigWriteGuard
 
 log = get_logger("discovery.store")
 
@@ -56,6 +75,20 @@ DEFAULT_TAKEOVER_AFTER = 10.0
 SETTINGS_WAIT = 2.5
 """Status intervals a starting standby waits to hear the active replica's settings and version before it joins (it
 publishes every one)."""
+RIVAL_WAIT = 0.5
+"""Seconds a starting store listens for another store on its topicspace (every member answers a newcomer at once)."""
+
+
+class AnotherStore(ToolDiscoveryError):
+    """Another config store already answers on this topicspace; the message names it."""
+
+
+def another_store(rival: ReplicaStatus, topic: str) -> AnotherStore:
+    return AnotherStore(
+        f"another config store already answers on this topicspace: {describe(rival)}, heard on {topic}; run one store"
+        " per topicspace (stop that one first, or give this one another TOOLREG_TOPICSPACE)"
+    )
+
 
 Hook = Callable[[], Awaitable[None]]
 
@@ -130,9 +163,12 @@ class ReplicatedStore:
         on_active: Hook | None = None,
         on_standby: Hook | None = None,
         snapshot_every: int = 10_000,
+        key: GroupKey | None = None,
+        write_guard: ConfigWriteGuard | None = None,
     ) -> None:
         """`settings`: what every replica of the group must share (the trust policy's digest, say), compared across the
-        group."""
+        group; `key`: the group key its state records are signed and checked with (None: the broker's permissions
+        alone protect them)."""
         self._connection = connection
         self.protocol = protocol
         self.replica_id = replica_id or new_replica_id()
@@ -141,6 +177,9 @@ class ReplicatedStore:
         self._on_active = on_active
         self._on_standby = on_standby
         self._snapshot_every = snapshot_every
+        self.key = key
+        self._write_guard = write_guard
+        self._looked_around = False
         self.store: ConfigStore | None = None
         self.service: ConfigStoreService | None = None
         self._log: ReplicatedLog | None = None
@@ -174,6 +213,8 @@ class ReplicatedStore:
             return "restoring the replicated store from the log"
         if self._log.failure is not None:
             return str(self._log.failure)
+        if self._members is not None and (rivals := self._members.rivals()):
+            return str(another_store(rivals[0], self._members.topic))
         if self.role == "active":
             return "promoted, not serving yet" if self.service is None else self.service.readiness()
         return None
@@ -237,23 +278,21 @@ class ReplicatedStore:
             store = ConfigStore.in_memory(f"replicated {connection.topics.state_log}")
             stack.callback(store.close)
             replicated_log: ReplicatedLog | None = None
-            members = Membership(
-                connection,
-                self.replica_id,
-                GROUP,
-                settings=self._settings,
-                version=lambda: replicated_log.version if replicated_log is not None else 0,
-            )
-            await stack.enter_async_context(members)
+            members = await self._join(stack, lambda: replicated_log.version if replicated_log is not None else 0)
             election = Election(
                 connection,
                 connection.topics.state_lock,
                 self.replica_id,
                 membership=members,
                 takeover_after=self.takeover_after,
+                key=self.key,
             )
             replicated_log = ReplicatedLog(
-                connection, StoreState(store), election=election, snapshot_every=self._snapshot_every
+                connection,
+                StoreState(store),
+                election=election,
+                snapshot_every=self._snapshot_every,
+                key=self.key,
             )
             await stack.enter_async_context(replicated_log)
             election.add_listener(self._promoted, self._demoted)
@@ -261,7 +300,7 @@ class ReplicatedStore:
             stack.callback(self._forget)
             await stack.enter_async_context(election)
             if election.role == "standby":
-                await self._compare_with_the_active(members, replicated_log)
+                await self._compare_with_the_active(members, replicated_log, election)
             self._started.set()
             log.info(
                 "config.replica_started", replica=self.replica_id, role=election.role, version=replicated_log.version
@@ -281,11 +320,32 @@ class ReplicatedStore:
             "config.replica_restarting", replica=self.replica_id, note="deposed: state dropped, following the log again"
         )
 
+    async def _join(self, stack: AsyncExitStack, version: Callable[[], int]) -> Membership:
+        """This replica's membership of the group; at the first start, unless another store answers here."""
+        members = Membership(
+            self._connection,
+            self.replica_id,
+            GROUP,
+            settings=self._settings,
+            version=version,
+            key=self.key,
+            store="replicated",
+        )
+        await stack.enter_async_context(members)
+        if not self._looked_around:  # once per process: a rival heard later is reported, not refused
+            if rivals := await members.look_around(RIVAL_WAIT):
+                raise another_store(rivals[0], members.topic)
+            self._looked_around = True
+        members.joined()
+        return members
+
     def _forget(self) -> None:
         self.store = self.service = None
         self._log = self._election = self._members = None
 
-    async def _compare_with_the_active(self, members: Membership, replicated_log: ReplicatedLog) -> None:
+    async def _compare_with_the_active(
+        self, members: Membership, replicated_log: ReplicatedLog, election: Election
+    ) -> None:
         """A standby refuses to join a group whose active replica it cannot stand in for.
 
         - other settings: promoted, it would apply another trust policy;
@@ -293,6 +353,12 @@ class ReplicatedStore:
           applied: every version a replica applied was in the log first, so
           the broker deleted entries (a `state` namespace without retention),
           even all of them, which the log alone cannot show.
+
+        The active is the replica the lock's newest marker names. Its status
+        is a hint unless the group key authenticates it: then a mismatch
+        refuses the join; without a key it is logged (`config.replica_settings_differ`,
+        `config.replica_log_behind`) and the replica joins, since anyone who may
+        produce on the members topic could have written that status.
 
         Waits for the active's status (published every `interval`) for up to
         `SETTINGS_WAIT` intervals; a group with no active heard by then is
@@ -302,19 +368,44 @@ class ReplicatedStore:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SETTINGS_WAIT * members.interval
         while loop.time() < deadline:
-            active = next((r for r in members.replicas() if r.role == "active" and r.id != self.replica_id), None)
+            actives = [r for r in members.replicas() if r.role == "active" and r.id != self.replica_id]
+            active = next((r for r in actives if r.id == election.holder), actives[0] if actives else None)
             if active is not None:
                 if own and active.settings and active.settings != own:
-                    differ = differing_settings(members.status, active)
-                    which = f"; they differ in {', '.join(differ)}" if differ else ""
-                    raise ReplicationError(
-                        f"replica {self.replica_id} runs with other group settings (trust policy and limits, {own})"
-                        f" than the active replica {active.id} ({active.settings}){which}: start every replica of a"
-                        " group alike (`toolreg replicas -o wide` shows each one's settings digest)"
+                    if active.verified:
+                        differ = differing_settings(members.status, active)
+                        which = f"; they differ in {', '.join(differ)}" if differ else ""
+                        raise ReplicationError(
+                            f"replica {self.replica_id} runs with other group settings (trust policy and limits, {own})"
+                            f" than the active replica {active.id} ({active.settings}){which}: start every replica of"
+                            " a group alike (`toolreg replicas -o wide` shows each one's settings digest)"
+                        )
+                    self._settings_differ(active)
+                if active.verified:
+                    await replicated_log.expect_at_least(active.version, active.id)
+                elif await replicated_log.catch_up() < active.version:
+                    log.error(
+                        "config.replica_log_behind",
+                        replica=self.replica_id,
+                        active=active.id,
+                        active_version=active.version,
+                        log_version=replicated_log.version,
+                        note=(
+                            "a status is a hint without a group key: if that replica is real, the broker deleted"
+                            " entries of the log (a `state` namespace without retention: deploy/pulsar-init.sh sets it)"
+                        ),
                     )
-                await replicated_log.expect_at_least(active.version, active.id)
                 return
             await asyncio.sleep(0.05)
+
+    def _settings_differ(self, other: ReplicaStatus) -> None:
+        log.error(
+            "config.replica_settings_differ",
+            replica=self.replica_id,
+            other=other.id,
+            differ=differing_settings(self._members.status, other) if self._members is not None else [],
+            note="replicas of one group must run with the same trust policy and options; restart them alike",
+        )
 
     def _check_settings(self) -> None:
         """Replicas of one group must share their settings (the trust policy); say so loudly if one does not."""
@@ -322,13 +413,7 @@ class ReplicatedStore:
         own = self._members.status.settings
         for other in self._members.replicas():
             if other.settings and own and other.settings != own:
-                log.error(
-                    "config.replica_settings_differ",
-                    replica=self.replica_id,
-                    other=other.id,
-                    differ=differing_settings(self._members.status, other),
-                    note="replicas of one group must run with the same trust policy and options; restart them alike",
-                )
+                self._settings_differ(other)
 
     async def _promoted(self) -> None:
         """Serve the store (the log has caught up and holds the writer), then what the caller runs beside it."""
@@ -340,6 +425,7 @@ class ReplicatedStore:
             protocol=self.protocol,
             journal=LogJournal(self._log, self._election),
             close_store=False,
+            write_guard=self._write_guard,
         )
         await service.start()
         self.service = service

@@ -12,15 +12,12 @@ A push goes out on the notify topic *before* the reply, so a writer that has
 its answer knows every watcher has been told. On start the store pushes once
 with empty `changes`, TrustGraph's "everything may have changed" poke.
 
-Every request gets an answer. One the SQLite file cannot serve is answered
-`store-error`; a file SQLite calls corrupt marks the store damaged, and from
-then on every request is answered `store-error` with how to recover, never
-half-served. A write the file system refuses (read-only mount, permissions,
-full disk) is not damage: it is answered with the cause and the fix, `/readyz`
-says so until the store can write again, and nothing written before is lost
-(SQLite rolls the refused transaction back). Meanwhile a background task keeps
-the store's marker current, watches that the store can still write, and takes
-the automatic backups (`backup`).
+Every request gets an answer: `store-error` for one the SQLite file cannot
+serve (corrupt: then every one, with how to recover); a write the file system
+refuses (read-only, permissions, full disk) is answered with the cause and the
+fix, `/readyz` says so until it can write again, and nothing written is lost.
+A background task keeps the store's marker current, watches that the store can
+still write, and takes the automatic backups (`backup`).
 """
 
 from __future__ import annotations
@@ -56,6 +53,7 @@ from .metrics import ConfigStoreMetrics
 from .operations import ConfigOperations, Outcome, StoreProtocol
 from .sqlite import STORE_FILE, ConfigStore, Write
 from .writability import Writability
+from .write_policy import REFUSAL, ConfigWriteGuard
 
 log = get_logger("discovery.store")
 
@@ -102,6 +100,7 @@ class ConfigStoreService:
         mark_interval: float = 1.0,
         journal: Journal | None = None,
         close_store: bool = True,
+        write_guard: ConfigWriteGuard | None = None,
     ) -> None:
         """Backups: at start, then once the store changed and `backup_interval` seconds or `backup_versions` versions
         passed.
@@ -114,6 +113,7 @@ class ConfigStoreService:
         self._connection = connection
         self.store = store
         self.journal = journal
+        self.write_guard = write_guard
         self._close_store = close_store
         self._serial = asyncio.Lock()
         self.operations = ConfigOperations(store, protocol)
@@ -288,6 +288,23 @@ class ConfigStoreService:
                 ).to_trustgraph()
             )
             return
+        response = await self.answer(request, queue_workspace)
+        await reply(response.to_trustgraph())
+
+    async def answer(
+        self, request: ConfigRequest, queue_workspace: str | None = None, *, local: bool = False
+    ) -> ConfigResponse:
+        """Serve one request as the queues do (atomic, durable, pushed before it returns); for a client in this process
+        (`LocalRequests`, `local`: never waiting on the broker's subscription, nor signed: `write_guard`), too."""
+        guard = None if local else self.write_guard
+        if guard is None or not guard.covers(request):
+            return await self._answer(request, queue_workspace)
+        response = await guard.serve(request, lambda: self._answer(request, queue_workspace))
+        if response.error is not None and response.error.type == REFUSAL:
+            self.metrics.request(request.operation, REFUSAL)
+        return response
+
+    async def _answer(self, request: ConfigRequest, queue_workspace: str | None) -> ConfigResponse:
         started = time.perf_counter()
         async with self._serial:
             outcome = self._execute(request, queue_workspace)
@@ -317,11 +334,11 @@ class ConfigStoreService:
                 types=sorted(outcome.push.changes),
                 ms=round((time.perf_counter() - started) * 1000, 2),
             )
-        await reply(response.to_trustgraph())
         for workspace in outcome.opened:
             self._queue_changes.put_nowait((True, workspace))
         for workspace in outcome.closed:
             self._queue_changes.put_nowait((False, workspace))
+        return response
 
     async def _make_durable(self, outcome: Outcome, operation: str) -> Outcome:
         """Append the write to the journal; answer it only once that returned. A failed append is an error answer.

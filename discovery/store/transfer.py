@@ -23,7 +23,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from discovery.replicas import Election, ReplicatedLog
+from discovery.replicas import Election, GroupKey, ReplicatedLog
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.transport import Transport
 
@@ -100,25 +100,29 @@ def sqlite_load(path: Path, version: int, rows: Rows, *, force: bool = False) ->
         store.close()
 
 
-async def replicated_dump(connection: Transport) -> tuple[int, Rows]:
-    """The replicated store's version and items, read as a follower (snapshot, then the log to its end)."""
+async def replicated_dump(connection: Transport, key: GroupKey | None = None) -> tuple[int, Rows]:
+    """The replicated store's version and items, read as a follower (snapshot, then the log to its end); `key`: the
+    group key, so only what the replicas signed is read."""
     store = ConfigStore.in_memory("export")
     try:
-        async with ReplicatedLog(connection, StoreState(store)):
+        async with ReplicatedLog(connection, StoreState(store), key=key):
             return store.dump()
     finally:
         store.close()
 
 
-async def replicated_load(connection: Transport, version: int, rows: Rows, *, force: bool = False) -> int:
-    """Write `rows` into the replicated store through its log, the group stopped; the version it ends at."""
+async def replicated_load(
+    connection: Transport, version: int, rows: Rows, *, force: bool = False, key: GroupKey | None = None
+) -> int:
+    """Write `rows` into the replicated store through its log, the group stopped; the version it ends at. `key`: the
+    group key the entries are signed with (the replicas refuse unsigned ones)."""
     store = ConfigStore.in_memory("import")
     async with AsyncExitStack() as stack:
         stack.callback(store.close)
-        election = Election(connection, connection.topics.state_lock, new_replica_id())
+        election = Election(connection, connection.topics.state_lock, new_replica_id(), key=key)
         # With --force the import replaces the whole state: it may (and after lost history, must) start from a log
         # missing entries.
-        replicated = ReplicatedLog(connection, StoreState(store), election=election, require_whole=not force)
+        replicated = ReplicatedLog(connection, StoreState(store), election=election, require_whole=not force, key=key)
         await stack.enter_async_context(replicated)
         await stack.enter_async_context(election)
         try:
