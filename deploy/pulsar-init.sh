@@ -1,14 +1,26 @@
 #!/bin/sh
-# Create the tenant and namespaces toolreg uses on an Apache Pulsar cluster. Safe to run again.
+# Create the tenant and namespaces toolreg uses on an Apache Pulsar cluster, and grant each kind of process
+# its own role (with authorization on). Safe to run again.
 #
 # Runs in the apachepulsar/pulsar image (it needs bin/pulsar-admin). Settings, all optional:
 #   PULSAR_ADMIN_URL         the broker's admin (HTTP) URL         default http://localhost:8080
 #   PULSAR_CLUSTER           the cluster the tenant may use        default standalone
 #   PULSAR_ADMIN_TOKEN_FILE  a superuser token, if auth is on      default: no auth (also when the file is empty)
-#   TOOLREG_ROLE             role to grant produce+consume on the namespaces (with authorization on)
 #   TOOLREG_AUDIT_RETENTION  how long tg/audit keeps the MCP front's audit records    default 30d
 #   TOOLREG_TOPICSPACE       the tenant to prepare, as toolreg's processes name it  default tg
-# `toolreg init [--topicspace T] [--admin-url U] [--role R]` does the same where toolreg is installed.
+# and, with authorization on, a role per kind of process (docs/operators.md, "Roles"):
+#   TOOLREG_STORE_ROLE       the config store's replicas and the registry (toolreg up, toolreg registry): all six
+#                            namespaces; the only role that may produce on state, and use the config-store and
+#                            tool-registry subscriptions
+#   TOOLREG_SERVICE_ROLE     tool services (toolreg serve, toolreg announce): consume requests, produce responses,
+#                            announce and hear probes
+#   TOOLREG_AGENT_ROLE       agents and MCP fronts (a ToolSet, toolreg mcp, toolreg call): send requests, read
+#                            responses and config pushes, publish audit records
+#   TOOLREG_OPERATOR_ROLE    operators (toolreg config, tools, replicas, store export): an agent's rights but
+#                            publishing audit records, and read the state and audit topics
+#   TOOLREG_ROLE             one role for every kind at once (no least privilege: what this script granted before
+#                            the kinds had roles of their own)
+# `toolreg init [--topicspace T] [--admin-url U] [--store-role R ...]` does the same where toolreg is installed.
 #
 # Every toolreg topic is non-persistent://<topicspace>/<namespace>/<name>; shared subscriptions also open
 # throwaway consumers on non-persistent://<topicspace>/request/consumer-id-shift, in the request namespace.
@@ -24,6 +36,7 @@ TENANT="${TOOLREG_TOPICSPACE:-tg}"
 NAMESPACES="request response notify discovery state audit"
 UNLIMITED="state"
 AUDIT_RETENTION="${TOOLREG_AUDIT_RETENTION:-30d}"
+RESERVED="config-store tool-registry"
 ADMIN_BIN="${PULSAR_HOME:-/pulsar}/bin/pulsar-admin"
 
 admin() {
@@ -34,6 +47,31 @@ admin() {
   else
     "$ADMIN_BIN" --admin-url "$ADMIN_URL" "$@"
   fi
+}
+
+# What each kind of process may do on each namespace (nothing where nothing is printed).
+actions() {
+  case "$1/$2" in
+    store/*) echo produce,consume ;;
+    service/request) echo consume ;;
+    service/response) echo produce ;;
+    service/discovery) echo produce,consume ;;
+    agent/request | operator/request) echo produce ;;
+    agent/response | operator/response) echo produce,consume ;;
+    agent/notify | operator/notify) echo consume ;;
+    agent/audit) echo produce ;;
+    operator/state | operator/audit) echo consume ;;
+    *) echo "" ;;
+  esac
+}
+
+role_of() {
+  case "$1" in
+    store) echo "${TOOLREG_STORE_ROLE:-}" ;;
+    service) echo "${TOOLREG_SERVICE_ROLE:-}" ;;
+    agent) echo "${TOOLREG_AGENT_ROLE:-}" ;;
+    operator) echo "${TOOLREG_OPERATOR_ROLE:-}" ;;
+  esac
 }
 
 if admin tenants get "$TENANT" >/dev/null 2>&1; then
@@ -57,6 +95,8 @@ for name in $NAMESPACES; do
       admin namespaces set-retention "$namespace" --size -1 --time -1
       echo "namespace $namespace: retention unlimited"
       ;;
+  esac
+  case "$name" in
     audit)
       admin namespaces set-retention "$namespace" --size -1 --time "$AUDIT_RETENTION"
       echo "namespace $namespace: retention $AUDIT_RETENTION"
@@ -64,7 +104,26 @@ for name in $NAMESPACES; do
   esac
   if [ -n "${TOOLREG_ROLE:-}" ]; then
     admin namespaces grant-permission "$namespace" --role "$TOOLREG_ROLE" --actions produce,consume
-    echo "namespace $namespace: role $TOOLREG_ROLE may produce and consume"
+    echo "namespace $namespace: role $TOOLREG_ROLE (every kind) may produce and consume"
   fi
+  for kind in store service agent operator; do
+    role="$(role_of "$kind")"
+    allowed="$(actions "$kind" "$name")"
+    if [ -n "$role" ] && [ -n "$allowed" ]; then
+      admin namespaces grant-permission "$namespace" --role "$role" --actions "$allowed"
+      echo "namespace $namespace: role $role ($kind) may $allowed"
+    fi
+  done
 done
+
+# Only the store's role may consume through the store's and the registry's own subscriptions: another role
+# allowed to consume requests (a tool service's) could otherwise join them and swallow config requests.
+store_roles="$(printf '%s' "${TOOLREG_STORE_ROLE:-},${TOOLREG_ROLE:-}" | sed 's/^,//; s/,$//')"
+if [ -n "$store_roles" ]; then
+  for subscription in $RESERVED; do
+    admin namespaces grant-subscription-permission "$TENANT/request" --subscription "$subscription" \
+      --roles "$store_roles"
+    echo "namespace $TENANT/request: subscription $subscription only for role(s) $store_roles"
+  done
+fi
 echo "toolreg namespaces ready on $ADMIN_URL"

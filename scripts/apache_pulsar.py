@@ -59,6 +59,26 @@ UNLIMITED_RETENTION = {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}
 NAMESPACE_POLICIES: dict[str, dict[str, Any]] = {"state": {"retention": UNLIMITED_RETENTION}}
 """Policies set on a namespace after it is created (what deploy/pulsar-init.sh sets): the replicated store's log and
 snapshots in `state` must be kept without limit, whoever reads them."""
+KIND_GRANTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "store": {namespace: ("produce", "consume") for namespace in PRODUCT_NAMESPACES},
+    "service": {"request": ("consume",), "response": ("produce",), "discovery": ("produce", "consume")},
+    "agent": {
+        "request": ("produce",),
+        "response": ("produce", "consume"),
+        "notify": ("consume",),
+        "audit": ("produce",),
+    },
+    "operator": {
+        "request": ("produce",),
+        "response": ("produce", "consume"),
+        "notify": ("consume",),
+        "state": ("consume",),
+        "audit": ("consume",),
+    },
+}
+"""What each kind of process may do on each namespace: what deploy/pulsar-init.sh grants TOOLREG_<KIND>_ROLE."""
+RESERVED_SUBSCRIPTIONS = ("config-store", "tool-registry")
+"""Subscriptions of the request namespace only the store's role may use (deploy/pulsar-init.sh reserves them)."""
 DEFAULT_TOPICSPACE = "tg"
 """The tenant every toolreg process uses unless TOOLREG_TOPICSPACE names another."""
 TOPICSPACE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")
@@ -638,6 +658,21 @@ class ApachePulsar:
                     f"namespace {full}: {policy} {'unlimited' if value == UNLIMITED_RETENTION else json.dumps(value)}"
                 )
         return said
+
+    def grant_kinds(self, tenant: str, roles: dict[str, str]) -> dict[str, str]:
+        """Grant each kind of process (`KIND_GRANTS`: store, service, agent, operator) its role on `tenant`'s
+        namespaces, as deploy/pulsar-init.sh does, and reserve the store's subscriptions for the store's role.
+
+        `roles`: kind -> role name. Returns kind -> a token of that role, minted with this broker's key.
+        """
+        for kind, role in roles.items():
+            for namespace, actions in KIND_GRANTS[kind].items():
+                self.grant(f"{tenant}/{namespace}", role, actions)
+        if "store" in roles:
+            for subscription in RESERVED_SUBSCRIPTIONS:
+                path = f"namespaces/{tenant}/request/permissions/subscription/{subscription}"
+                self.admin("POST", path, [roles["store"]])
+        return {kind: self.mint_token(role) for kind, role in roles.items()}
 
     def delete_tenant(self, name: str) -> None:
         """Delete a tenant with its namespaces and topics (the broker allows forced deletes)."""
