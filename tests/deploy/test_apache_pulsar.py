@@ -207,6 +207,8 @@ def test_the_init_script_prepares_the_cluster_and_is_idempotent(apache_pulsar: A
         for ns in PRODUCT_NAMESPACES:
             granted = apache_pulsar.admin("GET", f"namespaces/{tenant}/{ns}/permissions")
             assert {role: sorted(actions) for role, actions in granted.items()} == {"toolreg": ["consume", "produce"]}
+        policies = apache_pulsar.admin("GET", f"namespaces/{tenant}/request")["auth_policies"]
+        assert policies["subscription_auth_roles"] == {"config-store": ["toolreg"], "tool-registry": ["toolreg"]}
         role = apache_pulsar.mint_token("toolreg")
         assert len(round_trip(apache_pulsar, role, f"non-persistent://{tenant}/request/probe")) == 3
         assert (

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from apache_pulsar import KIND_GRANTS, RESERVED_SUBSCRIPTIONS
 from support import toolreg_background, toolreg_env
 
 from discovery.broker import EmbeddedBroker
@@ -239,7 +240,9 @@ def test_every_deploy_file_parses() -> None:
     for expected in [
         ("Namespace", "toolreg"),
         ("ConfigMap", "toolreg-config"),
-        ("Secret", "toolreg-pulsar-token"),
+        ("Secret", "toolreg-store-token"),
+        ("Secret", "toolreg-service-token"),
+        ("Secret", "toolreg-agent-token"),
         ("Deployment", "toolreg-registry"),
         ("Deployment", "toolreg-joke"),
         ("Deployment", "toolreg-calculator"),
@@ -558,6 +561,7 @@ case "$1 $2" in
   "namespaces create") echo "$3" >> "$STATE/namespaces" ;;
   "namespaces set-retention") grep -qx "$3" "$STATE/namespaces" ;;
   "namespaces grant-permission") true ;;
+  "namespaces grant-subscription-permission") true ;;
   *) echo "unexpected: $*" >&2; exit 2 ;;
 esac
 """
@@ -591,6 +595,7 @@ def test_the_init_script_is_idempotent_and_passes_auth(tmp_path: Path, shell: st
     first = run(PULSAR_CLUSTER="pulsar")
     assert all(call.startswith("--admin-url http://broker:8080 ") for call in first)
     assert "--admin-url http://broker:8080 tenants create tg --allowed-clusters pulsar" in first
+    assert not [call for call in first if "grant" in call], "no role given: nothing granted"
     created = {call.split()[-1] for call in first if " namespaces create " in call}
     assert created == init_script_layout()[1]
     second = run(PULSAR_ADMIN_TOKEN_FILE=str(token), TOOLREG_ROLE="toolreg")
@@ -615,6 +620,34 @@ def test_the_init_script_is_idempotent_and_passes_auth(tmp_path: Path, shell: st
     }
 
 
+def test_the_init_script_grants_each_kind_what_the_run_broker_grants_it(tmp_path: Path) -> None:
+    """deploy/pulsar-init.sh and scripts/apache_pulsar.py (`grant_kinds`, what the Apache Pulsar tests run under)
+    grant each kind of process the same actions, and reserve the same subscriptions for the store's role."""
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "pulsar-admin"
+    fake.write_text(FAKE_ADMIN)
+    fake.chmod(0o755)
+    roles = {kind: f"role-{kind}" for kind in KIND_GRANTS}
+    env = {"PATH": os.environ["PATH"], "PULSAR_HOME": str(tmp_path), "STATE": str(tmp_path)}
+    env.update({f"TOOLREG_{kind.upper()}_ROLE": role for kind, role in roles.items()})
+    result = subprocess.run(["sh", str(DEPLOY / "pulsar-init.sh")], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    granted: dict[str, dict[str, tuple[str, ...]]] = {}
+    for call in calls:
+        words = call.split()
+        if "grant-permission" in words:
+            namespace, role, actions = words[words.index("grant-permission") + 1], words[-3], words[-1]
+            kind = next(k for k, r in roles.items() if r == role)
+            granted.setdefault(kind, {})[namespace.split("/")[1]] = tuple(actions.split(","))
+    assert granted == KIND_GRANTS
+    reserved = [call.split()[-5:] for call in calls if "grant-subscription-permission" in call]
+    assert reserved == [
+        ["tg/request", "--subscription", subscription, "--roles", roles["store"]]
+        for subscription in RESERVED_SUBSCRIPTIONS
+    ]
+
+
 def test_the_shell_scripts_parse() -> None:
     for script in ("pulsar-init.sh", "pulsar-secrets.sh"):
         result = subprocess.run(["sh", "-n", str(DEPLOY / script)], capture_output=True, text=True)
@@ -624,22 +657,31 @@ def test_the_shell_scripts_parse() -> None:
 # --- token authentication ---------------------------------------------------------------
 
 
-def test_the_token_variant_authenticates_every_product_container_and_the_broker() -> None:
+KIND_OF = {"registry": "store", "joke": "service", "calculator": "service", "bridge": "agent"}
+"""The kind of process each compose service is, so the role (and token) it runs with (docs/operators.md, "Roles")."""
+K8S_SECRET_OF = {"store": "toolreg-store-token", "service": "toolreg-service-token", "agent": "toolreg-agent-token"}
+
+
+def test_the_token_variant_gives_each_kind_of_process_its_own_role_and_turns_auth_on_in_the_broker() -> None:
     spec = compose("auth")
-    for name, service in compose_toolreg_services(spec).items():
-        env = service["environment"]
-        path = env.get("PULSAR_AUTH_TOKEN_FILE")
-        assert path or env.get("PULSAR_AUTH_TOKEN"), f"{name} has no token"
+    services = compose_toolreg_services(spec)
+    assert set(services) - {"group-key"} == set(KIND_OF)
+    for name, kind in KIND_OF.items():
+        service = services[name]
+        path = service["environment"]["PULSAR_AUTH_TOKEN_FILE"]
         mounts = {v.split(":")[1]: v for v in service.get("volumes", [])}
-        assert str(Path(path).parent) in mounts and mounts[str(Path(path).parent)].startswith("toolreg-token:"), name
+        assert mounts[str(Path(path).parent)].startswith(f"toolreg-{kind}-token:"), name
+        others = [v for v in service.get("volumes", []) if "-token:" in v and not v.startswith(f"toolreg-{kind}-")]
+        assert others == [], f"{name} can read another kind's token: {others}"
     secrets = spec["services"]["pulsar-secrets"]
-    assert "toolreg-token:/toolreg-token" in secrets["volumes"], "the token file is made where the product reads it"
-    assert "/toolreg-token/token" in (DEPLOY / "pulsar-secrets.sh").read_text()
+    for kind in ("store", "service", "agent", "operator"):
+        assert f"toolreg-{kind}-token:/toolreg-tokens/{kind}" in secrets["volumes"], kind
+    assert "/toolreg-tokens/$kind/token" in (DEPLOY / "pulsar-secrets.sh").read_text()
 
     pulsar = spec["services"]["pulsar"]
     env = pulsar["environment"]
     prefix = "PULSAR_PREFIX_"  # applied to conf/standalone.conf by apply-config-from-env.py in the broker's command
-    assert env[prefix + "authenticationEnabled"] == "true"
+    assert env[prefix + "authenticationEnabled"] == "true" and env[prefix + "authorizationEnabled"] == "true"
     assert (
         env[prefix + "authenticationProviders"] == "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
     )
@@ -657,17 +699,21 @@ def test_the_token_variant_authenticates_every_product_container_and_the_broker(
     assert init["PULSAR_ADMIN_TOKEN_FILE"] == env[prefix + "brokerClientAuthenticationParameters"].removeprefix(
         "file://"
     )
-    assert init["TOOLREG_ROLE"] == "toolreg"
+    assert {kind: init[f"TOOLREG_{kind.upper()}_ROLE"] for kind in ("store", "service", "agent", "operator")} == {
+        kind: f"toolreg-{kind}" for kind in ("store", "service", "agent", "operator")
+    }, "each role is the subject of the token pulsar-secrets makes for that kind"
 
     for where, pod, container in toolreg_containers():
         token = k8s_env(container)["PULSAR_AUTH_TOKEN_FILE"]
         mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(Path(token).parent))
         volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
-        assert volume["secret"]["secretName"] == "toolreg-pulsar-token", where
-    assert set(k8s_find("Secret", "toolreg-pulsar-token")["stringData"]) == {Path(token).name}
-
-
-# --- the image -------------------------------------------------------------------------------
+        kind = KIND_OF.get(where.split("/")[1].removeprefix("toolreg-"), "agent")  # the smoke Job is an agent
+        assert volume["secret"]["secretName"] == K8S_SECRET_OF[kind], where
+    for secret in K8S_SECRET_OF.values():
+        assert set(k8s_find("Secret", secret)["stringData"]) == {Path(token).name}
+    job = k8s_find("Job", "toolreg-pulsar-init")["spec"]["template"]["spec"]["containers"][0]
+    roles = {f"TOOLREG_{kind.upper()}_ROLE" for kind in ("store", "service", "agent", "operator")}
+    assert roles <= {item["name"] for item in job["env"]}
 
 
 def test_the_image_builds_from_exactly_what_it_copies(tmp_path: Path) -> None:

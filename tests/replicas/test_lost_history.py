@@ -27,7 +27,7 @@ from support import atoolreg, eventually
 from support.replicas import REPLICATED_KINDS, Cluster, replicated_settings
 
 from discovery.errors import LogIncomplete
-from discovery.replicas import Election, LogEntry, ReplicatedLog
+from discovery.replicas import Election, GroupKey, LogEntry, ReplicatedLog
 from discovery.replicas.wholeness import Wholeness
 from discovery.store.replicated import ReplicatedStore
 from toolservice_base import ConfigClient, Settings, open_transport
@@ -327,10 +327,12 @@ async def test_a_replica_joining_an_active_whose_log_the_broker_deleted_refuses_
     space: Settings,
     opened: AsyncExitStack,
 ) -> None:
-    """Nothing is left in the log to show a gap; the active replica's version shows the loss."""
+    """Nothing is left in the log to show a gap; the active replica's version, signed with the group key, shows the
+    loss."""
     state_without_retention(apache_pulsar, tenant)
+    key = GroupKey.generate()
     active = await opened.enter_async_context(
-        ReplicatedStore(await client(opened, space), replica_id="a", takeover_after=2.0)
+        ReplicatedStore(await client(opened, space), replica_id="a", takeover_after=2.0, key=key)
     )
     await eventually(lambda: active.service is not None, timeout=15)
     config = ConfigClient(await client(opened, space), timeout=5)
@@ -342,12 +344,19 @@ async def test_a_replica_joining_an_active_whose_log_the_broker_deleted_refuses_
         reload_topic(apache_pulsar, topic)
         apply_retention(apache_pulsar, topic)
     with pytest.raises(LogIncomplete) as refused:
-        async with ReplicatedStore(await client(opened, space), replica_id="b", takeover_after=2.0):
+        async with ReplicatedStore(await client(opened, space), replica_id="b", takeover_after=2.0, key=key):
             pass
     line = str(refused.value)
     assert f"replica a has applied version {version}, but the log {space.topics.state_log} ends at version 0" in line
     assert_says_retention(line, f"{tenant}/state")
     assert active.role == "active" and active.readiness() is None, "the active one, whole, serves on"
+
+    # Without a key the same status is only a hint (anyone allowed on the members topic could have sent it): logged,
+    # and the replica joins as a standby rather than stop.
+    unkeyed = await opened.enter_async_context(
+        ReplicatedStore(await client(opened, space), replica_id="c", takeover_after=2.0)
+    )
+    assert unkeyed.role == "standby" and active.role == "active"
 
 
 def one_line(done: subprocess.CompletedProcess[str]) -> str:

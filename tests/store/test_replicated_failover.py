@@ -16,13 +16,18 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from apache_pulsar import ApachePulsar
 from support import eventually
 from support.fleet import running_fleet
-from support.replicas import Cluster, check, running_load
+from support.replicas import TAKEOVER_AFTER, Cluster, check, running_load
+
+from toolservice_base import ConfigClient, open_transport
+from toolservice_base.errors import ConfigError, RequestTimeout
 
 pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(300)]
 
@@ -90,27 +95,78 @@ async def test_kill_9_of_the_active_under_load_loses_no_write_no_call_no_lease_a
     )
 
 
-async def test_a_frozen_active_is_replaced_and_once_resumed_never_writes_again(cluster: Cluster) -> None:
+async def test_a_frozen_active_is_replaced_within_takeover_after_plus_2s_and_once_resumed_never_writes_again(
+    cluster: Cluster,
+) -> None:
+    """SIGSTOP the active while a client writes: a standby takes over once it has been silent for --takeover-after,
+    and its promotion (store, then registry) asks nothing of the frozen replica, whose consumer of the config queues
+    the broker keeps for a minute. Resumed as the new active acknowledges its first write, the deposed one answers
+    what it had queued with errors, steps down and writes nothing; the new active's promotion is not disturbed, and
+    no acknowledged write is lost."""
     await cluster.start("a")
     await cluster.start("b")
-    async with running_load(cluster) as (work, client):
-        frozen = await cluster.active()
-        os.kill(cluster.processes[frozen].pid, signal.SIGSTOP)
+    frozen = await cluster.active()
+    survivor = next(name for name in cluster.processes if name != frozen)
+    pid = cluster.processes[frozen].pid
+    acknowledged: dict[str, tuple[float, int]] = {}
+    stop = asyncio.Event()
+
+    async def write(client: ConfigClient) -> None:
+        n = 0
+        while not stop.is_set():
+            try:
+                acknowledged[f"w{n}"] = (time.monotonic(), await client.put([("note", f"w{n}", "x")]))
+                n += 1
+            except (RequestTimeout, ConfigError):
+                pass  # not acknowledged: tried again
+            await asyncio.sleep(0.05)
+
+    async with AsyncExitStack() as stack:
+        connection = await stack.enter_async_context(await open_transport(cluster.settings()))
+        client = await stack.enter_async_context(ConfigClient(connection, timeout=1))
+        writing = asyncio.ensure_future(write(client))
+        stack.push_async_callback(lambda: asyncio.wait({writing}))
+        stack.callback(stop.set)
+        await eventually(lambda: len(acknowledged) > 5, timeout=10)
+        os.kill(pid, signal.SIGSTOP)
+        frozen_at, stopped = time.time(), time.monotonic()
         try:
-            survivor = await cluster.active()
-            assert survivor != frozen
-            before = len(work.acknowledged)
-            await eventually(lambda: len(work.acknowledged) > before + 50, timeout=60)
+            await eventually(lambda: any(at > stopped for at, _ in acknowledged.values()), timeout=30)
         finally:
-            os.kill(cluster.processes[frozen].pid, signal.SIGCONT)
-        # Resumed, it learns it was deposed and follows as a standby; the group keeps one active.
-        await eventually(
-            lambda: "config.replica_restarting" in cluster.log(frozen).read_text(errors="replace"), timeout=60
-        )
+            os.kill(pid, signal.SIGCONT)
         await asyncio.sleep(3)
-        roles = {r["pid"]: r["role"] for r in await cluster.replicas()}
-        assert roles[cluster.processes[frozen].pid] == "standby" and list(roles.values()).count("active") == 1
-        await check(work, client)
+        stop.set()
+        await writing
+        started = await eventually(lambda: events(cluster, survivor, "registry.started"), timeout=30)
+        # Resumed, it learns it was deposed and follows as a standby; the group keeps one active.
+        await eventually(lambda: "config.replica_restarting" in cluster.log(frozen).read_text(errors="replace"), 60)
+        found = await client.get([("note", key) for key in acknowledged])
+        assert sorted(key for _, key in found) == sorted(acknowledged), "an acknowledged write was lost"
+    versions = [version for _, version in sorted(acknowledged.values())]
+    assert versions == sorted(versions), "the version went back"
+    roles = {r["pid"]: r["role"] for r in await cluster.replicas()}
+    assert roles[pid] == "standby" and list(roles.values()).count("active") == 1
+    assert events(cluster, survivor, "election.promotion_step_failed") == []
+    replaced = at(started[-1]) - frozen_at
+    assert replaced < TAKEOVER_AFTER + 2, f"replaced {replaced:.1f}s after the freeze (takeover {TAKEOVER_AFTER:g}s)"
+
+
+async def put_until_acknowledged(client: ConfigClient, key: str, timeout: float = 30.0) -> int:
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                return await client.put([("note", key, "x")])
+            except (RequestTimeout, ConfigError):
+                await asyncio.sleep(0.1)
+
+
+def events(cluster: Cluster, name: str, event: str) -> list[dict[str, object]]:
+    return [e for e in log_events(cluster.output(name)) if e.get("event") == event]
+
+
+def at(event: dict[str, object]) -> float:
+    """When an event was logged (seconds since the epoch)."""
+    return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
 
 
 def log_events(output: str) -> list[dict[str, object]]:

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 from support import eventually
-from support.replicas import REPLICATED_KINDS, replicated_settings
+from support.replicas import REPLICATED_KINDS, Group, replicated_settings
 
 from discovery.errors import ReplicationError
+from discovery.replicas import GroupKey
 from discovery.store.replicated import ReplicatedStore
 from toolservice_base import ConfigClient, Settings, open_transport
 from toolservice_base.errors import BrokerUnsupported, ConfigError, RequestTimeout
-from toolservice_base.transport import Transport
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -30,46 +30,6 @@ pytestmark = pytest.mark.timeout(240)
 def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     """conftest's `settings`, on the brokers that can keep replicated state only."""
     return replicated_settings(request, tmp_path)
-
-
-class Group:
-    """Replicas of one store, each on a connection of its own, as separate processes would be."""
-
-    def __init__(self, settings: Settings, stack: AsyncExitStack) -> None:
-        self.settings = settings
-        self.stack = stack
-        self.replicas: list[ReplicatedStore] = []
-        self.exits: dict[int, AsyncExitStack] = {}
-
-    async def connection(self) -> Transport:
-        connection = await open_transport(self.settings)
-        self.stack.push_async_callback(connection.close)
-        return connection
-
-    async def start(
-        self, name: str, takeover_after: float = 2.0, shared: dict[str, str] | None = None
-    ) -> ReplicatedStore:
-        """Start replica `name`; `shared`: the settings every replica of a group must share (the trust policy's digest,
-        say)."""
-        own = AsyncExitStack()
-        self.stack.push_async_callback(own.aclose)
-        connection = await open_transport(self.settings)
-        own.push_async_callback(connection.close)
-        replica = await own.enter_async_context(
-            ReplicatedStore(connection, replica_id=name, takeover_after=takeover_after, settings=shared)
-        )
-        self.replicas.append(replica)
-        self.exits[id(replica)] = own
-        return replica
-
-    async def stop(self, replica: ReplicatedStore) -> None:
-        await self.exits.pop(id(replica)).aclose()
-        self.replicas.remove(replica)
-
-    def active(self) -> ReplicatedStore:
-        actives = [r for r in self.replicas if r.role == "active" and r.service is not None]
-        assert len(actives) == 1, [(r.replica_id, r.role) for r in self.replicas]
-        return actives[0]
 
 
 @pytest.fixture
@@ -181,14 +141,28 @@ async def test_a_replica_that_comes_back_is_a_standby_and_catches_up(group: Grou
 async def test_a_replica_with_other_group_settings_than_the_active_one_refuses_to_join_in_one_line(
     group: Group,
 ) -> None:
-    first = await group.start("first", shared={"trust": "keys-a", "max_instances": 10_000})
+    """With a group key the active's status is its own word: another digest there refuses the join, naming what
+    differs."""
+    key = GroupKey.generate()
+    first = await group.start("first", shared={"trust": "keys-a", "max_instances": 10_000}, key=key)
     await eventually(lambda: first.service is not None, timeout=15)
     with pytest.raises(ReplicationError, match="other group settings") as caught:
-        await group.start("stranger", shared={"trust": "keys-a", "max_instances": 20_000})
+        await group.start("stranger", shared={"trust": "keys-a", "max_instances": 20_000}, key=key)
     assert "\n" not in str(caught.value) and "active replica first" in str(caught.value)
     assert "they differ in max_instances:" in str(caught.value)  # which setting, not only that one does
-    alike = await group.start("alike", shared={"trust": "keys-a", "max_instances": 10_000})
+    alike = await group.start("alike", shared={"trust": "keys-a", "max_instances": 10_000}, key=key)
     assert alike.role == "standby" and group.active() is first
+
+
+async def test_without_a_group_key_other_settings_in_a_status_are_logged_and_the_replica_joins(
+    group: Group, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a key a status is a hint anyone allowed on the members topic could have written: no reason to stop."""
+    first = await group.start("first", shared={"trust": "keys-a"})
+    await eventually(lambda: first.service is not None, timeout=15)
+    stranger = await group.start("stranger", shared={"trust": "keys-b"})
+    assert stranger.role == "standby" and group.active() is first
+    assert "config.replica_settings_differ" in caplog.text
 
 
 async def test_on_pulsar_lite_the_replicated_store_says_it_needs_apache_pulsar(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ import signal
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,9 @@ import pytest
 from apache_pulsar import ApachePulsar
 
 from agent_bridge import ToolSet
-from toolservice_base import ConfigClient, MemoryBroker, Settings, open_transport
+from discovery.replicas import GroupKey
+from discovery.store.replicated import ReplicatedStore
+from toolservice_base import ConfigClient, MemoryBroker, Settings, Transport, open_transport
 from toolservice_base.errors import ConfigError, RequestTimeout
 from toolservice_base.examples.echo import EchoService
 
@@ -283,3 +285,82 @@ def replicated_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Setti
         auth_token=apache.token,
         operation_timeout=3,
     )
+
+
+class Group:
+    """Replicas of one store, each on a connection of its own, as separate processes would be."""
+
+    def __init__(self, settings: Settings, stack: AsyncExitStack) -> None:
+        self.settings = settings
+        self.stack = stack
+        self.replicas: list[ReplicatedStore] = []
+        self.exits: dict[int, AsyncExitStack] = {}
+
+    async def connection(self) -> Transport:
+        connection = await open_transport(self.settings)
+        self.stack.push_async_callback(connection.close)
+        return connection
+
+    async def start(
+        self, name: str, takeover_after: float = 2.0, shared: dict[str, str] | None = None, key: GroupKey | None = None
+    ) -> ReplicatedStore:
+        """Start replica `name`; `shared`: the settings every replica of a group must share (the trust policy's digest,
+        say); `key`: the group's key."""
+        own = AsyncExitStack()
+        self.stack.push_async_callback(own.aclose)
+        connection = await open_transport(self.settings)
+        own.push_async_callback(connection.close)
+        replica = await own.enter_async_context(
+            ReplicatedStore(connection, replica_id=name, takeover_after=takeover_after, settings=shared, key=key)
+        )
+        self.replicas.append(replica)
+        self.exits[id(replica)] = own
+        return replica
+
+    async def stop(self, replica: ReplicatedStore) -> None:
+        await self.exits.pop(id(replica)).aclose()
+        self.replicas.remove(replica)
+
+    def active(self) -> ReplicatedStore:
+        actives = [r for r in self.replicas if r.role == "active" and r.service is not None]
+        assert len(actives) == 1, [(r.replica_id, r.role) for r in self.replicas]
+        return actives[0]
+
+
+@asynccontextmanager
+async def fencing_producer(settings: Settings, topic: str) -> AsyncIterator[Callable[..., Awaitable[bytes]]]:
+    """What a forger allowed to produce on `topic` can do: take it over by fencing and hold it; yields its `send`.
+
+    On Apache Pulsar a raw pulsar-client producer in ExclusiveWithFencing mode,
+    held (the product's own `fence` mode lets go of that mode at once); on the
+    in-memory broker the transport's `fence`, which holds the same way.
+    """
+    if settings.broker != "apache-pulsar":
+        transport = await open_transport(settings)
+        publisher = await transport.exclusive_publisher(topic, "fence")
+        try:
+            yield publisher.send
+        finally:
+            await transport.close()
+        return
+    import pulsar
+    import pulsar.asyncio as pulsar_asyncio
+
+    client = pulsar_asyncio.Client(
+        settings.pulsar_url or "",
+        authentication=pulsar.AuthenticationToken(settings.auth_token or ""),
+        logger=pulsar.FileLogger(pulsar.LoggerLevel.Error, os.devnull),
+    )
+    producer = await client.create_producer(
+        topic, batching_enabled=False, access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing
+    )
+
+    async def send(data: bytes | dict[str, Any], properties: dict[str, str] | None = None) -> bytes:
+        raw = data if isinstance(data, bytes) else json.dumps(data).encode()
+        return bytes((await producer.send(raw, properties=properties)).serialize())
+
+    try:
+        yield send
+    finally:
+        await producer.close()
+        await client.close()
