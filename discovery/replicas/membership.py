@@ -247,8 +247,8 @@ class Membership:
         self._echo = asyncio.Event()
         self._rival_heard = asyncio.Event()
         self._asking = bool(store)
-        """A store's statuses are questions (`look_around`) until it `joined`: a store refused at start goes away
-        without having looked, to the stores already there, like a rival."""
+        """A store's statuses are questions until it `joined` (after `look_around`): one refused at start never
+        counts, for the stores already there, as a member or a rival."""
         self._paused = False
         self._stack = AsyncExitStack()
 
@@ -331,10 +331,6 @@ class Membership:
                 await wait_event(self._rival_heard, max(0.0, min(deadline, loop.time() + answers_within) - loop.time()))
                 break
         return self.rivals()
-
-    def publish_soon(self) -> None:
-        """Publish this replica's status now rather than at the next interval."""
-        self._wake.set()
 
     # --- the group ------------------------------------------------------------------
 
