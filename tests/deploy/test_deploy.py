@@ -604,11 +604,14 @@ def test_the_init_script_is_idempotent_and_passes_auth(tmp_path: Path, shell: st
     grants = [call for call in second if "grant-permission" in call]
     assert {call.split()[-5] for call in grants} == init_script_layout()[1]
     assert all(call.endswith("--role toolreg --actions produce,consume") for call in grants)
-    for calls in (first, second):  # set on every run: a namespace made before (or by hand) gets it too
+    audited = run(TOOLREG_AUDIT_RETENTION="90d")
+    # set on every run: a namespace made before (or by hand) gets it too; the audit trail for as long as asked
+    for calls, audit in ((first, "30d"), (second, "30d"), (audited, "90d")):
         retention = [
             call.split(" namespaces set-retention ", 1)[1] for call in calls if " namespaces set-retention " in call
         ]
-        assert retention == [f"{namespace} --size -1 --time -1" for namespace in sorted(unlimited_namespaces())]
+        kept = [f"{namespace} --size -1 --time -1" for namespace in sorted(unlimited_namespaces())]
+        assert sorted(retention) == sorted([*kept, f"tg/audit --size -1 --time {audit}"])
     token.write_text("")
     assert not any("--auth-params" in call for call in run(PULSAR_ADMIN_TOKEN_FILE=str(token))), (
         "an empty token file means no auth"
