@@ -6,7 +6,8 @@ keeps its log, snapshots and locks in persistent topics that must be kept
 without limit, and `audit`, where the MCP front's audit records are kept for
 a while (30 days unless told): their retention is set on every run, so a
 namespace made by hand (or by an older release) gets it too. With authorization on, each role named
-is granted what its kind of process needs on each namespace (`GRANTS`).
+is granted what its kind of process needs on each namespace (`GRANTS`), and the store's subscriptions
+are reserved for the store's roles.
 
 `prepare` is safe to run again: what exists is kept, and the policies and
 grants are set every time. deploy/pulsar-init.sh does the same with
@@ -52,13 +53,33 @@ def policies(audit_retention: str = DEFAULT_AUDIT_RETENTION) -> dict[str, dict[s
     return {"state": {"retention": UNLIMITED_RETENTION}, "audit": {"retention": audit}}
 
 
-ALL_PROCESSES = "toolreg"
-"""The one kind of role there is today: every toolreg process alike, as deploy/pulsar-init.sh grants it."""
+ALL_PROCESSES = "all"
+"""Every toolreg process alike (`--role`, TOOLREG_ROLE): produce and consume everywhere, no least privilege."""
 GRANTS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
+    "store": {namespace: ("produce", "consume") for namespace in NAMESPACES},
+    "service": {"request": ("consume",), "response": ("produce",), "discovery": ("produce", "consume")},
+    "agent": {
+        "request": ("produce",),
+        "response": ("produce", "consume"),
+        "notify": ("consume",),
+        "audit": ("produce",),
+    },
+    "operator": {
+        "request": ("produce",),
+        "response": ("produce", "consume"),
+        "notify": ("consume",),
+        "state": ("consume",),
+        "audit": ("consume",),
+    },
     ALL_PROCESSES: {namespace: ("produce", "consume") for namespace in NAMESPACES},
 }
-"""What a role of each kind may do in each namespace of the topicspace. The one place grants are decided: a kind of
-process with less to do (a tool service, an agent) is a new entry here, and `--role` gives a role its kind."""
+"""What a role of each kind of process may do in each namespace of the topicspace: the store's replicas and the
+registry (`store`: the only kind that may produce on `state`), tool services, agents and MCP fronts, operators. The
+one place toolreg decides grants; deploy/pulsar-init.sh's `actions` and scripts/apache_pulsar.py's `KIND_GRANTS` say
+the same (tests/deploy keep the three equal)."""
+RESERVED_SUBSCRIPTIONS = ("config-store", "tool-registry")
+"""The request namespace's subscriptions only a store role may use: a tool service's role may consume requests, and
+could otherwise join the config store's shared subscription and swallow config requests."""
 
 
 async def allowed_cluster(admin: PulsarAdmin, cluster: str | None) -> str:
@@ -93,7 +114,8 @@ async def prepare(
         await admin.put(f"tenants/{topicspace}", {"allowedClusters": [allowed], "adminRoles": []})
         said.append(f"tenant {topicspace}: created (cluster {allowed})")
     existing = set(await admin.get(f"namespaces/{topicspace}") or [])
-    grants = [(role, GRANTS[kind]) for role, kind in roles]
+    roles = list(roles)
+    grants = [(role, kind, GRANTS[kind]) for role, kind in roles]
     for name in NAMESPACES:
         namespace = f"{topicspace}/{name}"
         if namespace in existing:
@@ -105,8 +127,12 @@ async def prepare(
             await admin.post(f"namespaces/{namespace}/{policy}", value)
             kept = "unlimited" if value == UNLIMITED_RETENTION else audit_retention.strip()
             said.append(f"namespace {namespace}: {policy} {kept}")
-        for role, actions in grants:
+        for role, kind, actions in grants:
             if name in actions:
                 await admin.post(f"namespaces/{namespace}/permissions/{role}", list(actions[name]))
-                said.append(f"namespace {namespace}: role {role} may {' and '.join(actions[name])}")
+                said.append(f"namespace {namespace}: role {role} ({kind}) may {' and '.join(actions[name])}")
+    store_roles = sorted({role for role, kind in roles if kind in ("store", ALL_PROCESSES)})
+    for subscription in RESERVED_SUBSCRIPTIONS if store_roles else ():
+        await admin.post(f"namespaces/{topicspace}/request/permissions/subscription/{subscription}", store_roles)
+        said.append(f"namespace {topicspace}/request: subscription {subscription} only for {', '.join(store_roles)}")
     return said

@@ -29,14 +29,17 @@ def add_command(sub: Any, common: argparse.ArgumentParser) -> None:
         description=(
             "Make the tenant of the topicspace (--topicspace, env TOOLREG_TOPICSPACE, default tg) and the namespaces"
             " toolreg uses in it (request, response, notify, discovery, state kept without limit, and audit) through"
-            " the cluster's admin API, and let each --role produce and consume on them. What exists is kept; the"
-            " policies and grants are set on every run. The embedded broker needs none of this."
+            " the cluster's admin API, and grant each kind of process's role what that kind needs there (--store-role,"
+            " --service-role, --agent-role, --operator-role; the config store's subscriptions only for the store's"
+            " role). What exists is kept; the policies and grants are set on every run. The embedded broker needs"
+            " none of this."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             "examples:\n"
             "  PULSAR_URL=pulsar://broker:6650 toolreg init                       # topicspace tg, admin API on :8080\n"
-            "  toolreg init --topicspace research --admin-url http://broker:8080 --role toolreg\n"
+            "  toolreg init --topicspace research --admin-url http://broker:8080 \\\n"
+            "      --store-role toolreg-store --service-role toolreg-service --agent-role agent --operator-role ops\n"
             f"  {ADMIN_TOKEN_FILE_ENV}=admin.token toolreg init --topicspace research   # with authentication on\n"
         ),
     )
@@ -49,12 +52,20 @@ def add_command(sub: Any, common: argparse.ArgumentParser) -> None:
             f" token, with authentication on, is read from {ADMIN_TOKEN_FILE_ENV} (else PULSAR_AUTH_TOKEN's is used)"
         ),
     )
+    for kind, who in KINDS.items():
+        init.add_argument(
+            f"--{kind}-role",
+            action="append",
+            default=[],
+            metavar="ROLE",
+            help=f"a role (a token's subject) {who} run as; repeatable",
+        )
     init.add_argument(
         "--role",
         action="append",
         default=[],
         metavar="ROLE",
-        help="a role (a token's subject) toolreg's processes run as: it may produce and consume; repeatable",
+        help="a role every kind of process runs as: it may produce and consume everywhere (no least privilege)",
     )
     init.add_argument(
         "--audit-retention",
@@ -86,6 +97,22 @@ def admin_url(args: argparse.Namespace) -> str:
     )
 
 
+KINDS = {
+    "store": "the config store's replicas and the registry (toolreg up, toolreg registry)",
+    "service": "tool services (toolreg serve, toolreg announce)",
+    "agent": "agents and MCP fronts (a ToolSet, toolreg mcp, toolreg call)",
+    "operator": "operators (toolreg config, tools, replicas, store export)",
+}
+"""The kinds of process `toolreg init` grants a role to (`topicspace.GRANTS`), as deploy/pulsar-init.sh's
+TOOLREG_<KIND>_ROLE."""
+
+
+def roles_of(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(role, kind) for every role named, by kind; --role is every kind at once."""
+    named = [(role, kind) for kind in KINDS for role in getattr(args, f"{kind}_role")]
+    return [*named, *((role, ALL_PROCESSES) for role in args.role)]
+
+
 async def cmd_init(args: argparse.Namespace) -> int:
     try:
         settings = settings_of(args)
@@ -99,7 +126,7 @@ async def cmd_init(args: argparse.Namespace) -> int:
                 admin,
                 settings.topicspace,
                 cluster=args.cluster or settings.cluster,
-                roles=[(role, ALL_PROCESSES) for role in args.role],
+                roles=roles_of(args),
                 audit_retention=args.audit_retention or settings.audit_retention or DEFAULT_AUDIT_RETENTION,
             )
     for line in said:

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from apache_pulsar import ApachePulsar
+from apache_pulsar import KIND_GRANTS, RESERVED_SUBSCRIPTIONS, ApachePulsar
 from support import atoolreg, toolreg
 
 from discovery.broker.embedded import reserve_port
+from discovery.broker.topicspace import ALL_PROCESSES, GRANTS
+from discovery.broker.topicspace import RESERVED_SUBSCRIPTIONS as RESERVED
 from discovery.store.service import ConfigStoreService
 from toolservice_base import ConfigClient, Settings, open_transport
 from toolservice_base.topics import NAMESPACES
@@ -92,6 +94,30 @@ async def test_init_prepares_any_topicspace_once_and_toolreg_then_runs_there_und
     finally:
         await store.stop()
         await connection.close()
+
+
+def test_init_grants_each_kind_what_the_deploy_script_and_the_test_broker_grant_it() -> None:
+    assert {kind: dict(grants) for kind, grants in GRANTS.items() if kind != ALL_PROCESSES} == KIND_GRANTS
+    assert RESERVED == RESERVED_SUBSCRIPTIONS
+
+
+@pytest.mark.apache_pulsar
+async def test_init_grants_a_role_per_kind_only_what_its_kind_needs_and_reserves_the_stores_subscriptions(
+    apache_pulsar: ApachePulsar, fresh: str, tmp_path: Path
+) -> None:
+    roles = {kind: f"{kind}-{uuid.uuid4().hex[:6]}" for kind in KIND_GRANTS}
+    env = init_env(tmp_path, PULSAR_ADMIN_TOKEN_FILE=str(apache_pulsar.data_dir / "auth" / "admin.token"))
+    named = [arg for kind, role in roles.items() for arg in (f"--{kind}-role", role)]
+    done = await atoolreg("init", "--topicspace", fresh, "--admin-url", apache_pulsar.admin_url, *named, env=env)
+    assert done.returncode == 0, done.stderr
+    for name in NAMESPACES:
+        granted = apache_pulsar.admin("GET", f"namespaces/{fresh}/{name}/permissions")
+        expected = {roles[kind]: sorted(grants[name]) for kind, grants in KIND_GRANTS.items() if name in grants}
+        assert {who: sorted(actions) for who, actions in granted.items()} == expected, name
+    reserved = apache_pulsar.admin("GET", f"namespaces/{fresh}/request")["auth_policies"]["subscription_auth_roles"]
+    assert {sub: sorted(who) for sub, who in reserved.items()} == {sub: [roles["store"]] for sub in RESERVED}
+    assert f"namespace {fresh}/state: role {roles['store']} (store) may produce and consume" in done.stdout
+    assert f"namespace {fresh}/request: subscription config-store only for {roles['store']}" in done.stdout
 
 
 @pytest.mark.apache_pulsar
