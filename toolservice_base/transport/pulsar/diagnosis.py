@@ -139,8 +139,8 @@ def not_authorized(url: str, namespace: str, role: str | None, *, doing: str | N
         f"not authorized on {namespace} for role {role or '(the token names none)'} ({where}AuthorizationError from"
         f" {url}): if this kind of process should, grant its role what the kind needs there (`toolreg init --topicspace"
         f" {namespace.split('/')[0]}` grants each kind its own, as deploy/pulsar-init.sh with TOOLREG_<KIND>_ROLE; or"
-        f" `pulsar-admin namespaces grant-permission {namespace} --role {who} --actions produce,consume`), or create the"
-        " namespace if it was deleted",
+        f" `pulsar-admin namespaces grant-permission {namespace} --role {who} --actions produce,consume`), or create"
+        " the namespace if it was deleted",
         namespace=namespace,
         role=role,
     )
