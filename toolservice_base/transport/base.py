@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, runtime_ch
 
 from pydantic import BaseModel
 
-from ..errors import BrokerUnsupported, TransportClosed
+from ..errors import BrokerUnsupported, TransportClosed, TransportError
 from ..topics import Topics
 
 LARGE_MESSAGE = 64 * 1024
@@ -82,6 +82,10 @@ itself with `inclusive=True`."""
 
 
 Handler = Callable[[Envelope], Awaitable[None]]
+InlineHandler = Callable[[Envelope], None]
+"""A handler that never waits, run on the loop as messages arrive (`Transport.subscribe(..., inline=True)`)."""
+FailureHook = Callable[[TransportError], None]
+"""Told, on the loop, that an unconfirmed send failed after `Publisher.send` returned (`confirm=False`)."""
 
 
 def encode(payload: Payload) -> bytes:
@@ -131,11 +135,26 @@ def unique_name(prefix: str) -> str:
 class Publisher(Protocol):
     topic: str
 
-    async def send(self, payload: Payload, properties: dict[str, str] | None = None, *, key: str | None = None) -> None:
+    async def send(
+        self,
+        payload: Payload,
+        properties: dict[str, str] | None = None,
+        *,
+        key: str | None = None,
+        confirm: bool = True,
+        on_failure: FailureHook | None = None,
+    ) -> None:
         """Send one message; raises a `TransportError` if the broker does not take it.
 
         `key`: the message's key (Pulsar's partition key). Messages with one key stay
         together: on one partition, and with one consumer of a `Key_Shared` subscription.
+
+        `confirm=False`: return once the client holds the message, without waiting for
+        the broker's receipt (for a message whose answer is its receipt, say a request).
+        What is refused at once still raises (a closed producer, a message over
+        `LARGE_MESSAGE`, which is always confirmed); a failure found later (the send
+        timed out) goes to `on_failure`, on the loop, or is logged. Back-pressure is the
+        same either way.
         """
 
     @property
@@ -250,14 +269,20 @@ class Transport(Protocol):
     async def subscribe(
         self,
         topic: str,
-        handler: Handler,
+        handler: Handler | InlineHandler,
         *,
         subscription: str | None = None,
         shared: bool = False,
         bulk: bool = False,
         receiver_queue: int = 1000,
+        inline: bool = False,
     ) -> Subscription:
         """Subscribe and start delivering to `handler`, one message at a time.
+
+        `inline=True`: `handler` is a plain function that never waits, called on the
+        loop as messages arrive, in order, with no task step between a message and it
+        (an answer reaches its waiting caller one loop iteration sooner). It must not
+        block; what it raises is logged.
 
         `shared=True` spreads messages over every consumer of `subscription`
         (a service's instances); otherwise the subscription is exclusive: this

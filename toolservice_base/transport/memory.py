@@ -10,7 +10,8 @@ no broker. What it keeps of Pulsar's semantics, and nothing more:
 - non-persistent topics keep nothing for a subscription with no consumer (and
   a closed subscription is gone); persistent topics keep a durable
   subscription's backlog until a consumer comes back;
-- each consumer receives in order, one message at a time, on its own task;
+- each consumer receives in order, one message at a time, on its own task (an
+  inline handler on a later turn of the loop, with no task);
 - what a closing consumer had not finished handling goes back to its
   subscription on a persistent topic (Pulsar redelivers what was never
   acknowledged), and is lost on a non-persistent one, as on Pulsar.
@@ -54,7 +55,9 @@ from .base import (
     Capabilities,
     Envelope,
     ExclusiveMode,
+    FailureHook,
     Handler,
+    InlineHandler,
     OpenedResources,
     Payload,
     ReaderStart,
@@ -83,22 +86,44 @@ def _index_of(message_id: bytes) -> int:
 
 
 class _Consumer:
-    def __init__(self, sub: "_Sub", handler: Handler, topic: str) -> None:
+    def __init__(self, sub: "_Sub", handler: Handler | InlineHandler, topic: str, inline: bool = False) -> None:
         self.sub = sub
         self.topic = topic
         self._handler = handler
         self._inbox: asyncio.Queue[Envelope] = asyncio.Queue()
         self._handling: Envelope | None = None
-        self._task = asyncio.create_task(self._run(), name=f"memory-receive:{topic}")
+        self._loop = asyncio.get_running_loop()
+        self._inline: deque[Envelope] | None = deque() if inline else None
+        self._drain_due = False
+        self._closed = False
+        self._task = None if inline else asyncio.create_task(self._run(), name=f"memory-receive:{topic}")
 
     def deliver(self, envelope: Envelope) -> None:
-        self._inbox.put_nowait(envelope)
+        if self._inline is None:
+            self._inbox.put_nowait(envelope)
+            return
+        self._inline.append(envelope)  # handled on a later turn of the loop, as a broker's message would be
+        if not self._drain_due:
+            self._drain_due = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """An inline handler's messages, in order, each as it came (see `Transport.subscribe`)."""
+        self._drain_due = False
+        pending = self._inline
+        assert pending is not None
+        while pending and not self._closed:
+            envelope = pending.popleft()
+            try:
+                self._handler(envelope)
+            except Exception:
+                log.exception("consumer.handler_failed", topic=self.topic)
 
     async def _run(self) -> None:
         while True:
             self._handling = await self._inbox.get()
             try:
-                await self._handler(self._handling)
+                await self._handler(self._handling)  # type: ignore[misc]  # not inline: a Handler
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -106,11 +131,13 @@ class _Consumer:
             self._handling = None
 
     async def close(self) -> None:
-        self._task.cancel()
-        try:
-            await self._task
-        except (asyncio.CancelledError, Exception):
-            pass
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
         self.sub.detach(self)
         if not self.sub.topic.persistent or not self.sub.shared:
             return  # what it had not finished is lost, as on Pulsar; an exclusive subscription is gone
@@ -118,6 +145,8 @@ class _Consumer:
             self.sub.offer(self._handling, drop=0.0)
         while not self._inbox.empty():
             self.sub.offer(self._inbox.get_nowait(), drop=0.0)
+        while self._inline:
+            self.sub.offer(self._inline.popleft(), drop=0.0)
 
 
 class _Sub:
@@ -268,7 +297,9 @@ class MemoryBroker:
             sub.offer(envelope, self.drop)
         return message_id
 
-    def attach(self, topic: str, name: str, shared: bool, handler: Handler) -> _Consumer:
+    def attach(
+        self, topic: str, name: str, shared: bool, handler: Handler | InlineHandler, inline: bool = False
+    ) -> _Consumer:
         target = self._topic(topic)
         sub = target.subs.get(name)
         if sub is None:
@@ -276,7 +307,7 @@ class MemoryBroker:
         elif not shared or not sub.shared:
             if sub.consumers:
                 raise TransportClosed(f"subscription {name!r} on {topic} already has a consumer (exclusive)")
-        consumer = _Consumer(sub, handler, topic)
+        consumer = _Consumer(sub, handler, topic, inline)
         sub.attach(consumer)
         return consumer
 
@@ -290,8 +321,17 @@ class MemoryPublisher:
         self._topic = broker._topic(topic)
         self._topic.shared.add(self)
 
-    async def send(self, payload: Payload, properties: dict[str, str] | None = None, *, key: str | None = None) -> None:
-        """`key` changes nothing here: the in-memory broker has one partition and no `Key_Shared` subscriptions."""
+    async def send(
+        self,
+        payload: Payload,
+        properties: dict[str, str] | None = None,
+        *,
+        key: str | None = None,
+        confirm: bool = True,
+        on_failure: FailureHook | None = None,
+    ) -> None:
+        """`key` changes nothing here: the in-memory broker has one partition and no `Key_Shared` subscriptions.
+        Every send is delivered or refused at once, so `confirm` changes nothing and `on_failure` is never called."""
         if self._closed:
             raise TransportClosed(f"the producer on {self.topic} is closed")
         if self._topic.holder is not None:
@@ -486,15 +526,16 @@ class MemoryTransport(OpenedResources):
     async def subscribe(
         self,
         topic: str,
-        handler: Handler,
+        handler: Handler | InlineHandler,
         *,
         subscription: str | None = None,
         shared: bool = False,
         bulk: bool = False,
         receiver_queue: int = 1000,
+        inline: bool = False,
     ) -> MemorySubscription:
         self._check_open()
-        consumer = self._broker.attach(topic, subscription or unique_name("sub"), shared, handler)
+        consumer = self._broker.attach(topic, subscription or unique_name("sub"), shared, handler, inline)
         sub = MemorySubscription(consumer)
         self._subscriptions.append(sub)
         return sub

@@ -1,16 +1,13 @@
-"""What a `PulsarTransport` hands out besides subscriptions (`subscription`): publishers (plain and exclusive) and
-readers, each owning its pulsar-client object."""
+"""What a `PulsarTransport` hands out besides subscriptions (`subscription`) and plain publishers (`publisher`):
+exclusive publishers and readers, each owning its pulsar-client object."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any
 
-import _pulsar
 import pulsar.asyncio as pulsar_asyncio
 
 from ...errors import (
@@ -26,122 +23,12 @@ from ..base import (
     Payload,
     encode,
 )
-from .bridge import LoopBridge
-from .diagnosis import Action
-from .errors import Explain, broker_errors, result_name
+from .errors import broker_errors, result_name
 
 log = get_logger("toolservice_base.transport")
 
 READ_BATCH = 500
 """The most messages a reader takes from the client's prefetch queue in one trip through its thread."""
-
-
-class PulsarPublisher:
-    """A producer that takes models, dicts or bytes, sending through pulsar-client's `send_async` and its callback.
-
-    A send builds the native message and hands it to the client on the loop's
-    thread (no thread hop); the client's I/O thread reports the broker's receipt
-    through the `LoopBridge`, batched with whatever else completed meanwhile.
-    Back-pressure: at most `queue` sends are pending in the client; past that, a
-    send waits for a slot (the client's own `ProducerQueueIsFull` never shows).
-
-    Disconnected because the broker refuses us (a token, a permission, a
-    namespace: what the transport's `TopicWatch` found), a send fails at once
-    with that reason instead of waiting out its send timeout; once the client
-    reconnects (after a grant, say), sends go through again.
-    """
-
-    action: Action = "produce"
-
-    def __init__(
-        self,
-        producer: pulsar_asyncio.Producer,
-        topic: str,
-        url: str,
-        bridge: LoopBridge,
-        *,
-        queue: int,
-        explain: Explain | None = None,
-        refused: Callable[[str], TransportError | None] | None = None,
-    ) -> None:
-        self._producer = producer
-        self._native: Any = producer._producer  # the C++ producer: its send_async takes a callback
-        self.topic = topic
-        self._url = url
-        self._bridge = bridge
-        self._explain = explain
-        self._refused = refused
-        self._room = max(1, queue)
-        self._slot_free: asyncio.Event | None = None
-        self._doing = f"sending on {topic}"
-
-    async def send(self, payload: Payload, properties: dict[str, str] | None = None, *, key: str | None = None) -> None:
-        if (
-            self._refused is not None
-            and not self._native.is_connected()
-            and (refused := self._refused(self.topic)) is not None
-        ):
-            raise refused
-        builder = _pulsar.MessageBuilder()
-        builder.content(encode(payload))
-        if properties:
-            builder.properties(properties)
-        if key is not None:
-            builder.partition_key(key)
-        while self._room <= 0:
-            await self._wait_for_room()
-        loop = self._bridge.loop
-        receipt: asyncio.Future[Any] = loop.create_future()
-        self._room -= 1
-        try:
-            with broker_errors(self._doing, self._url, self.topic):
-                self._native.send_async(builder.build(), partial(self._sent, receipt))
-            result = await receipt
-        finally:
-            self._room += 1
-            if self._slot_free is not None:
-                self._slot_free.set()
-        if result != _OK:
-            await self._failed(pulsar_asyncio.PulsarException(result))
-
-    def _sent(self, receipt: asyncio.Future[Any], result: Any, message_id: Any) -> None:
-        """Runs on a client I/O thread: the broker's receipt (or the failure), handed to the loop."""
-        self._bridge.post(_settle, (receipt, result))
-
-    async def _wait_for_room(self) -> None:
-        if self._slot_free is None:
-            self._slot_free = asyncio.Event()
-        self._slot_free.clear()
-        await self._slot_free.wait()
-
-    async def _failed(self, exc: BaseException) -> None:
-        """Raise the product's error for a send the client failed (asking the broker why, for a timeout)."""
-        explain = self._explain
-        if explain is None:
-            with broker_errors(self._doing, self._url, self.topic):
-                raise exc
-        else:
-            async with broker_errors(explain=lambda failure: explain(failure, self._doing, self.topic)):
-                raise exc
-
-    @property
-    def connected(self) -> bool:
-        return bool(self._native.is_connected())
-
-    async def close(self) -> None:
-        with broker_errors(log="producer.close_failed", topic=self.topic):
-            await self._producer.flush()
-            await self._producer.close()
-
-
-_OK = _pulsar.Result.Ok
-
-
-def _settle(completion: tuple[asyncio.Future[Any], Any]) -> None:
-    """On the loop: a send's receipt; a caller that gave up (cancelled) has nothing left to hear."""
-    receipt, result = completion
-    if not receipt.done():
-        receipt.set_result(result)
 
 
 class PulsarExclusivePublisher:

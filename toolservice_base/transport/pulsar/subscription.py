@@ -6,7 +6,10 @@ listener thread, which takes the bytes and properties, acknowledges (see
 below), appends the `Envelope` to the subscription's inbox and, only if the
 subscription's task is idle, wakes it through the `LoopBridge`. The task hands
 the inbox to the handler one message at a time, in order, as before. A burst
-costs one wake-up, not one loop crossing per message.
+costs one wake-up, not one loop crossing per message. An inline handler (one
+that never waits: `Transport.subscribe(..., inline=True)`) has no task: the
+wake-up itself hands it the inbox, so an answer reaches the caller waiting for
+it one loop iteration sooner.
 
 Flow control: the inbox holds at most `receiver_queue` messages. At that mark
 the listener is paused (`pause_message_listener`), so the client's own receiver
@@ -20,6 +23,9 @@ broker, and it is sent from the listener thread at once. On a persistent topic
 it is sent once the handler has run: a subscription closed with messages still
 in its inbox leaves them unacknowledged, and the broker gives them to another
 consumer of a Shared subscription (what the in-memory transport does too).
+Acknowledgements go with no callback: a Python callback would cost the GIL
+again on every copy pulsar-client makes of it, and all it could report is a
+consumer already closed.
 
 Bad input and faults: the listener catches everything (a message it cannot read
 is logged with its topic and size, never raised into the C++ client, whose
@@ -40,7 +46,7 @@ import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
 from ...logs import get_logger
-from ..base import Envelope, Handler
+from ..base import Envelope, Handler, InlineHandler
 from .bridge import LoopBridge
 from .diagnosis import Action
 from .errors import broker_errors
@@ -48,16 +54,18 @@ from .errors import broker_errors
 log = get_logger("toolservice_base.transport")
 
 _BYTES = pulsar.schema.BytesSchema()
-_OK = _pulsar.Result.Ok
+INLINE_BATCH = 128
+"""Messages an inline handler takes in one turn of the loop before others get theirs."""
 
 
 class PulsarSubscription:
     """One consumer on a listener, its inbox and the task that feeds the handler.
 
-    The handler runs inline: a handler that wants concurrency starts its own
-    tasks (and so owns its back-pressure). `delete_on_close` (an exclusive
-    subscription, this process's alone): closing unsubscribes, so the broker keeps
-    nothing for it (see `Transport.unsubscribe`).
+    The handler runs in the subscription's task, or, `inline`, in the loop's
+    wake-up itself: a handler that wants concurrency starts its own tasks (and
+    so owns its back-pressure). `delete_on_close` (an exclusive subscription,
+    this process's alone): closing unsubscribes, so the broker keeps nothing for
+    it (see `Transport.unsubscribe`).
     """
 
     action: Action = "consume"
@@ -65,14 +73,16 @@ class PulsarSubscription:
     def __init__(
         self,
         topic: str,
-        handler: Handler,
+        handler: Handler | InlineHandler,
         bridge: LoopBridge,
         *,
         receiver_queue: int = 1000,
         delete_on_close: bool = False,
+        inline: bool = False,
     ) -> None:
         self.topic = topic
         self._handler = handler
+        self._inline = inline
         self._bridge = bridge
         self._delete_on_close = delete_on_close
         self._ack_after = topic.startswith("persistent://")
@@ -92,6 +102,11 @@ class PulsarSubscription:
         """Start handling: `native` is the consumer pulsar-client made for this subscription."""
         self._native = native
         self._consumer = pulsar_asyncio.Consumer(native, _BYTES)
+        if self._inline:
+            if self._inbox or not self._idle:  # arrived while the subscription was being made
+                self._idle = False
+                self._bridge.post(self._wake, None)
+            return
         self._task = asyncio.create_task(self._run(), name=f"receive:{self.topic}")
 
     @property
@@ -154,12 +169,7 @@ class PulsarSubscription:
         to `waitForAsyncResult` under 64 calls in flight). An ack failure was only ever logged; it still is.
         """
         with broker_errors(log="consumer.ack_failed", topic=self.topic):
-            consumer.acknowledge_async(message, self._ack_done)
-
-    def _ack_done(self, result: object) -> None:
-        """Runs on the thread that acknowledged, or a client I/O thread: it may log, but touches nothing else."""
-        if result != _OK:
-            log.debug("consumer.ack_failed", topic=self.topic, error=str(result))
+            consumer.acknowledge_async(message, None)
 
     def _pause(self, consumer: Any) -> None:
         with self._pause_lock:
@@ -170,9 +180,41 @@ class PulsarSubscription:
     # --- on the event loop ------------------------------------------------------------------------------------
 
     def _wake(self, _: object) -> None:
+        if self._inline:
+            self._hand_inline()
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _hand_inline(self) -> None:
+        """The inbox to an inline handler, in order; at most `INLINE_BATCH` at a time, so the loop gets a turn."""
+        if self._native is None:
+            return  # not attached yet: `attach` wakes us
+        inbox = self._inbox
+        handler: Any = self._handler
+        for _ in range(INLINE_BATCH):
+            if not inbox or self._closing:
+                break
+            envelope, message = inbox.popleft()
+            if self._paused and len(inbox) <= self._low:
+                self._resume()
+            try:
+                handler(envelope)
+            except Exception:
+                log.exception("consumer.handler_failed", topic=self.topic)
+            if message is not None:
+                self._acknowledge(self._native, message)
+        else:
+            if inbox and not self._closing:
+                self._bridge.loop.call_soon(self._hand_inline)
+                return
+        # Idle is published before the inbox is looked at again (as in `_run`): a message appended after this line
+        # sees it and wakes us; one appended before it is found by the look.
+        self._idle = True
+        if inbox and not self._closing:
+            self._idle = False
+            self._bridge.loop.call_soon(self._hand_inline)
 
     def _resume(self) -> None:
         with self._pause_lock:
@@ -201,7 +243,7 @@ class PulsarSubscription:
             if self._paused and len(inbox) <= self._low:
                 self._resume()
             try:
-                await self._handler(envelope)
+                await self._handler(envelope)  # type: ignore[misc]  # not inline: a Handler
             except asyncio.CancelledError:
                 raise
             except Exception:

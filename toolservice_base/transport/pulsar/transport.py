@@ -25,6 +25,7 @@ from ..base import (
     Capabilities,
     ExclusiveMode,
     Handler,
+    InlineHandler,
     OpenedResources,
     ReaderStart,
     broker_unreachable,
@@ -34,7 +35,8 @@ from .bridge import LoopBridge
 from .consumer_ids import subscribe_shifted
 from .diagnosis import Action, Claims, TopicWatch, handshake, subscription_reserved, token_refused
 from .errors import HELD, broker_errors, result_name, translate
-from .handles import PulsarExclusivePublisher, PulsarPublisher, PulsarReader
+from .handles import PulsarExclusivePublisher, PulsarReader
+from .publisher import PulsarPublisher
 from .subscription import PulsarSubscription, subscribe_listening
 
 log = get_logger("toolservice_base.transport")
@@ -378,18 +380,19 @@ class PulsarTransport(OpenedResources):
     async def subscribe(
         self,
         topic: str,
-        handler: Handler,
+        handler: Handler | InlineHandler,
         *,
         subscription: str | None = None,
         shared: bool = False,
         bulk: bool = False,
         receiver_queue: int = 1000,
+        inline: bool = False,
     ) -> PulsarSubscription:
         self._check_open()
         name = subscription or unique_name("sub")
         doing = f"subscribing to {topic}" + (f" as {name!r}" if subscription else "")
         sub = PulsarSubscription(
-            topic, handler, self._bridge, receiver_queue=receiver_queue, delete_on_close=not shared
+            topic, handler, self._bridge, receiver_queue=receiver_queue, delete_on_close=not shared, inline=inline
         )
         reserved = name if shared else ""
         async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic, "consume", reserved)):
