@@ -130,7 +130,9 @@ class _NoPrivateTopics:
         connection = self
 
         class Shared:
-            async def send(self, data: bytes, properties: dict[str, str]) -> None:
+            topic = RESPONSES
+
+            async def send(self, data: bytes, properties: dict[str, str], **how: Any) -> None:
                 connection.sent.append((topic, properties))
 
         return Shared()

@@ -19,6 +19,7 @@ the service's (see `tracing`) |
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from toolservice_base.transport import Envelope
 
@@ -38,11 +39,13 @@ def private_queue(response_queue: str, client_id: str) -> str | None:
     return queue if len(queue.rpartition("/")[2]) <= MAX_TOPIC_LOCAL_NAME else None
 
 
+@lru_cache(maxsize=4096)
 def reply_queue(response_queue: str, requested: str | None) -> str | None:
     """The queue a request asked to be answered on, if it is a private queue of `response_queue`.
 
     Anything else is ignored (the answer goes to the shared queue), so a request
-    cannot make a server publish on a topic of its choosing.
+    cannot make a server publish on a topic of its choosing. Remembered: a
+    service hears the same few callers' queues on every request.
     """
     prefix = response_queue + "."
     if requested and requested.startswith(prefix) and _REPLY_SUFFIX.match(requested[len(prefix) :]):
