@@ -15,8 +15,7 @@ leaves the stream) tells the service at once, which stops the work.
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
 from typing import Any, Self
 
@@ -27,10 +26,10 @@ from toolservice_base.rpc import RequestClient
 from toolservice_base.schemas import (
     ToolResult,
     ToolServiceDescriptor,
-    ToolServiceRequest,
     ToolServiceResponse,
     is_last_response,
     parse_response,
+    request_bytes,
 )
 from toolservice_base.transport import Transport
 
@@ -82,10 +81,18 @@ class ToolServiceClient:
         *,
         tool: str = "",
     ) -> str:
-        """The whole observation: a streamed answer's chunks joined in order, with nothing between them."""
-        chunks = self.stream(user, config, arguments, limits, tool=tool)
-        async with aclosing(chunks) as each:
-            return "".join([chunk async for chunk in each])
+        """The whole observation: a streamed answer's chunks joined in order, with nothing between them.
+
+        Taken response by response as they arrive (`RequestClient.exchange`), not through `stream`'s generators.
+        """
+        chunks: list[str] = []
+
+        def take(response: ToolServiceResponse) -> None:
+            if response.response:
+                chunks.append(response.response)
+
+        await self._exchange(user, config, arguments, limits, tool, take)
+        return "".join(chunks)
 
     async def stream(
         self,
@@ -144,22 +151,10 @@ class ToolServiceClient:
         """Every response to one call, checked (an error answer raises `ToolError`), until the last; bounded by
         `limits` as `stream` says."""
         limits = CallLimits.of(limits)
-        if self._closed:
-            raise ToolError(
-                "client-closed",
-                f"the client of tool service {self.service.id!r} is closed (the service was removed or changed); "
-                "call the tool through the ToolSet again",
-            )
-        try:
-            request = ToolServiceRequest(
-                user=user, config=json.dumps(dict(config)), arguments=json.dumps(dict(arguments))
-            )
-        except (TypeError, ValueError) as exc:
-            raise ToolError("bad-arguments", f"arguments must be JSON values: {exc}", service=self.service.id) from None
+        request = self._request(user, config, arguments)
         # Counted before the first await: a reload that swaps this client out in
         # the same moment still sees the call and waits for it.
-        self._in_flight += 1
-        self._idle.clear()
+        self._begin()
         try:
             with tracing.client_call(tool, self.service.id) as span:
                 # span.properties: the `tool` property when named, and the span's `traceparent` when tracing
@@ -170,18 +165,61 @@ class ToolServiceClient:
                     idle_timeout=limits.idle_timeout,
                     properties=span.properties or None,
                 )
-                size = 0
+                checked = _Checked(self.service.id, limits.max_answer_bytes, tool)
                 async with aclosing(responses) as bodies:
                     async for body in bodies:
-                        response = parse_response(body, self.service.id)
-                        size += _weight(response)
-                        if size > limits.max_answer_bytes:
-                            raise AnswerTooLarge(limits.max_answer_bytes, tool=tool, service=self.service.id)
-                        yield response
+                        yield checked(body)
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
+            self._end()
+
+    async def _exchange(
+        self,
+        user: str,
+        config: Mapping[str, Any],
+        arguments: Mapping[str, Any],
+        limits: CallLimits | float,
+        tool: str,
+        take: Callable[[ToolServiceResponse], None],
+    ) -> None:
+        """`responses`, each checked response handed to `take` as it arrives."""
+        limits = CallLimits.of(limits)
+        request = self._request(user, config, arguments)
+        self._begin()
+        try:
+            with tracing.client_call(tool, self.service.id) as span:
+                checked = _Checked(self.service.id, limits.max_answer_bytes, tool)
+                await self._rpc.exchange(
+                    request,
+                    lambda body: take(checked(body)),
+                    is_last=is_last_response,
+                    timeout=limits.timeout,
+                    idle_timeout=limits.idle_timeout,
+                    properties=span.properties or None,
+                )
+        finally:
+            self._end()
+
+    def _request(self, user: str, config: Mapping[str, Any], arguments: Mapping[str, Any]) -> bytes:
+        """The request's bytes (`ToolServiceRequest` on the wire), or `ToolError` if it cannot be sent."""
+        if self._closed:
+            raise ToolError(
+                "client-closed",
+                f"the client of tool service {self.service.id!r} is closed (the service was removed or changed); "
+                "call the tool through the ToolSet again",
+            )
+        try:
+            return request_bytes(user, config, arguments)
+        except (TypeError, ValueError) as exc:
+            raise ToolError("bad-arguments", f"arguments must be JSON values: {exc}", service=self.service.id) from None
+
+    def _begin(self) -> None:
+        self._in_flight += 1
+        self._idle.clear()
+
+    def _end(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
 
     async def close_when_idle(self, timeout: float | None = None) -> None:
         """Close once no call is in flight; after `timeout` seconds, close anyway."""
@@ -212,6 +250,24 @@ class ToolServiceClient:
         self._closed = True
         await self._rpc.close()
         log.debug("client.closed", service=self.service.id)
+
+
+class _Checked:
+    """One call's responses, each parsed and checked (`ToolError` for an error answer), and counted against the
+    call's `max_answer_bytes` (`AnswerTooLarge` past it)."""
+
+    __slots__ = ("_service", "_limit", "_tool", "_size")
+
+    def __init__(self, service: str, limit: int, tool: str) -> None:
+        self._service, self._limit, self._tool = service, limit, tool
+        self._size = 0
+
+    def __call__(self, body: dict[str, Any]) -> ToolServiceResponse:
+        response = parse_response(body, self._service)
+        self._size += _weight(response)
+        if self._size > self._limit:
+            raise AnswerTooLarge(self._limit, tool=self._tool, service=self._service)
+        return response
 
 
 def _weight(response: ToolServiceResponse) -> int:

@@ -39,7 +39,7 @@ from toolservice_base.settings import Settings
 from toolservice_base.transport import Transport, open_transport
 
 from .build import Entry, Signature, one_line
-from .impls import CallsForUser, PartsForUser, StreamsForUser, Tool, ToolFactory, arguments_schema
+from .impls import PartsForUser, StreamsForUser, Tool, ToolFactory, arguments_schema
 from .limits import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, CallLimits
 from .metrics import BridgeMetrics
 from .reload import ChangeCallback, Reloader, State
@@ -322,11 +322,11 @@ class ToolSet:
         entry = self._lookup(name)
         args = dict(arguments or {})
         entry.arguments.check(args)
-        impl = entry.impl
-        if isinstance(impl, CallsForUser):
-            result = await impl.call(args, user=user or None)
+        told = entry.calls_for_user
+        if told is not None:
+            result = await told.call(args, user=user or None)
         else:
-            result = await impl.invoke(**args)
+            result = await entry.impl.invoke(**args)
         return _as_text(result)
 
     async def call(self, name: str, arguments: Mapping[str, Any] | None = None, user: str = "") -> ToolResult:

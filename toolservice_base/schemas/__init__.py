@@ -44,6 +44,7 @@ from .calls import (
     ToolServiceResponse,
     is_last_response,
     parse_response,
+    request_bytes,
     response_chunk,
 )
 from .config import (
@@ -151,6 +152,7 @@ __all__ = [
     "json_literals",
     "printable",
     "queue_namespace",
+    "request_bytes",
     "response_chunk",
     "validate_config_item",
 ]
