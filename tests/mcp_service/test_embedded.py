@@ -17,9 +17,11 @@ from support.mcp_sidecar import example, examples, story
 
 from agent_bridge import ToolSet
 from discovery.registry.service import Registry
-from toolservice_base import Settings, ToolError
+from toolservice_base import RequestClient, Settings, ToolError, open_transport
 from toolservice_base.errors import McpServerError
 from toolservice_base.mcp_service import McpCommand, McpToolService
+from toolservice_base.rpc.wire import TOOL
+from toolservice_base.schemas import is_last_response, request_bytes
 
 
 def _command(argv: list[str]) -> McpCommand:
@@ -42,6 +44,15 @@ async def test_an_embedded_sidecar_serves_structured_results_and_says_it_has_no_
 
         result = await tools.call("get_weather", {"city": "Oslo"})
         assert result.structured is not None and result.structured["location"] == "Oslo"
+        # No progress came before the result: one response, not a result part and an empty last one.
+        service = weather.offer.service
+        connection = await stack.enter_async_context(await open_transport(settings))
+        async with RequestClient(connection, service.request_queue, service.response_queue) as client:
+            request = request_bytes("", {}, {"city": "Oslo"})
+            asked = client.stream(request, is_last=is_last_response, properties={TOOL: "get_weather"})
+            responses = [response async for response in asked]
+        assert len(responses) == 1 and responses[0]["end_of_stream"] is True, responses
+        assert responses[0]["structured"]["location"] == "Oslo"
 
         with pytest.raises(ToolError) as caught:
             await tools.invoke("summarize", {"text": "a long text"})

@@ -60,39 +60,68 @@ class _McpTools(DynamicToolService):
     mcp_names: dict[str, str]
     ask_now: asyncio.Event
 
-    def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any], *, tool: str = "") -> Any:
-        return self._call(self.mcp_names.get(tool, tool), arguments)
-
-    async def _call(self, name: str, arguments: dict[str, Any]) -> AsyncIterator[Any]:
-        """Progress as text chunks while the call runs (a line each: its message, or `done/total`), then the result.
-        Leaving early (a deadline, the caller gone) cancels the call at the server."""
+    async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any], *, tool: str = "") -> Any:
+        """One answer when the result comes before any progress notification (most calls: one response, not a
+        result part and an empty last one); else a stream: each progress step a chunk as it comes (a line each: its
+        message, or `done/total`), then the result. Leaving early (a deadline, the caller gone) cancels the call at
+        the server."""
         steps: asyncio.Queue[str] = asyncio.Queue()
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             steps.put_nowait(message or (f"{progress:g}/{total:g}" if total else f"{progress:g}"))
 
-        call = asyncio.ensure_future(self.upstream.call(name, arguments, on_progress))
+        call = asyncio.ensure_future(self.upstream.call(self.mcp_names.get(tool, tool), arguments, on_progress))
         try:
-            while not call.done():
-                waiting = asyncio.ensure_future(steps.get())
-                await asyncio.wait({call, waiting}, return_when=asyncio.FIRST_COMPLETED)
-                if waiting.done():
-                    yield waiting.result() + "\n"
-                else:
-                    await cancel_and_wait(waiting)
-            while not steps.empty():
-                yield steps.get_nowait() + "\n"
+            first = await _first_step(call, steps)
+            if first is None:
+                return self._answer(call)
+        except BaseException:
+            await cancel_and_wait(call)
+            raise
+        return self._stream(call, steps, first)
+
+    async def _stream(
+        self, call: asyncio.Task[dict[str, Any]], steps: asyncio.Queue[str], first: str
+    ) -> AsyncIterator[Any]:
+        """The progress steps as chunks, then the result; the call is cancelled at the server however this ends."""
+        try:
+            yield first + "\n"
+            while (step := await _first_step(call, steps)) is not None:
+                yield step + "\n"
+            answer = self._answer(call)
+        finally:
+            await cancel_and_wait(call)
+        yield answer
+
+    def _answer(self, call: asyncio.Task[dict[str, Any]]) -> ToolResult:
+        """The finished call's result, or its error as a `ToolError`."""
+        try:
             result = call.result()
         except ToolError as exc:
             if exc.type == "mcp-error":
                 self.ask_now.set()  # a closed connection answers so too: is the server still there?
             raise
-        finally:
-            await cancel_and_wait(call)
         answer = ToolResult.from_mcp(result)
         if result.get("isError"):
             raise ToolError("tool-error", answer.text or "the MCP server says the call failed")
-        yield answer
+        return answer
+
+
+async def _first_step(call: asyncio.Task[Any], steps: asyncio.Queue[str]) -> str | None:
+    """The next progress step, if one comes (or came) before the call ends; None once it ended with none left."""
+    if not steps.empty():
+        return steps.get_nowait()
+    if call.done():
+        return None
+    waiting = asyncio.ensure_future(steps.get())
+    try:
+        await asyncio.wait({call, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not waiting.done():
+            await cancel_and_wait(waiting)  # a cancelled get takes nothing from the queue
+    if waiting.done() and not waiting.cancelled():
+        return waiting.result()
+    return steps.get_nowait() if not steps.empty() else None
 
 
 class McpToolService:
