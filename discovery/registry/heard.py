@@ -73,8 +73,9 @@ class HeardLeases:
     """A standby's ear on `tool-descriptors`: the last time each instance spoke. `start()`, `stop()`, again after a
     demotion."""
 
-    def __init__(self, connection: Transport, *, capacity: int, receiver_queue: int) -> None:
+    def __init__(self, connection: Transport, *, capacity: int, receiver_queue: int, linger: float = 0.0) -> None:
         self._connection = connection
+        self._linger = linger
         self.capacity = capacity
         """At most this many instances are kept (the registry's `max_instances`): a flood of made-up ids cannot grow
         it."""
@@ -104,6 +105,7 @@ class HeardLeases:
             self._on_message,
             subscription=unique_name("tool-registry-standby"),
             receiver_queue=self._receiver_queue,
+            linger=self._linger,
         )
         self._since = time.monotonic()
         self._watch = asyncio.create_task(self._keep_watch(), name="registry:standby-ear")

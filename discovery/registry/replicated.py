@@ -29,7 +29,7 @@ from toolservice_base.transport import Transport
 from .heard import HeardLeases
 from .options import RegistryOptions
 from .overview import Overview, RegistrySnapshot, ReplicaView
-from .service import DESCRIPTOR_PERMITS, Registry
+from .service import DESCRIPTOR_LINGER, DESCRIPTOR_PERMITS, Registry
 
 if TYPE_CHECKING:
     from discovery.replicas.membership import ReplicaStatus
@@ -74,7 +74,10 @@ class ActiveRegistry:
     async def listen(self) -> None:
         """Hear the announcements while standby (for a registry that may be elected): call before joining the group."""
         self._ear = HeardLeases(
-            self._connection, capacity=self._options.max_instances, receiver_queue=DESCRIPTOR_PERMITS
+            self._connection,
+            capacity=self._options.max_instances,
+            receiver_queue=DESCRIPTOR_PERMITS,
+            linger=DESCRIPTOR_LINGER,
         )
         await self._ear.start()
 

@@ -282,3 +282,30 @@ async def test_a_broker_restart_under_64_calls_in_flight_loses_nothing_and_calls
     first_ok = min(started for started, _, outcome in outcomes if started > back and outcome == "ok")
     after = [outcome for started, _, outcome in outcomes if started > first_ok]
     assert after and all(outcome == "ok" for outcome in after), sorted(set(after))  # once calls resume, all do
+
+
+async def test_under_a_steady_stream_a_lingering_subscription_takes_messages_together_and_after_quiet_at_once(
+    connection: Transport,
+) -> None:
+    topic = connection.topics.tool_descriptors
+    handled: dict[bytes, float] = {}
+
+    def keep(message: Envelope) -> None:
+        handled[message.data] = time.monotonic()
+
+    await connection.subscribe(topic, keep, inline=True, linger=1.0)
+    publisher = await connection.publisher(topic)
+
+    async def sent_and_handled(data: bytes) -> float:
+        sent = time.monotonic()
+        await publisher.send(data)
+        await eventually(lambda: data in handled, timeout=10, explain=lambda: f"{data!r} never handled")
+        return handled[data] - sent
+
+    # The first two come after a quiet spell: each at once. They came within the linger of each other, so the
+    # loop looks by itself from now on, and the third waits for its look (up to a second) instead of a wake-up.
+    assert await sent_and_handled(b"first") < 0.5
+    assert await sent_and_handled(b"second") < 0.5
+    assert 0.2 < await sent_and_handled(b"third") < 3.0
+    await asyncio.sleep(2.5)  # a look found nothing: lingering ended
+    assert await sent_and_handled(b"after a quiet spell") < 0.5

@@ -276,6 +276,7 @@ class Transport(Protocol):
         bulk: bool = False,
         receiver_queue: int = 1000,
         inline: bool = False,
+        linger: float = 0.0,
     ) -> Subscription:
         """Subscribe and start delivering to `handler`, one message at a time.
 
@@ -283,6 +284,11 @@ class Transport(Protocol):
         loop as messages arrive, in order, with no task step between a message and it
         (an answer reaches its waiting caller one loop iteration sooner). It must not
         block; what it raises is logged.
+
+        `linger` (seconds): under a steady stream, messages may wait up to this long
+        to be handed over together, one wake-up of the loop for all of them, instead of
+        one each; a message after a quiet spell is handed over at once. For streams
+        where milliseconds do not matter and wake-ups do (heartbeats).
 
         `shared=True` spreads messages over every consumer of `subscription`
         (a service's instances); otherwise the subscription is exclusive: this

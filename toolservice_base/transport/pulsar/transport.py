@@ -387,12 +387,19 @@ class PulsarTransport(OpenedResources):
         bulk: bool = False,
         receiver_queue: int = 1000,
         inline: bool = False,
+        linger: float = 0.0,
     ) -> PulsarSubscription:
         self._check_open()
         name = subscription or unique_name("sub")
         doing = f"subscribing to {topic}" + (f" as {name!r}" if subscription else "")
         sub = PulsarSubscription(
-            topic, handler, self._bridge, receiver_queue=receiver_queue, delete_on_close=not shared, inline=inline
+            topic,
+            handler,
+            self._bridge,
+            receiver_queue=receiver_queue,
+            delete_on_close=not shared,
+            inline=inline,
+            linger=linger,
         )
         reserved = name if shared else ""
         async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic, "consume", reserved)):
