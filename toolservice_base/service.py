@@ -71,6 +71,7 @@ from .schemas import (
     canonical_json,
     check_tool_against_service,
     describe_validation_error,
+    text_response_bytes,
 )
 from .settings import Settings
 from .signing import load_private_key
@@ -361,6 +362,9 @@ class DynamicToolService:
                 result = await result
             if inspect.isasyncgen(result):
                 await stream_responses(result, reply, contract)
+                return
+            if isinstance(result, str):  # most answers: their bytes at once, no model built and dumped
+                await reply(text_response_bytes(result))
                 return
             await reply(response_for(result, contract))
         except BadRequest as exc:

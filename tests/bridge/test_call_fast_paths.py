@@ -1,9 +1,10 @@
 """The call path's shortcuts decide exactly what the long way decides.
 
 A call checks flat arguments by their schema's fixed shape before asking
-jsonschema, and builds its request's bytes without the pydantic model. For
-any arguments, the shortcut accepts exactly what jsonschema accepts (and a
-refusal's text still comes from jsonschema), and the bytes are the model's.
+jsonschema, and builds its request's bytes without the pydantic model; a
+service answers text with bytes built the same way. For any arguments, the
+shortcut accepts exactly what jsonschema accepts (and a refusal's text still
+comes from jsonschema), and the bytes are the models'.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from jsonschema import Draft202012Validator
 
 from agent_bridge import BadArguments
 from agent_bridge.arguments import ArgumentCheck
-from toolservice_base.schemas import ARGUMENT_TYPES, ToolDescriptor, ToolServiceRequest, request_bytes
+from toolservice_base.schemas import (
+    ARGUMENT_TYPES,
+    ToolDescriptor,
+    ToolServiceRequest,
+    ToolServiceResponse,
+    request_bytes,
+    text_response_bytes,
+)
 from toolservice_base.transport import encode
 
 NAMES = ("text", "count", "flag", "items", "options", "ratio")
@@ -75,3 +83,17 @@ def test_a_requests_bytes_are_the_models(user: str, config: dict[str, Any], argu
             return
         raise AssertionError("request_bytes sent what the model could not") from None
     assert request_bytes(user, config, arguments) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_a_text_answers_bytes_are_the_models(text: str) -> None:
+    try:
+        expected = encode(ToolServiceResponse(response=text))
+    except (ValueError, UnicodeError):  # a lone surrogate: neither way can send it
+        try:
+            text_response_bytes(text)
+        except ValueError:
+            return
+        raise AssertionError("text_response_bytes sent what the model could not") from None
+    assert text_response_bytes(text) == expected

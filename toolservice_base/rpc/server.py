@@ -40,7 +40,8 @@ _DEADLINE_SLACK = 0.001
 _deadline: ContextVar[float | None] = ContextVar("toolservice_base.rpc_server.deadline", default=None)
 """The deadline (loop time) of the request the current task serves; each request runs in a task of its own."""
 
-Body = BaseModel | dict[str, Any]
+Body = BaseModel | dict[str, Any] | bytes
+"""An answer: a model or a dict, or its bytes already encoded (always a last answer)."""
 Responder = Callable[[Envelope, Callable[[Body], Awaitable[None]]], Awaitable[None]]
 CallKey = tuple[str, str | None]
 """A request as its caller names it in a cancel: (`id`, `reply-to`)."""
@@ -75,6 +76,9 @@ class _Reply:
     async def __call__(self, body: Body) -> None:
         await self._server._send(body, self._request_id, self._reply_to)
         # A body is the last unless it says `end_of_stream: false` (single-answer protocols never say it).
+        if isinstance(body, bytes):
+            self.finished = True
+            return
         more = body.get("end_of_stream") if isinstance(body, dict) else getattr(body, "end_of_stream", None)
         self.finished = more is not False
 

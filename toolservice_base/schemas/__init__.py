@@ -46,6 +46,7 @@ from .calls import (
     parse_response,
     request_bytes,
     response_chunk,
+    text_response_bytes,
 )
 from .config import (
     CONFIG_OPERATIONS,
@@ -153,6 +154,8 @@ __all__ = [
     "printable",
     "queue_namespace",
     "request_bytes",
+    "text_response_bytes",
+    "text_response_bytes",
     "response_chunk",
     "validate_config_item",
 ]

@@ -41,6 +41,12 @@ def request_bytes(user: str, config: Mapping[str, Any], arguments: Mapping[str, 
     return f'{{"user":{_string(user)},"config":{_string(config_text)},"arguments":{_string(arguments_text)}}}'.encode()
 
 
+def text_response_bytes(text: str) -> bytes:
+    """A last response carrying `text` as it goes on the wire: the bytes `encode(ToolServiceResponse(response=text))`
+    gives, without the model (a service answers most calls so)."""
+    return f'{{"response":{_string(text)},"end_of_stream":true}}'.encode()
+
+
 class ToolServiceResponse(BaseModel):
     """One response. `content` and `structured` are left off (not sent as null) when a result is text only, so a
     text answer is the bytes it always was; readers that do not know them (TrustGraph's) read `response`."""
