@@ -49,7 +49,8 @@ from typing import Any, ClassVar
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from toolservice_base.rpc.server import RequestServer, past_deadline
+from toolservice_base.rpc.answers import past_deadline
+from toolservice_base.rpc.server import RequestServer
 from toolservice_base.rpc.wire import TOOL
 
 from . import tracing

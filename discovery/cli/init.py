@@ -52,21 +52,7 @@ def add_command(sub: Any, common: argparse.ArgumentParser) -> None:
             f" token, with authentication on, is read from {ADMIN_TOKEN_FILE_ENV} (else PULSAR_AUTH_TOKEN's is used)"
         ),
     )
-    for kind, who in KINDS.items():
-        init.add_argument(
-            f"--{kind}-role",
-            action="append",
-            default=[],
-            metavar="ROLE",
-            help=f"a role (a token's subject) {who} run as; repeatable",
-        )
-    init.add_argument(
-        "--role",
-        action="append",
-        default=[],
-        metavar="ROLE",
-        help="a role every kind of process runs as: it may produce and consume everywhere (no least privilege)",
-    )
+    _add_role_options(init)
     init.add_argument(
         "--audit-retention",
         default=None,
@@ -82,6 +68,24 @@ def add_command(sub: Any, common: argparse.ArgumentParser) -> None:
         help=f"the cluster a new tenant may use (env {CLUSTER_ENV}; default: the cluster's own, if it has one)",
     )
     init.set_defaults(handler=cmd_init)
+
+
+def _add_role_options(init: argparse.ArgumentParser) -> None:
+    for kind, who in KINDS.items():
+        init.add_argument(
+            f"--{kind}-role",
+            action="append",
+            default=[],
+            metavar="ROLE",
+            help=f"a role (a token's subject) {who} run as; repeatable",
+        )
+    init.add_argument(
+        "--role",
+        action="append",
+        default=[],
+        metavar="ROLE",
+        help="a role every kind of process runs as: it may produce and consume everywhere (no least privilege)",
+    )
 
 
 def admin_url(args: argparse.Namespace) -> str:

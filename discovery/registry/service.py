@@ -78,8 +78,7 @@ DESCRIPTOR_LINGER = 0.02
 """Seconds a message on `tool-descriptors` may wait for others under a steady stream (`Transport.subscribe`'s
 `linger`): the loop then takes what came in one wake-up instead of one each. Measured with 2,000 instances at 400
 heartbeats/s beside a bare listener consumer (3.1 % of a core): the registry took 9.5 % without, 7.6 % at 10 ms,
-6.5 % at 25 ms, 6.2 % at 50 ms (bench/PROFILE.md). A message after a quiet spell (an announce to an idle
-registry) is taken at once; under a steady stream an announce or withdraw waits at most this long."""
+6.5 % at 25 ms, 6.2 % at 50 ms (bench/PROFILE.md). After a quiet spell a message is taken at once."""
 
 
 class Registry:

@@ -38,6 +38,7 @@ is logged, never a reason to stop.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import socket
 import uuid
@@ -56,7 +57,7 @@ from discovery.replicas import (
     differing_settings,
 )
 from discovery.replicas.membership import describe
-from toolservice_base.errors import ToolDiscoveryError
+from toolservice_base.errors import ToolDiscoveryError, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Transport
@@ -77,6 +78,9 @@ SETTINGS_WAIT = 2.5
 publishes every one)."""
 RIVAL_WAIT = 0.5
 """Seconds a starting store listens for another store on its topicspace (every member answers a newcomer at once)."""
+REJOIN_DELAYS = (0.5, 1.0, 2.0, 4.0)
+"""Seconds between attempts to start the next generation while the broker cannot be reached (the last repeats): a
+replica deposed while its broker restarts waits for it, as every other process does, instead of exiting."""
 
 
 class AnotherStore(ToolDiscoveryError):
@@ -261,7 +265,7 @@ class ReplicatedStore:
         try:
             while True:
                 self._generation_over.clear()
-                await self._generation()
+                await self._next_generation()
         except ToolDiscoveryError as exc:
             self._failure = exc
             log.error("config.replica_failed", replica=self.replica_id, error=str(exc))
@@ -270,6 +274,20 @@ class ReplicatedStore:
         except Exception as exc:  # a bug: reported, never a silently dead replica
             self._failure = exc
             log.exception("config.replica_crashed", replica=self.replica_id)
+
+    async def _next_generation(self) -> None:
+        """A generation; after the first one started, one the broker cannot be reached for is tried again (the first
+        fails at once: that is `toolreg up` told in one line that its broker is not there)."""
+        for attempt in itertools.count():
+            try:
+                await self._generation()
+                return
+            except TransportError as exc:
+                if not self._started.is_set() or not exc.retriable:
+                    raise
+                delay = REJOIN_DELAYS[min(attempt, len(REJOIN_DELAYS) - 1)]
+                log.warning("config.replica_waiting", replica=self.replica_id, error=str(exc), retry_in=delay)
+                await asyncio.sleep(delay)
 
     async def _generation(self) -> None:
         """Restore, follow, maybe serve; return once deposed, so the next generation starts from the log alone."""

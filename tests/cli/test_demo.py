@@ -8,6 +8,7 @@ of the demo's own registry and bridge; they go to a file in the demo's directory
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -23,9 +24,11 @@ def test_make_demo_installs_the_product_without_the_test_extra(tmp_path: Path) -
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     venv = tmp_path / "venv"
+    alone = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # under `make test`
     planned = subprocess.run(
-        ["make", "-n", "-f", str(ROOT / "Makefile"), "demo", f"VENV={venv}"],
+        ["make", "-n", "--no-print-directory", "-f", str(ROOT / "Makefile"), "demo", f"VENV={venv}"],
         cwd=ROOT,
+        env=alone,
         capture_output=True,
         text=True,
         timeout=30,

@@ -1,14 +1,15 @@
 """Request/response over a pair of queues, correlated on the `id` property.
 
 One import for both sides: `RequestClient` (`client`), `RequestServer`
-(`server`), and what travels beside a request's body (`wire`: the
+(`server`, with what it answers in `answers`), and what travels beside a request's body (`wire`: the
 message properties, the private reply queues and the cancel queue).
 """
 
 from __future__ import annotations
 
+from .answers import error_body
 from .client import DEFAULT_TIMEOUT, RequestClient
-from .server import MAX_REPLY_QUEUES, RequestServer, error_body
+from .server import MAX_REPLY_QUEUES, RequestServer
 from .wire import REPLY_TO, TIMEOUT_MS, TOOL, cancel_queue, private_queue, reply_queue
 
 __all__ = [

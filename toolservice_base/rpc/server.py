@@ -17,16 +17,14 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from functools import partial
-from typing import Any, Self
-
-from pydantic import BaseModel
+from typing import Self
 
 from toolservice_base.errors import MessageTooLarge, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.transport import LARGE_MESSAGE, Envelope, Publisher, Subscription, Transport, encode, unique_name
 
+from .answers import Body, answer_too_large, error_body, request_deadline
 from .wire import ID, REPLY_TO, caller_timeout, cancel_queue, reply_queue
 
 log = get_logger("toolservice_base.rpc")
@@ -35,33 +33,9 @@ MAX_REPLY_QUEUES = 1024
 CANCEL_GRACE = 1.0
 """Seconds a cancelled handler has to end before its slot is given to the next request anyway."""
 _POWERS_OF_TEN = frozenset(10**k for k in range(10))
-_DEADLINE_SLACK = 0.001
-"""Seconds: the loop may run a timer this much (its clock resolution, far less) before it is due."""
-_deadline: ContextVar[float | None] = ContextVar("toolservice_base.rpc_server.deadline", default=None)
-"""The deadline (loop time) of the request the current task serves; each request runs in a task of its own."""
-
-Body = BaseModel | dict[str, Any] | bytes
-"""An answer: a model or a dict, or its bytes already encoded (always a last answer)."""
 Responder = Callable[[Envelope, Callable[[Body], Awaitable[None]]], Awaitable[None]]
 CallKey = tuple[str, str | None]
 """A request as its caller names it in a cancel: (`id`, `reply-to`)."""
-
-
-def past_deadline() -> bool:
-    """For a handler being cancelled: whether its request's deadline has passed (a timeout), as opposed to a cancel
-    from its caller or the server shutting down. Lets a handler's span and logs say which."""
-    deadline = _deadline.get()
-    return deadline is not None and asyncio.get_running_loop().time() >= deadline - _DEADLINE_SLACK
-
-
-def error_body(kind: str, message: str) -> dict[str, Any]:
-    """The error answer every server of ours understands: `{error: {type, message}, end_of_stream: true}`."""
-    return {"error": {"type": kind, "message": message}, "end_of_stream": True}
-
-
-def answer_too_large(reason: str) -> dict[str, Any]:
-    """What a caller gets instead of an answer the broker refused for its size."""
-    return error_body("answer-too-large", f"{reason}; stream it in parts (an async generator) or return less")
 
 
 class _Reply:
@@ -301,7 +275,7 @@ class RequestServer:
 
     async def _run(self, message: Envelope, address: CallKey, deadline: float | None, limit: float | None) -> None:
         request_id, reply_to = address
-        _deadline.set(deadline)  # this task's own context: see past_deadline()
+        request_deadline.set(deadline)  # this task's own context: see past_deadline()
         reply = _Reply(self, request_id, reply_to)
         # No per-request log line here: a structlog call costs more than the rest of
         # this method (py-spy: 5% of a service's main thread); latency is in the metrics.

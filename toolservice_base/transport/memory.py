@@ -42,11 +42,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-import time
 import weakref
 from collections import deque
 
-from ..errors import Fenced, MessageTooLarge, ProducerBusy, TransportClosed, TransportError
+from ..errors import Fenced, MessageTooLarge, ProducerBusy, TransportClosed
 from ..logs import get_logger
 from ..topics import Topics
 from .base import (
@@ -64,25 +63,13 @@ from .base import (
     encode,
     unique_name,
 )
+from .memory_reader import MemoryReader, message_id_of
 
 log = get_logger("toolservice_base.transport")
 
 SCHEME = "memory://"
 _brokers: weakref.WeakValueDictionary[str, "MemoryBroker"] = weakref.WeakValueDictionary()
 _names = itertools.count(1)
-_ID_PREFIX = b"memory:"
-
-
-def _message_id(index: int) -> bytes:
-    return _ID_PREFIX + str(index).encode()
-
-
-def _index_of(message_id: bytes) -> int:
-    if not message_id.startswith(_ID_PREFIX) or not message_id[len(_ID_PREFIX) :].isdigit():
-        raise TransportError(
-            f"{message_id[:16]!r} is not a message id of this broker; start at earliest", retriable=False
-        )
-    return int(message_id[len(_ID_PREFIX) :])
 
 
 class _Consumer:
@@ -202,7 +189,7 @@ class _Topic:
         """Keep the message for readers and wake them; its id."""
         index = self.sent
         self.sent += 1
-        message_id = _message_id(index)
+        message_id = message_id_of(index)
         envelope = Envelope(data, dict(properties), self.name, message_id, producer)
         if self.persistent:
             self.log.append(envelope)
@@ -289,7 +276,7 @@ class MemoryBroker:
         target = self._topics.get(topic)
         if target is None:
             if not topic.startswith("persistent://"):
-                return _message_id(0)  # nobody could read it: a non-persistent topic keeps nothing
+                return message_id_of(0)  # nobody could read it: a non-persistent topic keeps nothing
             target = self._topic(topic)
         message_id = target.append(data, properties, producer)
         envelope = Envelope(data, dict(properties), topic, producer=producer)
@@ -310,6 +297,16 @@ class MemoryBroker:
         consumer = _Consumer(sub, handler, topic, inline)
         sub.attach(consumer)
         return consumer
+
+
+def _sized(payload: Payload, topic: str) -> bytes:
+    """The message's bytes; refused as Pulsar's broker refuses one over its limit."""
+    data = encode(payload)
+    if len(data) > MESSAGE_LIMIT:
+        raise MessageTooLarge(
+            f"the in-memory broker refused a {len(data)}-byte message on {topic} as too large; send less at once"
+        )
+    return data
 
 
 class MemoryPublisher:
@@ -336,12 +333,7 @@ class MemoryPublisher:
             raise TransportClosed(f"the producer on {self.topic} is closed")
         if self._topic.holder is not None:
             raise ProducerBusy(f"{self.topic} is held by an exclusive producer; only it may send there")
-        data = encode(payload)
-        if len(data) > MESSAGE_LIMIT:
-            raise MessageTooLarge(
-                f"the in-memory broker refused a {len(data)}-byte message on {self.topic} as too large; send less at"
-                " once"
-            )
+        data = _sized(payload, self.topic)
         self._broker.publish(self.topic, data, properties or {}, self.name)
 
     @property
@@ -380,12 +372,7 @@ class MemoryExclusivePublisher:
                 f"another replica took {self.topic} over (this producer was fenced); it never writes there again: step"
                 " down to standby"
             )
-        data = encode(payload)
-        if len(data) > MESSAGE_LIMIT:
-            raise MessageTooLarge(
-                f"the in-memory broker refused a {len(data)}-byte message on {self.topic} as too large; send less at"
-                " once"
-            )
+        data = _sized(payload, self.topic)
         return self._broker.publish(self.topic, data, properties or {}, self.name)
 
     @property
@@ -400,71 +387,6 @@ class MemoryExclusivePublisher:
         if not self._closed:
             self._closed = True
             self._topic.release(self)
-
-
-class MemoryReader:
-    """Reads a topic's kept messages from a position (persistent), or what arrives after it opened (non-persistent)."""
-
-    def __init__(self, topic: _Topic, start: ReaderStart, inclusive: bool) -> None:
-        self._topic = topic
-        self.topic = topic.name
-        self._queue: deque[Envelope] = deque()
-        self._next = 0
-        self._wake = asyncio.Event()
-        self._closed = False
-        if topic.persistent:
-            if start == "earliest":
-                self._next = 0
-            elif start == "latest":
-                self._next = max(len(topic.log) - 1, 0)
-            elif isinstance(start, bytes):
-                self._next = _index_of(start) + (0 if inclusive else 1)
-            else:
-                raise ValueError(f"a reader starts at 'earliest', 'latest' or a message id, not {start!r}")
-        topic.readers.add(self)
-
-    def offer(self, envelope: Envelope) -> None:
-        if not self._topic.persistent:
-            self._queue.append(envelope)
-        self._wake.set()
-
-    def _take(self) -> Envelope | None:
-        if not self._topic.persistent:
-            return self._queue.popleft() if self._queue else None
-        if self._next < len(self._topic.log):
-            self._next += 1
-            return self._topic.log[self._next - 1]
-        return None
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise TransportClosed(f"the reader of {self.topic} is closed")
-
-    async def read_next(self, timeout: float) -> Envelope | None:
-        deadline = time.monotonic() + timeout
-        while True:
-            self._check_open()
-            envelope = self._take()
-            if envelope is not None:
-                return envelope
-            self._wake.clear()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            try:
-                async with asyncio.timeout(remaining):  # not wait_for: on 3.11 it can swallow a cancellation
-                    await self._wake.wait()
-            except TimeoutError:
-                return None
-
-    async def has_message_available(self) -> bool:
-        self._check_open()
-        return bool(self._queue) if not self._topic.persistent else self._next < len(self._topic.log)
-
-    async def close(self) -> None:
-        self._closed = True
-        self._topic.readers.discard(self)
-        self._wake.set()
 
 
 class MemorySubscription:

@@ -37,7 +37,8 @@ know them:
   that needs them (`Capabilities.for_broker`).
 """
 
+from .client_log import CLIENT_LOG, client_logger
 from .errors import broker_errors, translate
-from .transport import CLIENT_LOG, PulsarTransport, client_logger
+from .transport import PulsarTransport
 
 __all__ = ["CLIENT_LOG", "PulsarTransport", "broker_errors", "client_logger", "translate"]
