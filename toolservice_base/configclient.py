@@ -9,10 +9,12 @@ from typing import Any, Protocol, Self
 
 from pydantic import ValidationError
 
-from .errors import ConfigConflict, ConfigError, ConfigRefused, RequestTimeout
+from .errors import ChangesUnavailable, ConfigConflict, ConfigError, ConfigRefused, RequestTimeout
 from .logs import get_logger
 from .rpc import DEFAULT_TIMEOUT, RequestClient
 from .schemas import (
+    CHANGES_OPERATION,
+    CHANGES_TOO_OLD,
     MAX_CONFIG_REQUEST_BYTES,
     MAX_ITEM_BYTES,
     MAX_PUSH_BYTES,
@@ -36,7 +38,13 @@ PAGE_LIMIT = 10_000
 log = get_logger("toolservice_base.configclient")
 
 
-_ERRORS: dict[str, type[ConfigError]] = {"conflict": ConfigConflict, "invalid": ConfigRefused}
+_ERRORS: dict[str, type[ConfigError]] = {
+    "conflict": ConfigConflict,
+    "invalid": ConfigRefused,
+    CHANGES_TOO_OLD: ChangesUnavailable,
+}
+Delta = dict[str, dict[str, str | None]]
+"""Changed items by type, then key: the value now, or None for a key deleted."""
 
 
 class Requests(Protocol):
@@ -304,6 +312,74 @@ class ConfigClient:
                 )
             after = page[-1][0]
 
+    async def changes(
+        self,
+        since: int,
+        item_types: Iterable[str] = (),
+        *,
+        workspace: str | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, Delta]:
+        """What changed since version `since` (of `item_types`; none: every type) and the version it brings the reader
+        to: each changed key's value now, None for one deleted. Read in pages at one version, as `read_types` is.
+
+        `ChangesUnavailable` when the store cannot say (past its change feed's
+        window, or a store with no feed): read everything instead.
+        """
+        total = timeout or self.timeout
+        deadline = asyncio.get_running_loop().time() + total
+        for _ in range(READ_ATTEMPTS):
+            read = await self._changes_once(
+                since, sorted(set(item_types)), workspace or self.workspace, deadline, total
+            )
+            if read is not None:
+                return read
+        raise ConfigError(
+            f"the config store changed on every one of {READ_ATTEMPTS} attempts to read its changes; retry", "busy"
+        )
+
+    async def _changes_once(
+        self, since: int, item_types: Types, workspace: str, deadline: float, total: float
+    ) -> tuple[int, Delta] | None:
+        """Every page of the changes since `since` at one version; None if the version moved between pages."""
+        loop = asyncio.get_running_loop()
+        version: int | None = None
+        delta: Delta = {}
+        after: str | None = None
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise RequestTimeout(
+                    f"the config store did not answer within {total:g}s; is it running (`toolreg up`)?"
+                )
+            request = _config_request(
+                operation=CHANGES_OPERATION,
+                workspace=workspace,
+                since=since,
+                types=item_types or None,
+                limit=self.page_limit,
+                after=after,
+            )
+            try:
+                response = await self._call(request, remaining)
+            except ConfigError as exc:
+                if exc.code == "bad-operation":  # TrustGraph's store, or one older than the change feed
+                    raise ChangesUnavailable(f"the config store has no change feed: {exc}", exc.code) from None
+                raise
+            if version is None:
+                version = response.version
+            elif response.version != version:
+                return None
+            for item in response.values:
+                delta.setdefault(item.type, {})[item.key] = item.value
+            if not response.more:
+                return version, delta
+            if not response.values:
+                raise ConfigError(
+                    "the config store said more changes follow but sent none; it may be damaged", "bad-response"
+                )
+            after = f"{response.values[-1].type}/{response.values[-1].key}"
+
     async def version(self, *, workspace: str | None = None, timeout: float | None = None) -> int:
         """The store's current version, cheaply (an empty `get`): for periodic change checks."""
         request = _config_request(operation="get", workspace=workspace or self.workspace)
@@ -339,6 +415,6 @@ async def watch_config(connection: Transport, handler: PushHandler) -> Subscript
         except (ValidationError, ValueError) as exc:
             log.warning("config.push_rejected", reason=str(exc).splitlines()[0])
             return
-        await handler(push)
+        await handler(push.with_keys(message.properties) if message.properties else push)
 
     return await connection.subscribe(connection.topics.config_notify, on_push)

@@ -158,6 +158,13 @@ class ConfigRefused(ConfigError):
     code = "invalid"
 
 
+class ChangesUnavailable(ConfigError):
+    """The store cannot say what changed since a version: it is past the store's change feed (`too-old`), or the
+    store has none (`bad-operation`: TrustGraph's, or an older release). Read everything instead."""
+
+    code = "too-old"
+
+
 # --- tool services and calls ---------------------------------------------------------
 
 
@@ -238,6 +245,7 @@ __all__ = [
     "BridgeUnavailable",
     "BrokerUnreachable",
     "BrokerUnsupported",
+    "ChangesUnavailable",
     "ConfigConflict",
     "ConfigError",
     "ConfigRefused",

@@ -132,6 +132,12 @@ class Settings:
     mcp_max_sessions: int = 1000
     """TOOLREG_MCP_MAX_SESSIONS: MCP HTTP sessions open at once; a new one past it is refused (503) until one ends or
     expires."""
+    change_window_keys: int = 100_000
+    """TOOLREG_CHANGE_WINDOW_KEYS: changed keys the config store's change feed remembers; a reader further behind
+    reads everything (its tools, not the whole store) once."""
+    change_window_bytes: int = 16 * 1024 * 1024
+    """TOOLREG_CHANGE_WINDOW_BYTES: about how many bytes of key names the change feed keeps, whichever bound is hit
+    first."""
 
     def __post_init__(self) -> None:
         check_topicspace(self.topicspace)
@@ -141,6 +147,11 @@ class Settings:
             raise SettingsError(f"{MCP_SESSION_IDLE_ENV}={self.mcp_session_idle!r}: give a positive number of seconds")
         if self.mcp_max_sessions < 1:
             raise SettingsError(f"{MCP_MAX_SESSIONS_ENV}={self.mcp_max_sessions!r}: give at least 1")
+        if self.change_window_keys < 1 or self.change_window_bytes < 1:
+            raise SettingsError(
+                f"{CHANGE_WINDOW_KEYS_ENV} and {CHANGE_WINDOW_BYTES_ENV} must be at least 1, not"
+                f" {self.change_window_keys!r} and {self.change_window_bytes!r}"
+            )
 
     @classmethod
     def from_env(
@@ -161,6 +172,8 @@ class Settings:
             topicspace=space,
             store=os.environ.get("TOOLREG_STORE", "").strip() or None,
             group_key_file=Path(key) if (key := _env(GROUP_KEY_ENV)) else None,
+            change_window_keys=_count(CHANGE_WINDOW_KEYS_ENV, 100_000),
+            change_window_bytes=_count(CHANGE_WINDOW_BYTES_ENV, 16 * 1024 * 1024),
             **_serving_env(),
             **_registry_env(),
             **_mcp_env(),
@@ -239,6 +252,19 @@ AUDIT_RETENTION_ENV = "TOOLREG_AUDIT_RETENTION"
 GROUP_KEY_ENV = "TOOLREG_GROUP_KEY"
 MCP_SESSION_IDLE_ENV = "TOOLREG_MCP_SESSION_IDLE"
 MCP_MAX_SESSIONS_ENV = "TOOLREG_MCP_MAX_SESSIONS"
+CHANGE_WINDOW_KEYS_ENV = "TOOLREG_CHANGE_WINDOW_KEYS"
+CHANGE_WINDOW_BYTES_ENV = "TOOLREG_CHANGE_WINDOW_BYTES"
+
+
+def _count(name: str, default: int) -> int:
+    """A whole number from the environment variable `name`, or `default` when it is unset."""
+    text = _env(name)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise SettingsError(f"{name}={text!r} is not a whole number") from None
 
 
 MCP_OAUTH_ISSUER_ENV = "TOOLREG_MCP_OAUTH_ISSUER"

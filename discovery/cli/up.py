@@ -26,7 +26,7 @@ from discovery.registry.replicated import ActiveRegistry
 from discovery.registry.trust import TrustPolicy
 from discovery.replicas import Election, GroupKey, Membership, group_key_from
 from discovery.replicas.groupkey import protection_line
-from discovery.store import STORE_FILE, ConfigStore, ConfigStoreService
+from discovery.store import STORE_FILE, ChangeWindow, ConfigStore, ConfigStoreService
 from discovery.store.local import LocalRequests
 from discovery.store.presence import StorePresence
 from discovery.store.replicated import ReplicatedStore, new_replica_id
@@ -80,10 +80,10 @@ async def cmd_up(args: argparse.Namespace) -> int:
     async with AsyncExitStack() as stack:
         _lock(stack, settings.data_dir, backend)
         config: ConfigStore | None = None
+        window = ChangeWindow(settings.change_window_keys, settings.change_window_bytes)
         if backend == "sqlite":
-            config = ConfigStore(
-                settings.data_dir / STORE_FILE
-            )  # checked before anything starts: a damaged store stops us here
+            # checked before anything starts: a damaged store stops us here
+            config = ConfigStore(settings.data_dir / STORE_FILE, window=window)
             stack.callback(config.close)
         health = await start_health(stack, args.metrics_port)
         if health is not None:
@@ -108,7 +108,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
             if registry_group is not None:
                 watched.append(registry_group)
         else:
-            watched.append(await _replicated_store(stack, connection, args, options, health, key))
+            watched.append(await _replicated_store(stack, connection, args, options, health, key, window))
         up = True
         print(f"ready in {(time.perf_counter() - started) * 1000:.0f} ms; Ctrl-C to stop", flush=True)
         await wait_for_signal(*watched)
@@ -213,6 +213,7 @@ async def _replicated_store(
     options: RegistryOptions,
     health: HealthServer | None,
     key: GroupKey | None,
+    window: ChangeWindow,
 ) -> asyncio.Future[Any]:
     """Join the group: a standby until the broker elects this replica; the active one also runs the registry, which asks
     the store of its own replica directly (not the queues, where a frozen deposed replica may still listen)."""
@@ -233,6 +234,7 @@ async def _replicated_store(
         on_standby=None if args.no_registry else registry.step_down,
         key=key,
         write_guard=cli_registry.write_guard(options, key, connection.topics.topicspace),
+        window=window,
     )
     registry.replicas = replicated.replicas
     await stack.enter_async_context(replicated)

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from toolservice_base.schemas import (
+    CHANGES_OPERATION,
+    CHANGES_TOO_OLD,
     CONFIG_OPERATIONS,
     MAX_ITEM_BYTES,
     MAX_PAGE_ITEMS,
@@ -51,7 +53,9 @@ from toolservice_base.schemas import (
     WorkspaceChanges,
     is_reserved_workspace,
 )
+from toolservice_base.schemas.config import ChangedKey
 
+from .changes import TooOld
 from .sqlite import Changes, ConfigStore, ExpectationFailed, StoreError
 
 StoreProtocol = Literal["toolreg", "trustgraph"]
@@ -131,7 +135,8 @@ class ConfigOperations:
         """Answer `request`; `queue_workspace` is set when it came on that workspace's own queue (its body's workspace
         is ignored)."""
         op = request.operation
-        if op not in CONFIG_OPERATIONS or (queue_workspace is not None and op not in WORKSPACE_OPERATIONS):
+        known = op in CONFIG_OPERATIONS and not (self.trustgraph and op == CHANGES_OPERATION)
+        if not known or (queue_workspace is not None and op not in WORKSPACE_OPERATIONS):
             allowed = WORKSPACE_OPERATIONS if queue_workspace is not None else CONFIG_OPERATIONS
             return _error("bad-operation", f"unknown operation {op[:64]!r}; use one of {', '.join(allowed)}")
         if op == "getvalues-all-ws":
@@ -151,6 +156,8 @@ class ConfigOperations:
             return Outcome(self._read(request, workspace))
         except ExpectationFailed as exc:
             return _error("conflict", str(exc), self.store.version)
+        except TooOld as exc:
+            return _error(CHANGES_TOO_OLD, str(exc), self.store.version)
         except StoreError as exc:
             return _error("config-error" if self.trustgraph else "invalid", str(exc), self.store.version)
 
@@ -169,6 +176,8 @@ class ConfigOperations:
             else:
                 values = [ConfigValue(type=t, key=k, value=v) for (t, k), v in found.items()]
             return ConfigResponse(version=store.version, values=values)
+        if op == CHANGES_OPERATION:
+            return self._changes(request, workspace)
         if op in ("list", "getvalues"):
             if not request.type and not self.trustgraph:
                 raise StoreError(f"operation '{op}' needs 'type'")
@@ -201,6 +210,29 @@ class ConfigOperations:
         values = [ConfigValue(type=item_type, key=k, value=v) for k, v in rows]
         return ConfigResponse(version=self.store.version, values=values, more=more)
 
+    def _changes(self, request: ConfigRequest, workspace: str) -> ConfigResponse:
+        """One page of what changed in `workspace` since `request.since`: changed keys with their values now, null for
+        the deleted, after `<type>/<key>` `after`, in type and key order."""
+        if request.since is None:
+            raise StoreError(f"operation '{CHANGES_OPERATION}' needs 'since', the version the reader holds")
+        after = None
+        if request.after is not None:
+            item_type, slash, key = request.after.partition("/")
+            if not slash:
+                raise StoreError(f"'after' of '{CHANGES_OPERATION}' is '<type>/<key>', not {request.after[:80]!r}")
+            after = (item_type, key)
+        version, changed, more = self.store.changes(
+            workspace,
+            request.since,
+            request.types or (),
+            after=after,
+            limit=request.limit or MAX_PAGE_ITEMS,
+            budget=PAGE_BYTES,
+            size=answer_size,
+        )
+        values = [ConfigValue(type=t, key=k, value=v) for t, k, v in changed]
+        return ConfigResponse(version=version, values=values, more=more)
+
     def _write(self, request: ConfigRequest, workspace: str) -> Outcome:
         puts = [(v.type, v.key, v.value) for v in request.values] if request.operation == "put" else []
         missing = [f"{t}/{k}" for t, k, v in puts if v is None]
@@ -227,9 +259,20 @@ class ConfigOperations:
         lifecycle = WorkspaceChanges(created=created, deleted=deleted) if created or deleted else None
         visible = visible_changes(changes, pair_tools=True)
         push = (
-            ConfigPush(version=version, changes=visible, workspace_changes=lifecycle) if visible or lifecycle else None
+            ConfigPush(version=version, changes=visible, workspace_changes=lifecycle, keys=self._keys(version))
+            if visible or lifecycle
+            else None
         )
         return Outcome(ConfigResponse(version=version), push, opened=created, closed=deleted)
+
+    def _keys(self, version: int) -> list[ChangedKey] | None:
+        """The keys the write that made `version` changed, as its push names them (reserved workspaces: none)."""
+        write = self.store.last_write
+        if write is None or write.version != version or is_reserved_workspace(write.workspace):
+            return None
+        return [(write.workspace, t, k, False) for t, k, _ in write.puts] + [
+            (write.workspace, t, k, True) for t, k in write.deletes
+        ]
 
     def _write_as_trustgraph(
         self, op: str, workspace: str, items: list[tuple[str, str, str]], deletes: list[tuple[str, str]]

@@ -62,6 +62,7 @@ from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Transport
 
+from .changes import ChangeWindow
 from .operations import StoreProtocol
 from .service import ConfigStoreService
 from .sqlite import ConfigStore, Write
@@ -169,6 +170,7 @@ class ReplicatedStore:
         snapshot_every: int = 10_000,
         key: GroupKey | None = None,
         write_guard: ConfigWriteGuard | None = None,
+        window: ChangeWindow = ChangeWindow(),
     ) -> None:
         """`settings`: what every replica of the group must share (the trust policy's digest, say), compared across the
         group; `key`: the group key its state records are signed and checked with (None: the broker's permissions
@@ -183,6 +185,7 @@ class ReplicatedStore:
         self._snapshot_every = snapshot_every
         self.key = key
         self._write_guard = write_guard
+        self._window = window
         self._looked_around = False
         self.store: ConfigStore | None = None
         self.service: ConfigStoreService | None = None
@@ -293,7 +296,7 @@ class ReplicatedStore:
         """Restore, follow, maybe serve; return once deposed, so the next generation starts from the log alone."""
         connection = self._connection
         async with AsyncExitStack() as stack:
-            store = ConfigStore.in_memory(f"replicated {connection.topics.state_log}")
+            store = ConfigStore.in_memory(f"replicated {connection.topics.state_log}", window=self._window)
             stack.callback(store.close)
             replicated_log: ReplicatedLog | None = None
             members = await self._join(stack, lambda: replicated_log.version if replicated_log is not None else 0)

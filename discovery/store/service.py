@@ -495,6 +495,6 @@ class ConfigStoreService:
         if self._notify is None:
             return
         try:
-            await self._notify.send(push.to_trustgraph())
+            await self._notify.send(push.to_trustgraph(), push.properties())
         except TransportError as exc:
             log.warning("config.push_failed", version=push.version, error=str(exc))

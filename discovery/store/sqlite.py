@@ -31,6 +31,7 @@ from toolservice_base.schemas import (
     validate_config_item,
 )
 
+from .changes import Changed, ChangeFeed, ChangeWindow
 from .check import (
     StoreDamaged,
     StoreFacts,
@@ -100,11 +101,14 @@ class ConfigStore:
     durable = True
     """Whether the store is its own durable copy (a file); False for `in_memory()`, whose durability is a log's."""
 
+    feed: ChangeFeed
+    """Which keys each recent version changed (`changes`): what lets a reader at an older version read only those."""
+
     last_write: Write | None = None
     """The effective changes of the latest write that moved the version (the replicated store logs them)."""
 
     @classmethod
-    def in_memory(cls, name: str = "replicated") -> "ConfigStore":
+    def in_memory(cls, name: str = "replicated", *, window: ChangeWindow = ChangeWindow()) -> "ConfigStore":
         """A store with no file, for state whose durable copy is elsewhere (the replicated log)."""
         store = cls.__new__(cls)
         store.path = Path(f"<{name}>")
@@ -112,11 +116,12 @@ class ConfigStore:
         store._marked = None
         store._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         store._db.executescript(SCHEMA)
+        store.feed = ChangeFeed(store._db, window)
         return store
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, window: ChangeWindow = ChangeWindow()) -> None:
         """Open and check the store; `StoreDamaged` if its data is bad, `StoreAccessError` if the machine will not let
-        us write it."""
+        us write it. `window`: how much history its change feed keeps."""
         self.path = Path(path)
         self._marked: StoreMarker | None = None
         try:
@@ -130,6 +135,7 @@ class ConfigStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(SCHEMA)
+            self.feed = ChangeFeed(self._db, window)
             self._db.execute("INSERT OR IGNORE INTO store_info (name, value) VALUES ('id', ?)", (uuid.uuid4().hex,))
             self.mark()
         except (OSError, sqlite3.DatabaseError) as exc:
@@ -358,6 +364,8 @@ class ConfigStore:
                     removed.append((item_type, key))
             moved = bool(changed) or bump_always
             version = self._bump() if moved else self.version
+            if moved:
+                self.feed.record(version, workspace, [(t, k) for t, k, _ in written] + removed)
             self._db.execute("COMMIT")
             if moved:
                 self.last_write = Write(version, workspace, written, removed)
@@ -387,6 +395,7 @@ class ConfigStore:
                 [(write.workspace, t, k) for t, k in write.deletes],
             )
             self._db.execute("UPDATE meta SET value=? WHERE name='version'", (write.version,))
+            self.feed.record(write.version, write.workspace, [(t, k) for t, k, _ in write.puts] + write.deletes)
             self._db.execute("COMMIT")
         except BaseException:
             if self._db.in_transaction:
@@ -413,12 +422,40 @@ class ConfigStore:
             self._db.execute("DELETE FROM items")
             self._db.executemany("INSERT INTO items (workspace, type, key, value) VALUES (?, ?, ?, ?)", items)
             self._db.execute("UPDATE meta SET value=? WHERE name='version'", (version,))
+            self.feed.restart(version)
             self._db.execute("COMMIT")
         except BaseException:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
         self.last_write = None
+
+    def changes(
+        self,
+        workspace: str,
+        since: int,
+        types: Iterable[str],
+        *,
+        after: tuple[str, str] | None,
+        limit: int,
+        budget: int,
+        size: Callable[[str, str | None], int],
+    ) -> tuple[int, Changed, bool]:
+        """The version, and the keys of `workspace` changed after `since` with their values now (None: deleted), paged
+        as `page` is; `TooOld` past the feed's window (`changes.ChangeFeed.since`)."""
+        version = self.version
+        changed, more = self.feed.since(
+            workspace,
+            since,
+            version,
+            types,
+            after=after,
+            limit=limit,
+            budget=budget,
+            size=size,
+            value=lambda t, k: self._value(workspace, t, k),
+        )
+        return version, changed, more
 
     def _value(self, workspace: str, item_type: str, key: str) -> str | None:
         row = self._db.execute(

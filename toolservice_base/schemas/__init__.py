@@ -49,6 +49,8 @@ from .calls import (
     text_response_bytes,
 )
 from .config import (
+    CHANGES_OPERATION,
+    CHANGES_TOO_OLD,
     CONFIG_OPERATIONS,
     CONFIG_TYPE_PATTERN,
     RESERVED_WORKSPACE_PREFIX,
@@ -103,6 +105,8 @@ __all__ = [
     "ToolResult",
     "check_json_schema",
     "parse_response",
+    "CHANGES_OPERATION",
+    "CHANGES_TOO_OLD",
     "CONFIG_OPERATIONS",
     "CONFIG_TYPE_PATTERN",
     "ConfigKey",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -14,6 +14,7 @@ from pydantic import (
 
 from .base import (
     MAX_PAGE_ITEMS,
+    MAX_PUSH_BYTES,
     canonical_json,
     describe_validation_error,
 )
@@ -28,8 +29,20 @@ from .tools import ToolDescriptor, ToolServiceDescriptor
 # drops them), and what the store sends is `to_trustgraph()`: every field
 # present, `null` only where TrustGraph writes `null`.
 
-CONFIG_OPERATIONS = ("get", "put", "delete", "list", "getvalues", "config", "getvalues-all-ws", "getkeys-all-ws")
-WORKSPACE_OPERATIONS = ("get", "put", "delete", "list", "getvalues", "config")
+CHANGES_OPERATION = "changes"
+"""Beyond TrustGraph's operations: what changed in a workspace since a version (`ConfigRequest.since`)."""
+CONFIG_OPERATIONS = (
+    "get",
+    "put",
+    "delete",
+    "list",
+    "getvalues",
+    "config",
+    "getvalues-all-ws",
+    "getkeys-all-ws",
+    CHANGES_OPERATION,
+)
+WORKSPACE_OPERATIONS = ("get", "put", "delete", "list", "getvalues", "config", CHANGES_OPERATION)
 """Operations scoped to one workspace; the other two span all workspaces."""
 RESERVED_WORKSPACE_PREFIX = "_"
 """TrustGraph's reserved workspaces (`__template__`, `__workspaces__`): stored, never announced in pushes."""
@@ -37,6 +50,10 @@ RESERVED_WORKSPACE_PREFIX = "_"
 
 CONFIG_TYPE_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 """Item types: names, plus `:` for TrustGraph's `processor:<id>` (each flow processor's own config type)."""
+ItemType = Annotated[str, Field(pattern=CONFIG_TYPE_PATTERN)]
+CHANGES_TOO_OLD = "too-old"
+"""The error type of a `changes` answer the store's feed cannot give (the version is past its window): read
+everything."""
 
 
 def is_reserved_workspace(workspace: str) -> bool:
@@ -76,6 +93,13 @@ class ConfigRequest(BaseModel):
     `limit` items (and about `PAGE_BYTES`), keys after `after`, in key order,
     with `more` in the answer. A reader that sends neither (TrustGraph) gets
     the whole answer in one message, as before.
+
+    `changes` (ours alone; TrustGraph's store and an older one answer
+    `bad-operation`) names every key of the workspace changed after version
+    `since`, of `types` (none: every type), with its value now, null for a
+    key deleted since; paged like `getvalues`, `after` being `<type>/<key>`.
+    Past the store's window it is answered with the error `too-old`: read
+    everything.
     """
 
     @property
@@ -89,7 +113,9 @@ class ConfigRequest(BaseModel):
     type: str | None = Field(default=None, pattern=CONFIG_TYPE_PATTERN)
     expect: list[ExpectedValue] = Field(default_factory=list)
     limit: int | None = Field(default=None, ge=1, le=MAX_PAGE_ITEMS)
-    after: str | None = Field(default=None, max_length=512)
+    after: str | None = Field(default=None, max_length=641)
+    since: int | None = Field(default=None, ge=0)
+    types: list[ItemType] | None = Field(default=None, max_length=64)
     signature: str | None = Field(default=None, max_length=512)
     """Beyond TrustGraph's fields: who vouches for a write (`toolservice_base.signing.sign_config_request`), for a
     store whose trust policy covers the config queue; TrustGraph's store ignores it."""
@@ -124,19 +150,49 @@ class WorkspaceChanges(BaseModel):
     deleted: list[str] = Field(default_factory=list)
 
 
+PUSH_KEYS_PROPERTY = "changed-keys"
+"""The push message's property naming the keys a write changed (`ConfigPush.keys`); TrustGraph reads only the body."""
+MAX_PUSH_KEYS = 256
+"""Keys a push names at most; a write that changed more sends none, and its readers ask the store."""
+
+ChangedKey = tuple[str, str, str, bool]
+"""`(workspace, type, key, deleted)`: one key a write changed."""
+
+
 class ConfigPush(BaseModel):
     """Sent after every change: which types changed in which workspaces, and which workspaces came or went.
 
     Empty `changes` is TrustGraph's "everything may have changed" poke, sent
-    when a store starts.
+    when a store starts. `keys` names the very keys the write changed, when
+    they are few: it travels in the message's `changed-keys` property, never
+    in the body, so TrustGraph's processors get exactly TrustGraph's push.
     """
 
     version: int = 0
     changes: dict[str, list[str]] = Field(default_factory=dict)
     workspace_changes: WorkspaceChanges | None = None
+    keys: list[ChangedKey] | None = Field(default=None, exclude=True)
 
     def to_trustgraph(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+    def properties(self) -> dict[str, str] | None:
+        """The message properties the push is sent with: the keys it names, if any."""
+        if self.keys is None or len(self.keys) > MAX_PUSH_KEYS:
+            return None
+        return {PUSH_KEYS_PROPERTY: json.dumps(self.keys, separators=(",", ":"))}
+
+    def with_keys(self, properties: dict[str, str]) -> "ConfigPush":
+        """This push with the keys its message's properties name (left None if they name none, or nonsense)."""
+        text = properties.get(PUSH_KEYS_PROPERTY)
+        if text is None or len(text) > MAX_PUSH_BYTES:
+            return self
+        try:
+            rows = json.loads(text)
+            keys = [(str(w), str(t), str(k), bool(d)) for w, t, k, d in rows][:MAX_PUSH_KEYS]
+        except (ValueError, TypeError):
+            return self
+        return self.model_copy(update={"keys": keys})
 
 
 def validate_config_item(item_type: str, key: str, value: str) -> ToolDescriptor | ToolServiceDescriptor | None:
