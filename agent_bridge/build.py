@@ -6,14 +6,19 @@ tool is not even parsed again, which keeps a reload of 1,000 tools with one
 change cheap. Everything else is carried over as the same objects, and so are
 the clients of unchanged services. Tools that failed before are tried again on
 every build: a service that appeared or a factory registered since may fix them.
+
+Given what changed (`touched`: the keys the store's change feed named), a
+build looks at those tools only, plus the tools of a changed service and the
+ones that failed before: its cost follows the change, not the set's size.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache, partial
 
 from toolservice_base.logs import get_logger
@@ -38,6 +43,8 @@ TYPES = ("tool-service", "tool")
 
 Signature = tuple[str, str | None]
 """(text of the tool item, text of its service's item or None)."""
+Touched = Mapping[str, Collection[str]]
+"""Keys that changed, by type: what a build given them looks at."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +70,15 @@ class Entry:
 
 @dataclass(frozen=True)
 class Built:
-    entries: dict[str, Entry]
-    problems: dict[str, str]
-    clients: dict[str, ToolServiceClient]
-    service_problems: dict[str, str]
+    entries: dict[str, Entry] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+    clients: dict[str, ToolServiceClient] = field(default_factory=dict)
+    service_problems: dict[str, str] = field(default_factory=dict)
+    services: dict[str, ToolServiceDescriptor] = field(default_factory=dict)
+    users: Counter[str] = field(default_factory=Counter)
+    """Tools using each service's client, by service id: a client no tool uses is closed."""
+    examined: frozenset[str] | None = None
+    """The tools this build looked at (any other is the previous set's own entry); None: every one."""
 
 
 def one_line(exc: BaseException) -> str:
@@ -162,8 +174,7 @@ def parse_services(raw: Mapping[str, str]) -> tuple[dict[str, ToolServiceDescrip
 
 async def build(
     items: Items,
-    previous: Mapping[str, Entry],
-    previous_clients: Mapping[str, ToolServiceClient],
+    previous: Built,
     factories: Mapping[str, ToolFactory],
     *,
     connection: Transport,
@@ -171,12 +182,29 @@ async def build(
     user: str,
     limits: CallLimits,
     warm_up: float,
+    touched: Touched | None = None,
 ) -> Built:
-    """Build the tools of `items`; on any failure of the build itself, close what it created."""
+    """Build the tools of `items`, reusing what `previous` built; with `touched`, looking only at what it names (and
+    the tools of its services, and the tools that failed before). On any failure of the build itself, close what it
+    created."""
     raw_services = items.get("tool-service", {})
-    services, service_problems = parse_services(raw_services)
-    pool = _ClientPool(connection, previous_clients)
-    entries, problems, pending = _carry_over(items.get("tool", {}), raw_services, previous, pool)
+    if touched is None:
+        services, service_problems = parse_services(raw_services)
+        names: Collection[str] = items.get("tool", {}).keys()
+        kept: dict[str, Entry] = {}
+        users: Counter[str] = Counter()
+    else:
+        services, service_problems = _reparse_services(raw_services, previous, touched.get("tool-service", ()))
+        names = _to_rebuild(previous, touched)
+        kept, users = dict(previous.entries), previous.users.copy()
+        for name in names:
+            _forget(kept, users, name)
+    pool = _ClientPool(connection, previous.clients)
+    if touched is not None:
+        for service_id, client in previous.clients.items():
+            if users[service_id] > 0 and service_id not in touched.get("tool-service", ()):
+                pool.adopt(client)
+    entries, problems, pending = _carry_over(items.get("tool", {}), names, raw_services, previous.entries, pool)
     context = ToolContext(workspace, user, limits, connection, services, service_problems, pool.get)
     try:
         for tool, signature in pending:
@@ -191,23 +219,70 @@ async def build(
                 entries[tool.name] = await _make_entry(tool, signature, factory, pool, context)
             except Exception as exc:
                 problems[tool.name] = one_line(exc)
-        in_use = await _settle_clients(entries, pool, warm_up)
+        for entry in entries.values():
+            users.update(c.service.id for c in entry.clients)
+        kept.update(entries)
+        in_use = await _settle_clients(previous.clients, users, pool, warm_up)
     except BaseException:
         for client in pool.created:
             await client.close()
         raise
-    return Built(entries, problems, in_use, service_problems)
+    examined = None if touched is None else frozenset(names)
+    return Built(kept, problems, in_use, service_problems, services, users, examined)
+
+
+def _reparse_services(
+    raw: Mapping[str, str], previous: Built, changed: Collection[str]
+) -> tuple[dict[str, ToolServiceDescriptor], dict[str, str]]:
+    """`parse_services` of `raw`, parsing again only the `changed` services."""
+    if not changed:
+        return previous.services, previous.service_problems
+    services, problems = dict(previous.services), dict(previous.service_problems)
+    for key in changed:
+        services.pop(key, None)
+        problems.pop(key, None)
+        if key in raw:
+            try:
+                services[key] = _parse_service(key, raw[key])
+            except ValueError as exc:
+                problems[key] = one_line(exc)
+    return services, problems
+
+
+def _to_rebuild(previous: Built, touched: Touched) -> set[str]:
+    """The tools a build given `touched` looks at: those it names, those of a changed service, and those that failed
+    before (a service or factory that came since may fix them)."""
+    names = set(touched.get("tool", ())) | set(previous.problems)
+    changed_services = set(touched.get("tool-service", ()))
+    if changed_services:
+        names |= {n for n, e in previous.entries.items() if e.tool.service in changed_services}
+        names |= {n for n, e in previous.entries.items() if any(c.service.id in changed_services for c in e.clients)}
+    return names
+
+
+def _forget(entries: dict[str, Entry], users: Counter[str], name: str) -> None:
+    """Take a tool out of `entries`, and its uses of clients out of `users`."""
+    entry = entries.pop(name, None)
+    if entry is not None:
+        users.subtract(c.service.id for c in entry.clients)
 
 
 def _carry_over(
-    tools: Mapping[str, str], raw_services: Mapping[str, str], previous: Mapping[str, Entry], pool: _ClientPool
+    tools: Mapping[str, str],
+    names: Collection[str],
+    raw_services: Mapping[str, str],
+    previous: Mapping[str, Entry],
+    pool: _ClientPool,
 ) -> tuple[dict[str, Entry], dict[str, str], list[tuple[ToolDescriptor, Signature]]]:
-    """Sort the tool items: the unchanged (same signature, open clients), kept as they are with their clients
+    """Sort the tool items named: the unchanged (same signature, open clients), kept as they are with their clients
     adopted by `pool`; the invalid, each with its reason; and the rest, parsed, with their signatures, to build."""
     kept: dict[str, Entry] = {}
     problems: dict[str, str] = {}
     pending: list[tuple[ToolDescriptor, Signature]] = []
-    for name, text in sorted(tools.items()):
+    for name in sorted(names):
+        text = tools.get(name)
+        if text is None:
+            continue
         old = previous.get(name)
         if old is not None and old.signature[0] == text:
             signature = (text, raw_services.get(old.tool.service) if old.tool.service else None)
@@ -246,11 +321,14 @@ async def _make_entry(
 
 
 async def _settle_clients(
-    entries: Mapping[str, Entry], pool: _ClientPool, warm_up: float
+    previous: Mapping[str, ToolServiceClient], users: Counter[str], pool: _ClientPool, warm_up: float
 ) -> dict[str, ToolServiceClient]:
     """The clients the built tools use, by service id: the new ones among them warmed up, the new ones none uses
     closed."""
-    in_use = {c.service.id: c for entry in entries.values() for c in entry.clients}
+    in_use = {sid: c for sid, c in previous.items() if users[sid] > 0}
+    in_use.update((sid, c) for sid, c in pool.clients.items() if users[sid] > 0)
+    for sid in [sid for sid, n in users.items() if n <= 0]:
+        del users[sid]
     unused = [c for c in pool.created if in_use.get(c.service.id) is not c]
     fresh = [c for c in pool.created if in_use.get(c.service.id) is c]
     await _warm_up(fresh, warm_up)

@@ -9,6 +9,16 @@ which reads the store as it is by then. So a lone change waits for nothing
 and a burst costs a few reloads, with no timer anywhere. A periodic read of
 the store's version catches a push that was lost.
 
+A reload asks the store only what changed since the version the set holds
+(its change feed): the changed items and the deletions, applied to the raw
+items the set was built from, and only the tools they touch are built again.
+The store answers `too-old` past its window, and a store without a feed
+(TrustGraph's, an older release) does not know the question: then the reload
+reads every tool, as it always did. A push from a store that went back in
+versions (restored) also makes the next reload read everything. The snapshot
+stays whole: written at once after a change, then at most once per
+`SNAPSHOT_EVERY` while changes keep coming, and on close.
+
 `ToolSet` (in `toolset`) is the public face; it owns one `Reloader`.
 """
 
@@ -25,13 +35,13 @@ from pathlib import Path
 from typing import Protocol
 
 from toolservice_base.configclient import ConfigClient, watch_config
-from toolservice_base.errors import BrokerUnreachable, ConfigError, TransportError
+from toolservice_base.errors import BrokerUnreachable, ChangesUnavailable, ConfigError, TransportError
 from toolservice_base.logs import get_logger
-from toolservice_base.schemas import ConfigPush
+from toolservice_base.schemas import CHANGES_TOO_OLD, ConfigPush
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Subscription, Transport
 
-from .build import TYPES, Built, Entry, Items, build, one_line
+from .build import TYPES, Built, Entry, Items, Touched, build, one_line
 from .client import ToolServiceClient
 from .impls import ToolFactory, registered_factories
 from .limits import CallLimits
@@ -41,6 +51,8 @@ from .snapshot import Deployment, write_snapshot
 log = get_logger("agent_bridge.toolset")
 
 STORE_ERRORS: tuple[type[Exception], ...] = (TransportError, ConfigError)
+SNAPSHOT_EVERY = 1.0
+"""Seconds between two snapshot writes while changes keep coming (the first after a quiet spell is written at once)."""
 
 ChangeCallback = Callable[[list[str], list[str], list[str], int], Awaitable[None] | None]
 SwapHook = Callable[[Mapping[str, Entry], Mapping[str, Entry]], Awaitable[None]]
@@ -51,10 +63,25 @@ SwapHook = Callable[[Mapping[str, Entry], Mapping[str, Entry]], Awaitable[None]]
 class State:
     version: int = 0
     source: str = "none"  # store | snapshot | static
-    entries: Mapping[str, Entry] = field(default_factory=dict)
-    problems: Mapping[str, str] = field(default_factory=dict)
-    clients: Mapping[str, ToolServiceClient] = field(default_factory=dict)
-    service_problems: Mapping[str, str] = field(default_factory=dict)
+    items: Items = field(default_factory=dict)
+    """The raw items the set was built from (a delta is applied to them; the snapshot holds them)."""
+    built: Built = field(default_factory=Built)
+
+    @property
+    def entries(self) -> Mapping[str, Entry]:
+        return self.built.entries
+
+    @property
+    def problems(self) -> Mapping[str, str]:
+        return self.built.problems
+
+    @property
+    def clients(self) -> Mapping[str, ToolServiceClient]:
+        return self.built.clients
+
+    @property
+    def service_problems(self) -> Mapping[str, str]:
+        return self.built.service_problems
 
     @cached_property
     def openai_names(self) -> dict[str, str]:
@@ -118,6 +145,18 @@ class Reloader:
         first: nothing but a reload in flight (or a failing store's retry interval) should be in them."""
         self.last_push = 0
         """The version named by the latest push that concerned this workspace (0: none yet)."""
+        self.full_reads = 0
+        """Reads of every tool from the store (the first load, a store without a change feed, a reader past its
+        window)."""
+        self.delta_reads = 0
+        """Reads of only what changed since the set's version."""
+        self._feed = True
+        """Whether to ask the store what changed (False once it said it has no change feed, until it restarts)."""
+        self._whole = False
+        """Set when the store went back in versions: the next reload reads everything."""
+        self._snapshot_due: tuple[int, Items] | None = None
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self._snapshot_flush = asyncio.Event()
         self._connection: Transport | None = None
         self._config: ConfigClient | None = None
         self._watch: Subscription | None = None
@@ -160,6 +199,7 @@ class Reloader:
     async def _first_read(self) -> tuple[int, Items]:
         # Subscribe before the first read: a change between the two is then never missed.
         await self._ensure_watch()
+        self.full_reads += 1
         return await self._fetch()
 
     def start(self) -> None:
@@ -178,6 +218,9 @@ class Reloader:
         if self._config is not None:
             await self._config.close()
             self._config = None
+        if self._snapshot_task is not None:  # the last version is written before close returns
+            self._snapshot_flush.set()
+            await asyncio.shield(self._snapshot_task)
         state = self.state
         clients = [*state.clients.values(), *self._retiring.values()]
         waiting = [asyncio.create_task(c.close_when_idle()) for c in state.clients.values()] + list(self._retiring)
@@ -200,8 +243,8 @@ class Reloader:
             except TransportError as exc:
                 log.warning("toolset.watch_failed", error=one_line(exc))
         async with self._lock:
-            version, items = await self._fetch()
-            change = await self._apply_locked(version, items, "store")
+            version, items, touched = await self._read()
+            change = await self._apply_locked(version, items, "store", touched)
         if change is not None:
             await self._notify(change)
         return change is not None
@@ -212,11 +255,43 @@ class Reloader:
             self._watch = await watch_config(self._connection, self._on_push)
 
     async def _on_push(self, push: ConfigPush) -> None:
+        if not push.changes:  # a store (re)started: it may have a change feed now
+            self._feed = True
+        if push.version < self.state.version and self.state.source == "store":
+            self._whole = True  # the store went back (restored): its history is not the one the set followed
         if any(self._owner.workspace in push.changes.get(t, ()) for t in TYPES):
             self.last_push = push.version
             if self._noted is None:
                 self._noted = time.monotonic()
             self._dirty.set()
+
+    async def _read(self) -> tuple[int, Items, Touched | None]:
+        """The store's items now: the set's items with what changed since its version applied, and the keys that
+        changed; or every item (and None) when the store cannot say what changed."""
+        state = self.state
+        if state.source == "store" and self._feed and not self._whole:
+            assert self._config is not None
+            try:
+                version, delta = await self._config.changes(state.version, TYPES, timeout=self._owner.store_timeout)
+            except ChangesUnavailable as exc:
+                if exc.code != CHANGES_TOO_OLD:
+                    self._feed = False
+                log.info("toolset.reading_everything", workspace=self._owner.workspace, reason=one_line(exc))
+            else:
+                self.delta_reads += 1
+                items = {t: dict(state.items.get(t, {})) for t in TYPES}
+                for item_type, changed in delta.items():
+                    held = items.setdefault(item_type, {})
+                    for key, value in changed.items():
+                        if value is None:
+                            held.pop(key, None)
+                        else:
+                            held[key] = value
+                return version, items, {t: set(delta.get(t, {})) for t in TYPES}
+        self._whole = False
+        self.full_reads += 1
+        version, items = await self._fetch()
+        return version, items, None
 
     async def _fetch(self) -> tuple[int, Items]:
         assert self._config is not None
@@ -298,8 +373,11 @@ class Reloader:
             if old.problems.get(name) != reason:
                 log.warning("tool.skipped", tool=name, reason=reason, workspace=workspace)
 
-    async def _apply_locked(self, version: int, items: Items, source: str) -> Change | None:
-        """Build the next state beside the current one and swap it in; None if nothing changed."""
+    async def _apply_locked(
+        self, version: int, items: Items, source: str, touched: Touched | None = None
+    ) -> Change | None:
+        """Build the next state beside the current one and swap it in; None if nothing changed. `touched`: the keys
+        that changed since the current state, when the store said (only their tools are looked at)."""
         owner = self._owner
         old = self.state
         if source == "store" and old.source == "store" and version == old.version and not old.problems:
@@ -308,16 +386,16 @@ class Reloader:
         assert self._connection is not None
         built: Built = await build(
             items,
-            old.entries,
-            old.clients,
+            old.built,
             {**registered_factories(), **self._factories},
             connection=self._connection,
             workspace=owner.workspace,
             user=owner.user,
             limits=owner.limits,
             warm_up=owner.store_timeout,
+            touched=touched,
         )
-        new = State(version, source, built.entries, built.problems, built.clients, built.service_problems)
+        new = State(version, source, items, built)
         self.state = new  # the one swap
         self._after_swap(old, built)
         for hook in self.swap_hooks:
@@ -325,9 +403,7 @@ class Reloader:
         async with self.swapped:
             self.swapped.notify_all()
 
-        added = sorted(set(new.entries) - set(old.entries))
-        removed = sorted(set(old.entries) - set(new.entries))
-        changed = sorted(n for n in set(new.entries) & set(old.entries) if new.entries[n] is not old.entries[n])
+        added, removed, changed = _differences(old.entries, new.entries, built.examined)
         if source == "store" and (version != old.version or old.source != "store"):
             await self._save_snapshot(version, items)
         ms = round((time.perf_counter() - started) * 1000, 2)
@@ -362,11 +438,25 @@ class Reloader:
         task.add_done_callback(lambda done: self._retiring.pop(done, None))
 
     async def _save_snapshot(self, version: int, items: Items) -> None:
+        """Have the snapshot written: at once if none was written lately, else by the writer, once its pause ends."""
+        self._snapshot_due = (version, items)
+        if self._snapshot_task is None or self._snapshot_task.done():
+            self._snapshot_flush.clear()
+            self._snapshot_task = asyncio.create_task(self._write_snapshots(), name="toolset-snapshot")
+
+    async def _write_snapshots(self) -> None:
+        """Write the latest due snapshot, pause `SNAPSHOT_EVERY` (cut short by close), and again while one is due."""
         path = self._owner.snapshot_path
-        try:
-            await asyncio.to_thread(write_snapshot, path, self._owner.deployment, self._owner.workspace, version, items)
-        except OSError as exc:
-            log.warning("snapshot.write_failed", path=str(path), error=str(exc))
+        while self._snapshot_due is not None:
+            (version, items), self._snapshot_due = self._snapshot_due, None
+            try:
+                await asyncio.to_thread(write_snapshot, path, self._owner.deployment, self._owner.workspace, version, items)
+            except OSError as exc:
+                log.warning("snapshot.write_failed", path=str(path), error=str(exc))
+            try:
+                await asyncio.wait_for(self._snapshot_flush.wait(), SNAPSHOT_EVERY)
+            except TimeoutError:
+                pass
 
     async def _notify(self, change: Change) -> None:
         for callback in list(self.callbacks):
@@ -376,3 +466,15 @@ class Reloader:
                     await result
             except Exception:
                 log.exception("toolset.callback_failed", callback=getattr(callback, "__name__", repr(callback)))
+
+
+def _differences(
+    old: Mapping[str, Entry], new: Mapping[str, Entry], examined: frozenset[str] | None
+) -> tuple[list[str], list[str], list[str]]:
+    """The tools added, removed and changed from `old` to `new`, looking only at `examined` when given (a build from
+    a delta carries every other entry over as it was)."""
+    names = set(old) | set(new) if examined is None else examined
+    added = sorted(n for n in names if n in new and n not in old)
+    removed = sorted(n for n in names if n in old and n not in new)
+    changed = sorted(n for n in names if n in old and n in new and new[n] is not old[n])
+    return added, removed, changed

@@ -88,6 +88,10 @@ class CallOutcomes:
         calls, failures = self._decayed(tool, self._clock())
         return Health(failure_share=failures / calls) if calls >= MIN_CALLS else None
 
+    def tools(self) -> list[str]:
+        """The tools with an outcome recorded."""
+        return list(self._tools)
+
     def forget(self, tools: Iterable[str]) -> None:
         for tool in tools:
             self._tools.pop(tool, None)
@@ -127,7 +131,7 @@ class ToolSearch:
     async def swap(self, old: Mapping[str, Entry], new: Mapping[str, Entry]) -> None:
         """Forget the outcomes of tools that went; feed the index the new set in the background (a reload never
         waits for it)."""
-        self.outcomes.forget(name for name in old if name not in new)
+        self.outcomes.forget(name for name in self.outcomes.tools() if name not in new)  # only the tools called
         self.index.follow(new)
 
     def health(self, tool: str) -> Health:

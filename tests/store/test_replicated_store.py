@@ -9,14 +9,17 @@ a batch is seen whole, and the version never goes back.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import eventually
 from support.replicas import REPLICATED_KINDS, Group, replicated_settings
 
+from agent_bridge import ToolSet
 from discovery.errors import ReplicationError
 from discovery.replicas import GroupKey
 from discovery.store.replicated import ReplicatedStore
@@ -181,3 +184,42 @@ async def test_on_pulsar_lite_the_replicated_store_says_it_needs_apache_pulsar(t
             await connection.close()
     finally:
         broker.stop()
+
+
+async def test_an_agent_follows_the_store_across_a_failover_by_what_changed(group: Group, settings: Settings) -> None:
+    """The new active replica's change feed holds what it replayed: the agent asks it what changed since its version
+    and never reads everything again."""
+    first = await group.start("first")
+    await eventually(lambda: first.service is not None, timeout=15)
+    await group.start("second")
+    connection = await group.connection()
+    client = ConfigClient(connection, timeout=2)
+    await client.start()
+    queue = f"non-persistent://{settings.topicspace}/response/failover"
+    service = json.dumps({"id": "s", "request-queue": queue.replace("response", "request"), "response-queue": queue})
+
+    def tool(name: str) -> tuple[str, str, str]:
+        return ("tool", name, json.dumps({"type": "tool-service", "name": name, "service": "s", "description": name}))
+
+    async def write(**change: Any) -> int:
+        async with asyncio.timeout(30):
+            while True:
+                try:
+                    return await client.apply(**change)
+                except (RequestTimeout, ConfigError):
+                    await asyncio.sleep(0.1)
+
+    try:
+        await write(puts=[("tool-service", "s", service), tool("a")])
+        async with ToolSet(connection=connection, settings=settings, poll_interval=0.5) as tools:
+            version = await write(puts=[tool("b")])
+            await tools.wait_for(lambda t: t.version == version, timeout=15)
+            await group.stop(first)
+            await write(puts=[tool("c")])
+            version = await write(deletes=[("tool", "a")])
+            await tools.wait_for(lambda t: t.version == version, timeout=15)
+            assert tools.names() == ["b", "c"]
+            assert tools._reload.state.items == (await client.read_types(("tool-service", "tool")))[1]
+            assert tools._reload.full_reads == 1 and tools._reload.delta_reads >= 2
+    finally:
+        await client.close()
