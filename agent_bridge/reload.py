@@ -16,8 +16,8 @@ The store answers `too-old` past its window, and a store without a feed
 (TrustGraph's, an older release) does not know the question: then the reload
 reads every tool, as it always did. A push from a store that went back in
 versions (restored) also makes the next reload read everything. The snapshot
-stays whole: written at once after a change, then at most once per
-`SNAPSHOT_EVERY` while changes keep coming, and on close.
+stays whole and current at the same cost: a change read by delta is one line
+appended to its journal (`snapshot`).
 
 `ToolSet` (in `toolset`) is the public face; it owns one `Reloader`.
 """
@@ -46,13 +46,11 @@ from .client import ToolServiceClient
 from .impls import ToolFactory, registered_factories
 from .limits import CallLimits
 from .llm_names import openai_names
-from .snapshot import Deployment, write_snapshot
+from .snapshot import Deployment, SnapshotWriter
 
 log = get_logger("agent_bridge.toolset")
 
 STORE_ERRORS: tuple[type[Exception], ...] = (TransportError, ConfigError)
-SNAPSHOT_EVERY = 1.0
-"""Seconds between two snapshot writes while changes keep coming (the first after a quiet spell is written at once)."""
 
 ChangeCallback = Callable[[list[str], list[str], list[str], int], Awaitable[None] | None]
 SwapHook = Callable[[Mapping[str, Entry], Mapping[str, Entry]], Awaitable[None]]
@@ -154,9 +152,7 @@ class Reloader:
         """Whether to ask the store what changed (False once it said it has no change feed, until it restarts)."""
         self._whole = False
         """Set when the store went back in versions: the next reload reads everything."""
-        self._snapshot_due: tuple[int, Items] | None = None
-        self._snapshot_task: asyncio.Task[None] | None = None
-        self._snapshot_flush = asyncio.Event()
+        self._snapshot: SnapshotWriter | None = None
         self._connection: Transport | None = None
         self._config: ConfigClient | None = None
         self._watch: Subscription | None = None
@@ -218,9 +214,8 @@ class Reloader:
         if self._config is not None:
             await self._config.close()
             self._config = None
-        if self._snapshot_task is not None:  # the last version is written before close returns
-            self._snapshot_flush.set()
-            await asyncio.shield(self._snapshot_task)
+        if self._snapshot is not None:  # the last version is written before close returns
+            await self._snapshot.close()
         state = self.state
         clients = [*state.clients.values(), *self._retiring.values()]
         waiting = [asyncio.create_task(c.close_when_idle()) for c in state.clients.values()] + list(self._retiring)
@@ -405,7 +400,9 @@ class Reloader:
 
         added, removed, changed = _differences(old.entries, new.entries, built.examined)
         if source == "store" and (version != old.version or old.source != "store"):
-            await self._save_snapshot(version, items)
+            if self._snapshot is None:
+                self._snapshot = SnapshotWriter(owner.snapshot_path, owner.deployment, owner.workspace)
+            self._snapshot.save(old.version, version, items, touched if old.source == "store" else None)
         ms = round((time.perf_counter() - started) * 1000, 2)
         if old.source == "none":
             log.info(
@@ -436,27 +433,6 @@ class Reloader:
         task = asyncio.create_task(client.close_when_idle(), name=f"retire:{client.service.id}")
         self._retiring[task] = client
         task.add_done_callback(lambda done: self._retiring.pop(done, None))
-
-    async def _save_snapshot(self, version: int, items: Items) -> None:
-        """Have the snapshot written: at once if none was written lately, else by the writer, once its pause ends."""
-        self._snapshot_due = (version, items)
-        if self._snapshot_task is None or self._snapshot_task.done():
-            self._snapshot_flush.clear()
-            self._snapshot_task = asyncio.create_task(self._write_snapshots(), name="toolset-snapshot")
-
-    async def _write_snapshots(self) -> None:
-        """Write the latest due snapshot, pause `SNAPSHOT_EVERY` (cut short by close), and again while one is due."""
-        path = self._owner.snapshot_path
-        while self._snapshot_due is not None:
-            (version, items), self._snapshot_due = self._snapshot_due, None
-            try:
-                await asyncio.to_thread(write_snapshot, path, self._owner.deployment, self._owner.workspace, version, items)
-            except OSError as exc:
-                log.warning("snapshot.write_failed", path=str(path), error=str(exc))
-            try:
-                await asyncio.wait_for(self._snapshot_flush.wait(), SNAPSHOT_EVERY)
-            except TimeoutError:
-                pass
 
     async def _notify(self, change: Change) -> None:
         for callback in list(self.callbacks):

@@ -12,26 +12,41 @@ deployments (the default `./.toolreg` is shared by everything run from one
 directory) must never answer a call aimed at one deployment with the tools of
 another: a snapshot's items name their queues in full, so the call would
 reach the other deployment's service and succeed there.
+
+Beside the whole file, a journal (`.journal`) to which each change the set
+follows by delta is appended as one line: the version it starts from, the
+version it makes, and the changed items (null: deleted). So a change costs
+what changed, not a rewrite of every tool; once the journal outgrows the
+whole file, the whole file is written again and the journal emptied. Reading
+takes the whole file and then each journal line that follows on from the
+version reached, stopping at the first that does not (a line cut short by a
+crash, or one left from before the whole file was last written): what is
+read is always a set the store really held, the latest one written.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import time
+from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolservice_base.logs import get_logger
 
-from .build import TYPES, Items
+from .build import TYPES, Items, Touched
 
 log = get_logger("agent_bridge.snapshot")
 
 FORMAT = 2
 """2: bound to a deployment (`broker`, `topicspace`). A format-1 file (workspace only) is never read."""
 PREFIX = "bridge-snapshot-"
+MIN_JOURNAL_BYTES = 64 * 1024
+"""The journal is folded into the whole file once it is larger than that file, and at least this large."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +111,12 @@ def snapshot_path(data_dir: Path, workspace: str, deployment: Deployment) -> Pat
     return Path(data_dir) / f"{PREFIX}{workspace}.{deployment.topicspace}.{deployment.tag}.json"
 
 
-def write_snapshot(path: Path, deployment: Deployment, workspace: str, version: int, items: Items) -> None:
+def journal_path(path: Path) -> Path:
+    return path.with_name(path.name + ".journal")
+
+
+def write_snapshot(path: Path, deployment: Deployment, workspace: str, version: int, items: Items) -> int:
+    """Write the whole set and empty the journal; returns the whole file's size."""
     body = {
         "format": FORMAT,
         "broker": deployment.broker,
@@ -108,11 +128,23 @@ def write_snapshot(path: Path, deployment: Deployment, workspace: str, version: 
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    text = json.dumps(body, indent=1, sort_keys=True)
     with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(body, indent=1, sort_keys=True))
+        handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+    journal_path(path).unlink(missing_ok=True)  # its lines start below the new version: never read again anyway
+    return len(text)
+
+
+def append_change(path: Path, since: int, version: int, changed: Mapping[str, Mapping[str, str | None]]) -> int:
+    """Append one change to the journal (flushed, not fsynced: a line lost in a crash leaves the previous version);
+    returns the bytes written."""
+    line = json.dumps({"since": since, "version": version, "items": changed}, separators=(",", ":")) + "\n"
+    with open(journal_path(path), "a", encoding="utf-8") as handle:
+        handle.write(line)
+    return len(line)
 
 
 def read_snapshot(path: Path, deployment: Deployment, workspace: str) -> Snapshot | None:
@@ -157,15 +189,97 @@ def _read(path: Path, *, quiet: bool = False) -> Snapshot | None:
         if body.get("format") != FORMAT:
             raise ValueError(f"format {body.get('format')!r} is not {FORMAT}")
         items = {t: {str(k): str(v) for k, v in body["items"].get(t, {}).items()} for t in TYPES}
-        return Snapshot(
-            workspace=str(body["workspace"]),
-            version=int(body["version"]),
-            items=items,
-            saved_at=float(body.get("saved-at", 0.0)),
-            deployment=Deployment(str(body["broker"]), str(body["topicspace"])),
-            path=path,
+        workspace, version = str(body["workspace"]), int(body["version"])
+        saved_at, deployment = (
+            float(body.get("saved-at", 0.0)),
+            Deployment(str(body["broker"]), str(body["topicspace"])),
         )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         if not quiet:
             log.warning("snapshot.unusable", path=str(path), error=str(exc))
         return None
+    version = _replay(journal_path(path), version, items)
+    return Snapshot(
+        workspace=workspace, version=version, items=items, saved_at=saved_at, deployment=deployment, path=path
+    )
+
+
+def _replay(journal: Path, version: int, items: Items) -> int:
+    """Apply the journal's lines that follow on from `version` to `items`; the version reached."""
+    try:
+        lines = journal.read_text(encoding="utf-8").splitlines()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return version
+    except OSError as exc:
+        log.warning("snapshot.journal_unreadable", path=str(journal), error=str(exc))
+        return version
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            since, reached, changed = int(entry["since"]), int(entry["version"]), entry["items"]
+            updates = [(str(t), str(k), v) for t, keys in changed.items() for k, v in keys.items()]
+        except (AttributeError, KeyError, TypeError, ValueError):
+            break  # cut short by a crash: what came before stands
+        if reached <= version:
+            continue  # older than the whole file
+        if since != version or any(v is not None and not isinstance(v, str) for _, _, v in updates):
+            break
+        for item_type, key, value in updates:
+            if item_type not in items:
+                continue
+            if value is None:
+                items[item_type].pop(key, None)
+            else:
+                items[item_type][key] = value
+        version = reached
+    return version
+
+
+class SnapshotWriter:
+    """Keeps one workspace's snapshot current, in order, off the event loop: a change by delta is one journal line,
+    any other a whole write; the journal is folded in once it outgrows the whole file."""
+
+    def __init__(self, path: Path, deployment: Deployment, workspace: str) -> None:
+        self.path = path
+        self.deployment = deployment
+        self.workspace = workspace
+        self._jobs: deque[tuple[int, int, Items, Touched | None]] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self._whole_bytes = 0
+        self._journal_bytes = 0
+        self._written: int | None = None
+        """The version the files hold (None: not known to be ours yet: the next write is whole)."""
+
+    def save(self, since: int, version: int, items: Items, touched: Touched | None) -> None:
+        """Have the set at `version` written; `touched`: the keys that changed since `since`, if that is all."""
+        self._jobs.append((since, version, items, touched))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain(), name="toolset-snapshot")
+
+    async def close(self) -> None:
+        """Return once every change saved so far is written."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def _drain(self) -> None:
+        while self._jobs:
+            since, version, items, touched = self._jobs.popleft()
+            whole = (
+                touched is None
+                or self._written != since
+                or self._journal_bytes > max(self._whole_bytes, MIN_JOURNAL_BYTES)
+            )
+            try:
+                if whole:
+                    self._whole_bytes = await asyncio.to_thread(
+                        write_snapshot, self.path, self.deployment, self.workspace, version, items
+                    )
+                    self._journal_bytes = 0
+                else:
+                    assert touched is not None
+                    changed = {t: {k: items[t].get(k) for k in keys} for t, keys in touched.items() if keys}
+                    self._journal_bytes += await asyncio.to_thread(append_change, self.path, since, version, changed)
+                self._written = version
+            except OSError as exc:
+                self._written = None
+                log.warning("snapshot.write_failed", path=str(self.path), error=str(exc))

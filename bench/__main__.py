@@ -1,6 +1,6 @@
 """`python -m bench` (what `make bench` runs): every benchmark, its reference, one table.
 
-    python -m bench                  # all thirteen, about 6 minutes on 2 cores
+    python -m bench                  # all fourteen, about 8 minutes on 2 cores
     python -m bench --quick          # smaller counts: a smoke test in about a minute
     python -m bench --only death     # one benchmark (repeat --only for several)
     python -m bench --only fleet     # opt-in: 100,000 instances on one registry, about 5 minutes more
@@ -48,6 +48,7 @@ BENCHMARKS: dict[str, str] = {
     "rich": "bench.b_rich",
     "sidecar": "bench.b_sidecar",
     "search": "bench.b_search",
+    "deltas": "bench.b_deltas",
 }
 """Name -> module with `run(work, quick)`, in the order they run."""
 

@@ -55,7 +55,7 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 
 from agent_bridge import BadArguments, RequestTimeout, ToolError, ToolSet, UnknownToolError
-from agent_bridge.llm_names import openai_names
+from agent_bridge.llm_names import OPENAI_NAME, openai_names
 from toolservice_base import TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import TextContent, ToolResult, json_literals
@@ -123,10 +123,13 @@ class Listing:
     own_names: dict[str, str]  # MCP name -> the tool's name in the ToolSet
     _by_name: dict[str, types.Tool] = field(default_factory=dict)
     _names: list[str] = field(default_factory=list)
+    _identity: bool = True
+    """Every tool's MCP name is its own (what lets `updated` follow a change without the whole set)."""
 
     def __post_init__(self) -> None:
         self._by_name = {t.name: t for t in self.tools}
         self._names = [t.name for t in self.tools]
+        self._identity = all(mcp == own for mcp, own in self.own_names.items())
 
     @classmethod
     def of(cls, tools: ToolSet, which: ToolFilter) -> Listing:
@@ -138,6 +141,27 @@ class Listing:
         ]
         chosen.sort(key=lambda pair: pair[0])
         return cls(tools=[_mcp_tool(name, spec) for name, spec in chosen], own_names={n: s["name"] for n, s in chosen})
+
+    def updated(self, tools: ToolSet, which: ToolFilter, touched: Sequence[str]) -> tuple[Listing, bool] | None:
+        """This listing with the `touched` tools (added, removed or changed in `tools`) listed as they are now, and
+        whether what it shows changed; its cost follows the change, not the set's size. None when a name OpenAI
+        would refuse is involved: such a tool's MCP name depends on the whole set's (`openai_names`), so `of` is."""
+        if not self._identity or not all(OPENAI_NAME.match(name) for name in touched):
+            return None
+        by_name, names, own = dict(self._by_name), list(self._names), dict(self.own_names)
+        shown = False
+        for name, spec in zip(touched, tools.describe_each(touched)):
+            old = by_name.pop(name, None)
+            if old is not None:
+                del names[bisect.bisect_left(names, name)]
+                own.pop(name)
+            new = _mcp_tool(name, spec) if spec is not None and which.admits(name, name) else None
+            if new is not None:
+                by_name[name] = new
+                bisect.insort(names, name)
+                own[name] = name
+            shown = shown or (old is None) != (new is None) or (old is not None and old != new)
+        return Listing(tools=[by_name[n] for n in names], own_names=own), shown
 
     def same_as(self, other: Listing) -> bool:
         return [t.model_dump() for t in self.tools] == [t.model_dump() for t in other.tools]
@@ -311,10 +335,18 @@ class McpFront:
     # --- change notification -------------------------------------------------
 
     async def _on_change(self, added: list[str], removed: list[str], changed: list[str], version: int) -> None:
-        listing = Listing.of(self.tools, self.filter)
+        step = None
+        if self._announced is self._listing:  # the listing follows the change alone
+            step = self._listing.updated(self.tools, self.filter, [*added, *removed, *changed])
+        if step is not None:
+            listing, shown = step
+        else:
+            listing = Listing.of(self.tools, self.filter)
+            shown = not listing.same_as(self._announced)
         self._listing = listing
         self._views = {}
-        if self._surface is not None or listing.same_as(self._announced):  # the search surface never changes
+        if self._surface is not None or not shown:  # the search surface never changes
+            self._announced = listing
             return
         self._announced = listing
         log.info(
