@@ -34,7 +34,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Protocol
 
-from toolservice_base.configclient import ConfigClient, watch_config
+from toolservice_base.configclient import ConfigClient, apply_changes, watch_config
 from toolservice_base.errors import BrokerUnreachable, ChangesUnavailable, ConfigError, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import CHANGES_TOO_OLD, ConfigPush
@@ -274,14 +274,7 @@ class Reloader:
                 log.info("toolset.reading_everything", workspace=self._owner.workspace, reason=one_line(exc))
             else:
                 self.delta_reads += 1
-                items = {t: dict(state.items.get(t, {})) for t in TYPES}
-                for item_type, changed in delta.items():
-                    held = items.setdefault(item_type, {})
-                    for key, value in changed.items():
-                        if value is None:
-                            held.pop(key, None)
-                        else:
-                            held[key] = value
+                items = apply_changes({t: state.items.get(t, {}) for t in TYPES}, delta)
                 return version, items, {t: set(delta.get(t, {})) for t in TYPES}
         self._whole = False
         self.full_reads += 1

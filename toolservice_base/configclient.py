@@ -47,6 +47,22 @@ Delta = dict[str, dict[str, str | None]]
 """Changed items by type, then key: the value now, or None for a key deleted."""
 
 
+def apply_changes(items: dict[str, dict[str, str]], delta: Delta) -> dict[str, dict[str, str]]:
+    """`items` (by type, then key) with `delta` applied, as new dicts (a type of `items` the delta does not name is
+    shared, not copied); `items` itself is left as it was."""
+    changed = {**items}
+    for item_type, keys in delta.items():
+        if item_type not in changed:
+            continue
+        held = changed[item_type] = dict(changed[item_type])
+        for key, value in keys.items():
+            if value is None:
+                held.pop(key, None)
+            else:
+                held[key] = value
+    return changed
+
+
 class Requests(Protocol):
     """How a `ConfigClient`'s requests reach a store: the config queues (`RequestClient`), or a store in the same
     process."""

@@ -18,7 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from toolservice_base.configclient import ConfigClient
+from toolservice_base.configclient import ConfigClient, apply_changes
+from toolservice_base.errors import ChangesUnavailable
 from toolservice_base.schemas import ToolAnnotations, ToolDescriptor
 from toolservice_base.search import Match
 
@@ -255,6 +256,16 @@ class Overview:
         cached = self._static.get(workspace)
         if cached is not None and self.config_version is not None and cached[0] >= self.config_version:
             return cached[1]
+        if cached is not None:  # what changed since, when the store can say: a page view costs the change
+            try:
+                version, delta = await self._config.changes(cached[0], STATIC_TYPES, workspace=workspace)
+            except ChangesUnavailable:
+                pass
+            else:
+                items = apply_changes(cached[1], delta)
+                self.observe(version)
+                self._static[workspace] = (version, items)
+                return items
         version, items = await self._config.read_types(STATIC_TYPES, workspace=workspace)
         self.observe(version)
         self._static[workspace] = (version, items)

@@ -609,3 +609,33 @@ async def test_the_registry_starts_and_stops_with_async_with(
     async with Registry(connection, options=FAST) as registry:
         assert registry.readiness() is None
     assert registry.readiness() == "not running"
+
+
+async def test_the_page_follows_static_tools_by_what_changed_and_lists_what_a_full_read_gives(
+    config_client: ConfigClient, registry: Registry, config_store: ConfigStoreService
+) -> None:
+    def static(name: str, revision: int) -> tuple[str, str, str]:
+        return ("tool", name, ToolDescriptor(name=name, description=f"{name} {revision}", service="gone").to_json())
+
+    await config_client.put([static(f"s{n}", 0) for n in range(5)])
+    overview = registry.overview
+    asked: list[str] = []
+    answer = config_store.answer
+
+    async def counted(request: Any, *args: Any, **kwargs: Any) -> Any:
+        asked.append(request.operation)
+        return await answer(request, *args, **kwargs)
+
+    config_store.answer = counted  # type: ignore[method-assign]
+    await overview.snapshot()
+    for step in range(6):
+        if step % 2:
+            await config_client.delete([("tool", f"s{step}")])
+        else:
+            await config_client.put([static(f"s{step}", step), static(f"new{step}", step)])
+        await eventually(lambda: overview.config_version == config_store.store.version)
+        page = await overview.snapshot()
+        _, items = await config_client.read_types(("tool", "tool-service"))
+        assert sorted(t.name for t in page.tools if t.source == "static") == sorted(items["tool"])
+        assert overview._static["default"][1] == items
+    assert asked.count("changes") == 5  # each page after a change asked what changed (s5 never was: no change)
