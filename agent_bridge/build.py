@@ -21,6 +21,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache, partial
 
+import immutables
+
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import (
     ToolDescriptor,
@@ -36,8 +38,9 @@ from .limits import CallLimits
 
 log = get_logger("agent_bridge.build")
 
-Items = dict[str, dict[str, str]]
-"""Raw config items by type, then key: exactly what the store's `config` returns."""
+Items = Mapping[str, Mapping[str, str]]
+"""Raw config items by type, then key: what the store's `config` returns (a set following deltas holds each type in
+an `immutables.Map`)."""
 
 TYPES = ("tool-service", "tool")
 
@@ -70,7 +73,8 @@ class Entry:
 
 @dataclass(frozen=True)
 class Built:
-    entries: dict[str, Entry] = field(default_factory=dict)
+    entries: immutables.Map[str, Entry] = field(default_factory=immutables.Map)
+    """The built tools, in a persistent map: the next build shares every entry it does not touch, at no copy."""
     problems: dict[str, str] = field(default_factory=dict)
     clients: dict[str, ToolServiceClient] = field(default_factory=dict)
     service_problems: dict[str, str] = field(default_factory=dict)
@@ -188,15 +192,16 @@ async def build(
     the tools of its services, and the tools that failed before). On any failure of the build itself, close what it
     created."""
     raw_services = items.get("tool-service", {})
+    kept = previous.entries.mutate()
     if touched is None:
         services, service_problems = parse_services(raw_services)
         names: Collection[str] = items.get("tool", {}).keys()
-        kept: dict[str, Entry] = {}
         users: Counter[str] = Counter()
+        kept = immutables.Map[str, Entry]().mutate()
     else:
         services, service_problems = _reparse_services(raw_services, previous, touched.get("tool-service", ()))
         names = _to_rebuild(previous, touched)
-        kept, users = dict(previous.entries), previous.users.copy()
+        users = previous.users.copy()
         for name in names:
             _forget(kept, users, name)
     pool = _ClientPool(connection, previous.clients)
@@ -219,16 +224,16 @@ async def build(
                 entries[tool.name] = await _make_entry(tool, signature, factory, pool, context)
             except Exception as exc:
                 problems[tool.name] = one_line(exc)
-        for entry in entries.values():
+        for name, entry in entries.items():
             users.update(c.service.id for c in entry.clients)
-        kept.update(entries)
+            kept[name] = entry
         in_use = await _settle_clients(previous.clients, users, pool, warm_up)
     except BaseException:
         for client in pool.created:
             await client.close()
         raise
     examined = None if touched is None else frozenset(names)
-    return Built(kept, problems, in_use, service_problems, services, users, examined)
+    return Built(kept.finish(), problems, in_use, service_problems, services, users, examined)
 
 
 def _reparse_services(
@@ -260,7 +265,7 @@ def _to_rebuild(previous: Built, touched: Touched) -> set[str]:
     return names
 
 
-def _forget(entries: dict[str, Entry], users: Counter[str], name: str) -> None:
+def _forget(entries: immutables.MapMutation[str, Entry], users: Counter[str], name: str) -> None:
     """Take a tool out of `entries`, and its uses of clients out of `users`."""
     entry = entries.pop(name, None)
     if entry is not None:

@@ -274,8 +274,8 @@ class Reloader:
                 log.info("toolset.reading_everything", workspace=self._owner.workspace, reason=one_line(exc))
             else:
                 self.delta_reads += 1
-                items = apply_changes({t: state.items.get(t, {}) for t in TYPES}, delta)
-                return version, items, {t: set(delta.get(t, {})) for t in TYPES}
+                changed = apply_changes({t: state.items.get(t, {}) for t in TYPES}, delta)
+                return version, changed, {t: set(delta.get(t, {})) for t in TYPES}
         self._whole = False
         self.full_reads += 1
         version, items = await self._fetch()

@@ -204,7 +204,7 @@ def _read(path: Path, *, quiet: bool = False) -> Snapshot | None:
     )
 
 
-def _replay(journal: Path, version: int, items: Items) -> int:
+def _replay(journal: Path, version: int, items: dict[str, dict[str, str]]) -> int:
     """Apply the journal's lines that follow on from `version` to `items`; the version reached."""
     try:
         lines = journal.read_text(encoding="utf-8").splitlines()

@@ -26,7 +26,7 @@ def load_static_dir(directory: str | Path) -> Items:
         raise StaticDirError(
             f"static directory {root} does not exist; create it with tool/*.json and tool-service/*.json"
         )
-    items: Items = {t: {} for t in TYPES}
+    items: dict[str, dict[str, str]] = {t: {} for t in TYPES}
     for item_type in TYPES:
         folder = root / item_type
         if not folder.is_dir():

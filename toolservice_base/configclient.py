@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, Self
 
+import immutables
 from pydantic import ValidationError
 
 from .errors import ChangesUnavailable, ConfigConflict, ConfigError, ConfigRefused, RequestTimeout
@@ -47,19 +48,22 @@ Delta = dict[str, dict[str, str | None]]
 """Changed items by type, then key: the value now, or None for a key deleted."""
 
 
-def apply_changes(items: dict[str, dict[str, str]], delta: Delta) -> dict[str, dict[str, str]]:
-    """`items` (by type, then key) with `delta` applied, as new dicts (a type of `items` the delta does not name is
-    shared, not copied); `items` itself is left as it was."""
-    changed = {**items}
+def apply_changes(items: Mapping[str, Mapping[str, str]], delta: Delta) -> dict[str, immutables.Map[str, str]]:
+    """`items` (by type, then key) with `delta` applied, each type a persistent map (`immutables.Map`): the new one
+    shares all but the changed keys with the old, so applying a delta costs what it changed; `items` is left as it
+    was. A type the delta does not name is kept as it is."""
+    changed = {t: held if isinstance(held, immutables.Map) else immutables.Map(held) for t, held in items.items()}
     for item_type, keys in delta.items():
-        if item_type not in changed:
+        held = changed.get(item_type)
+        if held is None:
             continue
-        held = changed[item_type] = dict(changed[item_type])
-        for key, value in keys.items():
-            if value is None:
-                held.pop(key, None)
-            else:
-                held[key] = value
+        with held.mutate() as mutation:
+            for key, value in keys.items():
+                if value is None:
+                    mutation.pop(key, None)
+                else:
+                    mutation[key] = value
+            changed[item_type] = mutation.finish()
     return changed
 
 

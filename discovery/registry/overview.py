@@ -240,7 +240,7 @@ class Overview:
         self.identity = _identity(config)
         self.config_version: int | None = None
         """The newest store version seen (pushes and our reads); None until the first."""
-        self._static: dict[str, tuple[int, dict[str, dict[str, str]]]] = {}
+        self._static: dict[str, tuple[int, Mapping[str, Mapping[str, str]]]] = {}
         """Workspace -> (version, {"tool": items, "tool-service": items}) as last read."""
         self.finder = ToolFinder(self.tool_sources)
         """The registry's index of its tools, for the page's search (`search`)."""
@@ -250,7 +250,7 @@ class Overview:
         if self.config_version is None or version > self.config_version:
             self.config_version = version
 
-    async def _static_items(self, workspace: str) -> dict[str, dict[str, str]]:
+    async def _static_items(self, workspace: str) -> Mapping[str, Mapping[str, str]]:
         """The workspace's `tool` and `tool-service` items, read at one version: a static tool's status needs its
         service's item."""
         cached = self._static.get(workspace)
@@ -262,10 +262,10 @@ class Overview:
             except ChangesUnavailable:
                 pass
             else:
-                items = apply_changes(cached[1], delta)
+                changed = apply_changes(cached[1], delta)
                 self.observe(version)
-                self._static[workspace] = (version, items)
-                return items
+                self._static[workspace] = (version, changed)
+                return changed
         version, items = await self._config.read_types(STATIC_TYPES, workspace=workspace)
         self.observe(version)
         self._static[workspace] = (version, items)
@@ -298,7 +298,7 @@ class Overview:
         newest = max(announced, key=lambda lease: lease.announced).digest if announced else None
         return state.offers.get(newest) if newest is not None else None
 
-    async def _static_tools(self) -> AsyncIterator[tuple[str, str, str, dict[str, str]]]:
+    async def _static_tools(self) -> AsyncIterator[tuple[str, str, str, Mapping[str, str]]]:
         """(workspace, name, item, the workspace's tool-service items) of every `tool` item in the store, the
         registry's own included, in the default workspace and every workspace a service announced in."""
         for workspace in sorted({self.workspace_default} | {key.workspace for key in self._services}):

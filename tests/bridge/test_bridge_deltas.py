@@ -40,6 +40,11 @@ def tool(name: str, sid: str, revision: int = 0) -> tuple[str, str, str]:
     return ("tool", name, json.dumps(body))
 
 
+def held(tools: ToolSet) -> dict[str, dict[str, str]]:
+    """The raw items the set was built from, as plain dicts (it keeps them in persistent maps)."""
+    return {t: dict(items) for t, items in tools._reload.state.items.items()}
+
+
 def definitions(tools: ToolSet) -> dict[str, Any]:
     """What an agent sees: each tool's definition and its service, and what was skipped."""
     return {
@@ -72,7 +77,7 @@ async def test_a_change_is_read_as_a_delta_and_only_its_tool_is_rebuilt(
         assert "t4" not in tools and "revision 1" in tools.describe(["t3"])[0]["description"]
         assert tools.get("t3") is not before["t3"]
         assert all(tools.get(n) is before[n] for n in before if n not in ("t3", "t4"))  # the others untouched
-        assert tools._reload.state.items == (await store_items(config_client))[1]
+        assert held(tools) == (await store_items(config_client))[1]
 
 
 async def test_deltas_and_full_reads_never_disagree_over_thousands_of_random_changes(
@@ -111,7 +116,7 @@ async def test_deltas_and_full_reads_never_disagree_over_thousands_of_random_cha
             if step % 40 == 39:
                 await caught_up(tools, config_client)
                 version, items = await store_items(config_client)
-                assert tools.version == version and tools._reload.state.items == items
+                assert tools.version == version and held(tools) == items
         await caught_up(tools, config_client)
         async with ToolSet(connection=connection, settings=settings, poll_interval=60) as fresh:
             assert fresh.version == tools.version
@@ -133,7 +138,7 @@ async def test_an_agent_that_missed_every_push_converges_on_its_next_version_rea
         await config_client.delete([("tool-service", "alpha")])
         await config_client.put([tool(f"n{n}", "alpha") for n in range(5)])
         await caught_up(tools, config_client)
-        assert tools._reload.state.items == (await store_items(config_client))[1]
+        assert held(tools) == (await store_items(config_client))[1]
         assert tools.names() == ["a", "b"] and tools.get("a").tool.service == "beta"  # type: ignore[union-attr]
         assert sorted(tools.problems) == [f"n{n}" for n in range(5)]  # their service is gone
         assert tools._reload.full_reads == 1
@@ -181,7 +186,7 @@ async def test_a_workspace_removed_whole_is_followed_by_deltas(
         assert len(tools) == 10
         version = await config_client.delete([(t, k) for t, k, _ in items], workspace="team")
         await tools.wait_for(lambda t: t.version == version)
-        assert len(tools) == 0 and tools._reload.state.items == {"tool-service": {}, "tool": {}}
+        assert len(tools) == 0 and held(tools) == {"tool-service": {}, "tool": {}}
         assert tools._reload.delta_reads == 1 and tools._reload.state.clients == {}
 
 
@@ -198,7 +203,7 @@ async def test_a_store_restarted_between_two_changes_is_followed(
                 version = await client.put([tool("c", "alpha")])
                 await tools.wait_for(lambda t: t.version == version)
                 assert tools.names() == ["a", "b", "c"]
-                assert tools._reload.state.items == (await store_items(client))[1]
+                assert held(tools) == (await store_items(client))[1]
         assert tools._reload.full_reads == 1  # the restarted store's feed went on where it was
 
 
@@ -217,7 +222,7 @@ async def test_a_store_without_a_change_feed_still_serves_an_agent_by_full_reads
                 await client.delete([("tool", "a")])
                 await tools.wait_for(lambda t: t.names() == ["b", "c"])
                 assert tools._reload.delta_reads == 0 and tools._reload.full_reads == 4
-                assert tools._reload.state.items == (await store_items(client))[1]
+                assert held(tools) == (await store_items(client))[1]
 
 
 async def test_a_reader_past_the_window_reads_everything_once(

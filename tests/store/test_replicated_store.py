@@ -41,6 +41,11 @@ async def group(settings: Settings) -> AsyncIterator[Group]:
         yield Group(settings, stack)
 
 
+def held(tools: ToolSet) -> dict[str, dict[str, str]]:
+    """The raw items the set was built from, as plain dicts (it keeps them in persistent maps)."""
+    return {t: dict(items) for t, items in tools._reload.state.items.items()}
+
+
 async def put_until_acknowledged(client: ConfigClient, key: str, value: str, timeout: float = 30.0) -> int:
     """What an operator's retrying client does across a failover: the write is acknowledged once, with its version."""
     async with asyncio.timeout(timeout):
@@ -219,7 +224,7 @@ async def test_an_agent_follows_the_store_across_a_failover_by_what_changed(grou
             version = await write(deletes=[("tool", "a")])
             await tools.wait_for(lambda t: t.version == version, timeout=15)
             assert tools.names() == ["b", "c"]
-            assert tools._reload.state.items == (await client.read_types(("tool-service", "tool")))[1]
+            assert held(tools) == (await client.read_types(("tool-service", "tool")))[1]
             assert tools._reload.full_reads == 1 and tools._reload.delta_reads >= 2
     finally:
         await client.close()
