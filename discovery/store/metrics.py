@@ -21,10 +21,11 @@ CONFIG_OPERATIONS = (
     "config",
     "getvalues-all-ws",
     "getkeys-all-ws",
+    "changes",
     "invalid",
 )
 """`invalid`: a request that could not be parsed, so has no operation."""
-CONFIG_ERRORS = ("bad-request", "bad-operation", "invalid", "store-error")
+CONFIG_ERRORS = ("bad-request", "bad-operation", "invalid", "store-error", "too-old")
 CONFLICT = "conflict"
 """The answer to a write whose `expect` did not hold. Not an error: a conditional write that loses a race is
 optimistic concurrency doing its job (the registry even makes one at each start, to learn that the store
@@ -48,7 +49,8 @@ class ConfigStoreMetrics:
         self.errors = Counter(
             "toolreg_config_request_errors",
             "Config store requests answered with an error: bad-request, bad-operation (unknown operation), "
-            "invalid (value refused), store-error (the SQLite file failed). Refused conditional writes are not errors: "
+            "invalid (value refused), store-error (the SQLite file failed), too-old (a reader past the change feed's "
+            "window: it reads everything instead). Refused conditional writes are not errors: "
             "see toolreg_config_conflicts_total.",
             ["type"],
             registry=registry,
