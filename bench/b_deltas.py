@@ -12,6 +12,11 @@ reload, as they did before the store had a change feed (and as a store
 without one still makes them).
 
 Target: each figure grows at most 2x from 500 to 8,000 tools (goal 1.3x).
+
+Then a rollout: 10,000 tools written 100 to a write, as fast as the store
+takes them, to 20 agents that started on an empty workspace; how long until
+the last agent holds them all, and how often any agent read every tool (its
+first load only is the target).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ NAME = "deltas"
 SERVICE = "bench-delta"
 AGENTS = 8
 SIZES = (500, 8_000)
+ROLLOUT_TOOLS, ROLLOUT_AGENTS, ROLLOUT_BATCH = 10_000, 20, 100
 TARGET_RATIO, GOAL_RATIO = 2.0, 1.3
 
 
@@ -62,18 +68,18 @@ def tool_item(name: str) -> str:
 
 
 class Agents:
-    """`AGENTS` agent processes and the versions each has said it holds."""
+    """`count` agent processes and the versions each has said it holds."""
 
-    def __init__(self, stack: Stack, workdir: Path, full_reads: bool) -> None:
-        self.files = [workdir / f"agent-{n}.out" for n in range(AGENTS)]
+    def __init__(self, stack: Stack, workdir: Path, full_reads: bool, count: int = AGENTS) -> None:
+        self.files = [workdir / f"agent-{n}.out" for n in range(count)]
         args = ["--full-reads"] if full_reads else []
         self.procs = [
             spawn(["-m", "bench.delta_agent", str(f), *args], stack.env(), workdir / f"agent-{n}.log")
             for n, f in enumerate(self.files)
         ]
-        self._offsets = [0] * AGENTS
-        self.held: list[dict[int, float]] = [{} for _ in range(AGENTS)]
-        self.ready = [False] * AGENTS
+        self._offsets = [0] * count
+        self.held: list[dict[int, float]] = [{} for _ in range(count)]
+        self.ready = [False] * count
         self.reads: list[tuple[int, int]] = []
 
     def poll(self) -> None:
@@ -102,7 +108,7 @@ class Agents:
                 if proc.poll() is not None:
                     raise RuntimeError(f"an agent exited with {proc.returncode} before it was ready")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.ready.count(True)} of {AGENTS} agents ready after {timeout:g}s")
+                raise TimeoutError(f"{self.ready.count(True)} of {len(self.ready)} agents ready after {timeout:g}s")
             self.poll()
             await asyncio.sleep(0.05)
 
@@ -191,6 +197,54 @@ async def one_size(work: Workdirs, tools: int, changes: int, full_reads: bool, p
         stack.stop()
 
 
+async def rollout(work: Workdirs, quick: bool, progress: Progress) -> dict[str, Any]:
+    """`ROLLOUT_TOOLS` tools written `ROLLOUT_BATCH` to a write to `ROLLOUT_AGENTS` agents started on none."""
+    count = ROLLOUT_TOOLS // (10 if quick else 1)
+    workdir = work.make(f"{NAME}-rollout")
+    stack = Stack(workdir, registry=False).start()
+    agents: Agents | None = None
+    try:
+        connection = await open_transport(stack.settings)
+        config = await ConfigClient(connection, timeout=30).start()
+        try:
+            await config.put([("tool-service", SERVICE, service_item())])
+            progress.update(f"rollout: starting {ROLLOUT_AGENTS} agents", force=True)
+            agents = Agents(stack, workdir, False, ROLLOUT_AGENTS)
+            await agents.all_ready()
+            await asyncio.sleep(1.0)
+            store_pid = stack.processes["up"].pid
+            store_before, agents_before = _cpu(store_pid), agents.cpu()
+            started = time.time()
+            version = 0
+            for start in range(0, count, ROLLOUT_BATCH):
+                names = [f"r-{n:05d}" for n in range(start, min(count, start + ROLLOUT_BATCH))]
+                version = await config.put([("tool", name, tool_item(name)) for name in names])
+                progress.update(f"rollout: {start + len(names):,} of {count:,} tools written")
+            written = time.time() - started
+            reached = await agents.last_holds(version, timeout=300) - started
+            store_cpu, agents_cpu = _cpu(store_pid) - store_before, agents.cpu() - agents_before
+            await agents.stop()
+            return {
+                "tools": count,
+                "agents": ROLLOUT_AGENTS,
+                "writes": -(-count // ROLLOUT_BATCH),
+                "written_s": round(written, 2),
+                "last_agent_has_all_s": round(reached, 2),
+                "store_cpu_s": round(store_cpu, 2),
+                "agents_cpu_s": round(agents_cpu, 2),
+                "most_full_reads_per_agent": max((f for f, _ in agents.reads), default=0),
+                "delta_reads_per_agent": max((d for _, d in agents.reads), default=0),
+                "load_average": load_average(),
+            }
+        finally:
+            await config.close()
+            await connection.close()
+    finally:
+        if agents is not None:
+            await agents.stop()
+        stack.stop()
+
+
 def _ratio(small: dict[str, Any], large: dict[str, Any], key: str) -> float:
     return round(large[key] / small[key], 2) if small[key] else float("inf")
 
@@ -203,6 +257,7 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         for tools in SIZES:
             key = f"{tools}-{'full' if full_reads else 'delta'}"
             measured[key] = await one_size(work, tools, changes[full_reads], full_reads, progress)
+    rolled = await rollout(work, quick, progress)
     small, large = measured[f"{SIZES[0]}-delta"], measured[f"{SIZES[1]}-delta"]
     rows: list[dict[str, Any]] = []
     for key, figure, unit in (
@@ -239,6 +294,23 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
             "met": all(m["most_full_reads_per_agent"] == 1 for k, m in measured.items() if k.endswith("delta")),
         }
     )
+    rows.append(
+        {
+            "figure": f"rollout of {rolled['tools']:,} tools ({rolled['writes']} writes) to {ROLLOUT_AGENTS} agents:"
+            " the last agent has them all",
+            "ours": rolled["last_agent_has_all_s"],
+            "reference": rolled["written_s"],
+            "unit": "s",
+        }
+    )
+    rows.append(
+        {
+            "figure": "rollout: reads of every tool per agent (its first load, of none, included)",
+            "ours": rolled["most_full_reads_per_agent"],
+            "target": "1",
+            "met": rolled["most_full_reads_per_agent"] == 1,
+        }
+    )
     progress.done(
         f"store {small['store_cpu_ms']} -> {large['store_cpu_ms']} ms, agents {small['agents_cpu_ms']} ->"
         f" {large['agents_cpu_ms']} ms, lag {small['lag_p50_ms']} -> {large['lag_p50_ms']} ms"
@@ -249,7 +321,7 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         "rows": rows,
         "reference_is": (
             "the same agents reading every tool on each reload (what they did before the store's change feed, and"
-            " what a store without one makes them do), same run"
+            " what a store without one makes them do), same run; for the rollout, how long the writes took"
         ),
-        "data": {"measured": measured, "python": sys.version.split()[0]},
+        "data": {"measured": measured, "rollout": rolled, "python": sys.version.split()[0]},
     }
