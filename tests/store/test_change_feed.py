@@ -17,7 +17,8 @@ from support import eventually
 from discovery.store.changes import ChangeWindow, TooOld
 from discovery.store.operations import ConfigOperations, answer_size
 from discovery.store.sqlite import ConfigStore, Write
-from toolservice_base import ConfigClient, ConfigPush, Transport, watch_config
+from toolservice_base import ConfigClient, ConfigPush, Settings, Transport, watch_config
+from toolservice_base.errors import SettingsError
 from toolservice_base.schemas import ConfigRequest
 from toolservice_base.transport import Envelope
 
@@ -163,3 +164,18 @@ async def test_a_watcher_hears_the_keys_of_a_write_and_a_raw_reader_gets_todays_
     assert pushes[0].keys == [("default", "note", "a", False)]
     assert pushes[1].keys == [("default", "note", "b", False), ("default", "note", "a", True)]
     assert set(json.loads(raw[1].data)) == {"version", "changes", "workspace_changes"}
+
+
+def test_the_window_is_a_setting_refused_in_one_line_when_it_is_not_a_positive_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TOOLREG_CHANGE_WINDOW_KEYS", "500")
+    monkeypatch.setenv("TOOLREG_CHANGE_WINDOW_BYTES", "65536")
+    settings = Settings.from_env()
+    assert (settings.change_window_keys, settings.change_window_bytes) == (500, 65536)
+    monkeypatch.setenv("TOOLREG_CHANGE_WINDOW_KEYS", "lots")
+    with pytest.raises(SettingsError, match="^TOOLREG_CHANGE_WINDOW_KEYS='lots' is not a whole number$"):
+        Settings.from_env()
+    monkeypatch.setenv("TOOLREG_CHANGE_WINDOW_KEYS", "0")
+    with pytest.raises(SettingsError, match="must be at least 1"):
+        Settings.from_env()
