@@ -18,7 +18,7 @@ from discovery.store.changes import ChangeWindow, TooOld
 from discovery.store.operations import ConfigOperations, answer_size
 from discovery.store.sqlite import ConfigStore, Write
 from toolservice_base import ConfigClient, ConfigPush, Settings, Transport, watch_config
-from toolservice_base.errors import SettingsError
+from toolservice_base.errors import ChangesUnavailable, SettingsError
 from toolservice_base.schemas import ConfigRequest
 from toolservice_base.transport import Envelope
 
@@ -179,3 +179,16 @@ def test_the_window_is_a_setting_refused_in_one_line_when_it_is_not_a_positive_c
     monkeypatch.setenv("TOOLREG_CHANGE_WINDOW_KEYS", "0")
     with pytest.raises(SettingsError, match="must be at least 1"):
         Settings.from_env()
+
+
+@pytest.mark.contract
+async def test_a_delta_larger_than_a_page_is_read_in_pages_at_one_version(config_client: ConfigClient) -> None:
+    version = await config_client.put([("note", f"k{n:02d}", str(n)) for n in range(25)])
+    await config_client.apply(puts=[("other", "x", "1")], deletes=[("note", "k03")])
+    config_client.page_limit = 4
+    reached, delta = await config_client.changes(version - 1, ["note"])
+    assert reached == version + 1 and len(delta["note"]) == 25 and delta["note"]["k03"] is None
+    assert {k: v for k, v in delta["note"].items() if v is not None} == await config_client.getvalues("note")
+    with pytest.raises(ChangesUnavailable) as too_old:
+        await config_client.changes(version + 5)
+    assert too_old.value.code == "too-old"
