@@ -27,6 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import immutables
+
 from agent_bridge import ToolSet
 from toolservice_base import MemoryBroker, Settings
 from toolservice_base.schemas import ToolDescriptor
@@ -125,7 +127,8 @@ async def update_cost(tools: ToolSet, changed: int, rounds: int = 10) -> dict[st
         await index.sync(new)
         samples.append(time.perf_counter() - started)
         written.append(index.last_changed)
-        tools._reload.state = replace(tools._reload.state, entries=new)
+        state = tools._reload.state
+        tools._reload.state = replace(state, built=replace(state.built, entries=immutables.Map(new)))
     return {"ms": round(statistics.median(samples) * 1000, 2), "written": statistics.median(written)}
 
 
