@@ -191,7 +191,9 @@ def restore(db_path: Path, source: Path, *, force: bool = False) -> Restored:
     The replaced file (and its WAL) is renamed, not deleted. The restored
     version is set past both the copy's and the last the replaced store was
     known to have (its marker, or the file itself if it can still be read), so
-    readers never mistake the restored content for a version they have seen.
+    readers never mistake the restored content for a version they have seen;
+    its change feed starts there, so no reader is told what changed since a
+    version of the history the restore replaced.
     A copy with another store id than this directory's (`ForeignBackup`) is
     restored only with `force`; it then keeps its own id.
     """
@@ -214,6 +216,9 @@ def restore(db_path: Path, source: Path, *, force: bool = False) -> Restored:
             src.backup(dst)
             version = max(facts.version, floor) + 1
             dst.execute("UPDATE meta SET value=? WHERE name='version'", (version,))
+            # The copy's change feed is another history than the one readers followed: it starts again at `version`.
+            dst.execute("DROP TABLE IF EXISTS changes")
+            dst.execute("DELETE FROM meta WHERE name='changes_floor'")
             dst.execute("CREATE TABLE IF NOT EXISTS store_info (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
             dst.execute(
                 "INSERT OR IGNORE INTO store_info (name, value) VALUES ('id', ?)", (uuid.uuid4().hex,)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from support import eventually
 
+from discovery.store.backup import restore, take_backup
 from discovery.store.changes import ChangeWindow, TooOld
 from discovery.store.operations import ConfigOperations, answer_size
 from discovery.store.sqlite import ConfigStore, Write
@@ -192,3 +193,24 @@ async def test_a_delta_larger_than_a_page_is_read_in_pages_at_one_version(config
     with pytest.raises(ChangesUnavailable) as too_old:
         await config_client.changes(version + 5)
     assert too_old.value.code == "too-old"
+
+
+def test_a_restored_backup_starts_its_feed_again_so_no_reader_gets_a_delta_across_histories(tmp_path: Path) -> None:
+    path = tmp_path / "config.sqlite"
+    store = ConfigStore(path)
+    store.apply("w", puts=[("note", "a", "1")])
+    store.close()
+    copy = take_backup(path).path
+    store = ConfigStore(path)
+    for n in range(5):  # the history the restore throws away: readers may hold any of these versions
+        store.apply("w", puts=[("note", f"lost{n}", "1")])
+    store.close()
+    restored = restore(path, copy)
+    store = ConfigStore(path)
+    assert store.version == restored.facts.version == 7 and store.feed.floor == 7
+    for version in range(7):
+        with pytest.raises(TooOld):
+            since(store, version)
+    store.apply("w", puts=[("note", "b", "1")])
+    assert since(store, 7) == {("note", "b"): "1"}
+    store.close()
