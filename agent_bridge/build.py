@@ -192,7 +192,6 @@ async def build(
     the tools of its services, and the tools that failed before). On any failure of the build itself, close what it
     created."""
     raw_services = items.get("tool-service", {})
-    kept = previous.entries.mutate()
     if touched is None:
         services, service_problems = parse_services(raw_services)
         names: Collection[str] = items.get("tool", {}).keys()
@@ -202,6 +201,7 @@ async def build(
         services, service_problems = _reparse_services(raw_services, previous, touched.get("tool-service", ()))
         names = _to_rebuild(previous, touched)
         users = previous.users.copy()
+        kept = previous.entries.mutate()
         for name in names:
             _forget(kept, users, name)
     pool = _ClientPool(connection, previous.clients)
@@ -259,9 +259,12 @@ def _to_rebuild(previous: Built, touched: Touched) -> set[str]:
     before (a service or factory that came since may fix them)."""
     names = set(touched.get("tool", ())) | set(previous.problems)
     changed_services = set(touched.get("tool-service", ()))
-    if changed_services:
-        names |= {n for n, e in previous.entries.items() if e.tool.service in changed_services}
-        names |= {n for n, e in previous.entries.items() if any(c.service.id in changed_services for c in e.clients)}
+    if changed_services:  # a pass over the set, for a change to a service only
+        names |= {
+            n
+            for n, e in previous.entries.items()
+            if e.tool.service in changed_services or any(c.service.id in changed_services for c in e.clients)
+        }
     return names
 
 
