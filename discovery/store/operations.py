@@ -137,7 +137,8 @@ class ConfigOperations:
         op = request.operation
         known = op in CONFIG_OPERATIONS and not (self.trustgraph and op == CHANGES_OPERATION)
         if not known or (queue_workspace is not None and op not in WORKSPACE_OPERATIONS):
-            allowed = WORKSPACE_OPERATIONS if queue_workspace is not None else CONFIG_OPERATIONS
+            listed = WORKSPACE_OPERATIONS if queue_workspace is not None else CONFIG_OPERATIONS
+            allowed = [o for o in listed if not (self.trustgraph and o == CHANGES_OPERATION)]
             return _error("bad-operation", f"unknown operation {op[:64]!r}; use one of {', '.join(allowed)}")
         if op == "getvalues-all-ws":
             rows = self.store.values_all_workspaces(request.type) if request.type else []
