@@ -7,6 +7,8 @@ import json
 import random
 from typing import Any
 
+from support import eventually
+
 from agent_bridge import ToolSet
 from discovery.mcp.server import Listing, McpFront
 from toolservice_base import ConfigClient, Settings, Transport
@@ -35,12 +37,11 @@ async def test_the_listing_follows_random_changes_as_the_whole_set_would_list_it
     await config_client.put([service(settings)] + [tool(n, 0) for n in names[:10]])
     async with ToolSet(connection=connection, settings=settings, poll_interval=60) as tools:
         front = McpFront(tools, exclude=["tool-0[0-4]"])
-        published = 0
+        published: list[Any] = []
         publish = front.bus.publish
 
         async def counted(event: Any) -> None:
-            nonlocal published
-            published += 1
+            published.append(event)
             await publish(event)
 
         front.bus.publish = counted  # type: ignore[method-assign]
@@ -53,7 +54,9 @@ async def test_the_listing_follows_random_changes_as_the_whole_set_would_list_it
             else:
                 version = await config_client.put([tool(name, rng.randint(0, 2))])
             await tools.wait_for(lambda t, v=version: t.version == v)  # type: ignore[misc]
-            assert shown(front.listing()) == shown(Listing.of(tools, front.filter)), f"step {step}: {name}"
-            expected = 1 if visible and shown(front.listing()) != before else 0
-            assert published == expected, f"step {step}: {name}, {published} notifications"
-            published = 0
+            whole = shown(Listing.of(tools, front.filter))  # the callbacks run just after the swap: wait for the front
+            await eventually(lambda w=whole: shown(front.listing()) == w, timeout=5)  # type: ignore[misc]
+            expected = 1 if visible and whole != before else 0
+            await eventually(lambda e=expected: len(published) >= e, timeout=5)  # type: ignore[misc]
+            assert len(published) == expected, f"step {step}: {name}, {len(published)} notifications"
+            published.clear()
