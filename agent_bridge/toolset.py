@@ -225,12 +225,6 @@ class ToolSet:
         chosen = sorted(entries) if names is None else [n for n in names if n in entries]
         return [_spec(n, entries[n]) for n in chosen]
 
-    def describe_each(self, names: Iterable[str]) -> list[dict[str, Any] | None]:
-        """`describe` of each name in order, None for a name the set does not hold: what a listing that follows
-        `on_change` updates itself with."""
-        entries = self._state.entries
-        return [_spec(n, entries[n]) if n in entries else None for n in names]
-
     # --- search --------------------------------------------------------------
 
     async def search(self, query: str, limit: int = 10) -> list[Match]:

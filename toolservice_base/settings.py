@@ -17,9 +17,10 @@ the registry's tuning (trust policy, allowed namespaces, clock skew, instance
 cap, pinned definitions) and the replicas' group key. A value the product
 cannot use is one line naming the variable (`SettingsError`). Only what must be read before any `Settings` exists, or
 at the moment it is needed (a process, or a test, may set it after import),
-is read by a small function here: logging, the event loop, and the standard
-`OTEL_*` variables `toolreg` decides its tracing by. Every variable read here
-is described in docs/operators.md (tests/deploy/test_deploy.py checks).
+is read by a small function here: logging and the event loop (the standard
+`OTEL_*` variables `toolreg` decides its tracing by are read beside the
+tracing, in `toolservice_base.tracing`). Every variable read here is
+described in docs/operators.md (tests/deploy/test_deploy.py checks).
 """
 
 from __future__ import annotations
@@ -147,11 +148,8 @@ class Settings:
             raise SettingsError(f"{MCP_SESSION_IDLE_ENV}={self.mcp_session_idle!r}: give a positive number of seconds")
         if self.mcp_max_sessions < 1:
             raise SettingsError(f"{MCP_MAX_SESSIONS_ENV}={self.mcp_max_sessions!r}: give at least 1")
-        if self.change_window_keys < 1 or self.change_window_bytes < 1:
-            raise SettingsError(
-                f"{CHANGE_WINDOW_KEYS_ENV} and {CHANGE_WINDOW_BYTES_ENV} must be at least 1, not"
-                f" {self.change_window_keys!r} and {self.change_window_bytes!r}"
-            )
+        if min(self.change_window_keys, self.change_window_bytes) < 1:
+            raise SettingsError(f"{CHANGE_WINDOW_KEYS_ENV} and {CHANGE_WINDOW_BYTES_ENV} must be at least 1")
 
     @classmethod
     def from_env(
@@ -172,8 +170,7 @@ class Settings:
             topicspace=space,
             store=os.environ.get("TOOLREG_STORE", "").strip() or None,
             group_key_file=Path(key) if (key := _env(GROUP_KEY_ENV)) else None,
-            change_window_keys=_count(CHANGE_WINDOW_KEYS_ENV, 100_000),
-            change_window_bytes=_count(CHANGE_WINDOW_BYTES_ENV, 16 * 1024 * 1024),
+            **_change_window_env(),
             **_serving_env(),
             **_registry_env(),
             **_mcp_env(),
@@ -256,17 +253,6 @@ CHANGE_WINDOW_KEYS_ENV = "TOOLREG_CHANGE_WINDOW_KEYS"
 CHANGE_WINDOW_BYTES_ENV = "TOOLREG_CHANGE_WINDOW_BYTES"
 
 
-def _count(name: str, default: int) -> int:
-    """A whole number from the environment variable `name`, or `default` when it is unset."""
-    text = _env(name)
-    if text is None:
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise SettingsError(f"{name}={text!r} is not a whole number") from None
-
-
 MCP_OAUTH_ISSUER_ENV = "TOOLREG_MCP_OAUTH_ISSUER"
 MCP_RESOURCE_ENV = "TOOLREG_MCP_RESOURCE"
 MCP_JWKS_URI_ENV = "TOOLREG_MCP_JWKS_URI"
@@ -300,16 +286,26 @@ class _Registry(TypedDict):
     pin_definitions: bool
 
 
+def _whole(name: str, what: str = "") -> int | None:
+    """A whole number from the environment variable `name`; None when unset."""
+    text = _env(name)
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        raise SettingsError(f"{name}={text!r} is not a whole number{what}") from None
+
+
+def _change_window_env() -> dict[str, int]:
+    window = {
+        "change_window_keys": _whole(CHANGE_WINDOW_KEYS_ENV),
+        "change_window_bytes": _whole(CHANGE_WINDOW_BYTES_ENV),
+    }
+    return {field: value for field, value in window.items() if value is not None}
+
+
 def _serving_env() -> _Serving:
-    port_text = _env(METRICS_PORT_ENV)
-    port = None
-    if port_text is not None:
-        try:
-            port = int(port_text)
-        except ValueError:
-            raise SettingsError(f"{METRICS_PORT_ENV} must be a port number, got {port_text!r}") from None
     return {
-        "metrics_port": port,
+        "metrics_port": _whole(METRICS_PORT_ENV, " (a port)"),
         "metrics_host": _env(METRICS_HOST_ENV),
         "http_token": _env(HTTP_TOKEN_ENV),
         "mcp_token": _env(MCP_TOKEN_ENV),
@@ -318,22 +314,18 @@ def _serving_env() -> _Serving:
 
 def _registry_env() -> _Registry:
     namespaces = [item.strip() for item in (_env(ALLOWED_NAMESPACES_ENV) or "").split(",") if item.strip()]
-    skew_text, instances_text = _env(MAX_CLOCK_SKEW_ENV), _env(MAX_INSTANCES_ENV)
+    skew_text = _env(MAX_CLOCK_SKEW_ENV)
     try:
         skew = float(skew_text) if skew_text else None
     except ValueError:
         raise SettingsError(f"{MAX_CLOCK_SKEW_ENV}={skew_text!r} is not a number of seconds") from None
-    try:
-        instances = int(instances_text) if instances_text else None
-    except ValueError:
-        raise SettingsError(f"{MAX_INSTANCES_ENV}={instances_text!r} is not a whole number of instances") from None
     policy = os.environ.get(TRUST_POLICY_ENV) or None
     return {
         "trust_policy": Path(policy) if policy else None,
         "allowed_namespaces": tuple(namespaces) or None,
         "max_clock_skew": skew,
-        "max_instances": instances,
-        "pin_definitions": (_env(PIN_DEFINITIONS_ENV) or "").lower() in ("1", "true", "yes"),
+        "max_instances": _whole(MAX_INSTANCES_ENV, " of instances"),
+        "pin_definitions": _flag(PIN_DEFINITIONS_ENV),
     }
 
 
@@ -429,7 +421,7 @@ def _admin_env() -> _Admin:
     }
 
 
-# --- read when needed: logging, the event loop, tracing -----------------------------------
+# --- read when needed: logging, the event loop -------------------------------------------
 
 LOG_LEVEL_ENV = "TOOLREG_LOG_LEVEL"
 LOG_FORMAT_ENV = "TOOLREG_LOG_FORMAT"
@@ -472,46 +464,3 @@ def event_loop() -> str:
             f"{EVENT_LOOP_ENV}=uvloop, but uvloop is not installed: pip install 'tool-discovery[uvloop]'"
         )
     return chosen or ("uvloop" if installed else "asyncio")
-
-
-TRACES_EXPORTER_ENV = "OTEL_TRACES_EXPORTER"
-OTLP_TRACES_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
-OTLP_PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_PROTOCOL"
-SDK_DISABLED_ENV = "OTEL_SDK_DISABLED"
-SERVICE_NAME_ENV = "OTEL_SERVICE_NAME"
-TRACER_PROVIDER_ENV = "OTEL_PYTHON_TRACER_PROVIDER"
-
-
-@dataclass(frozen=True)
-class TracingEnv:
-    """The standard `OTEL_*` variables `toolreg` chooses its tracing set-up by; the SDK reads the others itself."""
-
-    sdk_disabled: bool = False
-    """`OTEL_SDK_DISABLED` is `true` (any case): no tracing, whatever else is set."""
-    traces_exporter: str = ""
-    """`OTEL_TRACES_EXPORTER` as given: exporter names, comma-separated (`otlp`, `console`, `none`)."""
-    otlp_endpoint: bool = False
-    """`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set (not blank): that alone asks for
-    `otlp`."""
-    otlp_protocol: str = "http/protobuf"
-    """`OTEL_EXPORTER_OTLP_PROTOCOL`: `http/protobuf` (the default when unset or blank) or `grpc`."""
-    service_name: str | None = None
-    """`OTEL_SERVICE_NAME` (None when unset or empty): the SDK names the spans' service by it."""
-
-    @classmethod
-    def from_env(cls) -> "TracingEnv":
-        return cls(
-            sdk_disabled=os.environ.get(SDK_DISABLED_ENV, "").strip().lower() == "true",
-            traces_exporter=os.environ.get(TRACES_EXPORTER_ENV, ""),
-            otlp_endpoint=bool(
-                os.environ.get(OTLP_TRACES_ENDPOINT_ENV, "").strip() or os.environ.get(OTLP_ENDPOINT_ENV, "").strip()
-            ),
-            otlp_protocol=os.environ.get(OTLP_PROTOCOL_ENV, "").strip() or "http/protobuf",
-            service_name=os.environ.get(SERVICE_NAME_ENV) or None,
-        )
-
-
-def tracer_provider_named() -> bool:
-    """`OTEL_PYTHON_TRACER_PROVIDER` is set: the OpenTelemetry API then builds its global provider from that name."""
-    return os.environ.get(TRACER_PROVIDER_ENV) is not None

@@ -24,8 +24,10 @@ What is traced:
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -34,7 +36,51 @@ from opentelemetry.trace import Link, ProxyTracerProvider, Span, SpanContext, Sp
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from toolservice_base.rpc.wire import TOOL
-from toolservice_base.settings import tracer_provider_named
+
+# --- the OpenTelemetry standard's variables `toolreg` chooses its tracing set-up by ------------------------------
+
+TRACES_EXPORTER_ENV = "OTEL_TRACES_EXPORTER"
+OTLP_TRACES_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+OTLP_PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_PROTOCOL"
+SDK_DISABLED_ENV = "OTEL_SDK_DISABLED"
+SERVICE_NAME_ENV = "OTEL_SERVICE_NAME"
+TRACER_PROVIDER_ENV = "OTEL_PYTHON_TRACER_PROVIDER"
+
+
+@dataclass(frozen=True)
+class TracingEnv:
+    """The standard `OTEL_*` variables `toolreg` chooses its tracing set-up by; the SDK reads the others itself."""
+
+    sdk_disabled: bool = False
+    """`OTEL_SDK_DISABLED` is `true` (any case): no tracing, whatever else is set."""
+    traces_exporter: str = ""
+    """`OTEL_TRACES_EXPORTER` as given: exporter names, comma-separated (`otlp`, `console`, `none`)."""
+    otlp_endpoint: bool = False
+    """`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT` is set (not blank): that alone asks for
+    `otlp`."""
+    otlp_protocol: str = "http/protobuf"
+    """`OTEL_EXPORTER_OTLP_PROTOCOL`: `http/protobuf` (the default when unset or blank) or `grpc`."""
+    service_name: str | None = None
+    """`OTEL_SERVICE_NAME` (None when unset or empty): the SDK names the spans' service by it."""
+
+    @classmethod
+    def from_env(cls) -> "TracingEnv":
+        return cls(
+            sdk_disabled=os.environ.get(SDK_DISABLED_ENV, "").strip().lower() == "true",
+            traces_exporter=os.environ.get(TRACES_EXPORTER_ENV, ""),
+            otlp_endpoint=bool(
+                os.environ.get(OTLP_TRACES_ENDPOINT_ENV, "").strip() or os.environ.get(OTLP_ENDPOINT_ENV, "").strip()
+            ),
+            otlp_protocol=os.environ.get(OTLP_PROTOCOL_ENV, "").strip() or "http/protobuf",
+            service_name=os.environ.get(SERVICE_NAME_ENV) or None,
+        )
+
+
+def tracer_provider_named() -> bool:
+    """`OTEL_PYTHON_TRACER_PROVIDER` is set: the OpenTelemetry API then builds its global provider from that name."""
+    return os.environ.get(TRACER_PROVIDER_ENV) is not None
+
 
 SCOPE = "tool-discovery"
 TRACEPARENT = "traceparent"

@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from toolservice_base.logs import get_logger
-from toolservice_base.settings import TracingEnv
+from toolservice_base.tracing import TracingEnv
 
 log = get_logger("discovery.cli")
 

@@ -80,7 +80,7 @@ def test_metrics_address_is_off_by_default_and_loopback_unless_told(monkeypatch:
     monkeypatch.setenv("TOOLREG_METRICS_HOST", "0.0.0.0")
     assert metrics_address(None) == ("0.0.0.0", 9464)
     monkeypatch.setenv("TOOLREG_METRICS_PORT", "nine")
-    with pytest.raises(SettingsError, match="TOOLREG_METRICS_PORT must be a port number, got 'nine'"):
+    with pytest.raises(SettingsError, match="TOOLREG_METRICS_PORT='nine' is not a whole number \\(a port\\)"):
         metrics_address(None)
     monkeypatch.delenv("TOOLREG_METRICS_PORT")
     with pytest.raises(HealthError, match="0-65535"):
