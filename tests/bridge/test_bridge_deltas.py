@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agent_bridge import ToolSet
-from agent_bridge.snapshot import append_change, journal_path, read_snapshot, write_snapshot
+from agent_bridge.snapshot import Deployment, append_change, journal_path, read_snapshot, write_snapshot
 from discovery.store.changes import ChangeWindow
 from discovery.store.service import ConfigStoreService
 from toolservice_base import ConfigClient, Settings, Transport
@@ -156,24 +156,25 @@ async def test_an_agent_restarted_from_its_snapshot_reads_everything_once_then_f
         version = await config_client.delete([("tool", "a")])
         await tools.wait_for(lambda t: t.version == version)
         assert tools.names() == ["b"] and (tools._reload.full_reads, tools._reload.delta_reads) == (1, 1)
-    snapshot = read_snapshot(settings.data_dir / "bridge-snapshot-default.json", "default")
+        path, deployment = tools.snapshot_path, tools.deployment
+    snapshot = read_snapshot(path, deployment, "default")
     assert snapshot is not None and snapshot.version == version and sorted(snapshot.items["tool"]) == ["b"]
-    assert journal_path(settings.data_dir / "bridge-snapshot-default.json").exists()  # the delta: one line appended
+    assert journal_path(path).exists()  # the delta: one line appended
 
 
 def test_a_snapshot_journal_cut_short_or_left_from_before_gives_the_last_whole_version(tmp_path: Path) -> None:
-    path = tmp_path / "bridge-snapshot-default.json"
-    write_snapshot(path, "default", 5, {"tool-service": {}, "tool": {"a": "A", "b": "B"}})
+    path, deployment = tmp_path / "bridge-snapshot-default.json", Deployment.of("pulsar://broker:6650", "tg")
+    write_snapshot(path, deployment, "default", 5, {"tool-service": {}, "tool": {"a": "A", "b": "B"}})
     append_change(path, 5, 6, {"tool": {"a": None, "c": "C"}})
     append_change(path, 6, 7, {"tool": {"b": "B2"}})
-    snapshot = read_snapshot(path, "default")
+    snapshot = read_snapshot(path, deployment, "default")
     assert snapshot is not None and (snapshot.version, snapshot.items["tool"]) == (7, {"b": "B2", "c": "C"})
     text = journal_path(path).read_text()
     journal_path(path).write_text(text[:-7])  # a crash in the middle of the second line
-    snapshot = read_snapshot(path, "default")
+    snapshot = read_snapshot(path, deployment, "default")
     assert snapshot is not None and (snapshot.version, snapshot.items["tool"]) == (6, {"b": "B", "c": "C"})
     journal_path(path).write_text(text.splitlines()[1] + "\n")  # a line that does not follow on from version 5
-    snapshot = read_snapshot(path, "default")
+    snapshot = read_snapshot(path, deployment, "default")
     assert snapshot is not None and (snapshot.version, snapshot.items["tool"]) == (5, {"a": "A", "b": "B"})
 
 
