@@ -117,6 +117,7 @@ async def test_half_sent_request_heads_are_closed_and_the_port_keeps_answering(s
     async with SERVERS[server](tmp_path) as (port, probe):
         opened = time.monotonic()
         slow = await asyncio.to_thread(open_half_requests, port, SLOW)
+        all_open = time.monotonic() - opened  # past DEADLINE, the first heads timed out before the last were open
         status, took = await asyncio.to_thread(ask, port, probe)
         assert status in (200, 400, 404) and took < 1.0, (
             f"{probe} answered {status} after {took:.2f}s with {SLOW} slow sockets open"
@@ -129,7 +130,10 @@ async def test_half_sent_request_heads_are_closed_and_the_port_keeps_answering(s
         # A socket closed before the server read what it sent may be reset, its 503 lost on the way: "(nothing)".
         assert set(said) <= {"HTTP/1.1 408 Request Timeout", "HTTP/1.1 503 Service Unavailable", "(nothing)"}, said
         shed = said.get("HTTP/1.1 503 Service Unavailable", 0) + said.get("(nothing)", 0)
-        assert shed >= SLOW - MAX_CONNECTIONS, f"the cap made room at once: {said}"
+        # Only when every socket was open before the first head's deadline must the cap have made the room (on a
+        # machine so loaded that opening 200 sockets took longer, deadlines freed slots as they opened).
+        if all_open < DEADLINE:
+            assert shed >= SLOW - MAX_CONNECTIONS, f"the cap made room at once: {said}"
         assert (await asyncio.to_thread(ask, port, probe))[0] in (200, 400, 404), "and it still answers afterwards"
 
 
