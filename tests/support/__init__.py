@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -88,11 +88,14 @@ async def atoolreg(
     return subprocess.CompletedProcess(list(args), proc.returncode or 0, out.decode(), err.decode())
 
 
-def toolreg_background(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def toolreg_background(
+    *args: str, env: dict[str, str], log: Path, program: Sequence[str] = (sys.executable, "-m", "discovery.cli")
+) -> subprocess.Popen[bytes]:
+    """`toolreg ARGS` in the background, logging to `log`; `program` runs it another way (with a fault injected)."""
     handle = open(log, "ab")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "discovery.cli", *args],
+            [*program, *args],
             env=env,
             stdout=handle,
             stderr=subprocess.STDOUT,

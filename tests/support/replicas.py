@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -49,11 +50,17 @@ class Cluster:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _log_from: dict[str, int] = field(default_factory=dict)
     """Where in its log each process's latest start began (a name started again appends to the same log)."""
+    urls: dict[str, str] = field(default_factory=dict)
+    """The broker's address as a process of that name reaches it (a fault-injecting proxy), if not the broker's own."""
+    extra_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    """More environment for a process of that name (a skewed clock, say)."""
+    program: tuple[str, ...] = (sys.executable, "-m", "discovery.cli")
+    """How `toolreg` is run (a variant with a fault built in, for the checker to catch)."""
 
     def env(self, name: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
         env.update(
-            PULSAR_URL=self.apache.url,
+            PULSAR_URL=self.urls.get(name, self.apache.url),
             PULSAR_AUTH_TOKEN=self.apache.token or "",
             TOOLREG_TOPICSPACE=self.tenant,
             TOOLREG_DATA_DIR=str(self.root / name),
@@ -62,6 +69,7 @@ class Cluster:
             PYTHONUNBUFFERED="1",
             TOOLREG_STORE="pulsar",
         )
+        env.update(self.extra_env.get(name, {}))
         return env
 
     def log(self, name: str) -> Path:
@@ -91,6 +99,7 @@ class Cluster:
             *args,
             env=self.env(name),
             log=log,
+            program=self.program,
         )
         self.processes[name] = process
         await eventually(lambda: self._ready(name), timeout=90, explain=lambda: self.output(name)[-3000:])

@@ -1,0 +1,252 @@
+"""The checker: a recorded history against a model of the store, and the properties the product promises.
+
+- `linearizable`: porcupine (`lincheck`) over the whole history, the model a
+  versioned key-value map with the store's conditional-write rules;
+- `stale_reads`: a read answered with a version older than a write that was
+  acknowledged before the read was sent: the smallest history that breaks
+  linearizability, said as the two operations;
+- `lost_writes`: every acknowledged write is in the replicated log at the
+  version it was acknowledged with, with what it wrote; the last read sees
+  no value older than the last acknowledged write of its key;
+- `versions_back`: no client ever saw the version go back (its answers, in
+  the order they came);
+- `torn_batches`: no read saw part of a batch and, for another of its keys,
+  a value older than the batch;
+- `two_writers`: the replicas' own records, the lock topic's term markers
+  and the log's entries: each term held by one replica, terms only growing,
+  the log's versions strictly increasing with terms that never go back (an
+  entry from a deposed writer after a newer term would show);
+- `false_expiries`: the registry expired no lease while its instance's
+  heartbeats kept reaching the broker.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .history import Op
+
+LINCHECK_TIMEOUT = 120
+UNAVAILABLE_AFTER = 1.0
+"""Seconds without an acknowledged write that count as a window of unavailability."""
+
+
+@dataclass
+class Verdict:
+    """What the checker found in one run."""
+
+    schedule: str
+    seed: int
+    linearizable: dict[str, Any] = field(default_factory=dict)
+    findings: dict[str, list[str]] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.linearizable.get("verdict") == "ok" and not any(self.findings.values())
+
+    def failed(self) -> list[str]:
+        failed = [name for name, found in self.findings.items() if found]
+        if self.linearizable.get("verdict") != "ok":
+            failed.insert(0, f"linearizable ({self.linearizable.get('verdict')})")
+        return failed
+
+    def summary(self) -> str:
+        """One paragraph: the verdict, then each finding's first lines."""
+        head = f"{self.schedule} seed={self.seed}: {'PASS' if self.ok else 'FAIL ' + ', '.join(self.failed())}"
+        lines = [head]
+        for name, found in self.findings.items():
+            lines += [f"  {name}: {line}" for line in found[:5]]
+        if self.linearizable.get("longest_linearizable_prefix"):
+            lines.append("  porcupine's longest linearizable prefix ends:")
+            lines += [f"    {op}" for op in self.linearizable["longest_linearizable_prefix"][-6:]]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schedule": self.schedule,
+            "seed": self.seed,
+            "ok": self.ok,
+            "linearizable": self.linearizable,
+            "findings": self.findings,
+            "figures": self.figures,
+        }
+
+
+def linearizable(lincheck: Path, history: Path, html: Path | None = None) -> dict[str, Any]:
+    """porcupine's verdict on `history`: {"verdict": "ok"|"illegal"|"unknown", ...}."""
+    command = [str(lincheck), "-timeout", f"{LINCHECK_TIMEOUT}s", *(["-html", str(html)] if html else []), str(history)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=LINCHECK_TIMEOUT + 60)
+    if done.returncode == 3 or not done.stdout.strip():
+        raise RuntimeError(f"lincheck could not read {history}: {done.stderr.strip()}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def describe(op: Op, origin: int) -> str:
+    invoked, completed = op.seconds(origin)
+    span = f"[{invoked:.3f}s..{'?' if completed is None else f'{completed:.3f}s'}]"
+    if op.op == "read":
+        values = " ".join(f"{k}={v}" for k, v in op.values.items())
+        return f"c{op.client} #{op.id} {span} read -> v{op.version} {values}"
+    parts = [f"if {e['key']}={e['value']}" for e in op.expect]
+    parts += [f"{k}:={v}" for k, v in op.puts] + [f"delete {k}" for k in op.deletes]
+    result = f"v{op.version}" if op.status == "ok" else f"{op.status} {op.error}".strip()
+    return f"c{op.client} #{op.id} {span} {', '.join(parts)} -> {result}"
+
+
+def stale_reads(ops: Sequence[Op], origin: int) -> list[str]:
+    """Reads older than a write acknowledged before they were sent, each with that write (the latest such)."""
+    found = []
+    acknowledged = sorted((op for op in ops if op.acknowledged and op.return_ is not None), key=lambda op: op.return_)
+    for read in ops:
+        if read.op != "read" or read.status != "ok":
+            continue
+        before = [w for w in acknowledged if w.return_ is not None and w.return_ < read.call]
+        newest = max(before, key=lambda w: w.version, default=None)
+        if newest is not None and read.version < newest.version:
+            found.append(f"{describe(read, origin)}  after  {describe(newest, origin)}")
+    return found
+
+
+def versions_back(ops: Sequence[Op], origin: int) -> list[str]:
+    found = []
+    for client in sorted({op.client for op in ops}):
+        answered = sorted(
+            (op for op in ops if op.client == client and op.status == "ok" and op.return_ is not None),
+            key=lambda op: op.return_ or 0,
+        )
+        for earlier, later in zip(answered, answered[1:]):
+            if later.version < earlier.version:
+                found.append(f"client {client}: {describe(earlier, origin)}  then  {describe(later, origin)}")
+    return found
+
+
+def torn_batches(ops: Sequence[Op], origin: int) -> list[str]:
+    """A read that shows a batch's value for one key and, for another of its keys, an acknowledged write older than
+    the batch."""
+    written = {v: op for op in ops if op.acknowledged for _, v in op.puts}
+    found = []
+    for read in ops:
+        if read.op != "read" or read.status != "ok":
+            continue
+        for value in {v for v in read.values.values() if v is not None}:
+            batch = written.get(value)
+            if batch is None or len(batch.puts) < 2:
+                continue
+            for key, _ in batch.puts:
+                other = written.get(read.values.get(key) or "")
+                if read.values.get(key) != value and other is not None and other.version < batch.version:
+                    found.append(f"{describe(read, origin)} shows part of {describe(batch, origin)}")
+    return found
+
+
+def lost_writes(ops: Sequence[Op], log: Sequence[dict[str, Any]], final: Op | None, origin: int) -> list[str]:
+    """Acknowledged writes missing from the log (or different there), and keys whose last read went back."""
+    entries = {int(e["version"]): e for e in log}
+    found = []
+    for op in ops:
+        if not op.acknowledged or not op.puts:
+            continue  # a delete may have changed nothing: no entry of its own
+        entry = entries.get(op.version)
+        puts = {(str(k), str(v)) for _, k, v in (entry or {}).get("payload", {}).get("puts", [])}
+        if entry is None or not set(op.puts) <= puts:
+            found.append(f"not in the log at v{op.version}: {describe(op, origin)}")
+    if final is not None and final.status == "ok":
+        for key, value in final.values.items():
+            last = max(
+                (op for op in ops if op.acknowledged and (key in dict(op.puts) or key in op.deletes)),
+                key=lambda op: op.version,
+                default=None,
+            )
+            if last is None:
+                continue
+            newer = {v for op in ops if op.op == "write" and op.status != "conflict" for k, v in op.puts if k == key}
+            if value is not None and value != dict(last.puts).get(key) and value not in newer:
+                found.append(f"final read of {key} = {value}, older than {describe(last, origin)}")
+    return found
+
+
+def two_writers(markers: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]]) -> list[str]:
+    found = []
+    holder: dict[int, str] = {}
+    last_term = 0
+    for marker in markers:
+        term, replica = int(marker["term"]), str(marker["replica"])
+        if holder.setdefault(term, replica) != replica:
+            found.append(f"term {term} claimed by {holder[term]} and {replica}")
+        if term <= last_term:
+            found.append(f"marker term {term} after term {last_term}: terms went back on the lock")
+        last_term = max(last_term, term)
+    previous: dict[str, Any] | None = None
+    for entry in log:
+        if previous is not None:
+            if int(entry["version"]) <= int(previous["version"]):
+                found.append(
+                    f"log entry v{entry['version']} (term {entry.get('term')}) after v{previous['version']} (term"
+                    f" {previous.get('term')}): a second writer's entry"
+                )
+            if int(entry.get("term", 0)) < int(previous.get("term", 0)):
+                found.append(f"log entry v{entry['version']} of term {entry.get('term')} after term {previous['term']}")
+        if markers and int(entry.get("term", 0)) not in holder:
+            found.append(f"log entry v{entry['version']} in term {entry.get('term')}, which no replica took")
+        previous = entry
+    return found
+
+
+def false_expiries(
+    expiries: Iterable[dict[str, Any]], heard: dict[str, list[float]], slack: float = 1.0
+) -> list[str]:
+    """Expiries of instances whose heartbeat reached the broker less than a ttl (minus `slack`) before.
+
+    `expiries`: the registry's `instance.expired`/`service.expired` events (wall clock `at`, `instances`, `ttl`);
+    `heard`: when the broker delivered each instance's announcements to an observer (wall clock).
+    """
+    found = []
+    for event in expiries:
+        at, ttl = float(event["at"]), float(event["ttl"])
+        for instance in event["instances"]:
+            before = [t for t in heard.get(instance, []) if t <= at]
+            if before and at - max(before) < ttl - slack:
+                found.append(
+                    f"{instance} expired at {at:.3f} though its heartbeat reached the broker {at - max(before):.1f}s"
+                    f" before (ttl {ttl:g}s)"
+                )
+    return found
+
+
+def unavailability(ops: Sequence[Op], start: int, end: int) -> list[float]:
+    """Windows (seconds) longer than `UNAVAILABLE_AFTER` in which no write was acknowledged."""
+    times = sorted([start, *(op.return_ for op in ops if op.acknowledged and op.return_ is not None), end])
+    gaps = [(b - a) / 1e9 for a, b in zip(times, times[1:])]
+    return [round(gap, 3) for gap in gaps if gap > UNAVAILABLE_AFTER]
+
+
+def percentile(values: Sequence[float], share: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return round(statistics.quantiles(values, n=100, method="inclusive")[int(share * 100) - 1], 3)
+
+
+def figures(ops: Sequence[Op], faults: int, windows: Sequence[float], seconds: float) -> dict[str, Any]:
+    statuses: dict[str, int] = {}
+    for op in ops:
+        statuses[f"{op.op}_{op.status}"] = statuses.get(f"{op.op}_{op.status}", 0) + 1
+    return {
+        "operations": len(ops),
+        "by_outcome": dict(sorted(statuses.items())),
+        "faults_injected": faults,
+        "seconds": round(seconds, 1),
+        "unavailable_windows": len(windows),
+        "unavailable_p50_s": percentile(windows, 0.5),
+        "unavailable_p99_s": percentile(windows, 0.99),
+        "unavailable_max_s": max(windows, default=None),
+    }
