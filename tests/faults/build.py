@@ -93,7 +93,9 @@ def _go_build(go: str, output: Path, package: str) -> None:
             timeout=BUILD_TIMEOUT,
         )
     except subprocess.TimeoutExpired:
-        raise BuildError(f"go build {package} took over {BUILD_TIMEOUT:g}s; is the Go module proxy reachable?") from None
+        raise BuildError(
+            f"go build {package} took over {BUILD_TIMEOUT:g}s; is the Go module proxy reachable?"
+        ) from None
     if done.returncode != 0:
         said = (done.stderr.strip() or "no output").splitlines()[-1]
         raise BuildError(f"go build {package} failed: {said} (GOPROXY={os.environ.get('GOPROXY', 'default')})")

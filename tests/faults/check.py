@@ -26,7 +26,7 @@ import json
 import statistics
 import subprocess
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -80,13 +80,53 @@ class Verdict:
 
 
 def linearizable(lincheck: Path, history: Path, html: Path | None = None) -> dict[str, Any]:
-    """porcupine's verdict on `history`: {"verdict": "ok"|"illegal"|"unknown", ...}."""
+    """porcupine's verdict on `history` (resolved, see `resolve`): {"verdict": "ok"|"illegal"|"unknown", ...}."""
     command = [str(lincheck), "-timeout", f"{LINCHECK_TIMEOUT}s", *(["-html", str(html)] if html else []), str(history)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=LINCHECK_TIMEOUT + 60)
     if done.returncode == 3 or not done.stdout.strip():
         raise RuntimeError(f"lincheck could not read {history}: {done.stderr.strip()}")
     result: dict[str, Any] = json.loads(done.stdout)
     return result
+
+
+def applied(log: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The log's entries that replicas apply: in the topic's order, each above every version before it."""
+    kept: list[dict[str, Any]] = []
+    for entry in log:
+        if "version" in entry and (not kept or int(entry["version"]) > int(kept[-1]["version"])):
+            kept.append(entry)
+    return kept
+
+
+def puts_of(entry: dict[str, Any]) -> set[tuple[str, str]]:
+    """(key, value) of every item an entry puts."""
+    payload = entry.get("payload", {})
+    return {(str(k), str(v)) for _, k, v in payload.get("puts", [])} if isinstance(payload, dict) else set()
+
+
+def resolve(ops: Sequence[Op], entries: Sequence[dict[str, Any]]) -> list[Op]:
+    """The history porcupine checks: each write whose outcome its client could not know, settled by the log.
+
+    Every write puts a unique value under its client's marker key, so the
+    applied entry holding that value is the write, made at that entry's
+    version (`persisted`: it may have taken effect at any moment after its
+    invocation); a write no applied entry holds was never made and is left
+    out, as a read without an answer is.
+    """
+    made = {value: int(entry["version"]) for entry in entries for key, value in puts_of(entry) if is_marker(key)}
+    resolved = []
+    for op in ops:
+        if op.op == "write" and op.status == "unknown":
+            version = made.get(next((v for k, v in op.puts if is_marker(k)), ""))
+            if version is None:
+                continue
+            op = replace(op, status="persisted", version=version)
+        resolved.append(op)
+    return resolved
+
+
+def is_marker(key: str) -> bool:
+    return key.startswith("w")
 
 
 def describe(op: Op, origin: int) -> str:
@@ -138,9 +178,10 @@ def torn_batches(ops: Sequence[Op], origin: int) -> list[str]:
             continue
         for value in {v for v in read.values.values() if v is not None}:
             batch = written.get(value)
-            if batch is None or len(batch.puts) < 2:
+            keys = [k for k, _ in batch.puts if k in read.values] if batch is not None else []
+            if batch is None or len(keys) < 2:
                 continue
-            for key, _ in batch.puts:
+            for key in keys:
                 other = written.get(read.values.get(key) or "")
                 if read.values.get(key) != value and other is not None and other.version < batch.version:
                     found.append(f"{describe(read, origin)} shows part of {describe(batch, origin)}")
@@ -149,14 +190,13 @@ def torn_batches(ops: Sequence[Op], origin: int) -> list[str]:
 
 def lost_writes(ops: Sequence[Op], log: Sequence[dict[str, Any]], final: Op | None, origin: int) -> list[str]:
     """Acknowledged writes missing from the log (or different there), and keys whose last read went back."""
-    entries = {int(e["version"]): e for e in log}
+    entries = {int(e["version"]): e for e in applied(log)}
     found = []
     for op in ops:
-        if not op.acknowledged or not op.puts:
-            continue  # a delete may have changed nothing: no entry of its own
+        if not op.acknowledged:
+            continue
         entry = entries.get(op.version)
-        puts = {(str(k), str(v)) for _, k, v in (entry or {}).get("payload", {}).get("puts", [])}
-        if entry is None or not set(op.puts) <= puts:
+        if entry is None or not set(op.puts) <= puts_of(entry):
             found.append(f"not in the log at v{op.version}: {describe(op, origin)}")
     if final is not None and final.status == "ok":
         for key, value in final.values.items():
@@ -200,9 +240,7 @@ def two_writers(markers: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]]
     return found
 
 
-def false_expiries(
-    expiries: Iterable[dict[str, Any]], heard: dict[str, list[float]], slack: float = 1.0
-) -> list[str]:
+def false_expiries(expiries: Iterable[dict[str, Any]], heard: dict[str, list[float]], slack: float = 1.0) -> list[str]:
     """Expiries of instances whose heartbeat reached the broker less than a ttl (minus `slack`) before.
 
     `expiries`: the registry's `instance.expired`/`service.expired` events (wall clock `at`, `instances`, `ttl`);

@@ -32,7 +32,7 @@ from apache_pulsar import ApachePulsar
 from support.replicas import Cluster
 
 from agent_bridge import ToolSet
-from toolservice_base import ConfigClient, Settings, open_transport
+from toolservice_base import ConfigClient, open_transport
 from toolservice_base.examples.echo import EchoService
 from toolservice_base.transport import Envelope, Transport, unique_name
 
@@ -255,9 +255,9 @@ async def run(setup: Run, schedule: Schedule) -> check.Verdict:
         history = History(setup.root / "history.jsonl")
         stack.callback(history.close)
         workload = Workload(history, setup.seed, clients=setup.clients)
-        agent_versions: list[int] = []
+        view = AgentView()
         started = time.monotonic_ns()
-        load = asyncio.gather(workload.run(client), _watch_agent(agent, workload.stop, agent_versions))
+        load = asyncio.gather(workload.run(client), view.watch(agent, workload.stop))
         try:
             await asyncio.sleep(WARMUP)
             await schedule(rig)
@@ -270,9 +270,9 @@ async def run(setup: Run, schedule: Schedule) -> check.Verdict:
         final = await _final_read(workload, client)
         log = await read_topic(direct_connection, settings.topics.state_log)
         markers = await read_topic(direct_connection, settings.topics.state_lock)
-        verdict = judge(
-            setup, history.ops, final, started, ended, log, markers, proxy, rig, agent_versions, observed, cluster
-        )
+        for name, records in (("log", log), ("markers", markers)):
+            (setup.root / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        verdict = judge(setup, history.ops, final, started, ended, log, markers, proxy, rig, view, observed, cluster)
         (setup.root / "verdict.json").write_text(json.dumps(verdict.to_json(), indent=2) + "\n")
         return verdict
     raise AssertionError("unreachable")  # for mypy: the stack does not swallow exceptions
@@ -288,11 +288,38 @@ def _skews(names: list[str]) -> dict[str, dict[str, str]]:
     }
 
 
-async def _watch_agent(agent: ToolSet, stop: asyncio.Event, versions: list[int]) -> None:
-    while not stop.is_set():
-        if agent.version:
-            versions.append(agent.version)
-        await asyncio.sleep(0.05)
+@dataclass
+class AgentView:
+    """What the agent saw every 50 ms: its tool set's version, and when the echo tool was missing from it."""
+
+    versions: list[int] = field(default_factory=list)
+    missing: list[float] = field(default_factory=list)
+    """time.monotonic() of each look that found no echo tool, after the first that found it."""
+
+    async def watch(self, agent: ToolSet, stop: asyncio.Event) -> None:
+        seen = False
+        while not stop.is_set():
+            if agent.version:
+                self.versions.append(agent.version)
+            if "echo" in agent.names():
+                seen = True
+            elif seen:
+                self.missing.append(time.monotonic())
+            await asyncio.sleep(0.05)
+
+    def findings(self) -> list[str]:
+        back = [
+            f"the agent's tool set went from version {a} to {b}"
+            for a, b in zip(self.versions, self.versions[1:])
+            if b < a
+        ]
+        gone = []
+        if self.missing:
+            gone.append(
+                f"the echo tool was missing from the agent's tool set for {len(self.missing) * 0.05:.1f}s in all"
+                " while both its instances heartbeat through healthy links"
+            )
+        return back[:5] + gone
 
 
 async def _final_read(workload: Workload, client: ConfigClient) -> Op:
@@ -315,34 +342,40 @@ def judge(
     markers: list[dict[str, Any]],
     proxy: Toxiproxy,
     rig: Rig,
-    agent_versions: list[int],
+    view: AgentView,
     observed: Observed,
     cluster: Cluster,
 ) -> check.Verdict:
     html = setup.root / "history.html"
     verdict = check.Verdict(setup.schedule, setup.seed)
-    verdict.linearizable = check.linearizable(setup.binaries.lincheck, setup.root / "history.jsonl", html)
+    entries = check.applied(log)
+    resolved = check.resolve(ops, entries)
+    settled = setup.root / "history.resolved.jsonl"
+    settled.write_text("".join(op.to_json() + "\n" for op in resolved))
+    verdict.linearizable = check.linearizable(setup.binaries.lincheck, settled, html)
     if verdict.linearizable.get("verdict") == "ok":
         html.unlink(missing_ok=True)
-    entries = [e for e in log if "version" in e]
-    agent_back = [
-        f"the agent's tool set went from version {a} to {b}" for a, b in zip(agent_versions, agent_versions[1:]) if b < a
-    ]
     verdict.findings = {
         "stale_reads": check.stale_reads(ops, started),
         "lost_writes": check.lost_writes(ops, entries, final, started),
-        "versions_back": check.versions_back([op for op in ops if op.client != FINAL_CLIENT], started) + agent_back[:5],
+        "versions_back": check.versions_back([op for op in ops if op.client != FINAL_CLIENT], started),
         "torn_batches": check.torn_batches(ops, started),
-        "two_writers": check.two_writers([m for m in markers if "term" in m], entries),
+        "two_writers": check.two_writers([m for m in markers if "term" in m], [e for e in log if "version" in e]),
         "false_expiries": check.false_expiries(expiries(cluster, rig.replicas), observed.heard),
+        "agent": view.findings(),
     }
     if final.status != "ok":
-        verdict.findings["lost_writes"].insert(0, f"the group did not answer a read within a minute after healing: {final.error}")
+        verdict.findings["lost_writes"].insert(
+            0, f"the group did not answer a read within a minute after healing: {final.error}"
+        )
     windows = check.unavailability(ops, started, ended)
     verdict.figures = check.figures(ops, len(proxy.faults) + len(rig.events), windows, (ended - started) / 1e9)
+    unknown = [op for op in ops if op.op == "write" and op.status == "unknown"]
+    verdict.figures["unknown_writes_made"] = sum(op.status == "persisted" for op in resolved)
+    verdict.figures["unknown_writes_never_made"] = len(unknown) - verdict.figures["unknown_writes_made"]
     verdict.figures["keys"] = len(KEYS)
     verdict.figures["terms"] = len({m.get("term") for m in markers})
-    verdict.figures["faults"] = [f"{f.at - started / 1e9:.1f}s {f.link} {f.kind} {f.detail or ''}".strip() for f in proxy.faults] + [
-        f"{at - started / 1e9:.1f}s {what}" for at, what in rig.events
-    ]
+    verdict.figures["faults"] = [
+        f"{f.at - started / 1e9:.1f}s {f.link} {f.kind} {f.detail or ''}".strip() for f in proxy.faults
+    ] + [f"{at - started / 1e9:.1f}s {what}" for at, what in rig.events]
     return verdict

@@ -143,7 +143,9 @@ class Link:
         return f"pulsar://{self.listen}"
 
     def _toxic(self, kind: str, attributes: dict[str, Any], direction: Direction) -> None:
-        streams = ["upstream", "downstream"] if direction == "both" else ["upstream" if direction == "up" else "downstream"]
+        streams = (
+            ["upstream", "downstream"] if direction == "both" else ["upstream" if direction == "up" else "downstream"]
+        )
         for stream in streams:
             self._proxy.call(
                 "POST",

@@ -7,6 +7,12 @@ value this client last saw) and deletes. Every value written is unique
 (`c<client>-<n>`), so a read names the write it saw. Choices come from one
 seeded `random.Random`: the same seed makes the same mix.
 
+Every write also puts its own value under the client's marker key
+(`w<client>`), so each write that takes effect is one entry of the
+replicated log that names it: the checker learns from the log whether a
+write that timed out was made, and at which version (as etcd's robustness
+tests learn it from the WAL), instead of trying both.
+
 Timeouts are long (`TIMEOUT`): an answer that arrives late is still an
 answer, and a stale one must reach the checker, not vanish in a timeout.
 """
@@ -61,15 +67,16 @@ class Workload:
         key = rng.choice(KEYS)
         if kind == "read":
             return await self.read(client, n)
+        marker = (marker_key(n), value)
         if kind == "put":
-            op = self.history.invoke(n, "write", puts=[(key, value)])
+            op = self.history.invoke(n, "write", puts=[(key, value), marker])
         elif kind == "batch":
-            op = self.history.invoke(n, "write", puts=[(k, value) for k in KEYS])
+            op = self.history.invoke(n, "write", puts=[*((k, value) for k in KEYS), marker])
         elif kind == "cas":
             expected = self.seen.get(n, {}).get(key)
-            op = self.history.invoke(n, "write", puts=[(key, value)], expect=[{"key": key, "value": expected}])
+            op = self.history.invoke(n, "write", puts=[(key, value), marker], expect=[{"key": key, "value": expected}])
         else:
-            op = self.history.invoke(n, "write", deletes=[key])
+            op = self.history.invoke(n, "write", puts=[marker], deletes=[key])
         await self._write(client, op)
         return op
 
@@ -106,6 +113,11 @@ class Workload:
         mine = self.seen.setdefault(op.client, {})
         mine.update(dict(op.puts))
         mine.update({k: None for k in op.deletes})
+
+
+def marker_key(client: int) -> str:
+    """The key each write of `client` also puts its value under: no two writes of the run write the same value there."""
+    return f"w{client}"
 
 
 def _said(exc: BaseException) -> str:

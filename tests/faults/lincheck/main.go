@@ -10,7 +10,8 @@
 //
 // An operation whose outcome is unknown (a timeout, an error that does not say the write was not made) may have
 // taken effect at any moment after its invocation, or never: it completes at the end of time and the model tries
-// both. A read that got no answer says nothing and is left out.
+// both. One the replicated log shows was made ("persisted", with the version the log gave it) completes at the end
+// of time too, at that version. A read that got no answer says nothing and is left out.
 //
 // Prints one JSON line: {"verdict": "ok"|"illegal"|"unknown", "operations": N, "seconds": S, ...}; exits 0 for ok,
 // 1 for illegal, 2 for unknown (the search ran out of time), 3 for a bad history.
@@ -124,6 +125,12 @@ func step(s state, r *record) []interface{} {
 	after, changed := s.with(r.Puts, r.Deletes)
 	holds := s.holds(r.Expect)
 	switch r.Status {
+	case "persisted": // timed out, but the log holds it at r.Version
+		if !holds || !changed || r.Version <= s.version {
+			return nil
+		}
+		after.version = r.Version
+		return []interface{}{after}
 	case "conflict":
 		if holds {
 			return nil
@@ -179,8 +186,11 @@ func describe(r *record) string {
 			parts = append(parts, "delete "+d)
 		}
 		result := r.Status
-		if r.Status == "ok" {
+		if r.Status == "ok" || r.Status == "persisted" {
 			result = fmt.Sprintf("v%d", r.Version)
+		}
+		if r.Status == "persisted" {
+			result = "timed out, in the log at " + result
 		}
 		return fmt.Sprintf("c%d %s -> %s", r.Client, strings.Join(parts, ", "), result)
 	}
@@ -244,14 +254,14 @@ func load(path string) ([]porcupine.Operation, error) {
 	never := last + int64(math.MaxInt32)*1000 // after everything: an unknown outcome may land at any later moment
 	ops := make([]porcupine.Operation, 0, len(records))
 	for _, r := range records {
-		unknown := r.Status == "unknown" || r.Return == nil
+		unknown := r.Status == "unknown" || r.Status == "persisted" || r.Return == nil
 		if unknown && r.Kind == "read" {
 			continue // no answer: it said nothing
 		}
 		end := never
 		if !unknown {
 			end = *r.Return
-		} else {
+		} else if r.Status != "persisted" {
 			r.Status = "unknown"
 		}
 		ops = append(ops, porcupine.Operation{ClientId: r.Client, Input: r, Call: r.Call, Output: nil, Return: end})
