@@ -1,4 +1,4 @@
-"""The checker and the proxy themselves: a checker that passes everything, or a proxy that faults nothing, proves nothing.
+"""The checker and the proxy themselves: a checker that passes all, or a proxy that faults nothing, proves nothing.
 
 Hand-made histories with a known answer go through `lincheck` (porcupine)
 and the property checks; the proxy is put between a plain TCP echo server and
@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from faults import check
 from faults.build import Binaries, build
 from faults.history import History, Op
