@@ -236,7 +236,7 @@ async def _replicated_store(
         write_guard=cli_registry.write_guard(options, key, connection.topics.topicspace),
         window=window,
     )
-    registry.replicas = replicated.replicas
+    registry.replicas, registry.hearing = replicated.replicas, replicated.heard_itself_at
     await stack.enter_async_context(replicated)
     if health is not None:
         health.add_check("config-store", replicated.readiness)
@@ -323,7 +323,7 @@ async def _sole_registry(
         Membership(connection, replica_id, REGISTRY_GROUP, settings=shared_options(options), key=key)
     )
     members.set_role("active")
-    registry.replicas = members.replicas
+    registry.replicas, registry.hearing = members.replicas, lambda: members.heard_itself_at
     await registry.start()
     return asyncio.ensure_future(_refuse_an_older_registry(members))
 
@@ -359,7 +359,7 @@ async def _elect_registry(
         Membership(connection, replica_id, REGISTRY_GROUP, settings=shared_options(options), key=key)
     )
     election = Election(connection, connection.topics.registry_lock, replica_id, membership=members, key=key)
-    registry.replicas = members.replicas
+    registry.replicas, registry.hearing = members.replicas, lambda: members.heard_itself_at
     await registry.listen()
 
     async def demoted(reason: str) -> None:

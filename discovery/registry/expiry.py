@@ -7,6 +7,13 @@ decides when a sweep may run at all: not right after the process itself did
 not run (`_stalled`: a SIGSTOP, a paused VM), and not while the registry
 cannot hear the broker (`_deaf`), since a silence it could not hear says
 nothing of the services. What runs out is marked for the writer, and logged.
+
+A connection's state does not say whether anything still comes in: one that
+loses what the broker sends, or hangs, stays "connected" until a keep-alive
+fails, half a minute later. A registry in a replica group has the proof
+(`hearing`): its replica's own status comes back from the broker every
+second. A sweep then runs as of the moment it last came back, never later,
+and not at all once it has stayed away for `DEAF_AFTER`.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from typing import TypeAlias
 
 from toolservice_base.logs import get_logger
 
@@ -24,7 +32,7 @@ from .options import RegistryOptions
 from .probes import Prober
 from .writer import StoreWriter
 
-__all__ = ["STALL", "STALL_PAUSE", "Expiry"]
+__all__ = ["DEAF_AFTER", "STALL", "STALL_PAUSE", "Expiry", "Hearing"]
 
 log = get_logger("discovery.registry")
 
@@ -35,6 +43,11 @@ STALL_PAUSE = 5.0
 """Seconds no lease expires after such a gap: longer than heartbeats take to come in again (one every ttl/3), and than a
 deposed replica takes to learn it was replaced meanwhile (a newer term heard within a second, its lock seen lost within
 two)."""
+DEAF_AFTER = 2.5
+"""Seconds without the replica's own status coming back (it goes out every second) that make the registry deaf."""
+
+Hearing: TypeAlias = Callable[[], float | None]
+"""When (monotonic) the broker last delivered this process's own message back to it (None: not yet)."""
 
 
 class Expiry:
@@ -50,6 +63,7 @@ class Expiry:
         metrics: RegistryMetrics,
         departed: Departed,
         report_state: Callable[[], None],
+        hearing: Hearing | None = None,
     ) -> None:
         self.leases = leases
         self._writer = writer
@@ -58,6 +72,7 @@ class Expiry:
         self.metrics = metrics
         self.departed = departed
         self._report_state = report_state
+        self._hearing = hearing
         self._last_sweep = time.monotonic()
         self._sweeps_paused_until = 0.0
         self._disconnected = False
@@ -89,7 +104,7 @@ class Expiry:
         return now < self._sweeps_paused_until
 
     async def _deaf(self, now: float) -> bool:
-        """Whether the registry cannot reach the broker now, or did so less than `STALL_PAUSE` ago: then no lease
+        """Whether the registry cannot hear the broker now, or could not less than `STALL_PAUSE` ago: then no lease
         expires.
 
         During a broker outage no heartbeat can arrive, and the registry's
@@ -98,13 +113,12 @@ class Expiry:
         heartbeat later, a flap every agent sees. Once back, every service
         is asked to announce at once, so the leases renew within the pause.
         """
-        if not self._prober.connected:
+        reason = self._cut_off(now)
+        if reason is not None:
             if not self._disconnected:
                 self._disconnected = True
                 log.warning(
-                    "registry.sweeps_paused",
-                    reason="not connected to the broker",
-                    note="no lease expires while no heartbeat can be heard",
+                    "registry.sweeps_paused", reason=reason, note="no lease expires while no heartbeat can be heard"
                 )
             self._sweeps_paused_until = now + STALL_PAUSE
             return True
@@ -114,12 +128,27 @@ class Expiry:
             await self._prober.probe(None, "the registry reconnected to the broker")
         return now < self._sweeps_paused_until
 
+    def _cut_off(self, now: float) -> str | None:
+        """Why the registry cannot hear the broker now; None if it can."""
+        if not self._prober.connected:
+            return "not connected to the broker"
+        heard = self._heard_until(now)
+        if now - heard > DEAF_AFTER:
+            return f"its replica's own status, sent every second, has not come back from the broker for {DEAF_AFTER:g}s"
+        return None
+
+    def _heard_until(self, now: float) -> float:
+        """The last moment the registry is known to have heard the broker: `now` unless a `hearing` says otherwise (a
+        status not yet back, just after start, says nothing: the connection's state decides then)."""
+        heard = self._hearing() if self._hearing is not None else None
+        return now if heard is None else min(now, heard)
+
     async def sweep(self) -> None:
         self._recheck_conflicts(self.departed.prune(time.time()))  # a kept name is free now
         now = time.monotonic()
         if self._stalled(now) or await self._deaf(now):
             return
-        result = self.leases.sweep(now)
+        result = self.leases.sweep(self._heard_until(now))  # a lease runs out only on a silence the registry heard
         if (
             not result.expired and not result.held
         ):  # the usual sweep: nothing ran out, so only the instance count may have moved

@@ -26,6 +26,7 @@ from toolservice_base.search import Match
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Transport
 
+from .expiry import Hearing
 from .heard import HeardLeases
 from .options import RegistryOptions
 from .overview import Overview, RegistrySnapshot, ReplicaView
@@ -68,6 +69,9 @@ class ActiveRegistry:
         self.replicas = replicas
         """The group this registry runs in (`ReplicatedStore.replicas`, `Membership.replicas`), for the page; None: not
         replicated."""
+        self.hearing: Hearing | None = None
+        """When this replica last heard its own status back (`Membership.heard_itself_at`): no lease expires on a
+        silence after it (`Expiry`). None: not replicated, the connection's state alone says whether it hears."""
         self._ear: HeardLeases | None = None
         self._relistening: asyncio.Task[None] | None = None
 
@@ -88,7 +92,12 @@ class ActiveRegistry:
             await cancel_and_wait(self._relistening)
             self._relistening = None
         registry = Registry(
-            self._connection, options=self._options, heard=self._ear, requests=self._requests, sign=self._sign
+            self._connection,
+            options=self._options,
+            heard=self._ear,
+            requests=self._requests,
+            sign=self._sign,
+            hearing=self.hearing,
         )
         try:
             await registry.start()

@@ -241,6 +241,7 @@ class Membership:
         self._rivals_said: set[str] = set()
         self._active_heard: dict[str, float] = {}
         self._any_active_heard: float | None = None
+        self._heard_itself: float | None = None
         self._woken_at = 0.0
         self._publisher: Publisher | None = None
         self._wake = asyncio.Event()
@@ -347,6 +348,7 @@ class Membership:
         if status.group != self.group:
             return
         if status.id == self.replica_id:
+            self._heard_itself = status.heard
             if _asks(envelope.data):
                 self._echo.set()
             return
@@ -412,6 +414,17 @@ class Membership:
         """The live replica other than this one that claims to be active in the highest term."""
         actives = [status for status in self._live_others() if status.role == "active"]
         return max(actives, key=lambda status: (status.term, status.since), default=None)
+
+    @property
+    def heard_itself_at(self) -> float | None:
+        """When (monotonic) the broker last delivered this replica's own status back to it (None: not yet).
+
+        A status goes out every `interval`: one that came back is the proof
+        this process could hear the broker then, which its connection's state
+        is not (a connection that loses whatever comes in, or hangs, stays
+        "connected" until a keep-alive fails, half a minute later).
+        """
+        return self._heard_itself
 
     def active_heard_at(self, replica_id: str | None = None) -> float | None:
         """When (monotonic) replica `replica_id` (None: any other) last said it was active; None if it never has."""

@@ -211,6 +211,10 @@ class ReplicatedStore:
         """The group as this replica hears it (itself included)."""
         return self._members.replicas() if self._members is not None else []
 
+    def heard_itself_at(self) -> float | None:
+        """When (monotonic) this replica last heard its own status back (`Membership.heard_itself_at`)."""
+        return self._members.heard_itself_at if self._members is not None else None
+
     def readiness(self) -> str | None:
         """None when this replica does its part: a standby that follows the log, or an active one whose store
         answers."""

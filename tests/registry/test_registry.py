@@ -117,6 +117,24 @@ async def test_a_silent_instance_expires_after_its_ttl(
         assert time.monotonic() - silent >= TTL * 0.6  # not before the lease could have run out
 
 
+async def test_no_lease_runs_out_on_a_silence_the_registry_could_not_hear(
+    settings: Settings, connection: Transport, config_client: ConfigClient, config_store: ConfigStoreService
+) -> None:
+    """A registry that stops hearing its own status back (a link that loses what the broker sends stays "connected")
+    sweeps as of the last time it did: a service falling silent meanwhile keeps its tools until the registry hears
+    again, and runs out then."""
+    deaf_since: list[float] = []
+    async with Registry(connection, options=FAST, hearing=lambda: deaf_since[0] if deaf_since else time.monotonic()):
+        async with JokeService(settings=settings, ttl=TTL) as svc:
+            await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
+            deaf_since.append(time.monotonic())
+            silence(svc)
+            await asyncio.sleep(TTL + 0.8)  # its lease ran out after the registry last heard the broker
+            assert await has_tool(config_client, "tell-joke")
+            deaf_since.clear()  # hearing again within `DEAF_AFTER`: no pause, the silence it heard counts
+            await eventually(lambda: _empty(config_client), timeout=1.0)
+
+
 async def test_many_instances_are_one_service_live_while_any_lease_is(
     settings: Settings, config_client: ConfigClient, registry: Registry, registry_client: RegistryClient
 ) -> None:

@@ -179,6 +179,22 @@ async def test_a_standby_fences_a_silent_active_after_takeover_after(stack: Asyn
     assert b.election.term > a.election.term
 
 
+async def test_a_replica_hears_its_own_status_back_each_interval_and_not_once_it_stops_sending(
+    stack: AsyncExitStack, settings: Settings
+) -> None:
+    """`heard_itself_at`: the proof a process hears the broker, which a lease sweep waits for (`Expiry`)."""
+    members = await stack.enter_async_context(
+        Membership(await client(stack, settings), "a", "store", interval=INTERVAL)
+    )
+    first = await eventually(lambda: members.heard_itself_at, timeout=5)
+    await eventually(lambda: (members.heard_itself_at or 0) > first, timeout=INTERVAL * 10)
+    members.pause()
+    await asyncio.sleep(INTERVAL * 5)  # a status sent before the pause has come back
+    last = members.heard_itself_at
+    await asyncio.sleep(INTERVAL * 5)
+    assert members.heard_itself_at == last, "heard again though nothing was sent"
+
+
 async def test_a_fenced_active_steps_down_on_its_next_send_and_never_writes_again(
     stack: AsyncExitStack, settings: Settings
 ) -> None:
