@@ -241,6 +241,9 @@ class TimedJournal:
     def lost(self, reason: str) -> None:
         self.inner.lost(reason)
 
+    async def confirm(self) -> str | None:
+        return await self.inner.confirm()
+
 
 class Sender(Protocol):
     async def send(self, data: bytes, properties: dict[str, str]) -> Any: ...

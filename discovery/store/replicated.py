@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import AsyncExitStack
 from typing import Any, Self
 
-from discovery.errors import ReplicationError
+from discovery.errors import NotActive, ReplicationError
 from discovery.replicas import (
     Election,
     GroupKey,
@@ -152,6 +152,21 @@ class LogJournal:
 
     def lost(self, reason: str) -> None:
         self._election.deposed(reason)
+
+    async def confirm(self) -> str | None:
+        """Whether this replica still holds the lock (`Election.confirm`), before it answers anything from its state.
+
+        A replica cut off from the broker and replaced meanwhile learns it
+        only from the broker; requests already on their way to it (a link
+        that held them, then delivered them at once) would otherwise be read
+        from a state the new active one has moved past: stale reads. At most
+        one `held` marker per `lost_lock_grace`, shared with the writes.
+        """
+        try:
+            await self._election.confirm()
+        except NotActive as exc:
+            return str(exc)
+        return None
 
 
 class ReplicatedStore:

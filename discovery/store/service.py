@@ -83,6 +83,17 @@ class Journal(Protocol):
         """The local state may hold a write the log does not: stop serving and rebuild from the log."""
         ...
 
+    async def confirm(self) -> str | None:
+        """None while this store may still answer from its state (it holds the log's lock, as confirmed within a
+        grace); else why not, and it stops serving."""
+        ...
+
+
+def _not_active(reason: str) -> Outcome:
+    return Outcome(
+        ConfigResponse(error=ErrorBody(type="store-error", message=f"{reason}; retry, the active replica will answer"))
+    )
+
 
 class ConfigStoreService:
     """Serve a `ConfigStore` over Pulsar, in our protocol (default) or exactly as TrustGraph's store."""
@@ -307,7 +318,8 @@ class ConfigStoreService:
     async def _answer(self, request: ConfigRequest, queue_workspace: str | None) -> ConfigResponse:
         started = time.perf_counter()
         async with self._serial:
-            outcome = self._execute(request, queue_workspace)
+            refused = await self.journal.confirm() if self.journal is not None else None
+            outcome = self._execute(request, queue_workspace) if refused is None else _not_active(refused)
             if outcome.push is not None and self.journal is not None:
                 outcome = await self._make_durable(outcome, request.operation)
         if outcome.push is not None:
