@@ -13,7 +13,8 @@
 - `torn_batches`: no read saw part of a batch and, for another of its keys,
   a value older than the batch;
 - `two_writers`: the replicas' own records, the lock topic's term markers
-  and the log's entries: each term held by one replica, terms only growing,
+  and the log's entries: each term held by one replica, terms only growing
+  (a `held` marker, the holder confirming its lock, repeats the newest term),
   the log's versions strictly increasing with terms that never go back (an
   entry from a deposed writer after a newer term would show);
 - `false_expiries`: the registry expired no lease while its instance's
@@ -221,7 +222,9 @@ def two_writers(markers: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]]
         term, replica = int(marker["term"]), str(marker["replica"])
         if holder.setdefault(term, replica) != replica:
             found.append(f"term {term} claimed by {holder[term]} and {replica}")
-        if term <= last_term:
+        if marker.get("held") and term != last_term:
+            found.append(f"a held marker of term {term} after term {last_term}: a deposed holder wrote on the lock")
+        elif not marker.get("held") and term <= last_term:
             found.append(f"marker term {term} after term {last_term}: terms went back on the lock")
         last_term = max(last_term, term)
     previous: dict[str, Any] | None = None

@@ -19,6 +19,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -50,8 +51,10 @@ SETTLE = 8.0
 FINAL_CLIENT = 99
 UNSAFE = Path(__file__).resolve().parent / "unsafe.py"
 FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
-SKEW = {"r1": "+2s", "r2": "-2s"}
-"""Clock offsets (libfaketime) of the replicas of a schedule with `skew`: within every service's ttl."""
+SKEW = {"r0": "-2s", "r1": "+2s", "r2": "+1s"}
+"""Wall-clock offsets (libfaketime) of the replicas of a run with `skew`: 4 s apart, each within every service's ttl
+of the services' clocks (which the registry compares announcements with). Monotonic clocks are left alone: the
+election's and the leases' timers read them, as does every process on a machine whose wall clock is stepped."""
 
 
 @dataclass
@@ -177,8 +180,9 @@ async def read_topic(connection: Transport, topic: str) -> list[dict[str, Any]]:
     return found
 
 
-def expiries(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
-    """The registry's lease expiries, from every replica's whole log, with their wall-clock time."""
+def expiries(cluster: Cluster, names: list[str], skewed: bool = False) -> list[dict[str, Any]]:
+    """The registry's lease expiries, from every replica's whole log, with their time on this process's wall clock
+    (`skewed`: the replicas' clocks were set off by `SKEW`)."""
     found = []
     for name in names:
         for line in cluster.log(name).read_text(errors="replace").splitlines():
@@ -189,6 +193,7 @@ def expiries(cluster: Cluster, names: list[str]) -> list[dict[str, Any]]:
             except ValueError:
                 continue
             at = datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+            at -= skew_of(name) if skewed and name in SKEW else 0.0
             found.append({"at": at, "instances": event.get("instances", []), "ttl": event.get("ttl", 0), "by": name})
     return found
 
@@ -279,13 +284,32 @@ async def run(setup: Run, schedule: Schedule) -> check.Verdict:
 
 
 def _skews(names: list[str]) -> dict[str, dict[str, str]]:
+    """Each replica's environment for its skewed wall clock, checked to take effect (libfaketime is preloaded)."""
     if not FAKETIME.exists():
-        return {}
-    return {
+        raise RuntimeError(
+            f"a run with skewed clocks needs libfaketime ({FAKETIME}; Debian: apt-get install libfaketime)"
+        )
+    envs = {
         name: {"LD_PRELOAD": str(FAKETIME), "FAKETIME": SKEW[name], "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
         for name in names
         if name in SKEW
     }
+    for name, env in envs.items():
+        said = subprocess.run(
+            [sys.executable, "-c", "import time; print(time.time())"],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        offset = float(said.stdout) - time.time()
+        assert abs(offset - skew_of(name)) < 0.5, f"{name}'s clock is {offset:+.1f}s off, not {SKEW[name]}"
+    return envs
+
+
+def skew_of(name: str) -> float:
+    """The offset (seconds) of replica `name`'s wall clock in a run with `skew`."""
+    return float(SKEW[name].removesuffix("s"))
 
 
 @dataclass
@@ -361,7 +385,7 @@ def judge(
         "versions_back": check.versions_back([op for op in ops if op.client != FINAL_CLIENT], started),
         "torn_batches": check.torn_batches(ops, started),
         "two_writers": check.two_writers([m for m in markers if "term" in m], [e for e in log if "version" in e]),
-        "false_expiries": check.false_expiries(expiries(cluster, rig.replicas), observed.heard),
+        "false_expiries": check.false_expiries(expiries(cluster, rig.replicas, setup.skew), observed.heard),
         "agent": view.findings(),
     }
     if final.status != "ok":
@@ -370,6 +394,7 @@ def judge(
         )
     windows = check.unavailability(ops, started, ended)
     verdict.figures = check.figures(ops, len(proxy.faults) + len(rig.events), windows, (ended - started) / 1e9)
+    verdict.figures["unavailable_s"] = windows
     unknown = [op for op in ops if op.op == "write" and op.status == "unknown"]
     verdict.figures["unknown_writes_made"] = sum(op.status == "persisted" for op in resolved)
     verdict.figures["unknown_writes_never_made"] = len(unknown) - verdict.figures["unknown_writes_made"]

@@ -111,9 +111,11 @@ def test_a_torn_batch_and_a_version_going_back_are_found(tmp_path: Path) -> None
 
 
 def test_two_replicas_in_one_term_or_an_entry_after_a_newer_term_are_two_writers() -> None:
-    markers = [{"term": 1, "replica": "a"}, {"term": 2, "replica": "b"}]
+    markers = [{"term": 1, "replica": "a"}, {"term": 1, "replica": "a", "held": True}, {"term": 2, "replica": "b"}]
     assert check.two_writers(markers, [{"version": 1, "term": 1}, {"version": 2, "term": 2}]) == []
     assert check.two_writers([*markers, {"term": 2, "replica": "c"}], [])
+    assert check.two_writers([*markers, {"term": 2, "replica": "b"}], []), "a second promotion to one term"
+    assert check.two_writers([*markers, {"term": 1, "replica": "a", "held": True}], []), "a deposed holder's marker"
     late = check.two_writers(markers, [{"version": 1, "term": 1}, {"version": 2, "term": 2}, {"version": 2, "term": 1}])
     assert any("second writer" in line for line in late)
 
