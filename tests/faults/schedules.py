@@ -85,6 +85,16 @@ async def freeze_active(rig: Rig) -> None:
     await asyncio.sleep(RECOVER)
 
 
+async def freeze_standby(rig: Rig) -> None:
+    """SIGSTOP of a standby for 4-7 s (past the takeover), then SIGCONT: it wakes with the active's statuses queued and
+    must not take their silence for the active's."""
+    name = rig.standby()
+    rig.freeze(name)
+    await _hold(rig, 4, 7)
+    rig.thaw(name)
+    await asyncio.sleep(RECOVER)
+
+
 async def kill_active(rig: Rig) -> None:
     name = rig.active()
     rig.kill(name)
@@ -112,6 +122,7 @@ STEPS: dict[str, Step] = {
     "throttle-active": throttle_active,
     "cut-active": cut_active,
     "freeze-active": freeze_active,
+    "freeze-standby": freeze_standby,
     "kill-active": kill_active,
     "broker-restart": broker_restart,
 }
