@@ -233,10 +233,13 @@ class TimedJournal:
         self.inner = inner
         self.samples: list[float] = []
 
-    async def append(self, write: Write) -> None:
+    async def append(self, write: Write, request: str | None = None) -> None:
         started = time.perf_counter()
-        await self.inner.append(write)
+        await self.inner.append(write, request)
         self.samples.append(time.perf_counter() - started)
+
+    def made(self, request: str) -> int | None:
+        return self.inner.made(request)
 
     def lost(self, reason: str) -> None:
         self.inner.lost(reason)

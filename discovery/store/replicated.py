@@ -42,6 +42,7 @@ import itertools
 import os
 import socket
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import AsyncExitStack
 from typing import Any, Self
@@ -77,6 +78,8 @@ DEFAULT_TAKEOVER_AFTER = 10.0
 SETTINGS_WAIT = 2.5
 """Status intervals a starting standby waits to hear the active replica's settings and version before it joins (it
 publishes every one)."""
+REQUESTS_KEPT = 10_000
+"""Request ids a replica remembers from the log (the latest entries'): far more than are in flight at a failover."""
 RIVAL_WAIT = 0.5
 """Seconds a starting store listens for another store on its topicspace (every member answers a newcomer at once)."""
 REJOIN_DELAYS = (0.5, 1.0, 2.0, 4.0)
@@ -103,13 +106,16 @@ def new_replica_id() -> str:
     return f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-def entry_payload(write: Write) -> dict[str, Any]:
-    """A `Write` as a log entry's payload (JSON)."""
-    return {
+def entry_payload(write: Write, request: str | None = None) -> dict[str, Any]:
+    """A `Write` as a log entry's payload (JSON), with the id of the request that made it, if it had one."""
+    payload: dict[str, Any] = {
         "workspace": write.workspace,
         "puts": [list(item) for item in write.puts],
         "deletes": [list(key) for key in write.deletes],
     }
+    if request:
+        payload["request"] = request
+    return payload
 
 
 def write_of(entry: LogEntry) -> Write:
@@ -124,13 +130,21 @@ def write_of(entry: LogEntry) -> Write:
 
 
 class StoreState:
-    """The log's state machine: the config store's items, in an in-memory SQLite store."""
+    """The log's state machine: the config store's items, in an in-memory SQLite store; and which requests the latest
+    entries made (`made`), so a request the broker delivers again after a failover is not made twice."""
 
     def __init__(self, store: ConfigStore) -> None:
         self.store = store
+        self.requests: OrderedDict[str, int] = OrderedDict()
+        """Request id -> the version its write was made at, for the last `REQUESTS_KEPT` entries that name one."""
 
     def apply(self, entry: LogEntry) -> None:
         self.store.replay(write_of(entry))
+        request = entry.payload.get("request") if isinstance(entry.payload, dict) else None
+        if isinstance(request, str) and request:
+            self.requests[request] = entry.version
+            if len(self.requests) > REQUESTS_KEPT:
+                self.requests.popitem(last=False)
 
     def snapshot(self) -> Iterator[list[str]]:
         _, rows = self.store.dump()
@@ -143,12 +157,16 @@ class StoreState:
 class LogJournal:
     """The store service's `Journal`: a write is durable once the replicated log has persisted it."""
 
-    def __init__(self, replicated: ReplicatedLog, election: Election) -> None:
+    def __init__(self, replicated: ReplicatedLog, election: Election, state: StoreState) -> None:
         self._log = replicated
         self._election = election
+        self._state = state
 
-    async def append(self, write: Write) -> None:
-        await self._log.append(entry_payload(write), version=write.version)
+    async def append(self, write: Write, request: str | None = None) -> None:
+        await self._log.append(entry_payload(write, request), version=write.version)
+
+    def made(self, request: str) -> int | None:
+        return self._state.requests.get(request)
 
     def lost(self, reason: str) -> None:
         self._election.deposed(reason)
@@ -203,6 +221,7 @@ class ReplicatedStore:
         self._window = window
         self._looked_around = False
         self.store: ConfigStore | None = None
+        self._state: StoreState | None = None
         self.service: ConfigStoreService | None = None
         self._log: ReplicatedLog | None = None
         self._election: Election | None = None
@@ -327,16 +346,18 @@ class ReplicatedStore:
                 takeover_after=self.takeover_after,
                 key=self.key,
             )
+            state = StoreState(store)
             replicated_log = ReplicatedLog(
                 connection,
-                StoreState(store),
+                state,
                 election=election,
                 snapshot_every=self._snapshot_every,
                 key=self.key,
             )
             await stack.enter_async_context(replicated_log)
             election.add_listener(self._promoted, self._demoted)
-            self.store, self._log, self._election, self._members = store, replicated_log, election, members
+            self.store, self._state, self._log, self._election = store, state, replicated_log, election
+            self._members = members
             stack.callback(self._forget)
             await stack.enter_async_context(election)
             if election.role == "standby":
@@ -381,6 +402,7 @@ class ReplicatedStore:
 
     def _forget(self) -> None:
         self.store = self.service = None
+        self._state = None
         self._log = self._election = self._members = None
 
     async def _compare_with_the_active(
@@ -458,12 +480,13 @@ class ReplicatedStore:
     async def _promoted(self) -> None:
         """Serve the store (the log has caught up and holds the writer), then what the caller runs beside it."""
         assert self.store is not None and self._log is not None and self._election is not None
+        assert self._state is not None
         self._check_settings()
         service = ConfigStoreService(
             self._connection,
             self.store,
             protocol=self.protocol,
-            journal=LogJournal(self._log, self._election),
+            journal=LogJournal(self._log, self._election, self._state),
             close_store=False,
             write_guard=self._write_guard,
         )

@@ -34,6 +34,7 @@ from discovery.writable import AccessProblem
 from toolservice_base.errors import TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import RequestServer
+from toolservice_base.rpc.wire import ID
 from toolservice_base.schemas import (
     CONFIG_OPERATIONS,
     MAX_CONFIG_REQUEST_BYTES,
@@ -75,8 +76,19 @@ def workspace_queues(topics: Topics, workspace: str) -> tuple[str, str]:
 class Journal(Protocol):
     """Where a write is made durable before it is acknowledged, when the store itself is not (the replicated log)."""
 
-    async def append(self, write: Write) -> None:
-        """Return once `write` is durable; raise if it may not be (the caller then stops serving)."""
+    async def append(self, write: Write, request: str | None = None) -> None:
+        """Return once `write` is durable; raise if it may not be (the caller then stops serving). `request`: the id of
+        the request that made it, kept with it (`made`)."""
+        ...
+
+    def made(self, request: str) -> int | None:
+        """The version at which the request with this id was made, if it was (None: not that the journal knows).
+
+        The broker hands a request again to the next active replica when the
+        one that made it was cut off before it could acknowledge the message:
+        made twice, a conditional write would fail its own condition, and a
+        put would overwrite what came after it.
+        """
         ...
 
     def lost(self, reason: str) -> None:
@@ -299,29 +311,44 @@ class ConfigStoreService:
                 ).to_trustgraph()
             )
             return
-        response = await self.answer(request, queue_workspace)
+        response = await self.answer(request, queue_workspace, request_id=message.properties.get(ID) or None)
         await reply(response.to_trustgraph())
 
     async def answer(
-        self, request: ConfigRequest, queue_workspace: str | None = None, *, local: bool = False
+        self,
+        request: ConfigRequest,
+        queue_workspace: str | None = None,
+        *,
+        local: bool = False,
+        request_id: str | None = None,
     ) -> ConfigResponse:
         """Serve one request as the queues do (atomic, durable, pushed before it returns); for a client in this process
-        (`LocalRequests`, `local`: never waiting on the broker's subscription, nor signed: `write_guard`), too."""
+        (`LocalRequests`, `local`: never waiting on the broker's subscription, nor signed: `write_guard`), too.
+        `request_id`: the id its sender gave it, by which a write the journal already holds is answered, not made
+        again (`Journal.made`)."""
         guard = None if local else self.write_guard
         if guard is None or not guard.covers(request):
-            return await self._answer(request, queue_workspace)
-        response = await guard.serve(request, lambda: self._answer(request, queue_workspace))
+            return await self._answer(request, queue_workspace, request_id)
+        response = await guard.serve(request, lambda: self._answer(request, queue_workspace, request_id))
         if response.error is not None and response.error.type == REFUSAL:
             self.metrics.request(request.operation, REFUSAL)
         return response
 
-    async def _answer(self, request: ConfigRequest, queue_workspace: str | None) -> ConfigResponse:
+    async def _answer(
+        self, request: ConfigRequest, queue_workspace: str | None, request_id: str | None
+    ) -> ConfigResponse:
         started = time.perf_counter()
         async with self._serial:
             refused = await self.journal.confirm() if self.journal is not None else None
-            outcome = self._execute(request, queue_workspace) if refused is None else _not_active(refused)
+            made = self._made(request, request_id) if refused is None else None
+            if refused is not None:
+                outcome = _not_active(refused)
+            elif made is not None:
+                outcome = made
+            else:
+                outcome = self._execute(request, queue_workspace)
             if outcome.push is not None and self.journal is not None:
-                outcome = await self._make_durable(outcome, request.operation)
+                outcome = await self._make_durable(outcome, request.operation, request_id)
         if outcome.push is not None:
             self.writability.wrote("a write succeeded")
         response = outcome.response
@@ -352,7 +379,17 @@ class ConfigStoreService:
             self._queue_changes.put_nowait((False, workspace))
         return response
 
-    async def _make_durable(self, outcome: Outcome, operation: str) -> Outcome:
+    def _made(self, request: ConfigRequest, request_id: str | None) -> Outcome | None:
+        """The answer to a write the journal already holds (delivered again after a failover), as it was first given."""
+        if self.journal is None or request_id is None or request.operation not in ("put", "delete"):
+            return None
+        version = self.journal.made(request_id)
+        if version is None:
+            return None
+        log.info("config.request_already_made", operation=request.operation, version=version, id=request_id)
+        return Outcome(ConfigResponse() if self.operations.trustgraph else ConfigResponse(version=version))
+
+    async def _make_durable(self, outcome: Outcome, operation: str, request_id: str | None = None) -> Outcome:
         """Append the write to the journal; answer it only once that returned. A failed append is an error answer.
 
         The write is already in the local state, and an append that failed
@@ -365,7 +402,7 @@ class ConfigStoreService:
         if write is None:  # a write that moved the version always leaves one
             return outcome
         try:
-            await self.journal.append(write)
+            await self.journal.append(write, request_id)
         except Exception as exc:
             reason = (
                 f"the write was not acknowledged by the replicated log ({exc}); retry, the active replica will answer"

@@ -25,6 +25,7 @@ from discovery.replicas import GroupKey
 from discovery.store.replicated import ReplicatedStore
 from toolservice_base import ConfigClient, Settings, open_transport
 from toolservice_base.errors import BrokerUnsupported, ConfigError, RequestTimeout
+from toolservice_base.schemas import ConfigRequest
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -122,6 +123,32 @@ async def test_the_standby_takes_over_when_the_active_goes_and_no_acknowledged_w
         assert versions == sorted(versions) and len(set(versions)) == len(versions), "a version went back or was reused"
     finally:
         await client.close()
+
+
+async def test_a_write_delivered_again_to_the_next_active_is_answered_as_made_not_made_twice(group: Group) -> None:
+    """The broker hands a request to the next active when the one that made it was cut off before acknowledging the
+    message: by its id, the log says it was made, so a conditional write does not fail its own condition."""
+    first = await group.start("first")
+    await eventually(lambda: first.service is not None, timeout=15)
+    second = await group.start("second")
+    write = ConfigRequest(
+        operation="put",
+        workspace="default",
+        values=[{"type": "note", "key": "k", "value": "mine"}],
+        expect=[{"type": "note", "key": "k", "value": None}],
+    )
+    assert first.service is not None
+    made = await first.service.answer(write, request_id="request-1")
+    assert made.error is None and made.version
+    await eventually(lambda: second.version == made.version, timeout=10)
+    await group.stop(first)
+    await eventually(lambda: second.service is not None, timeout=15)
+    assert second.service is not None
+    again = await second.service.answer(write, request_id="request-1")
+    assert again.error is None and again.version == made.version
+    assert second.version == made.version, "made twice"
+    another = await second.service.answer(write, request_id="request-2")  # the same content, another request
+    assert another.error is not None and another.error.type == "conflict"
 
 
 async def test_a_replica_that_comes_back_is_a_standby_and_catches_up(group: Group) -> None:
