@@ -129,14 +129,18 @@ class ConfigClient:
         self.workspace = workspace
         self.timeout = timeout
         self.page_limit = PAGE_LIMIT
-        self._resend = requests is None and connection.capabilities.resend_on_silence
-        self._rpc: Requests = requests or RequestClient(
-            connection,
-            connection.topics.config_request,
-            connection.topics.config_response,
-            name="config-client",
-            bulk=True,
-        )
+        self._queues: RequestClient | None = None
+        """The config queues, unless `requests` goes another way."""
+        if requests is None:
+            requests = self._queues = RequestClient(
+                connection,
+                connection.topics.config_request,
+                connection.topics.config_response,
+                name="config-client",
+                bulk=True,
+            )
+        self._rpc: Requests = requests
+        self._resend = self._queues is not None and connection.capabilities.resend_on_silence
 
     async def start(self) -> "ConfigClient":
         await self._rpc.start()
@@ -171,13 +175,18 @@ class ConfigClient:
         store operation is safe to repeat (a repeated put changes nothing; a
         repeated conditional write fails its precondition and the caller
         re-reads), so a lost request costs a short attempt, not the whole timeout.
+        Every attempt carries the same request id: a replicated store that made
+        a write answers its resend as made (`Journal.made`), never makes it twice.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         attempt = FIRST_ATTEMPT if self._resend else timeout
+        request_id = self._queues.new_id() if self._queues is not None else None
         while True:
             remaining = deadline - loop.time()
             try:
+                if self._queues is not None:
+                    return await self._queues.request(request, timeout=min(attempt, remaining), request_id=request_id)
                 return await self._rpc.request(request, timeout=min(attempt, remaining))
             except RequestTimeout:
                 if deadline - loop.time() <= 0.01:

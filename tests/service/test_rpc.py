@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from toolservice_base import RequestClient, Transport, TransportError
+from toolservice_base import ConfigClient, RequestClient, Transport, TransportError
 from toolservice_base.rpc import REPLY_TO, RequestServer, reply_queue
+from toolservice_base.rpc.wire import ID
 from toolservice_base.transport import Envelope
 
 pytestmark = pytest.mark.contract
@@ -234,6 +235,32 @@ async def test_a_handler_that_raises_has_its_caller_answered_with_an_error_and_t
         assert [body.get("chunk") for body in streamed] == ["first", None]
         assert streamed[-1]["error"]["type"] == "internal-error"
         assert await client.request({"text": "fine"}, timeout=5) == {"echo": "fine"}
+    finally:
+        await client.close()
+        await server.stop()
+
+
+async def test_a_config_request_resent_on_silence_keeps_its_id_so_a_store_can_tell_it_made_it(
+    connection: Transport,
+) -> None:
+    """A store that made a write and could not answer (cut off, replaced) may meet its resend: one id for every
+    attempt lets it answer as made instead of making it twice (`Journal.made`)."""
+    if not connection.capabilities.resend_on_silence:
+        pytest.skip("this broker loses no request, so a config client sends each once")
+    topics = connection.topics
+    ids: list[str] = []
+
+    async def silent_once(message: Envelope, reply: Reply) -> None:
+        ids.append(message.properties[ID])
+        if len(ids) > 1:
+            await reply({"version": 7})
+
+    server = RequestServer(connection, topics.config_request, topics.config_response, silent_once, subscription="s")
+    await server.start()
+    client = await ConfigClient(connection, timeout=10).start()
+    try:
+        assert await client.put([("note", "k", "v")]) == 7
+        assert len(ids) == 2 and ids[0] == ids[1], ids
     finally:
         await client.close()
         await server.stop()

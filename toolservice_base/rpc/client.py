@@ -281,13 +281,14 @@ class RequestClient:
         timeout: float = DEFAULT_TIMEOUT,
         idle_timeout: float | None = None,
         properties: Mapping[str, str] | None = None,
+        request_id: str | None = None,
     ) -> None:
         """`stream` for a caller that takes each response as it comes: `each(body)`, with no async generator
         between (a call through `stream` paid for one per layer). What `each` raises ends the call, and the service
         is told to stop (if that was not the last response)."""
         if self._publisher is None:
             await self.start()
-        call = _Call(self, timeout, idle_timeout)
+        call = _Call(self, timeout, idle_timeout, request_id)
         try:
             await call.send(request, properties)
             while True:
@@ -341,12 +342,21 @@ class RequestClient:
         except TransportError as exc:
             log.debug("request.cancel_failed", queue=self.cancel_queue, id=request_id, error=str(exc))
 
+    def new_id(self) -> str:
+        """A request id no other request of any client has."""
+        return f"{self._id_prefix}{next(self._ids)}"
+
     async def request(
-        self, request: BaseModel | dict[str, Any] | bytes, *, timeout: float = DEFAULT_TIMEOUT
+        self,
+        request: BaseModel | dict[str, Any] | bytes,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
-        """One request, one response."""
+        """One request, one response. `request_id`: the id to send it under, for a resend of a request that went
+        unanswered (`new_id`), so a server that got both can tell; a new one if not given."""
         bodies: list[dict[str, Any]] = []
-        await self.exchange(request, bodies.append, timeout=timeout)
+        await self.exchange(request, bodies.append, timeout=timeout, request_id=request_id)
         return bodies[0]
 
     async def __aenter__(self) -> Self:
@@ -404,13 +414,15 @@ class _Call:
         "expired",
     )
 
-    def __init__(self, client: RequestClient, timeout: float, idle_timeout: float | None) -> None:
+    def __init__(
+        self, client: RequestClient, timeout: float, idle_timeout: float | None, request_id: str | None = None
+    ) -> None:
         self._client = client
         self._loop = loop = client._loop or asyncio.get_running_loop()
         self.deadline = loop.time() + timeout
         self.timeout = timeout
         self.idle_timeout = idle_timeout
-        self.request_id = f"{client._id_prefix}{next(client._ids)}"
+        self.request_id = request_id or client.new_id()
         self.answers = client._pending[self.request_id] = _Answers()
         self.received = 0
         self.sent = self.finished = self.expired = False
