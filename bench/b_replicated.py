@@ -64,8 +64,9 @@ import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
 from discovery.replicas import FORMAT
+from discovery.store.journal import Journal
 from discovery.store.replicated import ReplicatedStore, entry_payload
-from discovery.store.service import ConfigStoreService, Journal
+from discovery.store.service import ConfigStoreService
 from discovery.store.sqlite import Write
 from toolservice_base import ConfigClient, Settings, configure_logging, open_transport
 from toolservice_base.errors import ConfigError, RequestTimeout

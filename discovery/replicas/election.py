@@ -369,22 +369,13 @@ class Election:
             await self._transport.close_publisher(waiting.result())
 
     def _silent_for(self) -> float:
-        """Seconds the lock's holder has not been heard saying it is active (counted from when this one became a
-        standby, if later). The holder is the replica the newest marker names; before any marker, any active replica.
-
-        Counted only up to the last time this replica heard its own status
-        back (`Membership.heard_itself_at`): statuses come in the order the
-        broker took them, so up to then the holder's would have arrived too.
-        A standby that hears nothing (a link losing what comes in) or did not
-        run (SIGSTOP) measures no silence meanwhile, and never fences a holder
-        the rest of the group still hears.
-        """
+        """Seconds the lock's holder (the newest marker's replica, else any active) has been silent, since this one is a
+        standby, up to its own status's last echo: statuses come in order, so one deaf or stopped counts none."""
         if self._membership is None:
             return 0.0
         holder = self._marks.holder if self._marks.holder != self.replica_id else None
         heard = self._membership.active_heard_at(holder)
-        until = self._membership.heard_itself_at or time.monotonic()
-        return until - max(heard or 0.0, self._standby_since)
+        return (self._membership.heard_itself_at or time.monotonic()) - max(heard or 0.0, self._standby_since)
 
     async def _read_markers(self) -> int:
         """Read the lock topic's markers to its end; the highest term seen. Exact once we hold the lock."""

@@ -26,7 +26,7 @@ import asyncio
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Protocol, Self
+from typing import Any, Self
 
 from pydantic import ValidationError
 
@@ -50,9 +50,10 @@ from toolservice_base.transport import Envelope, Publisher, Transport
 
 from . import backup as store_backup
 from .check import StoreAccessError, StoreDamaged, access_problem, how_to_recover, is_corruption
+from .journal import Journal, already_made, made_durable, not_active
 from .metrics import ConfigStoreMetrics
 from .operations import ConfigOperations, Outcome, StoreProtocol
-from .sqlite import STORE_FILE, ConfigStore, Write
+from .sqlite import STORE_FILE, ConfigStore
 from .writability import Writability
 from .write_policy import REFUSAL, ConfigWriteGuard
 
@@ -71,40 +72,6 @@ def answer_too_large(reason: str) -> dict[str, Any]:
 def workspace_queues(topics: Topics, workspace: str) -> tuple[str, str]:
     """A workspace's own request and response queues, named as TrustGraph names them (`<base>:<workspace>`)."""
     return f"{topics.config_request}:{workspace}", f"{topics.config_response}:{workspace}"
-
-
-class Journal(Protocol):
-    """Where a write is made durable before it is acknowledged, when the store itself is not (the replicated log)."""
-
-    async def append(self, write: Write, request: str | None = None) -> None:
-        """Return once `write` is durable; raise if it may not be (the caller then stops serving). `request`: the id of
-        the request that made it, kept with it (`made`)."""
-        ...
-
-    def made(self, request: str) -> int | None:
-        """The version at which the request with this id was made, if it was (None: not that the journal knows).
-
-        The broker hands a request again to the next active replica when the
-        one that made it was cut off before it could acknowledge the message:
-        made twice, a conditional write would fail its own condition, and a
-        put would overwrite what came after it.
-        """
-        ...
-
-    def lost(self, reason: str) -> None:
-        """The local state may hold a write the log does not: stop serving and rebuild from the log."""
-        ...
-
-    async def confirm(self) -> str | None:
-        """None while this store may still answer from its state (it holds the log's lock, as confirmed within a
-        grace); else why not, and it stops serving."""
-        ...
-
-
-def _not_active(reason: str) -> Outcome:
-    return Outcome(
-        ConfigResponse(error=ErrorBody(type="store-error", message=f"{reason}; retry, the active replica will answer"))
-    )
 
 
 class ConfigStoreService:
@@ -340,13 +307,11 @@ class ConfigStoreService:
         started = time.perf_counter()
         async with self._serial:
             refused = await self.journal.confirm() if self.journal is not None else None
-            made = self._made(request, request_id) if refused is None else None
             if refused is not None:
-                outcome = _not_active(refused)
-            elif made is not None:
-                outcome = made
+                outcome = not_active(refused)
             else:
-                outcome = self._execute(request, queue_workspace)
+                made = already_made(self.journal, request, request_id, self.operations.trustgraph)
+                outcome = made or self._execute(request, queue_workspace)
             if outcome.push is not None and self.journal is not None:
                 outcome = await self._make_durable(outcome, request.operation, request_id)
         if outcome.push is not None:
@@ -379,38 +344,12 @@ class ConfigStoreService:
             self._queue_changes.put_nowait((False, workspace))
         return response
 
-    def _made(self, request: ConfigRequest, request_id: str | None) -> Outcome | None:
-        """The answer to a write the journal already holds (delivered again after a failover), as it was first given."""
-        if self.journal is None or request_id is None or request.operation not in ("put", "delete"):
-            return None
-        version = self.journal.made(request_id)
-        if version is None:
-            return None
-        log.info("config.request_already_made", operation=request.operation, version=version, id=request_id)
-        return Outcome(ConfigResponse() if self.operations.trustgraph else ConfigResponse(version=version))
-
     async def _make_durable(self, outcome: Outcome, operation: str, request_id: str | None = None) -> Outcome:
-        """Append the write to the journal; answer it only once that returned. A failed append is an error answer.
-
-        The write is already in the local state, and an append that failed
-        may or may not have reached the log (a timeout), so this replica can
-        no longer vouch for its state: the journal stops it serving and
-        rebuilds it from the log. The caller retries and meets the active one.
-        """
+        """Append the write to the journal; answer it only once that returned (`made_durable`)."""
         assert self.journal is not None
-        write = self.store.last_write
-        if write is None:  # a write that moved the version always leaves one
-            return outcome
-        try:
-            await self.journal.append(write, request_id)
-        except Exception as exc:
-            reason = (
-                f"the write was not acknowledged by the replicated log ({exc}); retry, the active replica will answer"
-            )
-            log.warning("config.write_not_durable", operation=operation, version=write.version, error=str(exc))
-            self.journal.lost(reason)
-            self.damaged = reason
-            return Outcome(ConfigResponse(error=ErrorBody(type="store-error", message=reason)))
+        outcome, lost = await made_durable(self.journal, self.store.last_write, outcome, operation, request_id)
+        if lost is not None:
+            self.damaged = lost
         return outcome
 
     def _version(self) -> int | None:
