@@ -4,6 +4,7 @@
     python -m bench --quick          # smaller counts: a smoke test in about a minute
     python -m bench --only death     # one benchmark (repeat --only for several)
     python -m bench --only fleet     # opt-in: 100,000 instances on one registry, about 5 minutes more
+    python -m bench --only faults    # opt-in: the replicated store under faults, checked, for 30 minutes
 
 Runs against fresh embedded brokers; with `BENCH_BROKER=apache-pulsar`,
 against a real Apache Pulsar 4.0 standalone it starts itself (scripts/apache_pulsar.py,
@@ -29,7 +30,7 @@ from typing import Any
 from toolservice_base import configure_logging
 from toolservice_base.topics import DEFAULT_TOPICSPACE
 
-from . import report
+from . import common, report
 from .common import PROFILE_ENV, Workdirs, run
 
 Benchmark = Callable[[Workdirs, bool], Awaitable[dict[str, Any]]]
@@ -54,6 +55,7 @@ BENCHMARKS: dict[str, str] = {
 
 OPT_IN: dict[str, str] = {
     "fleet": "bench.b_fleet",
+    "faults": "bench.b_faults",
 }
 """Benchmarks run only when named with `--only`: too long for the default run. A full run keeps their latest
 results in `results-<broker>.json` (and so in RESULTS.md)."""
@@ -170,7 +172,7 @@ def _start_apache_pulsar() -> Any:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     from apache_pulsar import PRODUCT_NAMESPACES, ApachePulsar
 
-    apache = ApachePulsar().start()
+    apache = common.APACHE_PULSAR = ApachePulsar().start()
     apache.create_tenant(DEFAULT_TOPICSPACE, (*PRODUCT_NAMESPACES, "bench"))  # `bench`: the references' scratch topics
     os.environ.update(PULSAR_URL=apache.url, TOOLREG_BROKER="apache-pulsar")
     return apache

@@ -30,6 +30,9 @@ from discovery.broker.embedded import terminate
 from toolservice_base import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
+APACHE_PULSAR: Any = None
+"""The run's Apache Pulsar (`BENCH_BROKER=apache-pulsar`), for a benchmark that restarts it or makes tenants; None:
+none started by the run."""
 T = TypeVar("T")
 
 
