@@ -65,7 +65,8 @@ import pulsar.asyncio as pulsar_asyncio
 
 from discovery.replicas import FORMAT
 from discovery.store.journal import Journal
-from discovery.store.replicated import ReplicatedStore, entry_payload
+from discovery.store.log_state import entry_payload
+from discovery.store.replicated import ReplicatedStore
 from discovery.store.service import ConfigStoreService
 from discovery.store.sqlite import Write
 from toolservice_base import ConfigClient, Settings, configure_logging, open_transport

@@ -72,7 +72,8 @@ class Expiry:
         self.metrics = metrics
         self.departed = departed
         self._report_state = report_state
-        self._hearing = hearing
+        self.hearing = hearing
+        """When this process last heard the broker deliver its own message (`Hearing`); None: the connection decides."""
         self._last_sweep = time.monotonic()
         self._sweeps_paused_until = 0.0
         self._disconnected = False
@@ -140,7 +141,7 @@ class Expiry:
     def _heard_until(self, now: float) -> float:
         """The last moment the registry is known to have heard the broker: `now` unless a `hearing` says otherwise (a
         status not yet back, just after start, says nothing: the connection's state decides then)."""
-        heard = self._hearing() if self._hearing is not None else None
+        heard = self.hearing() if self.hearing is not None else None
         return now if heard is None else min(now, heard)
 
     async def sweep(self) -> None:

@@ -97,8 +97,8 @@ class ActiveRegistry:
             heard=self._ear,
             requests=self._requests,
             sign=self._sign,
-            hearing=self.hearing,
         )
+        registry.expiry.hearing = self.hearing
         try:
             await registry.start()
         except (

@@ -46,7 +46,7 @@ from toolservice_base.transport import Subscription, Transport, unique_name
 
 from .callers import CallerBook
 from .departed import DEPARTED_KEY, Departed
-from .expiry import Expiry, Hearing
+from .expiry import Expiry
 from .heard import HeardLeases
 from .intake import Intake
 from .leases import LeaseTable, ServiceKey
@@ -94,15 +94,12 @@ class Registry:
         heard: HeardLeases | None = None,
         requests: Requests | None = None,
         sign: Callable[[ConfigRequest], ConfigRequest] | None = None,
-        hearing: Hearing | None = None,
     ) -> None:
         """`heard`: what this process heard as a standby (`heard`); the recorded leases start from it, not from a ttl of
         grace. `requests`: how to reach the store other than its queues (the store of this very process); `sign`: how
-        its writes are signed, for a store whose trust policy covers the config queue; `hearing`: when this process
-        last heard the broker deliver its own message (a replica's status), which no lease expiry may run ahead of."""
+        its writes are signed, for a store whose trust policy covers the config queue."""
         self._connection = connection
         self._heard = heard
-        self._hearing = hearing
         self.workspace_default = workspace_default
         self.options = opts = options or RegistryOptions()
         self.metrics = metrics or RegistryMetrics.default()
@@ -190,7 +187,6 @@ class Registry:
             metrics=self.metrics,
             departed=self.departed,
             report_state=self._report_state,
-            hearing=self._hearing,
         )
 
     def _queries(self) -> Queries:

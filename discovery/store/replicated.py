@@ -42,16 +42,14 @@ import itertools
 import os
 import socket
 import uuid
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any, Self
 
-from discovery.errors import NotActive, ReplicationError
+from discovery.errors import ReplicationError
 from discovery.replicas import (
     Election,
     GroupKey,
-    LogEntry,
     Membership,
     ReplicaStatus,
     ReplicatedLog,
@@ -64,9 +62,10 @@ from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Transport
 
 from .changes import ChangeWindow
+from .log_state import LogJournal, StoreState
 from .operations import StoreProtocol
 from .service import ConfigStoreService
-from .sqlite import ConfigStore, Write
+from .sqlite import ConfigStore
 from .write_policy import ConfigWriteGuard
 
 log = get_logger("discovery.store")
@@ -78,8 +77,6 @@ DEFAULT_TAKEOVER_AFTER = 10.0
 SETTINGS_WAIT = 2.5
 """Status intervals a starting standby waits to hear the active replica's settings and version before it joins (it
 publishes every one)."""
-REQUESTS_KEPT = 10_000
-"""Request ids a replica remembers from the log (the latest entries'): far more than are in flight at a failover."""
 RIVAL_WAIT = 0.5
 """Seconds a starting store listens for another store on its topicspace (every member answers a newcomer at once)."""
 REJOIN_DELAYS = (0.5, 1.0, 2.0, 4.0)
@@ -104,87 +101,6 @@ Hook = Callable[[], Awaitable[None]]
 def new_replica_id() -> str:
     """Unique per process start, readable in `toolreg replicas`: host, pid and a random tail."""
     return f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-def entry_payload(write: Write, request: str | None = None) -> dict[str, Any]:
-    """A `Write` as a log entry's payload (JSON), with the id of the request that made it, if it had one."""
-    payload: dict[str, Any] = {
-        "workspace": write.workspace,
-        "puts": [list(item) for item in write.puts],
-        "deletes": [list(key) for key in write.deletes],
-    }
-    if request:
-        payload["request"] = request
-    return payload
-
-
-def write_of(entry: LogEntry) -> Write:
-    """A log entry back as the `Write` it was made from; ValueError if it is not one."""
-    payload = entry.payload
-    try:
-        puts = [(str(t), str(k), str(v)) for t, k, v in payload["puts"]]
-        deletes = [(str(t), str(k)) for t, k in payload["deletes"]]
-        return Write(entry.version, str(payload["workspace"]), puts, deletes)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"not a config store write: {exc}") from None
-
-
-class StoreState:
-    """The log's state machine: the config store's items, in an in-memory SQLite store; and which requests the latest
-    entries made (`made`), so a request the broker delivers again after a failover is not made twice."""
-
-    def __init__(self, store: ConfigStore) -> None:
-        self.store = store
-        self.requests: OrderedDict[str, int] = OrderedDict()
-        """Request id -> the version its write was made at, for the last `REQUESTS_KEPT` entries that name one."""
-
-    def apply(self, entry: LogEntry) -> None:
-        self.store.replay(write_of(entry))
-        request = entry.payload.get("request") if isinstance(entry.payload, dict) else None
-        if isinstance(request, str) and request:
-            self.requests[request] = entry.version
-            if len(self.requests) > REQUESTS_KEPT:
-                self.requests.popitem(last=False)
-
-    def snapshot(self) -> Iterator[list[str]]:
-        _, rows = self.store.dump()
-        return (list(row) for row in rows)
-
-    def restore(self, version: int, items: Iterable[Any]) -> None:
-        self.store.load(version, [(str(w), str(t), str(k), str(v)) for w, t, k, v in items])
-
-
-class LogJournal:
-    """The store service's `Journal`: a write is durable once the replicated log has persisted it."""
-
-    def __init__(self, replicated: ReplicatedLog, election: Election, state: StoreState) -> None:
-        self._log = replicated
-        self._election = election
-        self._state = state
-
-    async def append(self, write: Write, request: str | None = None) -> None:
-        await self._log.append(entry_payload(write, request), version=write.version)
-
-    def made(self, request: str) -> int | None:
-        return self._state.requests.get(request)
-
-    def lost(self, reason: str) -> None:
-        self._election.deposed(reason)
-
-    async def confirm(self) -> str | None:
-        """Whether this replica still holds the lock (`Election.confirm`), before it answers anything from its state.
-
-        A replica cut off from the broker and replaced meanwhile learns it
-        only from the broker; requests already on their way to it (a link
-        that held them, then delivered them at once) would otherwise be read
-        from a state the new active one has moved past: stale reads. At most
-        one `held` marker per `lost_lock_grace`, shared with the writes.
-        """
-        try:
-            await self._election.confirm()
-        except NotActive as exc:
-            return str(exc)
-        return None
 
 
 class ReplicatedStore:

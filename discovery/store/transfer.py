@@ -27,7 +27,8 @@ from discovery.replicas import Election, GroupKey, ReplicatedLog
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.transport import Transport
 
-from .replicated import StoreState, new_replica_id
+from .log_state import StoreState
+from .replicated import new_replica_id
 from .sqlite import ConfigStore, Rows
 
 EXPORT_FORMAT = 1

@@ -21,7 +21,7 @@ from typing import Any
 
 def _reads_unconfirmed_and_never_deposed() -> None:
     from discovery.replicas import election
-    from discovery.store import replicated, service
+    from discovery.store import log_state, service
 
     async def hold(self: Any, lock: Any, mode: Any) -> str:
         await asyncio.Event().wait()  # until closed
@@ -42,7 +42,7 @@ def _reads_unconfirmed_and_never_deposed() -> None:
 
     election.Election._hold = hold  # type: ignore[method-assign]
     election.Election.deposed = deposed  # type: ignore[method-assign]
-    replicated.LogJournal.confirm = confirm  # type: ignore[method-assign,assignment]
+    log_state.LogJournal.confirm = confirm  # type: ignore[method-assign,assignment]
     service.ConfigStoreService._make_durable = durable_or_not  # type: ignore[method-assign]
 
 

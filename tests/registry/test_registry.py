@@ -124,7 +124,9 @@ async def test_no_lease_runs_out_on_a_silence_the_registry_could_not_hear(
     sweeps as of the last time it did: a service falling silent meanwhile keeps its tools until the registry hears
     again, and runs out then."""
     deaf_since: list[float] = []
-    async with Registry(connection, options=FAST, hearing=lambda: deaf_since[0] if deaf_since else time.monotonic()):
+    registry = Registry(connection, options=FAST)
+    registry.expiry.hearing = lambda: deaf_since[0] if deaf_since else time.monotonic()
+    async with registry:
         async with JokeService(settings=settings, ttl=TTL) as svc:
             await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
             deaf_since.append(time.monotonic())
