@@ -12,8 +12,9 @@ A connection's state does not say whether anything still comes in: one that
 loses what the broker sends, or hangs, stays "connected" until a keep-alive
 fails, half a minute later. A registry in a replica group has the proof
 (`hearing`): its replica's own status comes back from the broker every
-second. A sweep then runs as of the moment it last came back, never later,
-and not at all once it has stayed away for `DEAF_AFTER`.
+second, and every announcement or heartbeat that comes in proves it too
+(`inbound`). A sweep then runs as of the moment it last heard, never later,
+and not at all once it has heard nothing for `DEAF_AFTER`.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class Expiry:
         departed: Departed,
         report_state: Callable[[], None],
         hearing: Hearing | None = None,
+        inbound: Hearing | None = None,
     ) -> None:
         self.leases = leases
         self._writer = writer
@@ -74,6 +76,8 @@ class Expiry:
         self._report_state = report_state
         self.hearing = hearing
         """When this process last heard the broker deliver its own message (`Hearing`); None: the connection decides."""
+        self.inbound = inbound
+        """When the last announcement or heartbeat came in (`Hearing`): as good a proof of hearing as its own status."""
         self._last_sweep = time.monotonic()
         self._sweeps_paused_until = 0.0
         self._disconnected = False
@@ -142,7 +146,10 @@ class Expiry:
         """The last moment the registry is known to have heard the broker: `now` unless a `hearing` says otherwise (a
         status not yet back, just after start, says nothing: the connection's state decides then)."""
         heard = self.hearing() if self.hearing is not None else None
-        return now if heard is None else min(now, heard)
+        if heard is None:
+            return now
+        inbound = self.inbound() if self.inbound is not None else None
+        return min(now, heard if inbound is None else max(heard, inbound))
 
     async def sweep(self) -> None:
         self._recheck_conflicts(self.departed.prune(time.time()))  # a kept name is free now

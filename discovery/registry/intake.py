@@ -88,6 +88,8 @@ class Intake:
         self.pins = pins
         self.order = itertools.count(1)
         """The order services were first seen in (`ServiceState.order`): the writer takes the oldest first."""
+        self.heard_at: float | None = None
+        """When (monotonic) the last message on `tool-descriptors` came in: proof the registry hears the broker then."""
         self._announces = itertools.count(1)
 
     def _mark(self, key: ServiceKey, *, force: bool = False, link: SpanContext | None = None) -> None:
@@ -96,6 +98,7 @@ class Intake:
     async def on_message(self, message: Envelope) -> None:
         data = message.data
         wall, now = time.time(), time.monotonic()
+        self.heard_at = now
         try:
             announcement = self.validator.check(data, wall, self._authorize)
             if announcement.kind == "announce" and (refusal := self._over_capacity(announcement)) is not None:

@@ -187,6 +187,7 @@ class Registry:
             metrics=self.metrics,
             departed=self.departed,
             report_state=self._report_state,
+            inbound=lambda: self.intake.heard_at,
         )
 
     def _queries(self) -> Queries:
@@ -282,10 +283,9 @@ class Registry:
     async def stop(self, *, flush: bool = True) -> None:
         """Stop taking messages, finish pending writes (briefly), close. The store keeps what was merged.
 
-        `flush=False` writes nothing more: for a replica that was deposed, whose
-        pending writes come from a view that stopped while another registry
-        was active (its leases ran out unheard while it was frozen).
-        Safe at any point: before `start()`, after a failed one, twice.
+        `flush=False` writes nothing more: for a replica that was deposed, whose pending writes come from a view
+        that stopped while another registry was active (its leases ran out unheard while it was frozen). Safe at
+        any point: before `start()`, after a failed one, twice.
         """
         was_running, self._running = self._running, False
         self._stop_sweeps()
