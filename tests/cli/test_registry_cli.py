@@ -184,9 +184,11 @@ async def test_the_registry_killed_and_restarted_keeps_static_and_live_tools_and
         procs.run("registry", name="registry-2")
         await eventually(lambda: lacks(config_client, "echo"), timeout=START + TTL)
         restarted = procs.event_time("registry-2", "registry.started")
-        removed = next(
-            e for e in procs.log("registry-2") if e.get("event") == "tool.removed" and e.get("tool") == "echo"
-        )
+
+        def removal() -> list[dict[str, Any]]:  # logged once its write returned: a moment after the store shows it
+            return [e for e in procs.log("registry-2") if e.get("event") == "tool.removed" and e.get("tool") == "echo"]
+
+        removed = (await eventually(removal, timeout=5.0))[0]
         assert (
             datetime.fromisoformat(removed["timestamp"]).timestamp() - restarted < TTL + 1.0
         )  # one ttl of grace, then gone
