@@ -10,21 +10,12 @@ import threading
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
+from toolservice_base import schemas
+
 # --- the config store's metrics -----------------------------------------------------
 
-CONFIG_OPERATIONS = (
-    "get",
-    "put",
-    "delete",
-    "list",
-    "getvalues",
-    "config",
-    "getvalues-all-ws",
-    "getkeys-all-ws",
-    "changes",
-    "invalid",
-)
-"""`invalid`: a request that could not be parsed, so has no operation."""
+CONFIG_OPERATIONS = (*schemas.CONFIG_OPERATIONS, "invalid")
+"""Every operation of the protocol, and `invalid`: a request that could not be parsed, so has no operation."""
 CONFIG_ERRORS = ("bad-request", "bad-operation", "invalid", "store-error", "too-old")
 CONFLICT = "conflict"
 """The answer to a write whose `expect` did not hold. Not an error: a conditional write that loses a race is
