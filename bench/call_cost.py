@@ -16,7 +16,7 @@ involved, all threads:
   fastest path the client offers).
 
     python -m bench.call_cost                       # sequential and 64 in flight, a JSON summary
-    python -m bench.call_cost --spy DIR             # and py-spy profiles of both sides of ours at 64 in flight
+    python -m bench.call_cost --spy DIR             # and py-spy profiles of both sides of ours, sequential and at 64
     python -m bench.profile_summary DIR/ours-bridge-64.txt --thread MainThread --layers
 """
 
@@ -117,7 +117,7 @@ async def main(calls: int, spy: Path | None) -> dict[str, Any]:
                     figures[f"ours_{concurrency}"] = await _measured(
                         lambda c=concurrency, n=count: _ours(tools, c, n),  # type: ignore[misc]
                         service.pid,
-                        spy if concurrency == 64 else None,
+                        spy,
                         (f"ours-bridge-{concurrency}", f"ours-service-{concurrency}"),
                     )
                     for receipts in (True, False):
@@ -149,7 +149,7 @@ async def main(calls: int, spy: Path | None) -> dict[str, Any]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.call_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=10_000, help="calls at 64 in flight (a fifth of it sequential)")
-    parser.add_argument("--spy", type=Path, default=None, metavar="DIR", help="py-spy profiles of ours at 64 into DIR")
+    parser.add_argument("--spy", type=Path, default=None, metavar="DIR", help="py-spy profiles of ours (sequential and at 64) into DIR")
     args = parser.parse_args()
     configure_logging("error")
     if args.spy is not None:

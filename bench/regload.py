@@ -21,7 +21,7 @@ import psutil
 
 from toolservice_base import ConfigClient, topics
 
-from .common import Progress, Stack, read_metrics, spawn, stop_process, wait_for_line
+from .common import Progress, Stack, read_metrics, sampled, spawn, stop_process, wait_for_line
 from .simproc import SimProcess
 
 
@@ -216,10 +216,11 @@ async def steady_window(
         step = asyncio.create_task(sim.step(rate, seconds))
         peak_rss = 0.0
         started = time.monotonic()
-        while not step.done():
-            await asyncio.wait({step}, timeout=min(5.0, seconds / 4))
-            peak_rss = max(peak_rss, registry.process.memory_info().rss / 2**20)
-            progress.update(f"{time.monotonic() - started:4.0f}/{seconds:g} s at {rate:,.0f} hb/s")
+        with sampled(registry.process.pid, f"registry-steady-{rate:g}"):
+            while not step.done():
+                await asyncio.wait({step}, timeout=min(5.0, seconds / 4))
+                peak_rss = max(peak_rss, registry.process.memory_info().rss / 2**20)
+                progress.update(f"{time.monotonic() - started:4.0f}/{seconds:g} s at {rate:,.0f} hb/s")
         sent = await step
         ours = registry.read()
         refs = {mode: meter.read() for mode, meter in meters.items()}
