@@ -149,7 +149,9 @@ async def main(calls: int, spy: Path | None) -> dict[str, Any]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.call_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=10_000, help="calls at 64 in flight (a fifth of it sequential)")
-    parser.add_argument("--spy", type=Path, default=None, metavar="DIR", help="py-spy profiles of ours (sequential and at 64) into DIR")
+    parser.add_argument(
+        "--spy", type=Path, default=None, metavar="DIR", help="py-spy profiles of ours (sequential and at 64) into DIR"
+    )
     args = parser.parse_args()
     configure_logging("error")
     if args.spy is not None:

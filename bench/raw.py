@@ -333,6 +333,33 @@ def listener_consumer(url: str, topic: str, seconds: float) -> None:
     client.close()
 
 
+def batch_consumer(url: str, topic: str, seconds: float, linger_ms: int = 20) -> None:
+    """`consumer` taking what came in batches (`batch_receive`, at most `linger_ms` apart): no thread of the client
+    is woken, nor the GIL taken, per message; what the registry's intake is built on."""
+    client = pulsar.Client(url, logger=QUIET)
+    sub = client.subscribe(
+        topic,
+        f"raw-count-{uuid.uuid4().hex[:8]}",
+        receiver_queue_size=1000,
+        batch_receive_policy=pulsar.ConsumerBatchReceivePolicy(1000, 4 << 20, linger_ms),
+    )
+    print("raw consumer ready", flush=True)
+    count = _Count(seconds)
+    native = sub._consumer
+    while True:
+        messages = native.batch_receive()
+        for message in messages:
+            native.acknowledge_async(message, None)
+            if count.tick():
+                break
+        else:
+            if count.first is None or time.perf_counter() - count.first <= seconds:
+                continue
+        break
+    count.report()
+    client.close()
+
+
 def _acknowledge(consumer: pulsar.Consumer, message: pulsar.Message) -> None:
     """Acknowledge without waiting and without a callback: the blocking `acknowledge` lets go of the GIL and must
     take it back (from an event loop's thread, in a process that has one), per message."""
@@ -374,5 +401,7 @@ if __name__ == "__main__":
         asyncio.run(async_consumer(rest[0], rest[1], float(rest[2])))
     elif command == "listener-consumer":
         listener_consumer(rest[0], rest[1], float(rest[2]))
+    elif command == "batch-consumer":
+        batch_consumer(rest[0], rest[1], float(rest[2]))
     else:
         raise SystemExit(f"unknown command {command!r}")

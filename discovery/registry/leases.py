@@ -24,6 +24,7 @@ lease that turns out to be refused is dropped at the next sweep.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -101,6 +102,10 @@ def should_hold(failing: int, total: int, threshold: float, minimum: int) -> boo
     return failing / total > threshold
 
 
+COMPACT_FACTOR, COMPACT_SLACK = 4, 1024
+"""The deadlines are rebuilt from the leases once they hold more than this many entries per lease (plus the slack)."""
+
+
 class LeaseTable:
     """Every lease the registry knows, by instance id."""
 
@@ -113,6 +118,17 @@ class LeaseTable:
         self._holding = False
         """A sweep held leases, and `held()` has not found them all gone since: only then is looking for them worth a
         pass."""
+        self._deadlines: list[tuple[float, str]] = []
+        """(expires_at, instance) for every time a lease's end was set: a sweep pops what is due and costs what ran
+        out, not the fleet. An entry whose lease has since moved on (renewed, removed) is dropped when popped."""
+
+    def _due_at(self, lease: Lease) -> None:
+        """Keep `lease`'s current end in the deadlines (call after each change of `expires_at`)."""
+        deadlines = self._deadlines
+        heapq.heappush(deadlines, (lease.expires_at, lease.instance))
+        if len(deadlines) > COMPACT_FACTOR * len(self._leases) + COMPACT_SLACK:  # renewals far faster than a ttl
+            self._deadlines = [(lease.expires_at, lease.instance) for lease in self._leases.values()]
+            heapq.heapify(self._deadlines)
 
     def _put(self, lease: Lease) -> None:
         old = self._leases.get(lease.instance)
@@ -174,6 +190,7 @@ class LeaseTable:
             self._put(lease)
         lease.ttl = ttl
         lease.expires_at = now + ttl
+        self._due_at(lease)
         lease.last_seen = wall
         lease.grace = False
         lease.held = False
@@ -215,6 +232,7 @@ class LeaseTable:
             grace=last_seen is None,
         )
         self._put(lease)
+        self._due_at(lease)
         return lease
 
     def refuse(self, instance: str, reason: str) -> Lease | None:
@@ -226,6 +244,8 @@ class LeaseTable:
         lease = self._leases.get(instance)
         if lease is not None:
             lease.refused = reason
+            if lease.held:  # its end has passed: the next sweep drops it
+                self._due_at(lease)
         return lease
 
     def remove(self, instance: str) -> Lease | None:
@@ -249,6 +269,7 @@ class LeaseTable:
                 lease.held = False
                 lease.exempt = True
                 lease.expires_at = now + lease.ttl
+                self._due_at(lease)
                 resumed.append(lease)
         return resumed
 
@@ -273,11 +294,7 @@ class LeaseTable:
         refused ones (their holder is sending: the registry is not deaf);
         a held lease found refused goes at once.
         """
-        due = [
-            lease
-            for lease in self._leases.values()
-            if lease.expires_at <= now and (not lease.held or lease.refused is not None)
-        ]
+        due = self._due(now)
         if not due:
             return SweepResult()
         candidates = [lease for lease in due if not lease.exempt and lease.refused is None]
@@ -304,6 +321,19 @@ class LeaseTable:
             lease.held = False
             self.remove(lease.instance)
         return SweepResult(expired=expired, held=held, failing=failing, total=total)
+
+    def _due(self, now: float) -> list[Lease]:
+        """The leases whose end has come, unless held (and not refused): popped from the deadlines, each once."""
+        deadlines, leases = self._deadlines, self._leases
+        due: dict[str, Lease] = {}
+        while deadlines and deadlines[0][0] <= now:
+            expires_at, instance = heapq.heappop(deadlines)
+            lease = leases.get(instance)
+            if lease is None or lease.expires_at != expires_at:
+                continue  # renewed or removed since
+            if not lease.held or lease.refused is not None:
+                due[instance] = lease  # a held lease waits for `resume_held`, `refuse` or `release_held`
+        return list(due.values())
 
     def by_service(self) -> dict[ServiceKey, list[Lease]]:
         """Every lease, grouped by service: a pass over the fleet. For one service, `of_service`."""

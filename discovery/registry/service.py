@@ -76,9 +76,8 @@ no permits for, so a burst beyond the queue is lost, not delayed. 1,000 (the def
 from 8,700/s up on 2 cores; 10,000 (~2 MB of heartbeats) absorbs a second of burst (`make bench`, throughput)."""
 DESCRIPTOR_LINGER = 0.02
 """Seconds a message on `tool-descriptors` may wait for others under a steady stream (`Transport.subscribe`'s
-`linger`): the loop then takes what came in one wake-up instead of one each. Measured with 2,000 instances at 400
-heartbeats/s beside a bare listener consumer (3.1 % of a core): the registry took 9.5 % without, 7.6 % at 10 ms,
-6.5 % at 25 ms, 6.2 % at 50 ms (bench/PROFILE.md). After a quiet spell a message is taken at once."""
+`linger`): the loop takes what came in one look, no thread woken per message; after a quiet spell a message is
+taken at once. 2,000 instances at 400 heartbeats/s cost 9.5 % of a core with none, 5.4 % at 20 ms (bench/PROFILE.md)."""
 
 
 class Registry:

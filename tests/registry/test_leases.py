@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from discovery.registry.leases import LeaseTable, should_hold
@@ -209,3 +211,55 @@ def test_held_leases_leave_their_service_when_released() -> None:
     assert len(leases.held()) == 3 and leases.service_count() == 2
     leases.release_held()
     assert leases.service_count() == 0 and leases.of_service(A) == [] and leases.held() == []
+
+
+class _CountedPasses(dict):  # type: ignore[type-arg]
+    """The table's leases, counting every pass over them."""
+
+    passes = 0
+
+    def values(self):  # type: ignore[no-untyped-def]
+        type(self).passes += 1
+        return super().values()
+
+
+def test_a_sweep_with_nothing_due_makes_no_pass_over_the_fleet() -> None:
+    leases = table(*[(("default", f"s{n}")) for n in range(2_000)], ttl=15.0)
+    leases._leases = _CountedPasses(leases._leases)
+    for tick in range(100):  # 25 s of sweeps every 0.25 s while heartbeats renew a 60th of the fleet each
+        now = tick * 0.25
+        for number in range(tick * 20 % 2_000, tick * 20 % 2_000 + 20):
+            leases.renew(f"s{number}-{number}", ("default", f"s{number}"), ttl=15.0, now=now, wall=now)
+        assert leases.sweep(min(now, 14.9)).expired == []
+    assert _CountedPasses.passes == 0
+
+
+def test_sweeps_expire_exactly_the_leases_a_full_pass_would_after_any_history() -> None:
+    """Renewals, refusals, holds, resumptions and removals in random order: each sweep expires and holds what a pass
+    over every lease finds due (its end come, and not held unless refused)."""
+    rng = random.Random(7)
+    leases = LeaseTable(threshold=0.5, minimum=3)
+    now = 0.0
+    names = [f"i{n}" for n in range(40)]
+    for _ in range(3_000):
+        now += rng.choice((0.0, 0.01, 0.1, 0.5))
+        action = rng.random()
+        name = rng.choice(names)
+        if action < 0.55:
+            service = ("default", rng.choice("abc"))
+            leases.renew(name, service, ttl=rng.choice((1.0, 2.0, 3.0)), now=now, wall=now)
+        elif action < 0.65:
+            leases.refuse(name, "refused for the test")
+        elif action < 0.7:
+            leases.resume_held(now)
+        elif action < 0.73:
+            leases.remove(name)
+        else:
+            expected = sorted(
+                lease.instance
+                for lease in leases
+                if lease.expires_at <= now and (not lease.held or lease.refused is not None)
+            )
+            result = leases.sweep(now)
+            assert sorted(lease.instance for lease in [*result.expired, *result.held]) == expected
+            assert all(leases.get(lease.instance) is None for lease in result.expired)

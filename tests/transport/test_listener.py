@@ -10,6 +10,9 @@ on a real broker:
 - a stalled handler holds at most `receiver_queue` messages between the
   listener and the loop (the listener pauses, the client's own queue and the
   broker hold the rest), and nothing is lost once it moves again;
+- both hold as well for a lingering subscription, whose messages the loop
+  takes itself in batches, one look per linger under a steady stream, instead
+  of a listener;
 - a loop that ends with the transport open, with sends and messages still
   pending, leaves no thread, connection or abort behind, whether the loop ends
   through `asyncio.run` or is closed outright;
@@ -24,6 +27,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +44,7 @@ from toolservice_base.errors import RequestTimeout
 from toolservice_base.rpc import RequestServer
 from toolservice_base.transport import Envelope
 from toolservice_base.transport.pulsar import transport as pulsar_transport
+from toolservice_base.transport.pulsar.batches import BatchedSubscription
 from toolservice_base.transport.pulsar.subscription import PulsarSubscription
 
 pytestmark = pytest.mark.brokers
@@ -52,8 +57,14 @@ def raw_client(settings: Settings) -> pulsar.Client:
     )
 
 
+TAKERS = pytest.mark.parametrize(
+    "linger", [0.0, 0.05], ids=["listener", "batches"]
+)  # a lingering subscription is taken by the loop's own looks (`BatchedSubscription`)
+
+
+@TAKERS
 async def test_a_message_the_listener_cannot_read_is_logged_and_the_listener_goes_on(
-    connection: Transport, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    connection: Transport, settings: Settings, monkeypatch: pytest.MonkeyPatch, linger: float
 ) -> None:
     topic = connection.topics.tool_descriptors
     seen: list[bytes] = []
@@ -69,7 +80,8 @@ async def test_a_message_the_listener_cannot_read_is_logged_and_the_listener_goe
         return read(self, message)
 
     monkeypatch.setattr(PulsarSubscription, "_envelope", faulty)
-    await connection.subscribe(topic, keep)
+    subscription = await connection.subscribe(topic, keep, linger=linger)
+    assert isinstance(subscription, BatchedSubscription) == bool(linger)
     client = raw_client(settings)
     try:
         producer = client.create_producer(topic, batching_enabled=False)
@@ -89,10 +101,12 @@ async def test_a_message_the_listener_cannot_read_is_logged_and_the_listener_goe
         client.close()
 
 
+@TAKERS
 async def test_a_stalled_handler_holds_at_most_its_receiver_queue_and_loses_nothing_once_it_moves(
-    connection: Transport,
+    connection: Transport, linger: float
 ) -> None:
-    # Persistent and Shared: what the listener does not take stays with the broker, so every message can be counted.
+    # Persistent and Shared: what the listener (or the batches' thread) does not take stays with the broker, so every
+    # message can be counted.
     topic = f"persistent://{connection.topics.topicspace}/request/stalled-handler"
     released = asyncio.Event()
     seen: list[bytes] = []
@@ -101,8 +115,10 @@ async def test_a_stalled_handler_holds_at_most_its_receiver_queue_and_loses_noth
         await released.wait()
         seen.append(message.data)
 
-    subscription = await connection.subscribe(topic, slow, subscription="stalled", shared=True, receiver_queue=50)
-    assert isinstance(subscription, PulsarSubscription)
+    subscription = await connection.subscribe(
+        topic, slow, subscription="stalled", shared=True, receiver_queue=50, linger=linger
+    )
+    assert isinstance(subscription, BatchedSubscription if linger else PulsarSubscription)
     publisher = await connection.publisher(topic)
     await asyncio.gather(*(publisher.send(f"{number}".encode()) for number in range(600)))
     deepest = 0
@@ -302,10 +318,41 @@ async def test_under_a_steady_stream_a_lingering_subscription_takes_messages_tog
         await eventually(lambda: data in handled, timeout=10, explain=lambda: f"{data!r} never handled")
         return handled[data] - sent
 
-    # The first two come after a quiet spell: each at once. They came within the linger of each other, so the
-    # loop looks by itself from now on, and the third waits for its look (up to a second) instead of a wake-up.
+    # The first comes after a quiet spell: at once. From then on the loop looks for more itself, every second here, and
+    # takes what came meanwhile together; a look that finds nothing means quiet again.
     assert await sent_and_handled(b"first") < 0.5
-    assert await sent_and_handled(b"second") < 0.5
+    assert 0.2 < await sent_and_handled(b"second") < 3.0
     assert 0.2 < await sent_and_handled(b"third") < 3.0
-    await asyncio.sleep(2.5)  # a look found nothing: lingering ended
+    await asyncio.sleep(2.5)  # a look found nothing: the stream is quiet
     assert await sent_and_handled(b"after a quiet spell") < 0.5
+
+
+async def test_a_lingering_subscription_takes_a_steady_stream_in_one_look_per_linger_and_closes_cleanly(
+    connection: Transport,
+) -> None:
+    topic = connection.topics.tool_descriptors
+    seen: list[bytes] = []
+
+    async def keep(message: Envelope) -> None:
+        seen.append(message.data)
+
+    threads = threading.active_count()
+    subscription = await connection.subscribe(topic, keep, linger=0.1)
+    assert isinstance(subscription, BatchedSubscription)
+    publisher = await connection.publisher(topic)
+    started = time.monotonic()
+    for number in range(200):  # a message every 5 ms for a second
+        await publisher.send(f"{number}".encode())
+        await asyncio.sleep(0.005)
+    await eventually(lambda: len(seen) == 200, timeout=10, explain=lambda: f"{len(seen)} of 200 arrived")
+    took = time.monotonic() - started
+    assert seen == [f"{number}".encode() for number in range(200)]
+    # The first came at once; the rest were taken by the loop's looks, about one per 0.1 s (not one per message).
+    assert 0 < subscription.looks <= took / 0.1 + 3, (subscription.looks, took)
+    assert threading.active_count() == threads  # no thread of its own
+    # Closed while a receive waits in pulsar-client: that receive ends (AlreadyClosed) and nothing is left behind.
+    await asyncio.sleep(0.3)  # a look found nothing: quiet, a receive waits
+    await connection.unsubscribe(subscription)
+    await connection.subscribe(topic, keep, linger=0.1)
+    await connection.close()  # closed with a lingering subscription still open
+    assert threading.active_count() <= threads

@@ -286,9 +286,9 @@ class Transport(Protocol):
         block; what it raises is logged.
 
         `linger` (seconds): under a steady stream, messages may wait up to this long
-        to be handed over together, one wake-up of the loop for all of them, instead of
-        one each; a message after a quiet spell is handed over at once. For streams
-        where milliseconds do not matter and wake-ups do (heartbeats).
+        to be handed over together, taken by the loop in one look, instead of one
+        wake-up each; a message after a quiet spell is handed over at once. For
+        streams where milliseconds do not matter and wake-ups do (heartbeats).
 
         `shared=True` spreads messages over every consumer of `subscription`
         (a service's instances); otherwise the subscription is exclusive: this

@@ -29,10 +29,11 @@ async def subscribe_shifted(
     topic: str,
     name: str,
     receiver_queue: int,
-    listener: Callable[[Any, Any], None],
+    listener: Callable[[Any, Any], None] | None,
     shift_subscription: str,
 ) -> Any:
-    """A Shared consumer of `name` on `topic` with `listener`, its id shifted first; up to `SHARED_ATTEMPTS` tries."""
+    """A Shared consumer of `name` on `topic` with `listener` (None: received), its id shifted first; up to
+    `SHARED_ATTEMPTS` tries."""
     last: BaseException | None = None
     for attempt in range(1, SHARED_ATTEMPTS + 1):
         await shift_consumer_id(client, topic, shift_subscription)

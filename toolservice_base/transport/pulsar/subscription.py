@@ -11,13 +11,9 @@ that never waits: `Transport.subscribe(..., inline=True)`) has no task: the
 wake-up itself hands it the inbox, so an answer reaches the caller waiting for
 it one loop iteration sooner.
 
-Under a steady stream each message would cost a wake-up of its own (a write
-to the loop's self-pipe, a return from epoll, the GIL handed over): measured
-on the registry at 400 heartbeats/s, that machinery was most of its CPU, its
-own work per heartbeat a tenth. With `linger`, once messages come closer
-together than that, the loop looks at the inbox every `linger` seconds by a
-timer of its own and the listener wakes it no more; a look that finds the
-inbox empty ends it, so a message after a quiet spell wakes the loop at once.
+Under a steady stream each message still costs a wake-up of the listener
+thread and the GIL taken there: a subscription with `linger` (heartbeats) is
+taken by the loop's own looks instead, `BatchedSubscription` in batches.py.
 
 Flow control: the inbox holds at most `receiver_queue` messages. At that mark
 the listener is paused (`pause_message_listener`), so the client's own receiver
@@ -87,16 +83,10 @@ class PulsarSubscription:
         receiver_queue: int = 1000,
         delete_on_close: bool = False,
         inline: bool = False,
-        linger: float = 0.0,
     ) -> None:
         self.topic = topic
         self._handler = handler
         self._inline = inline
-        self._linger = linger
-        self._lingering = False
-        """The loop looks at the inbox by itself every `linger` (set and ended on the loop, read by the listener)."""
-        self._look: asyncio.TimerHandle | None = None
-        self._last_idle = float("-inf")
         self._bridge = bridge
         self._delete_on_close = delete_on_close
         self._ack_after = topic.startswith("persistent://")
@@ -139,25 +129,32 @@ class PulsarSubscription:
     def on_message(self, consumer: Any, message: Any) -> None:
         """The message listener: runs on pulsar-client's listener thread, so it touches no asyncio object."""
         try:
-            envelope = self._envelope(message)
-        except BaseException as exc:  # noqa: BLE001 - nothing may escape into the C++ client
-            self._unreadable(consumer, message, exc)
-            return
-        try:
-            if self._ack_after:
-                self._inbox.append((envelope, message))
-            else:
-                self._acknowledge(consumer, message)
-                self._inbox.append((envelope, None))
+            if not self._accept(consumer, message):
+                return
             if len(self._inbox) >= self._high:
                 self._pause(consumer)
-            if self._idle and not self._lingering:
+            if self._idle:
                 self._idle = False
                 self._bridge.post(self._wake, None)
-            else:  # busy, or the loop's own look comes within `linger`
+            else:  # busy: the handler finds it
                 self._bridge.check()
         except BaseException as exc:  # noqa: BLE001
             log.error("consumer.listener_failed", topic=self.topic, error=repr(exc))
+
+    def _accept(self, consumer: Any, message: Any) -> bool:
+        """`message` into the inbox (acknowledged at once on a non-persistent topic); False: it could not be read
+        (logged and acknowledged)."""
+        try:
+            envelope = self._envelope(message)
+        except BaseException as exc:  # noqa: BLE001 - nothing may escape into the C++ client
+            self._unreadable(consumer, message, exc)
+            return False
+        if self._ack_after:
+            self._inbox.append((envelope, message))
+        else:
+            self._acknowledge(consumer, message)
+            self._inbox.append((envelope, None))
+        return True
 
     def _envelope(self, message: Any) -> Envelope:
         return Envelope(message.data(), message.properties(), self.topic, producer=message.producer_name())
@@ -225,37 +222,10 @@ class PulsarSubscription:
                 return
         # Idle is published before the inbox is looked at again (as in `_run`): a message appended after this line
         # sees it and wakes us; one appended before it is found by the look.
-        self._went_idle()
         self._idle = True
         if inbox and not self._closing:
             self._idle = False
             self._bridge.loop.call_soon(self._hand_inline)
-
-    def _went_idle(self) -> None:
-        """The inbox is handled: if messages come closer together than `linger`, look again by a timer from now on."""
-        if not self._linger or self._lingering or self._closing:
-            return
-        now = self._bridge.loop.time()
-        if now - self._last_idle < self._linger:
-            self._lingering = True
-            self._look = self._bridge.loop.call_later(self._linger, self._look_again)
-        self._last_idle = now
-
-    def _look_again(self) -> None:
-        """The loop's own look at the inbox while lingering: what came meanwhile is handed over, one wake-up for all;
-        an empty inbox ends lingering (the next message wakes the loop itself)."""
-        self._look = None
-        if self._inbox and not self._closing:
-            self._look = self._bridge.loop.call_later(self._linger, self._look_again)
-            if self._idle:
-                self._idle = False
-                self._wake(None)
-            return
-        self._lingering = False
-        # Published before the inbox is looked at again: a message appended after this line wakes us itself.
-        if self._inbox and self._idle and not self._closing:
-            self._idle = False
-            self._wake(None)
 
     def _resume(self) -> None:
         with self._pause_lock:
@@ -271,7 +241,6 @@ class PulsarSubscription:
             if not inbox:
                 # Idle is published before the inbox is looked at again: a message appended after this line
                 # sees it and wakes us; one appended before it is found by the look.
-                self._went_idle()
                 self._idle = True
                 if not inbox:
                     self._waiter = loop.create_future()
@@ -295,8 +264,6 @@ class PulsarSubscription:
 
     async def close(self) -> None:
         self._closing = True
-        if self._look is not None:
-            self._look.cancel()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -329,9 +296,10 @@ async def subscribe_listening(
     name: str,
     consumer_type: Any,
     receiver_queue: int,
-    listener: Callable[[Any, Any], None],
+    listener: Callable[[Any, Any], None] | None,
 ) -> Any:
-    """Subscribe with `listener` as the consumer's message listener; the native consumer once the broker has it.
+    """Subscribe with `listener` as the consumer's message listener (None: messages are received, see
+    `BatchedSubscription`); the native consumer once the broker has it.
 
     As `pulsar.asyncio.Client.subscribe` does, without a thread: the creation's
     completion comes back through its callback.
@@ -340,7 +308,8 @@ async def subscribe_listening(
     conf.consumer_type(consumer_type)
     conf.receiver_queue_size(receiver_queue)
     conf.schema(_BYTES.schema_info())
-    conf.message_listener(listener)
+    if listener is not None:
+        conf.message_listener(listener)
     loop = asyncio.get_running_loop()
     created: asyncio.Future[Any] = loop.create_future()
 

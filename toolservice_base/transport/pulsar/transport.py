@@ -29,6 +29,7 @@ from ..base import (
     broker_unreachable,
     unique_name,
 )
+from .batches import BatchedSubscription
 from .bridge import LoopBridge
 from .client_log import client_logger
 from .consumer_ids import subscribe_shifted
@@ -364,23 +365,22 @@ class PulsarTransport(OpenedResources):
         self._check_open()
         name = subscription or unique_name("sub")
         doing = f"subscribing to {topic}" + (f" as {name!r}" if subscription else "")
-        sub = PulsarSubscription(
-            topic,
-            handler,
-            self._bridge,
-            receiver_queue=receiver_queue,
-            delete_on_close=not shared,
-            inline=inline,
-            linger=linger,
+        # A stream that lingers is taken by the loop's own looks, in batches; the rest on the listener.
+        options: dict[str, Any] = {"receiver_queue": receiver_queue, "delete_on_close": not shared, "inline": inline}
+        sub = (
+            BatchedSubscription(topic, handler, self._bridge, linger=linger, **options)
+            if linger > 0
+            else PulsarSubscription(topic, handler, self._bridge, **options)
         )
         reserved = name if shared else ""
         async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic, "consume", reserved)):
+            listener = None if isinstance(sub, BatchedSubscription) else sub.on_message
             if shared:
-                consumer = await self._subscribe_shared(topic, name, receiver_queue, sub.on_message)
+                consumer = await self._subscribe_shared(topic, name, receiver_queue, listener)
             else:
                 client = self._bulk() if bulk and self._capabilities.separate_bulk_connection else self._client
                 consumer = await subscribe_listening(
-                    client, topic, name, pulsar.ConsumerType.Exclusive, receiver_queue, sub.on_message
+                    client, topic, name, pulsar.ConsumerType.Exclusive, receiver_queue, listener
                 )
         sub.attach(consumer)
         self._subscriptions.append(sub)
@@ -419,7 +419,7 @@ class PulsarTransport(OpenedResources):
         return self._bulk_client
 
     async def _subscribe_shared(
-        self, topic: str, name: str, receiver_queue: int, listener: Callable[[Any, Any], None]
+        self, topic: str, name: str, receiver_queue: int, listener: Callable[[Any, Any], None] | None
     ) -> Any:
         if not self._capabilities.shift_consumer_ids:
             return await subscribe_listening(
