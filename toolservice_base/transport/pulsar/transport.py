@@ -375,12 +375,13 @@ class PulsarTransport(OpenedResources):
         reserved = name if shared else ""
         async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic, "consume", reserved)):
             listener = None if isinstance(sub, BatchedSubscription) else sub.on_message
+            queue = sub.client_queue if isinstance(sub, BatchedSubscription) else receiver_queue
             if shared:
-                consumer = await self._subscribe_shared(topic, name, receiver_queue, listener)
+                consumer = await self._subscribe_shared(topic, name, queue, listener)
             else:
                 client = self._bulk() if bulk and self._capabilities.separate_bulk_connection else self._client
                 consumer = await subscribe_listening(
-                    client, topic, name, pulsar.ConsumerType.Exclusive, receiver_queue, listener
+                    client, topic, name, pulsar.ConsumerType.Exclusive, queue, listener
                 )
         sub.attach(consumer)
         self._subscriptions.append(sub)
