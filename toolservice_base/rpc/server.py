@@ -25,6 +25,8 @@ from toolservice_base.logs import get_logger
 from toolservice_base.transport import LARGE_MESSAGE, Envelope, Publisher, Subscription, Transport, encode, unique_name
 
 from .answers import Body, answer_too_large, error_body, request_deadline
+from .eager import start_now
+from .expiry import Expiry
 from .wire import ID, REPLY_TO, caller_timeout, cancel_queue, reply_queue
 
 log = get_logger("toolservice_base.rpc")
@@ -55,45 +57,6 @@ class _Reply:
             return
         more = body.get("end_of_stream") if isinstance(body, dict) else getattr(body, "end_of_stream", None)
         self.finished = more is not False
-
-
-class _Expiry:
-    """A request's deadline: at it, the call is cancelled, and its slot is freed `cancel_grace` later if the handler
-    has not let go (as `asyncio.timeout_at` would cancel it, with one timer instead of two)."""
-
-    __slots__ = ("_server", "_task", "_request_id", "_cancelling", "_handle", "_guard", "fired")
-
-    def __init__(
-        self,
-        server: "RequestServer",
-        task: asyncio.Task[None],
-        request_id: str,
-        deadline: float,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self._server, self._task, self._request_id = server, task, request_id
-        self._cancelling = task.cancelling()
-        self.fired = False
-        self._guard: asyncio.TimerHandle | None = None
-        self._handle = loop.call_at(deadline, self._fire)
-
-    def _fire(self) -> None:
-        if self._task.done():
-            return
-        self.fired = True
-        self._task.cancel()
-        self._guard = self._task.get_loop().call_later(
-            self._server._cancel_grace, self._server._abandon, self._task, self._request_id
-        )
-
-    def ended_the_call(self) -> bool:
-        """For a call that ended cancelled: whether the deadline did it (and not a cancel from elsewhere too)."""
-        return self.fired and self._task.uncancel() <= self._cancelling
-
-    def cancel(self) -> None:
-        self._handle.cancel()
-        if self._guard is not None:
-            self._guard.cancel()
 
 
 class RequestServer:
@@ -149,7 +112,10 @@ class RequestServer:
         self.cancel_queue = cancel_queue(request_queue) if cancellable else None
         self._tasks: set[asyncio.Task[None]] = set()
         self._calls: dict[CallKey, asyncio.Task[None]] = {}
-        self._holding: set[asyncio.Task[None]] = set()
+        self._holding: dict[asyncio.Task[None], Expiry | None] = {}
+        """Requests holding a slot, and their deadline's timer."""
+        self._stepping = False
+        """A request's first step runs now, inside `_on_request`, which sets its deadline's timer if it waits."""
         self._abandoned: set[asyncio.Task[None]] = set()
         self._publisher: Publisher | None = None
         self._replies: OrderedDict[str, asyncio.Future[Publisher | None]] = OrderedDict()
@@ -228,7 +194,8 @@ class RequestServer:
 
     def _on_request(self, message: Envelope) -> None:
         """Inline on the loop as each request arrives: it starts the request's task (or answers `busy`), and never
-        waits, so the next request is taken at once."""
+        waits for a slot, so the next request is taken at once. The task's first step runs here (`start_now`): a
+        handler that answers without waiting has answered by the time this returns."""
         loop = self._loop or asyncio.get_running_loop()
         admitted = len(self._tasks) - len(self._abandoned)
         address = self._return_address(message)
@@ -241,7 +208,17 @@ class RequestServer:
             answering.add_done_callback(self._background.discard)
             return
         deadline, limit = self._deadline(message, loop)
-        task = loop.create_task(self._run(message, address, deadline, limit))
+        # Its first step runs now: a request answered without waiting (most are) is done here, and needs no tracking.
+        stepping, self._stepping = self._stepping, True
+        try:
+            task = start_now(loop, self._run(message, address, deadline, limit))
+        finally:
+            self._stepping = stepping
+        if task.done():
+            return
+        expiry = self._holding.get(task)
+        if expiry is not None:  # it holds a slot and waits: from now on its deadline can end it
+            expiry.arm(loop)
         self._tasks.add(task)
         key: CallKey | None = None
         if self._cancellable:
@@ -283,7 +260,8 @@ class RequestServer:
             async with self._slots:
                 await self._call(message, reply, request_id)
             return
-        if self._slots.locked():  # a wait for a slot, bounded by the deadline; a free slot is taken without a timer
+        waited = self._slots.locked()
+        if waited:  # a wait for a slot, bounded by the deadline; a free slot is taken without a timer
             try:
                 async with asyncio.timeout_at(deadline):
                     await self._slots.acquire()
@@ -295,10 +273,13 @@ class RequestServer:
         loop = self._loop or asyncio.get_running_loop()
         task = asyncio.current_task(loop)
         assert task is not None
-        self._holding.add(task)
         # One timer for the deadline: it cancels the call and only then arms the slot's guard (`_abandon`), where
-        # asyncio.timeout_at and a guard timer of its own cost two per request.
-        expiry = None if deadline is None else _Expiry(self, task, request_id, deadline, loop)
+        # asyncio.timeout_at and a guard timer of its own cost two per request. In a first step that `_on_request`
+        # runs, the timer is left to it, for the case the call waits.
+        expiry = None if deadline is None else Expiry(task, request_id, deadline, self._cancel_grace, self._abandon)
+        self._holding[task] = expiry
+        if expiry is not None and (waited or not self._stepping):
+            expiry.arm(loop)
         try:
             await self._call(message, reply, request_id)
         except asyncio.CancelledError:
@@ -309,7 +290,7 @@ class RequestServer:
             if expiry is not None:
                 expiry.cancel()
             if task in self._holding:
-                self._holding.discard(task)
+                del self._holding[task]
                 self._slots.release()
 
     async def _call(self, message: Envelope, reply: "_Reply", request_id: str) -> None:
@@ -352,7 +333,7 @@ class RequestServer:
     def _abandon(self, task: asyncio.Task[None], request_id: str) -> None:
         """Give a cancelled request's slot to the next one, if its handler has not let go of it yet."""
         if task in self._holding and not task.done():
-            self._holding.discard(task)
+            del self._holding[task]
             self._abandoned.add(task)
             self._slots.release()
             log.warning(
