@@ -158,7 +158,10 @@ def _parse_request(data: bytes, max_bytes: int = MAX_REQUEST_BYTES) -> tuple[str
         raise BadRequest(f"request is not a ToolServiceRequest: {describe_validation_error(exc)}") from None
     parsed: dict[str, dict[str, Any]] = {}
     for field in ("config", "arguments"):
-        text = getattr(request, field) or "{}"
+        text = getattr(request, field)
+        if not text or text == "{}":  # a tool without config values sends this on every call
+            parsed[field] = {}
+            continue
         try:
             value = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -334,8 +337,12 @@ class DynamicToolService:
         return self.tool_limits.get(self.tool_called(message), self.call_limit)
 
     async def __handle(self, message: Envelope, reply: Any) -> None:
-        """One request, inside its server span (the caller's span as parent, when tracing)."""
+        """One request, inside its server span (the caller's span as parent) when tracing; with no span at all when
+        not."""
         tool = self._labels.of(message.properties)
+        if tracing.tracer() is None:
+            await self.__serve(message, reply, tool, None)
+            return
         with tracing.server_call(message.properties, tool, self.id, self.instance) as span:
             await self.__serve(message, reply, tool, span)
 
@@ -349,8 +356,9 @@ class DynamicToolService:
                 tool = self._labels.of(
                     message.properties, config
                 )  # a caller that does not name it: its config values may
-                span.set("tool.name", tool)
-                span.rename(f"serve {tool}")
+                if span is not None:
+                    span.set("tool.name", tool)
+                    span.rename(f"serve {tool}")
             called = self.tool_called(message)
             contract = self.__contracts.get(called)
             if contract is not None and called in self.__checks_input:
@@ -388,7 +396,8 @@ class DynamicToolService:
             raise
         finally:
             # The metric counts deadlines and cancels as one kind; the span tells them apart.
-            tracing.outcome(span, error_type if error == "cancelled" else error, error_type)
+            if span is not None:
+                tracing.outcome(span, error_type if error == "cancelled" else error, error_type)
             took = time.perf_counter() - started
             self.metrics.observe(took, error, tool)
             self.call_stats.record(tool, took, error is not None)
