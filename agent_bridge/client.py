@@ -15,14 +15,14 @@ leaves the stream) tells the service at once, which stops the work.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping
 from contextlib import aclosing
 from typing import Any, Self
 
 from toolservice_base import tracing
 from toolservice_base.errors import AnswerTooLarge, ToolError
 from toolservice_base.logs import get_logger
-from toolservice_base.rpc import RequestClient
+from toolservice_base.rpc import TOOL, RequestClient
 from toolservice_base.schemas import (
     ToolResult,
     ToolServiceDescriptor,
@@ -186,18 +186,34 @@ class ToolServiceClient:
         request = self._request(user, config, arguments)
         self._begin()
         try:
+            checked = _Checked(self.service.id, limits.max_answer_bytes, tool)
+
+            def each(body: dict[str, Any]) -> None:
+                take(checked(body))
+
+            if tracing.tracer() is None:  # no span to open and close: the `tool` property is all the call carries
+                await self._rpc_exchange(request, each, limits, {TOOL: tool} if tool else None)
+                return
             with tracing.client_call(tool, self.service.id) as span:
-                checked = _Checked(self.service.id, limits.max_answer_bytes, tool)
-                await self._rpc.exchange(
-                    request,
-                    lambda body: take(checked(body)),
-                    is_last=is_last_response,
-                    timeout=limits.timeout,
-                    idle_timeout=limits.idle_timeout,
-                    properties=span.properties or None,
-                )
+                await self._rpc_exchange(request, each, limits, span.properties or None)
         finally:
             self._end()
+
+    def _rpc_exchange(
+        self,
+        request: bytes,
+        each: Callable[[dict[str, Any]], None],
+        limits: CallLimits,
+        properties: dict[str, str] | None,
+    ) -> Coroutine[Any, Any, None]:
+        return self._rpc.exchange(
+            request,
+            each,
+            is_last=is_last_response,
+            timeout=limits.timeout,
+            idle_timeout=limits.idle_timeout,
+            properties=properties,
+        )
 
     def _request(self, user: str, config: Mapping[str, Any], arguments: Mapping[str, Any]) -> bytes:
         """The request's bytes (`ToolServiceRequest` on the wire), or `ToolError` if it cannot be sent."""

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from types import TracebackType
 from typing import TypeVar
 
 from toolservice_base.metrics import OTHER_TOOL
@@ -96,17 +96,10 @@ class CallOutcomes:
         for tool in tools:
             self._tools.pop(tool, None)
 
-    @contextmanager
-    def counting(self, tool: str) -> Iterator[None]:
-        """Around one call: its outcome recorded."""
-        try:
-            yield
-        except GeneratorExit:
-            raise
-        except BaseException as exc:
-            self.record(tool, exc)
-            raise
-        self.record(tool, None)
+    def counting(self, tool: str) -> _Counting:
+        """Around one call: its outcome recorded. (An object, not a generator-based context manager: that cost
+        more than the rest of `ToolSet.invoke`'s own frame.)"""
+        return _Counting(self, tool)
 
     async def counted(self, tool: str, chunks: AsyncIterator[T]) -> AsyncIterator[T]:
         """`chunks` as one call, its outcome recorded when it ends; a caller that stops reading records nothing."""
@@ -118,6 +111,22 @@ class CallOutcomes:
             close = getattr(chunks, "aclose", None)
             if close is not None:
                 await close()
+
+
+class _Counting:
+    """`CallOutcomes.counting`: the call's outcome, recorded as the block ends (a generator closed mid-way: none)."""
+
+    __slots__ = ("_outcomes", "_tool")
+
+    def __init__(self, outcomes: CallOutcomes, tool: str) -> None:
+        self._outcomes, self._tool = outcomes, tool
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if not isinstance(exc, GeneratorExit):
+            self._outcomes.record(self._tool, exc)
 
 
 class ToolSearch:

@@ -12,6 +12,7 @@ from pydantic import (
     ValidationError,
 )
 
+from ..errors import ToolError
 from .base import (
     describe_validation_error,
 )
@@ -37,7 +38,9 @@ def request_bytes(user: str, config: Mapping[str, Any], arguments: Mapping[str, 
     TypeError or ValueError for what JSON cannot carry."""
     if not isinstance(user, str):
         raise TypeError(f"user must be a string, not {type(user).__name__}")
-    config_text, arguments_text = json.dumps(dict(config)), json.dumps(dict(arguments))
+    # A tool without config values sends `{}` on every call: spelled here, not encoded each time.
+    config_text = "{}" if config == {} else json.dumps(dict(config))
+    arguments_text = "{}" if arguments == {} else json.dumps(dict(arguments))
     return f'{{"user":{_string(user)},"config":{_string(config_text)},"arguments":{_string(arguments_text)}}}'.encode()
 
 
@@ -82,8 +85,6 @@ def is_last_response(body: dict[str, Any]) -> bool:
 def parse_response(body: dict[str, Any], service: str) -> ToolServiceResponse:
     """One response, checked; `ToolError` if the service answered with an error or with something that is not a
     response (a content block that is not one, say)."""
-    from ..errors import ToolError
-
     try:
         response = ToolServiceResponse.model_validate(body)
     except ValidationError as exc:
