@@ -67,11 +67,11 @@ from .schemas import (
     ErrorBody,
     ToolDescriptor,
     ToolServiceDescriptor,
-    ToolServiceRequest,
     ToolServiceResponse,
     canonical_json,
     check_tool_against_service,
     describe_validation_error,
+    request_fields,
     text_response_bytes,
 )
 from .settings import Settings
@@ -153,25 +153,24 @@ def _parse_request(data: bytes, max_bytes: int = MAX_REQUEST_BYTES) -> tuple[str
     if len(data) > max_bytes:
         raise BadRequest(f"request is {len(data)} bytes; the limit is {max_bytes}")
     try:
-        request = ToolServiceRequest.model_validate_json(data)
+        user, config, arguments = request_fields(data)
     except ValidationError as exc:
         raise BadRequest(f"request is not a ToolServiceRequest: {describe_validation_error(exc)}") from None
-    parsed: dict[str, dict[str, Any]] = {}
-    for field in ("config", "arguments"):
-        text = getattr(request, field)
-        if not text or text == "{}":  # a tool without config values sends this on every call
-            parsed[field] = {}
-            continue
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise BadRequest(f"request field '{field}' is not JSON: {exc.msg} at column {exc.colno}") from None
-        except RecursionError:
-            raise BadRequest(f"request field '{field}' is nested too deeply") from None
-        if not isinstance(value, dict):
-            raise BadRequest(f"request field '{field}' must be a JSON object, got {type(value).__name__}")
-        parsed[field] = value
-    return request.user, parsed["config"], parsed["arguments"]
+    return user, _json_object("config", config), _json_object("arguments", arguments)
+
+
+def _json_object(field: str, text: str) -> dict[str, Any]:
+    if not text or text == "{}":  # a tool without config values sends this on every call
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"request field '{field}' is not JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise BadRequest(f"request field '{field}' is nested too deeply") from None
+    if not isinstance(value, dict):
+        raise BadRequest(f"request field '{field}' must be a JSON object, got {type(value).__name__}")
+    return value
 
 
 def _takes_tool(invoke: Callable[..., Any]) -> bool:

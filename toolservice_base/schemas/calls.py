@@ -32,6 +32,29 @@ class ToolServiceRequest(BaseModel):
     arguments: str = "{}"
 
 
+def request_fields(data: bytes) -> tuple[str, str, str]:
+    """A request's `user`, `config` and `arguments` (the latter two JSON text), as
+    `ToolServiceRequest.model_validate_json(data)` reads them, and its `ValidationError` for what it refuses.
+
+    A plain request (UTF-8 with no surrogate escape anywhere, a JSON object whose fields are strings: what every
+    caller sends, unless it sends characters past U+FFFF) is read by the json module alone; anything else goes to
+    the model, which has the last word and the message. (A service reads one per call, and the model's validator
+    is one more library to bring back into the processor's cache after every wait.)
+    """
+    found = None
+    if b"\\ud" not in data and b"\\uD" not in data:  # the model refuses half a pair anywhere
+        try:
+            found = json.loads(data.decode())
+        except (ValueError, RecursionError):  # not UTF-8, not JSON: the model says so
+            pass
+    if type(found) is dict:
+        fields = (found.get("user", ""), found.get("config", "{}"), found.get("arguments", "{}"))
+        if type(fields[0]) is str and type(fields[1]) is str and type(fields[2]) is str:
+            return fields
+    request = ToolServiceRequest.model_validate_json(data)
+    return request.user, request.config, request.arguments
+
+
 def request_bytes(user: str, config: Mapping[str, Any], arguments: Mapping[str, Any]) -> bytes:
     """A `ToolServiceRequest` as it goes on the wire: the bytes `encode(ToolServiceRequest(...))` gives, without
     building the model on every call (each field a JSON string, spelled by the json module's own string encoder).
@@ -92,6 +115,20 @@ def parse_response(body: dict[str, Any], service: str) -> ToolServiceResponse:
     if response.error is not None:
         raise ToolError(response.error.type, response.error.message, service=service)
     return response
+
+
+_PLAIN_KEYS = frozenset({"response", "end_of_stream"})
+
+
+def plain_text(body: dict[str, Any]) -> str | None:
+    """The text of a response that is text and nothing else (`{"response": ..., "end_of_stream": ...}`, what most
+    calls are answered with), as `parse_response(body).response` reads it, without building the model; None for
+    any other response (an error, content blocks, a field to coerce), which `parse_response` reads."""
+    if body.keys() <= _PLAIN_KEYS:
+        text = body.get("response", "")
+        if type(text) is str and type(body.get("end_of_stream", True)) is bool:
+            return text
+    return None
 
 
 def response_chunk(body: dict[str, Any], service: str) -> str:
