@@ -29,6 +29,7 @@ from toolservice_base.schemas import (
     ToolServiceResponse,
     is_last_response,
     parse_response,
+    plain_text,
     request_bytes,
 )
 from toolservice_base.transport import Transport
@@ -86,12 +87,7 @@ class ToolServiceClient:
         Taken response by response as they arrive (`RequestClient.exchange`), not through `stream`'s generators.
         """
         chunks: list[str] = []
-
-        def take(response: ToolServiceResponse) -> None:
-            if response.response:
-                chunks.append(response.response)
-
-        await self._exchange(user, config, arguments, limits, tool, take)
+        await self._exchange(user, config, arguments, limits, tool, chunks.append)
         return "".join(chunks)
 
     async def stream(
@@ -179,9 +175,9 @@ class ToolServiceClient:
         arguments: Mapping[str, Any],
         limits: CallLimits | float,
         tool: str,
-        take: Callable[[ToolServiceResponse], None],
+        take: Callable[[str], None],
     ) -> None:
-        """`responses`, each checked response handed to `take` as it arrives."""
+        """`responses`, the text of each checked response handed to `take` as it arrives (if it has any)."""
         limits = CallLimits.of(limits)
         request = self._request(user, config, arguments)
         self._begin()
@@ -189,7 +185,9 @@ class ToolServiceClient:
             checked = _Checked(self.service.id, limits.max_answer_bytes, tool)
 
             def each(body: dict[str, Any]) -> None:
-                take(checked(body))
+                text = checked.text(body)
+                if text:
+                    take(text)
 
             if tracing.tracer() is None:  # no span to open and close: the `tool` property is all the call carries
                 await self._rpc_exchange(request, each, limits, {TOOL: tool} if tool else None)
@@ -280,10 +278,21 @@ class _Checked:
 
     def __call__(self, body: dict[str, Any]) -> ToolServiceResponse:
         response = parse_response(body, self._service)
-        self._size += _weight(response)
+        self._count(_weight(response))
+        return response
+
+    def text(self, body: dict[str, Any]) -> str:
+        """What the response adds to the observation: its text. A plain text answer is read without its model."""
+        text = plain_text(body)
+        if text is None:
+            return self(body).response
+        self._count(len(text) if text.isascii() else len(text.encode()))
+        return text
+
+    def _count(self, size: int) -> None:
+        self._size += size
         if self._size > self._limit:
             raise AnswerTooLarge(self._limit, tool=self._tool, service=self._service)
-        return response
 
 
 def _weight(response: ToolServiceResponse) -> int:

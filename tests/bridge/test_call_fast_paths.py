@@ -2,9 +2,11 @@
 
 A call checks flat arguments by their schema's fixed shape before asking
 jsonschema, and builds its request's bytes without the pydantic model; a
-service answers text with bytes built the same way. For any arguments, the
-shortcut accepts exactly what jsonschema accepts (and a refusal's text still
-comes from jsonschema), and the bytes are the models'.
+service answers text with bytes built the same way, and reads a plain request
+with the json module alone, as the caller reads a plain text answer. For any
+arguments, the shortcut accepts exactly what jsonschema accepts (and a
+refusal's text still comes from jsonschema), the bytes are the models', and
+what is read is what the model reads (or refuses).
 """
 
 from __future__ import annotations
@@ -12,18 +14,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
+from pydantic import ValidationError
 
-from agent_bridge import BadArguments
+from agent_bridge import BadArguments, ToolError
 from agent_bridge.arguments import ArgumentCheck
 from toolservice_base.schemas import (
     ARGUMENT_TYPES,
     ToolDescriptor,
     ToolServiceRequest,
     ToolServiceResponse,
+    parse_response,
+    plain_text,
     request_bytes,
+    request_fields,
     text_response_bytes,
 )
 from toolservice_base.transport import encode
@@ -97,3 +104,71 @@ def test_a_text_answers_bytes_are_the_models(text: str) -> None:
             return
         raise AssertionError("text_response_bytes sent what the model could not") from None
     assert text_response_bytes(text) == expected
+
+
+# Strings as JSON can spell them: lone surrogates included (a `\\ud800` escape), which the model refuses.
+any_text = st.text(alphabet=st.characters(), max_size=6) | st.sampled_from(["\ud800", "a\udfff", "\U0001f600", ""])
+field_values = any_text | json_values
+
+
+@st.composite
+def request_documents(draw: st.DrawFn) -> bytes:
+    keys = draw(st.lists(st.sampled_from(("user", "config", "arguments", "other")), unique=True, max_size=4))
+    text = json.dumps({key: draw(field_values) for key in keys}, ensure_ascii=draw(st.booleans()))
+    data = text.encode("utf-8", "surrogatepass")
+    # What else arrives: a byte order mark, UTF-16, a value that is no object, a cut-off document.
+    return draw(
+        st.sampled_from(
+            (
+                data,
+                b"\xef\xbb\xbf" + data,
+                text.encode("utf-16-le", "surrogatepass"),
+                data[: len(data) // 2],
+                b"[" + data + b"]",
+                data + b" ",
+            )
+        )
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(request_documents())
+def test_a_request_is_read_as_the_model_reads_it(data: bytes) -> None:
+    try:
+        model = ToolServiceRequest.model_validate_json(data)
+        expected: tuple[str, str, str] | None = (model.user, model.config, model.arguments)
+    except ValidationError:
+        expected = None
+    try:
+        read: tuple[str, str, str] | None = request_fields(data)
+    except ValidationError:
+        read = None
+    assert read == expected, data
+
+
+@st.composite
+def response_bodies(draw: st.DrawFn) -> dict[str, Any]:
+    keys = draw(st.lists(st.sampled_from(("response", "end_of_stream", "error", "content", "x")), unique=True))
+    body = {key: draw(field_values) for key in keys}
+    if draw(st.booleans()):  # most answers: text, and whether it is the last
+        body.update(response=draw(any_text), end_of_stream=draw(st.booleans()))
+    return body
+
+
+@settings(max_examples=400, deadline=None)
+@given(response_bodies())
+def test_a_plain_text_answer_is_read_as_the_model_reads_it(body: dict[str, Any]) -> None:
+    text = plain_text(body)
+    if text is None:
+        return  # read by parse_response itself
+    response = parse_response(body, "s")
+    assert (text, response.content, response.structured, response.error) == (response.response, None, None, None)
+
+
+def test_what_is_not_plain_text_is_left_to_the_model() -> None:
+    assert plain_text({"response": "hi", "end_of_stream": 1}) is None  # the model coerces it
+    assert plain_text({"response": "hi", "error": None}) is None
+    assert plain_text({"error": {"type": "x", "message": "y"}}) is None
+    with pytest.raises(ToolError):
+        parse_response({"error": {"type": "x", "message": "y"}}, "s")
+    assert plain_text({}) == "" == parse_response({}, "s").response
