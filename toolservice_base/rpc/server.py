@@ -355,7 +355,9 @@ class RequestServer:
     # --- answering ----------------------------------------------------------------------
 
     async def _send(self, body: Body, request_id: str, reply_to: str | None) -> None:
-        publisher = await self._reply_publisher(reply_to) if reply_to is not None else self._publisher
+        publisher = self._publisher
+        if reply_to is not None:
+            publisher = self._open_reply_publisher(reply_to) or await self._reply_publisher(reply_to)
         assert publisher is not None
         data = encode(body)
         if len(data) > LARGE_MESSAGE:
@@ -387,6 +389,15 @@ class RequestServer:
                 log.warning("response.send_failed", queue=publisher.topic, id=request_id, error=str(exc))
         except TransportError as exc:
             log.warning("response.send_failed", queue=publisher.topic, id=request_id, error=str(exc))
+
+    def _open_reply_publisher(self, queue: str) -> Publisher | None:
+        """The producer for a client's private queue if it is open already (every answer but a caller's first): taken
+        without a coroutine and a shield per answer."""
+        opening = self._replies.get(queue)
+        if opening is None or not opening.done() or opening.cancelled() or opening.exception() is not None:
+            return None
+        self._replies.move_to_end(queue)
+        return opening.result()
 
     async def _reply_publisher(self, queue: str) -> Publisher | None:
         """The producer for a client's private queue: opened on its first answer, the least recently used closed past
