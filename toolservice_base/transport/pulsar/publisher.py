@@ -17,13 +17,17 @@ all, and costs the GIL nothing more. What the receipts did is kept:
   never shows). A *cover* settles them: `flush_async` with a callback, which
   the client runs once the last message pending then completes; a producer's
   messages complete in the order they were sent, so that one callback settles
-  every send before it. One cover is out at a time: the first send with none
-  out asks for one (at the end of the loop's turn, so every send of that turn
-  is in it), and a cover that comes back with sends made after it asks for
-  the next. At 64 calls in flight that is one callback for several sends.
+  every send before it. One cover is out at a time, asked for `COVER_AFTER`
+  after the first send it covers (so a cover settles every send of that
+  span: one callback on the client's I/O thread, and the GIL taken there,
+  for many sends, where one per send cost a sequential caller and its
+  service each a callback per call), or at once when a quarter of `queue` is
+  uncovered or a send waits for room; a cover that comes back with sends
+  made after it asks for the next the same way.
 - **Failures.** A send fails later only by timing out or by the producer
   closing, and the client then fails every message pending at once, covers
-  included: a failed cover reports its error (asked of the broker, as a
+  included (a cover asked after that fails as well, at once): a failed cover
+  reports its error (asked of the broker, as a
   confirmed send's is) to the `on_failure` of each send it covers, or logs it.
   What fails at once is refused at once: a closed producer, one the broker
   refuses us, and any message over `LARGE_MESSAGE`, which is always sent
@@ -55,6 +59,8 @@ from .errors import Explain, broker_errors, translate
 log = get_logger("toolservice_base.transport")
 
 _OK = _pulsar.Result.Ok
+COVER_AFTER = 0.02
+"""Seconds between an unconfirmed send and the cover asked for it (and for every send until then)."""
 
 
 class PulsarPublisher:
@@ -105,7 +111,9 @@ class PulsarPublisher:
         self._cover_lock = threading.Lock()
         self._failed = 0
         """The newest unconfirmed send a failed cover settled (on the loop)."""
-        self._cover_due = False
+        self._cover_due: asyncio.Handle | None = None
+        """The cover asked for later (a timer), or soon (`call_soon`): one at a time."""
+        self._cover_soon = False
         self._cover_out = False
         """A cover is out: set on the loop when asked for, cleared on the client's thread when it comes back."""
         self._watchers: deque[tuple[int, FailureHook]] = deque()
@@ -158,9 +166,20 @@ class PulsarPublisher:
         if on_failure is not None:
             watchers.append((self._sent, on_failure))
         # After counting the send: a cover coming back now either sees it or has cleared `_cover_out` for us.
-        if not self._cover_out and not self._cover_due:
-            self._cover_due = True
-            self._loop.call_soon(self._cover)
+        if not self._cover_out:
+            self._ask_cover()
+
+    def _ask_cover(self) -> None:
+        """On the loop, with no cover out: ask for one after `COVER_AFTER`, or at the end of this turn if many sends
+        are uncovered or one waits for room."""
+        now = self._room_wanted or self._sent - self._asked >= self._queue // 4
+        due = self._cover_due
+        if due is not None and (self._cover_soon or not now):
+            return
+        if due is not None:
+            due.cancel()
+        self._cover_soon = now
+        self._cover_due = self._loop.call_soon(self._cover) if now else self._loop.call_later(COVER_AFTER, self._cover)
 
     async def _send_confirmed(self, message: Any) -> None:
         receipt: asyncio.Future[Any] = self._loop.create_future()
@@ -188,7 +207,9 @@ class PulsarPublisher:
 
     def _cover(self, _: object = None) -> None:
         """On the loop: ask for a cover of every unconfirmed send so far, unless one is out or none is needed."""
-        self._cover_due = False
+        if self._cover_due is not None:
+            self._cover_due.cancel()
+            self._cover_due = None
         upto = self._sent
         if upto <= self._asked or self._cover_out or self._closed:  # closing flushes, or fails, what is pending
             return
@@ -218,7 +239,8 @@ class PulsarPublisher:
 
     def _next_cover(self, _: object) -> None:
         self._free_room(None)
-        self._cover()
+        if not self._cover_out and self._sent > self._asked:
+            self._ask_cover()
 
     def _cover_failed(self, failure: tuple[int, BaseException]) -> None:
         """On the loop: every unconfirmed send up to `upto` failed with the cover (the client fails them together)."""
@@ -266,6 +288,8 @@ class PulsarPublisher:
         self._room_wanted = True  # before looking again: a cover settling after this line wakes us
         try:
             if self._pending() >= self._queue:
+                if not self._cover_out:
+                    self._ask_cover()  # at once: a send waits
                 await self._room.wait()
         finally:
             self._room_wanted = False
@@ -276,6 +300,8 @@ class PulsarPublisher:
 
     async def close(self) -> None:
         self._closed = True
+        if self._cover_due is not None:  # closing flushes what is pending
+            self._cover_due.cancel()
         with broker_errors(log="producer.close_failed", topic=self.topic):
             await self._producer.flush()
             await self._producer.close()
