@@ -14,8 +14,9 @@ always waiting in pulsar-client (`receive_async`), or the loop is about to
 ask for one:
 
 - **Quiet**: the message that completes the waiting receive comes back on a
-  client thread and is handed over at once, one wake-up of the loop; from
-  then on the loop looks by itself every `linger`.
+  client thread and is handed over at once, one wake-up of the loop, and a
+  receive waits again; once two come within `linger` of each other, the loop
+  looks by itself every `linger` from then on.
 - **Steady**: at each look the loop asks for receives until one has to wait:
   each message already in the client's receiver queue completes its receive
   at once, on the loop's own thread, so a batch costs no thread and no
@@ -93,6 +94,8 @@ class BatchedSubscription(PulsarSubscription):
         """Messages taken so far (counted by whichever thread completes the receive: one receive at a time)."""
         self._looked_at = 0
         """`_arrived` as of the last look."""
+        self._last_came = float("-inf")
+        """When (loop time) the last message after a quiet spell was handed over."""
         self.looks = 0
         """Looks that took at least one message (under a steady stream, about one per `linger`)."""
 
@@ -134,10 +137,18 @@ class BatchedSubscription(PulsarSubscription):
             log.error("consumer.receive_failed", topic=self.topic, error=repr(exc))
 
     def _came(self, _: object) -> None:
-        """On the loop: a message after a quiet spell, handed over at once; from now on the loop looks by itself."""
+        """On the loop: a message after a quiet spell, handed over at once. If it came within `linger` of the last
+        such one, the stream is steady: from now on the loop looks by itself; else the next one waits alone again."""
         self._hand_over()
-        if not self._looking and not self._closing:
+        native = self._native
+        if self._looking or self._closing or native is None:
+            return
+        now = self._bridge.loop.time()
+        steady, self._last_came = now - self._last_came < self.linger, now
+        if steady:
             self._looked_at = self._arrived
+            self._collect_later()
+        elif not self._waiting and not self._ask(native) and not self._waiting:  # refused: try again at a look
             self._collect_later()
 
     def _collect_later(self) -> None:
