@@ -35,6 +35,7 @@ import inspect
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from typing import Any
@@ -91,9 +92,13 @@ class Marks:
         if self.t0 is not None and stage not in self.at and (index == 0 or STAGES[index - 1] in self.at):
             self.at[stage] = time.perf_counter()
 
+    def missing(self) -> str | None:
+        """The first stage this cycle did not reach after the one before it, if any."""
+        return next((stage for stage in STAGES if stage not in self.at), None)
+
     def deltas(self) -> dict[str, float] | None:
         """Each stage's time from the one before; None if a stage was not seen (a cycle that took another path)."""
-        if self.t0 is None or any(stage not in self.at for stage in STAGES):
+        if self.t0 is None or self.missing() is not None:
             return None
         out, previous = {}, self.t0
         for stage in STAGES:
@@ -150,7 +155,7 @@ def stamped(marks: Marks) -> Iterator[None]:
     wrap(ConfigStoreService, "_execute", after="committed in the store")
     wrap(ConfigStoreService, "_push", before="push sent")
     wrap(Reloader, "_on_push", before="push received by the ToolSet")
-    wrap(Reloader, "_fetch", after="read answered")
+    wrap(Reloader, "_read", after="read answered")
     wrap(Reloader, "_apply_locked", after="tools swapped")
     try:
         yield
@@ -327,6 +332,7 @@ async def _cycles(
     cycles: list[dict[str, float]] = []
     totals: list[float] = []
     gone: list[float] = []
+    skipped: Counter[str] = Counter()
     for number in range(starts):
         await asyncio.sleep(pause)
         service = service_class(settings=settings, connection=connection, ttl=15)
@@ -342,10 +348,18 @@ async def _cycles(
         found = marks.deltas()
         if found is not None:
             cycles.append(found)
+        else:
+            skipped[marks.missing() or "?"] += 1
         marks.t0 = None  # the stop below is not part of any cycle
         stopping = time.perf_counter()
         await service.stop()
         await tools.wait_for(lambda ts: "bench-echo" not in ts, timeout=30)
         gone.append(time.perf_counter() - stopping)
         progress.update(f"{label}start {number + 1}/{starts}")
+    if len(cycles) * 2 < starts:
+        stage, times = skipped.most_common(1)[0]
+        raise RuntimeError(
+            f"{label}only {len(cycles)} of {starts} starts were stamped at every stage; {times} never reached"
+            f" {stage!r}: the method `stamped` wraps for it is no longer on the path (renamed or bypassed)"
+        )
     return cycles, totals, gone
