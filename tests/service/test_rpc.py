@@ -159,6 +159,8 @@ class _RefusingProducers:
         self._refused = refused
         self.opened: list[Any] = []
         self.closed: list[Any] = []
+        self.producers: list[Any] = []
+        self.closed_producers: list[Any] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._connection, name)
@@ -167,7 +169,13 @@ class _RefusingProducers:
         if topic == self._refused:
             await asyncio.sleep(0.05)  # refused after the subscriptions were made
             raise TransportError(f"not allowed to produce on {topic}")
-        return await self._connection.publisher(topic)
+        publisher = await self._connection.publisher(topic)
+        self.producers.append(publisher)
+        return publisher
+
+    async def close_publisher(self, publisher: Any) -> None:
+        self.closed_producers.append(publisher)
+        await self._connection.close_publisher(publisher)
 
     async def subscribe(self, *args: Any, **kwargs: Any) -> Any:
         subscription = await self._connection.subscribe(*args, **kwargs)
@@ -195,12 +203,45 @@ async def test_a_client_whose_start_fails_half_way_leaves_no_subscription_open_a
             await client.start()
         # Its queue and its private one, both closed (they open side by side, so in either order).
         assert len(refusing.opened) == 2 and sorted(map(id, refusing.closed)) == sorted(map(id, refusing.opened))
+        # And so is every producer it opened beside them (those that ping its queues, where the broker needs it).
+        assert sorted(map(id, refusing.closed_producers)) == sorted(map(id, refusing.producers))
         refusing._refused = ""  # the grant arrives
         await client.start()
         assert (await client.request({"text": "again"}, timeout=5))["echo"] == "again"
     finally:
         await client.close()
         await server.stop()
+
+
+async def test_a_started_client_keeps_only_its_request_producer_and_closing_it_closes_everything(
+    connection: Transport,
+) -> None:
+    """Where the broker needs its queues pinged before the first request (`confirm_subscription_receives`), the
+    producers that ping are opened beside the subscriptions and closed once the pings came back, off the caller's
+    path; `close` still leaves nothing open."""
+    requests_queue, responses_queue = (
+        connection.topics.request_queue("rpc-echo"),
+        connection.topics.response_queue("rpc-echo"),
+    )
+    server = RequestServer(connection, requests_queue, responses_queue, echo, subscription="rpc-echo")
+    await server.start()
+    watched = _RefusingProducers(connection, refused="")
+    client = RequestClient(watched, requests_queue, responses_queue)  # type: ignore[arg-type]
+    try:
+        await client.start()
+        pings = 2 if connection.capabilities.confirm_subscription_receives else 0
+        assert len(watched.producers) == 1 + pings
+        assert (await client.request({"text": "first"}, timeout=5))["echo"] == "first"
+        async with asyncio.timeout(5):
+            while len(watched.closed_producers) < pings:
+                await asyncio.sleep(0.01)
+        still_open = [p for p in watched.producers if p not in watched.closed_producers]
+        assert [p.topic for p in still_open] == [requests_queue]
+    finally:
+        await client.close()
+        await server.stop()
+    assert sorted(map(id, watched.closed_producers)) == sorted(map(id, watched.producers))
+    assert sorted(map(id, watched.closed)) == sorted(map(id, watched.opened))
 
 
 async def test_a_handler_that_raises_has_its_caller_answered_with_an_error_and_the_server_goes_on(

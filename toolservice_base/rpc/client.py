@@ -27,7 +27,7 @@ import itertools
 import json
 import uuid
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, Self
 
 from pydantic import BaseModel
@@ -124,6 +124,7 @@ class RequestClient:
         self.reply_queue = private_queue(response_queue, uuid.uuid4().hex[:16])
         self._start_lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing_pingers: asyncio.Future[None] | None = None
 
     @property
     def in_flight(self) -> int:
@@ -135,10 +136,14 @@ class RequestClient:
                 # The loop its subscriptions deliver on; calls read it from here (on Python 3.11 every
                 # get_running_loop() is a getpid() system call: 2 % of a caller's loop at 64 calls in flight).
                 self._loop = asyncio.get_running_loop()
-                # The two subscriptions and the producer are independent: opened at once, a new client costs
-                # one broker round trip (a lookup and a create) instead of three.
+                # Everything a start opens is independent of the rest: the subscriptions, the producer and, where
+                # the broker needs the ping (`_until_receiving`), the producers that ping, opened at once. A new
+                # client costs one broker round trip for all of it, then one ping, instead of three and a ping.
                 queues = [self.response_queue, *([self.reply_queue] if self.reply_queue is not None else [])]
-                producing = asyncio.ensure_future(self._connection.publisher(self.request_queue))
+                confirm = self._connection.capabilities.confirm_subscription_receives
+                producing = [asyncio.ensure_future(self._connection.publisher(self.request_queue))]
+                if confirm:
+                    producing += [asyncio.ensure_future(self._connection.publisher(queue)) for queue in queues]
                 opened: list[Subscription] = []
                 try:
                     results = await asyncio.gather(
@@ -155,41 +160,52 @@ class RequestClient:
                         return_exceptions=True,
                     )
                     opened = [result for result in results if not isinstance(result, BaseException)]
-                    publisher = await producing
+                    publisher, *pingers = await asyncio.gather(*producing)
                     if failure := next((result for result in results if isinstance(result, BaseException)), None):
                         raise failure
+                    self._subscription = opened[0]
+                    self._private = opened[1] if len(opened) > 1 else None
+                    if confirm:
+                        await asyncio.gather(*map(self._until_receiving, queues, pingers))
                 except BaseException:
+                    self._subscription = self._private = None
                     await self._abandon(producing, opened)
                     raise
-                self._subscription = opened[0]
-                self._private = opened[1] if len(opened) > 1 else None
-                if self._connection.capabilities.confirm_subscription_receives:
-                    await asyncio.gather(*(self._until_receiving(queue) for queue in queues))
+                if pingers:  # their work is done: closed off the caller's path (`close` waits for it)
+                    self._closing_pingers = asyncio.ensure_future(self._close_all(pingers))
                 self._publisher = publisher
         return self
 
-    async def _abandon(self, producing: "asyncio.Future[Publisher]", opened: list[Subscription]) -> None:
+    async def _close_all(self, publishers: list[Publisher]) -> None:
+        """Close the ping producers; one the broker fails to close is logged (the transport's close ends it anyway)."""
+        results = await asyncio.gather(*map(self._connection.close_publisher, publishers), return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception):
+                log.debug("client.ping_producer_close_failed", queue=self.response_queue, error=str(result))
+
+    async def _abandon(self, producing: "Sequence[asyncio.Future[Publisher]]", opened: list[Subscription]) -> None:
         """A start that failed (or was cancelled) half-way closes what it had opened: nothing is left at the broker."""
-        if not producing.done():
-            producing.cancel()
-        elif not producing.cancelled() and producing.exception() is None:
-            await self._connection.close_publisher(producing.result())
+        for future in producing:
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled() and future.exception() is None:
+                await self._connection.close_publisher(future.result())
         for subscription in opened:
             await self._connection.unsubscribe(subscription)
 
-    async def _until_receiving(self, queue: str) -> None:
+    async def _until_receiving(self, queue: str, publisher: Publisher) -> None:
         """Return once our subscription to `queue` has been seen to receive a message.
 
         `subscribe()` returns before the broker has the consumer's first
         permits, and a non-persistent topic drops what a consumer has no
         permits for: a request sent at once could have its answer dropped
         (measured: 4 calls in 2,520 lost during rapid reloads). So the client
-        sends a ping to its own response queue, repeating it until it comes
-        back. Other clients ignore the ping (no request of theirs has its id).
+        sends a ping to its own response queue with `publisher`, repeating it
+        until it comes back. Other clients ignore the ping (no request of theirs
+        has its id).
         """
         ping_id = f"ready-{uuid.uuid4().hex}"
         arrived = self._pending[ping_id] = _Answers()
-        publisher = await self._connection.publisher(queue)
         loop = asyncio.get_running_loop()
         try:
             for _ in range(READY_ATTEMPTS):
@@ -199,7 +215,6 @@ class RequestClient:
             log.warning("client.not_confirmed", queue=queue, waited=READY_ATTEMPTS * READY_INTERVAL)
         finally:
             self._pending.pop(ping_id, None)
-            await self._connection.close_publisher(publisher)
 
     def _on_response(self, message: Envelope) -> None:
         """Inline on the loop as each response arrives: it wakes the call waiting for it, with no task step between."""
@@ -373,6 +388,9 @@ class RequestClient:
         self._subscription = self._private = None
 
     async def close(self) -> None:
+        if self._closing_pingers is not None:
+            await asyncio.gather(self._closing_pingers, return_exceptions=True)
+            self._closing_pingers = None
         if self._cancelling:
             await asyncio.wait(set(self._cancelling), timeout=CANCEL_CLOSE_WAIT)
         if self._cancel_publisher is not None:
