@@ -10,7 +10,10 @@ an event-loop service at both ends, which is what the product is. A third
 bare responder answers from the client's `message_listener`, called by an
 asyncio caller on the client's listener and `send_async` callbacks
 (`raw.listener_rtt`): the fastest the bare client allows an event-loop caller,
-the reference for calls/s at 64 in flight. The request bytes are the ones
+the reference for calls/s at 64 in flight. A fourth hands each request from
+its listener to an event loop that answers (`raw.loop_responder`): called by
+the same listener-bridged caller, the least any service whose handlers run on
+a loop costs, with no product code. The request bytes are the ones
 `ToolServiceClient` sends.
 """
 
@@ -50,6 +53,8 @@ ASYNC_REQUEST = "non-persistent://tg/request/raw-async-echo"
 ASYNC_RESPONSE = "non-persistent://tg/response/raw-async-echo"
 LISTENER_REQUEST = "non-persistent://tg/request/raw-listener-echo"
 LISTENER_RESPONSE = "non-persistent://tg/response/raw-listener-echo"
+LOOP_REQUEST = "non-persistent://tg/request/raw-loop-echo"
+LOOP_RESPONSE = "non-persistent://tg/response/raw-loop-echo"
 TEXT = "hello, tool"
 
 
@@ -77,9 +82,16 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
             stack.workdir / "raw-listener.log",
         )
         stack.processes["raw-listener"] = listener_responder
+        loop_responder = spawn(
+            ["-m", "bench.raw", "loop-responder", stack.url, LOOP_REQUEST, LOOP_RESPONSE],
+            stack.env(),
+            stack.workdir / "raw-loop.log",
+        )
+        stack.processes["raw-loop"] = loop_responder
         wait_for_line(stack.workdir / "raw.log", "raw responder ready", responder)
         wait_for_line(stack.workdir / "raw-async.log", "raw responder ready", async_responder)
         wait_for_line(stack.workdir / "raw-listener.log", "raw responder ready", listener_responder)
+        wait_for_line(stack.workdir / "raw-loop.log", "raw responder ready", loop_responder)
         connection = await open_transport(stack.settings)
         try:
             async with ToolSet(settings=stack.settings, connection=connection) as tools:
@@ -124,10 +136,10 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
     # Interleaved rounds: on a shared 2-core machine latency drifts by tens of
     # percent within a minute, so each figure takes its share of every round
     # rather than having a minute of its own.
-    samples: dict[str, list[float]] = {"ours": [], "sync": [], "async": [], "both": [], "listener": []}
+    samples: dict[str, list[float]] = {"ours": [], "sync": [], "async": [], "both": [], "listener": [], "loop": []}
     per_round = count // ROUNDS
     for number in range(1, ROUNDS + 1):
-        progress.update(f"sequential calls, round {number}/{ROUNDS}: ours and four bare references", force=True)
+        progress.update(f"sequential calls, round {number}/{ROUNDS}: ours and five bare references", force=True)
         samples["ours"] += await _ours_sequential(tools, per_round)
         samples["sync"] += await asyncio.to_thread(
             raw.sequential_rtt, url, RAW_REQUEST, RAW_RESPONSE, payload, per_round
@@ -141,8 +153,11 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
         samples["listener"] += (
             await raw.listener_rtt(url, LISTENER_REQUEST, LISTENER_RESPONSE, payload, 1, 60, max_calls=per_round)
         )[2]
-    ours, raw_sync, raw_async, raw_both, raw_listener = (
-        summary_ms(samples[k]) for k in ("ours", "sync", "async", "both", "listener")
+        samples["loop"] += (
+            await raw.listener_rtt(url, LOOP_REQUEST, LOOP_RESPONSE, payload, 1, 60, max_calls=per_round)
+        )[2]
+    ours, raw_sync, raw_async, raw_both, raw_listener, raw_loop = (
+        summary_ms(samples[k]) for k in ("ours", "sync", "async", "both", "listener", "loop")
     )
     if profiling():  # an extra, untimed pass: py-spy slows down what it samples
         progress.update(f"{count} sequential calls under py-spy", force=True)
@@ -166,6 +181,8 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
     ratio_async = ours["p50_ms"] / raw_async["p50_ms"]
     ratio_both = ours["p50_ms"] / raw_both["p50_ms"]
     ratio_listener = ours["p50_ms"] / raw_listener["p50_ms"]
+    ratio_loop = ours["p50_ms"] / raw_loop["p50_ms"]
+    loop_floor = raw_loop["p50_ms"] / raw_sync["p50_ms"]
     rate_ratio = throughput["64"]["ours_calls_per_s"] / throughput["64"]["raw_listener_calls_per_s"]
     rows: list[dict[str, Any]] = [
         {
@@ -203,6 +220,19 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
         {
             "figure": "p50 ratio to raw, listener-bridged caller and listener responder",
             "ours": round(ratio_listener, 2),
+            "reference": 1.0,
+            "unit": "x",
+        },
+        {
+            "figure": "p50 ratio to raw, listener-bridged caller and a responder answering from an event loop",
+            "ours": round(ratio_loop, 2),
+            "reference": 1.0,
+            "unit": "x",
+        },
+        {
+            # No product code at all: what the bare client costs a caller and a service that both run on a loop.
+            "figure": "no product code: that bare pair on event loops, p50 ratio to raw pulsar-client (sync)",
+            "ours": round(loop_floor, 2),
             "reference": 1.0,
             "unit": "x",
         },
@@ -244,7 +274,9 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
             "the same request bytes: sync API at both ends for sequential latency (the target), also a "
             "pulsar.asyncio caller against the sync responder and pulsar.asyncio at both ends; a "
             "pulsar.asyncio caller for throughput, and a caller on the client's listener and send_async callbacks"
-            " (bridged into the loop with call_soon_threadsafe) against a responder on a message listener"
+            " (bridged into the loop with call_soon_threadsafe) against a responder on a message listener, and"
+            " against a responder whose listener hands each request to an event loop that answers (the floor for a"
+            " service on a loop)"
         ),
         "data": {
             "ours": ours,
@@ -252,6 +284,9 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
             "raw_asyncio": raw_async,
             "raw_asyncio_both_ends": raw_both,
             "raw_listener_both_ends": raw_listener,
+            "raw_listener_caller_loop_responder": raw_loop,
+            "ratio_p50_loop_responder": round(ratio_loop, 3),
+            "loop_pair_ratio_to_sync": round(loop_floor, 3),
             "ratio_p50_listener_both_ends": round(ratio_listener, 3),
             "ratio_calls_per_s_64_listener": round(rate_ratio, 3),
             "ratio_p50_sync": round(ratio_p50, 3),

@@ -5,9 +5,11 @@ messages on the same broker in the same run:
 
 - `responder`: a request/response echo server in its own process (sync API:
   receive, send the answer with the request's `id`, acknowledge),
-  `async-responder`, the same on pulsar.asyncio, and `listener-responder`, the
+  `async-responder`, the same on pulsar.asyncio, `listener-responder`, the
   same on the client's `message_listener` (answering with `send_async` from the
-  listener thread: no receive call, no event loop);
+  listener thread: no receive call, no event loop), and `loop-responder`, the
+  listener handing each request to an event loop that answers (the least a
+  service whose handlers run on a loop can do);
 - `sequential_rtt` / `concurrent_rtt` / `listener_rtt`: the matching client
   sides; `listener_rtt` is an asyncio caller built on the client's
   `message_listener` and `send_async` callbacks, each completion handed to the
@@ -17,7 +19,7 @@ messages on the same broker in the same run:
   rate (and CPU floor) for a topic; `async-consumer`, the same on pulsar.asyncio;
   `listener-consumer`, the same on a `message_listener`.
 
-Run as `python -m bench.raw responder|async-responder|listener-responder URL REQ RESP` or
+Run as `python -m bench.raw responder|async-responder|listener-responder|loop-responder URL REQ RESP` or
 `python -m bench.raw consumer|async-consumer|listener-consumer URL TOPIC SECONDS`.
 """
 
@@ -91,6 +93,38 @@ def listener_responder(url: str, request_topic: str, response_topic: str) -> Non
     )
     print("raw responder ready", flush=True)
     threading.Event().wait()
+
+
+def loop_responder(url: str, request_topic: str, response_topic: str) -> None:
+    """`listener-responder` for a service whose handlers run on an event loop, as every `DynamicToolService` does:
+    the listener hands each request to the loop (`call_soon_threadsafe`), which answers with `send_async` (no
+    callback). The least a loop-based service can do with the bare client: the floor for our service's side."""
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        client = pulsar.Client(url, logger=QUIET)
+        producer = client.create_producer(response_topic, batching_enabled=False, max_pending_messages=20_000)
+
+        def answer(message: pulsar.Message) -> None:  # on the loop
+            request = json.loads(message.data())
+            text = json.loads(request["arguments"])["text"]
+            body = json.dumps({"error": None, "response": text, "end_of_stream": True})
+            producer.send_async(body.encode(), None, properties={"id": message.properties()["id"]})
+
+        def on_request(consumer: pulsar.Consumer, message: pulsar.Message) -> None:  # the listener thread
+            loop.call_soon_threadsafe(answer, message)
+            _acknowledge(consumer, message)
+
+        client.subscribe(
+            request_topic,
+            f"raw-{uuid.uuid4().hex[:8]}",
+            consumer_type=pulsar.ConsumerType.Exclusive,
+            message_listener=on_request,
+        )
+        print("raw responder ready", flush=True)
+        await loop.create_future()
+
+    asyncio.run(serve())
 
 
 def sequential_rtt(
@@ -395,6 +429,8 @@ if __name__ == "__main__":
         asyncio.run(async_responder(*rest))
     elif command == "listener-responder":
         listener_responder(*rest)
+    elif command == "loop-responder":
+        loop_responder(*rest)
     elif command == "consumer":
         consumer(rest[0], rest[1], float(rest[2]))
     elif command == "async-consumer":
