@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from support import eventually
 
 from toolservice_base import ConfigClient, RequestClient, Transport, TransportError
 from toolservice_base.rpc import REPLY_TO, RequestServer, reply_queue
@@ -232,9 +233,7 @@ async def test_a_started_client_keeps_only_its_request_producer_and_closing_it_c
         pings = 2 if connection.capabilities.confirm_subscription_receives else 0
         assert len(watched.producers) == 1 + pings
         assert (await client.request({"text": "first"}, timeout=5))["echo"] == "first"
-        async with asyncio.timeout(5):
-            while len(watched.closed_producers) < pings:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: len(watched.closed_producers) >= pings, timeout=5)
         still_open = [p for p in watched.producers if p not in watched.closed_producers]
         assert [p.topic for p in still_open] == [requests_queue]
     finally:

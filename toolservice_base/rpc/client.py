@@ -136,9 +136,8 @@ class RequestClient:
                 # The loop its subscriptions deliver on; calls read it from here (on Python 3.11 every
                 # get_running_loop() is a getpid() system call: 2 % of a caller's loop at 64 calls in flight).
                 self._loop = asyncio.get_running_loop()
-                # Everything a start opens is independent of the rest: the subscriptions, the producer and, where
-                # the broker needs the ping (`_until_receiving`), the producers that ping, opened at once. A new
-                # client costs one broker round trip for all of it, then one ping, instead of three and a ping.
+                # The subscriptions, the producer and (`_until_receiving`) the producers that ping, all opened at
+                # once: a new client costs one broker round trip for all of it, then one ping.
                 queues = [self.response_queue, *([self.reply_queue] if self.reply_queue is not None else [])]
                 confirm = self._connection.capabilities.confirm_subscription_receives
                 producing = [asyncio.ensure_future(self._connection.publisher(self.request_queue))]
@@ -178,18 +177,16 @@ class RequestClient:
 
     async def _close_all(self, publishers: list[Publisher]) -> None:
         """Close the ping producers; one the broker fails to close is logged (the transport's close ends it anyway)."""
-        results = await asyncio.gather(*map(self._connection.close_publisher, publishers), return_exceptions=True)
-        for result in results:
+        for result in await asyncio.gather(*map(self._connection.close_publisher, publishers), return_exceptions=True):
             if isinstance(result, Exception):
                 log.debug("client.ping_producer_close_failed", queue=self.response_queue, error=str(result))
 
     async def _abandon(self, producing: "Sequence[asyncio.Future[Publisher]]", opened: list[Subscription]) -> None:
-        """A start that failed (or was cancelled) half-way closes what it had opened: nothing is left at the broker."""
-        for future in producing:
-            if not future.done():
-                future.cancel()
-            elif not future.cancelled() and future.exception() is None:
-                await self._connection.close_publisher(future.result())
+        """A start that failed (or was cancelled) half-way closes what it had opened: nothing is left at the broker.
+        A producer still opening is waited for, not cancelled (a cancelled open may still create it)."""
+        for result in await asyncio.gather(*producing, return_exceptions=True):
+            if not isinstance(result, BaseException):
+                await self._connection.close_publisher(result)
         for subscription in opened:
             await self._connection.unsubscribe(subscription)
 
@@ -200,9 +197,8 @@ class RequestClient:
         permits, and a non-persistent topic drops what a consumer has no
         permits for: a request sent at once could have its answer dropped
         (measured: 4 calls in 2,520 lost during rapid reloads). So the client
-        sends a ping to its own response queue with `publisher`, repeating it
-        until it comes back. Other clients ignore the ping (no request of theirs
-        has its id).
+        pings its own queue with `publisher` until the ping comes back. Other
+        clients ignore it (no request of theirs has its id).
         """
         ping_id = f"ready-{uuid.uuid4().hex}"
         arrived = self._pending[ping_id] = _Answers()
