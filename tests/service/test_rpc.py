@@ -155,9 +155,10 @@ class _RefusingProducers:
     """A real connection whose producers on one topic are refused (a missing grant, say); it notes what it opened and
     closed."""
 
-    def __init__(self, connection: Transport, refused: str) -> None:
+    def __init__(self, connection: Transport, refused: str, slow: float = 0.0) -> None:
         self._connection = connection
         self._refused = refused
+        self._slow = slow  # seconds every other producer takes to open
         self.opened: list[Any] = []
         self.closed: list[Any] = []
         self.producers: list[Any] = []
@@ -170,6 +171,7 @@ class _RefusingProducers:
         if topic == self._refused:
             await asyncio.sleep(0.05)  # refused after the subscriptions were made
             raise TransportError(f"not allowed to produce on {topic}")
+        await asyncio.sleep(self._slow)
         publisher = await self._connection.publisher(topic)
         self.producers.append(publisher)
         return publisher
@@ -204,14 +206,34 @@ async def test_a_client_whose_start_fails_half_way_leaves_no_subscription_open_a
             await client.start()
         # Its queue and its private one, both closed (they open side by side, so in either order).
         assert len(refusing.opened) == 2 and sorted(map(id, refusing.closed)) == sorted(map(id, refusing.opened))
-        # And so is every producer it opened beside them (those that ping its queues, where the broker needs it).
-        assert sorted(map(id, refusing.closed_producers)) == sorted(map(id, refusing.producers))
+        # And so is every producer it opened beside them (those that ping its queues, where the broker needs it),
+        # one still opening as soon as it opens.
+        await eventually(lambda: sorted(map(id, refusing.closed_producers)) == sorted(map(id, refusing.producers)))
         refusing._refused = ""  # the grant arrives
         await client.start()
         assert (await client.request({"text": "again"}, timeout=5))["echo"] == "again"
     finally:
         await client.close()
         await server.stop()
+
+
+async def test_producers_still_opening_when_a_start_fails_are_closed_once_they_open(connection: Transport) -> None:
+    """The start gives up at once (it does not wait on a broker that may not answer), and leaves nothing open."""
+    if not connection.capabilities.confirm_subscription_receives:
+        pytest.skip("this broker needs no ping, so a start opens no producer beside its request producer")
+    requests_queue, responses_queue = (
+        connection.topics.request_queue("rpc-echo"),
+        connection.topics.response_queue("rpc-echo"),
+    )
+    refusing = _RefusingProducers(connection, requests_queue, slow=3.0)
+    client = RequestClient(refusing, requests_queue, responses_queue)  # type: ignore[arg-type]
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(TransportError, match="not allowed"):
+        await client.start()
+    assert asyncio.get_running_loop().time() - started < 2.5 and refusing.producers == []
+    await eventually(lambda: len(refusing.producers) == 2 and len(refusing.closed_producers) == 2, timeout=10)
+    assert sorted(map(id, refusing.closed_producers)) == sorted(map(id, refusing.producers))
+    assert sorted(map(id, refusing.closed)) == sorted(map(id, refusing.opened))
 
 
 async def test_a_started_client_keeps_only_its_request_producer_and_closing_it_closes_everything(

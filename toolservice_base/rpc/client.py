@@ -26,7 +26,6 @@ import asyncio
 import itertools
 import json
 import uuid
-from collections import deque
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, Self
 
@@ -36,6 +35,7 @@ from toolservice_base.errors import RequestTimeout, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.transport import Envelope, Publisher, Subscription, Transport, unique_name
 
+from .inbox import Inbox, time_is_up
 from .wire import ID, REPLY_TO, TIMEOUT_MS, cancel_queue, private_queue, timeout_ms
 
 log = get_logger("toolservice_base.rpc")
@@ -44,50 +44,6 @@ DEFAULT_TIMEOUT = 30.0
 READY_INTERVAL = 0.05
 READY_ATTEMPTS = 40
 CANCEL_CLOSE_WAIT = 1.0
-
-
-class _Answers:
-    """One call's responses as they arrive, and the call waiting for the next.
-
-    Lighter than an `asyncio.Queue` per call (which looks the running loop up on
-    every get and put): responses are appended by the subscription's handler and
-    wake the one waiter directly. `fail` is the request's send failing after it
-    was handed over (`Publisher.send(confirm=False)`): the call raises that.
-    """
-
-    __slots__ = ("bodies", "waiter", "failure")
-
-    def __init__(self) -> None:
-        self.bodies: deque[dict[str, Any]] = deque()
-        self.waiter: asyncio.Future[None] | None = None
-        self.failure: TransportError | None = None
-
-    def put(self, body: dict[str, Any]) -> None:
-        self.bodies.append(body)
-        self.wake()
-
-    def fail(self, error: TransportError) -> None:
-        self.failure = error
-        self.wake()
-
-    def wake(self) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def wait(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Until `wake` (no timer: the caller's own wakes it at its deadline)."""
-        waiter = self.waiter = loop.create_future()
-        try:
-            await waiter
-        finally:
-            self.waiter = None
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    """A wait's time is up: the waiter wakes to find nothing new."""
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 class RequestClient:
@@ -113,7 +69,7 @@ class RequestClient:
         self.request_queue = request_queue
         self.response_queue = response_queue
         self._name = name
-        self._pending: dict[str, _Answers] = {}
+        self._pending: dict[str, Inbox] = {}
         # Request ids: this client's random prefix and a counter. Unique across clients as uuid4 is, without a
         # getrandom() call per request (8 % of a caller's loop thread at 64 calls in flight, measured with py-spy).
         self._id_prefix = uuid.uuid4().hex[:16]
@@ -183,12 +139,25 @@ class RequestClient:
 
     async def _abandon(self, producing: "Sequence[asyncio.Future[Publisher]]", opened: list[Subscription]) -> None:
         """A start that failed (or was cancelled) half-way closes what it had opened: nothing is left at the broker.
-        A producer still opening is waited for, not cancelled (a cancelled open may still create it)."""
-        for result in await asyncio.gather(*producing, return_exceptions=True):
-            if not isinstance(result, BaseException):
-                await self._connection.close_publisher(result)
+
+        A producer still opening is neither waited for (the caller may be
+        giving up on a broker that does not answer) nor cancelled (a cancelled
+        open may still create it): it is closed when it opens.
+        """
+        for future in producing:
+            if not future.done():
+                future.add_done_callback(self._close_when_open)
+            elif not future.cancelled() and future.exception() is None:
+                await self._connection.close_publisher(future.result())
         for subscription in opened:
             await self._connection.unsubscribe(subscription)
+
+    def _close_when_open(self, opening: "asyncio.Future[Publisher]") -> None:
+        if opening.cancelled() or opening.exception() is not None:
+            return
+        closing = asyncio.ensure_future(self._connection.close_publisher(opening.result()))
+        _closing.add(closing)
+        closing.add_done_callback(_closing.discard)
 
     async def _until_receiving(self, queue: str, publisher: Publisher) -> None:
         """Return once our subscription to `queue` has been seen to receive a message.
@@ -201,7 +170,7 @@ class RequestClient:
         clients ignore it (no request of theirs has its id).
         """
         ping_id = f"ready-{uuid.uuid4().hex}"
-        arrived = self._pending[ping_id] = _Answers()
+        arrived = self._pending[ping_id] = Inbox()
         loop = asyncio.get_running_loop()
         try:
             for _ in range(READY_ATTEMPTS):
@@ -230,7 +199,7 @@ class RequestClient:
         answers.put(body)
 
     @staticmethod
-    async def _next(answers: _Answers, loop: asyncio.AbstractEventLoop, until: float) -> bool:
+    async def _next(answers: Inbox, loop: asyncio.AbstractEventLoop, until: float) -> bool:
         """Wait until a response is there (True) or the loop's clock reaches `until` (False); also False at once
         when the request's send failed (`answers.failure`).
 
@@ -242,7 +211,7 @@ class RequestClient:
         if answers.failure is not None:
             return False
         waiter = answers.waiter = loop.create_future()
-        timer = loop.call_at(until, _wake, waiter)
+        timer = loop.call_at(until, time_is_up, waiter)
         try:
             await waiter
         finally:
@@ -398,6 +367,10 @@ class RequestClient:
             self._publisher = None
 
 
+_closing: set[asyncio.Future[None]] = set()
+"""Producers a failed start closes once they open: held here until closed (the loop keeps only weak references)."""
+
+
 def _cancel_lost(error: TransportError) -> None:
     log.debug("request.cancel_failed", error=str(error))
 
@@ -437,7 +410,7 @@ class _Call:
         self.timeout = timeout
         self.idle_timeout = idle_timeout
         self.request_id = request_id or client.new_id()
-        self.answers = client._pending[self.request_id] = _Answers()
+        self.answers = client._pending[self.request_id] = Inbox()
         self.received = 0
         self.sent = self.finished = self.expired = False
         self._sending: asyncio.Task[Any] | None = None
