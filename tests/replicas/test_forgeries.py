@@ -38,6 +38,10 @@ from toolservice_base.errors import ConfigError, RequestTimeout
 pytestmark = pytest.mark.timeout(180)
 
 GRACE = 2.0
+IN_FLIGHT = 0.25
+"""Seconds by which the test's view of a change of role may trail it (a poll, a broker hop, a turn of the loop on a
+loaded machine): far less than the gap without a writer (the takeover's 2 s), in which an old active that kept
+serving would acknowledge a write every 50 ms."""
 """`Election`'s `lost_lock_grace`: how long an active may go on acknowledging writes without its lock."""
 
 
@@ -290,8 +294,12 @@ async def test_an_active_whose_lock_is_taken_stops_acknowledging_within_its_grac
             stop.set()
             await asyncio.gather(*tasks)
     assert stepped_down - taken < GRACE + 0.5, f"the active served {stepped_down - taken:.1f}s without its lock"
-    late = [version for at, version in acks if stepped_down < at < back]
-    assert late == [], f"{len(late)} writes acknowledged while no replica held the lock"
+    # The watcher sees each change of role up to a poll (and a turn of the loop) after it happened: an answer the old
+    # active sent just before it stepped down may arrive after the step-down is seen, and the new active's first
+    # answers before its promotion is. An acknowledgement counts as late only well inside the gap.
+    gap = (stepped_down + IN_FLIGHT, back - IN_FLIGHT)
+    late = [(round(at - stepped_down, 3), version) for at, version in acks if gap[0] < at < gap[1]]
+    assert late == [], f"writes acknowledged while no replica held the lock (s after the step-down, version): {late}"
     assert back - taken < 2.0 + GRACE + 5, f"{back - taken:.1f}s without a writer"
     versions = [version for _, version in acks]
     assert versions == sorted(versions) and len(set(versions)) == len(versions), "a version went back or was reused"
