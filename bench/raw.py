@@ -32,12 +32,30 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+
+
+def _echo(request: bytes) -> bytes:
+    """The answer every responder gives: the request's `arguments` text back, as a last response."""
+    text = json.loads(json.loads(request)["arguments"])["text"]
+    return json.dumps({"error": None, "response": text, "end_of_stream": True}).encode()
+
+
+def _listen(client: pulsar.Client, request_topic: str, on_request: Callable[[Any, Any], None]) -> None:
+    """Take requests on `on_request`, the client's message listener, and say the responder is ready."""
+    client.subscribe(
+        request_topic,
+        f"raw-{uuid.uuid4().hex[:8]}",
+        consumer_type=pulsar.ConsumerType.Exclusive,
+        message_listener=on_request,
+    )
+    print("raw responder ready", flush=True)
 
 
 def responder(url: str, request_topic: str, response_topic: str) -> None:
@@ -50,9 +68,7 @@ def responder(url: str, request_topic: str, response_topic: str) -> None:
     print("raw responder ready", flush=True)
     while True:
         message = consumer.receive()
-        request = json.loads(message.data())
-        body = json.dumps({"error": None, "response": json.loads(request["arguments"])["text"], "end_of_stream": True})
-        producer.send_async(body.encode(), None, properties={"id": message.properties()["id"]})
+        producer.send_async(_echo(message.data()), None, properties={"id": message.properties()["id"]})
         consumer.acknowledge(message)
 
 
@@ -66,9 +82,7 @@ async def async_responder(url: str, request_topic: str, response_topic: str) -> 
     print("raw responder ready", flush=True)
     while True:
         message = await consumer.receive()
-        request = json.loads(message.data())
-        body = json.dumps({"error": None, "response": json.loads(request["arguments"])["text"], "end_of_stream": True})
-        await producer.send(body.encode(), properties={"id": message.properties()["id"]})
+        await producer.send(_echo(message.data()), properties={"id": message.properties()["id"]})
         await consumer.acknowledge(message)
 
 
@@ -80,18 +94,10 @@ def listener_responder(url: str, request_topic: str, response_topic: str) -> Non
     producer = client.create_producer(response_topic, batching_enabled=False, max_pending_messages=20_000)
 
     def on_request(consumer: pulsar.Consumer, message: pulsar.Message) -> None:
-        request = json.loads(message.data())
-        body = json.dumps({"error": None, "response": json.loads(request["arguments"])["text"], "end_of_stream": True})
-        producer.send_async(body.encode(), None, properties={"id": message.properties()["id"]})
+        producer.send_async(_echo(message.data()), None, properties={"id": message.properties()["id"]})
         _acknowledge(consumer, message)
 
-    client.subscribe(
-        request_topic,
-        f"raw-{uuid.uuid4().hex[:8]}",
-        consumer_type=pulsar.ConsumerType.Exclusive,
-        message_listener=on_request,
-    )
-    print("raw responder ready", flush=True)
+    _listen(client, request_topic, on_request)
     threading.Event().wait()
 
 
@@ -106,22 +112,13 @@ def loop_responder(url: str, request_topic: str, response_topic: str) -> None:
         producer = client.create_producer(response_topic, batching_enabled=False, max_pending_messages=20_000)
 
         def answer(message: pulsar.Message) -> None:  # on the loop
-            request = json.loads(message.data())
-            text = json.loads(request["arguments"])["text"]
-            body = json.dumps({"error": None, "response": text, "end_of_stream": True})
-            producer.send_async(body.encode(), None, properties={"id": message.properties()["id"]})
+            producer.send_async(_echo(message.data()), None, properties={"id": message.properties()["id"]})
 
         def on_request(consumer: pulsar.Consumer, message: pulsar.Message) -> None:  # the listener thread
             loop.call_soon_threadsafe(answer, message)
             _acknowledge(consumer, message)
 
-        client.subscribe(
-            request_topic,
-            f"raw-{uuid.uuid4().hex[:8]}",
-            consumer_type=pulsar.ConsumerType.Exclusive,
-            message_listener=on_request,
-        )
-        print("raw responder ready", flush=True)
+        _listen(client, request_topic, on_request)
         await loop.create_future()
 
     asyncio.run(serve())
