@@ -64,7 +64,7 @@ def already_made(
 
 
 async def made_durable(
-    journal: Journal, write: Write | None, outcome: Outcome, operation: str, request_id: str | None
+    journal: Journal, write: Write, outcome: Outcome, operation: str, request_id: str | None
 ) -> tuple[Outcome, str | None]:
     """`outcome` once `write` is in the journal; else an error answer, and why the store can no longer vouch for its
     state.
@@ -74,8 +74,6 @@ async def made_durable(
     replica serving and rebuilds it from the log. The caller retries and
     meets the active one.
     """
-    if write is None:  # a write that moved the version always leaves one
-        return outcome, None
     try:
         await journal.append(write, request_id)
     except Exception as exc:

@@ -56,7 +56,7 @@ from toolservice_base.schemas import (
 from toolservice_base.schemas.config import ChangedKey
 
 from .changes import TooOld
-from .sqlite import Changes, ConfigStore, ExpectationFailed, StoreError
+from .sqlite import Changes, ConfigStore, ExpectationFailed, StoreError, Write
 
 StoreProtocol = Literal["toolreg", "trustgraph"]
 STORE_PROTOCOLS: tuple[StoreProtocol, ...] = ("toolreg", "trustgraph")
@@ -69,12 +69,22 @@ TOOL_TYPES = ("tool", "tool-service")
 
 @dataclass
 class Outcome:
-    """The answer to one request, the push it causes (if any), and workspaces whose request queue opens or closes."""
+    """The answer to one request, the write it made and the push it causes (if any), and workspaces whose request queue
+    opens or closes.
+
+    `write` and `push` are apart because not every write is announced: one to
+    a reserved workspace (`__template__`, the registry's `_toolreg` records)
+    moves the version and pushes nothing. Durability follows `write`, never
+    `push`: a replicated store that logged only what it pushed acknowledged
+    such writes, then lost them, and its version went back, at a failover.
+    """
 
     response: ConfigResponse
     push: ConfigPush | None = None
     opened: list[str] = field(default_factory=list)
     closed: list[str] = field(default_factory=list)
+    write: Write | None = None
+    """What the request changed (it moved the version): the journal holds it before the answer is given."""
 
 
 def answer_size(key: str, value: str | None) -> int:
@@ -264,7 +274,8 @@ class ConfigOperations:
             if visible or lifecycle
             else None
         )
-        return Outcome(ConfigResponse(version=version), push, opened=created, closed=deleted)
+        write = self.store.last_write if changes else None  # an unchanged store keeps its version: nothing to log
+        return Outcome(ConfigResponse(version=version), push, opened=created, closed=deleted, write=write)
 
     def _keys(self, version: int) -> list[ChangedKey] | None:
         """The keys the write that made `version` changed, as its push names them (reserved workspaces: none)."""
@@ -297,7 +308,11 @@ class ConfigOperations:
             w for w in (lifecycle.created + lifecycle.deleted if lifecycle else []) if not is_reserved_workspace(w)
         ]
         return Outcome(
-            ConfigResponse(), push, opened=queues if op == "put" else [], closed=queues if op == "delete" else []
+            ConfigResponse(),
+            push,
+            opened=queues if op == "put" else [],
+            closed=queues if op == "delete" else [],
+            write=self.store.last_write,  # TrustGraph's store moves the version on every write
         )
 
     def _declared(self, workspace: str, keys: list[str], types: list[str]) -> set[str]:

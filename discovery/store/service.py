@@ -312,10 +312,11 @@ class ConfigStoreService:
             else:
                 made = already_made(self.journal, request, request_id, self.operations.trustgraph)
                 outcome = made or self._execute(request, queue_workspace)
-            if outcome.push is not None and self.journal is not None:
+            if outcome.write is not None and self.journal is not None:
                 outcome = await self._make_durable(outcome, request.operation, request_id)
-        if outcome.push is not None:
+        if outcome.write is not None:
             self.writability.wrote("a write succeeded")
+            self.metrics.set_version(outcome.write.version)
         response = outcome.response
         if response.error is not None and response.error.type not in ("conflict", "bad-operation"):
             log.info(
@@ -328,7 +329,6 @@ class ConfigStoreService:
             response.error.type if response.error else None,
         )
         if outcome.push is not None:
-            self.metrics.set_version(outcome.push.version)
             await self._push(outcome.push)
             log.info(
                 "config.changed",
@@ -346,8 +346,8 @@ class ConfigStoreService:
 
     async def _make_durable(self, outcome: Outcome, operation: str, request_id: str | None = None) -> Outcome:
         """Append the write to the journal; answer it only once that returned (`made_durable`)."""
-        assert self.journal is not None
-        outcome, lost = await made_durable(self.journal, self.store.last_write, outcome, operation, request_id)
+        assert self.journal is not None and outcome.write is not None
+        outcome, lost = await made_durable(self.journal, outcome.write, outcome, operation, request_id)
         if lost is not None:
             self.damaged = lost
         return outcome

@@ -24,7 +24,7 @@ import pytest
 from apache_pulsar import ApachePulsar
 from support import eventually
 from support.fleet import running_fleet
-from support.replicas import TAKEOVER_AFTER, Cluster, check, running_load
+from support.replicas import TAKEOVER_AFTER, Cluster, check, running_load, unlike_written, write_every_kind
 
 from toolservice_base import ConfigClient, open_transport
 from toolservice_base.errors import ConfigError, RequestTimeout
@@ -93,6 +93,24 @@ async def test_kill_9_of_the_active_under_load_loses_no_write_no_call_no_lease_a
     assert dead_gone_after < FLEET_TTL - 2, (
         f"the dead service went {dead_gone_after:.1f}s after the kill: a ttl of grace, not its own lease's end"
     )
+
+
+async def test_kill_9_of_the_active_loses_no_acknowledged_write_of_any_kind_and_no_version_goes_back(
+    cluster: Cluster,
+) -> None:
+    """A write to each kind of item and workspace, reserved ones included, each acknowledged; then kill -9 of the
+    active. The new active reads every one back, and answers the next write above every version answered before."""
+    await cluster.start("a")
+    await cluster.start("b")
+    async with AsyncExitStack() as stack:
+        connection = await stack.enter_async_context(await open_transport(cluster.settings()))
+        client = await stack.enter_async_context(ConfigClient(connection, timeout=2))
+        expected = await write_every_kind(client, "before")
+        answered = await client.put([("note", "last-before", "x")])
+        cluster.processes[await cluster.active()].kill()
+        after = await put_until_acknowledged(client, "first-after")
+        assert after > answered, f"the version went back: {answered} answered before the kill, {after} after"
+        assert await unlike_written(client, expected) == []
 
 
 async def test_a_frozen_active_is_replaced_within_takeover_after_plus_2s_and_once_resumed_never_writes_again(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from support import eventually
-from support.replicas import REPLICATED_KINDS, Group, replicated_settings
+from support.replicas import REPLICATED_KINDS, Group, replicated_settings, unlike_written, write_every_kind
 
 from agent_bridge import ToolSet
 from discovery.errors import ReplicationError
@@ -121,6 +121,29 @@ async def test_the_standby_takes_over_when_the_active_goes_and_no_acknowledged_w
         assert sorted(key for _, key in found) == sorted(acknowledged)
         versions = list(acknowledged.values())
         assert versions == sorted(versions) and len(set(versions)) == len(versions), "a version went back or was reused"
+    finally:
+        await client.close()
+
+
+async def test_every_acknowledged_write_survives_a_failover_announced_or_not_and_the_version_never_goes_back(
+    group: Group,
+) -> None:
+    """Acknowledged means in the log, whatever the write: a reserved workspace's item, the registry's own records, a
+    declared workspace, a delete. Each reads back on the next active, at a version no lower than the last answered."""
+    first = await group.start("first")
+    await eventually(lambda: first.service is not None, timeout=15)
+    second = await group.start("second")
+    client = ConfigClient(await group.connection(), timeout=2)
+    await client.start()
+    try:
+        expected = await write_every_kind(client, "a")
+        answered = first.version
+        await group.stop(first)
+        await eventually(lambda: second.service is not None, timeout=15)
+        assert await unlike_written(client, expected) == []
+        assert second.version >= answered, f"the version went back from {answered} to {second.version}"
+        expected |= await write_every_kind(client, "b")
+        assert await unlike_written(client, expected) == []
     finally:
         await client.close()
 

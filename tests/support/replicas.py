@@ -373,3 +373,52 @@ async def fencing_producer(settings: Settings, topic: str) -> AsyncIterator[Call
     finally:
         await producer.close()
         await client.close()
+
+
+ItemKey = tuple[str, str, str]
+"""(workspace, type, key) of one config item."""
+
+
+async def write_every_kind(client: ConfigClient, tag: str) -> dict[ItemKey, str | None]:
+    """One write to each kind of item and workspace the store takes, acknowledged; what each item must read back as
+    (None: deleted).
+
+    Ordinary and reserved workspaces (`__template__`, the registry's
+    `_toolreg`), a workspace declared in `__workspaces__`, a tool and its
+    service, a delete in a reserved workspace and a put that changes nothing:
+    a store that logged only what it announces lost the reserved ones at a
+    failover, and its version went back.
+    """
+    service = {
+        "id": f"svc-{tag}",
+        "request-queue": f"non-persistent://tg/request/svc-{tag}",
+        "response-queue": f"non-persistent://tg/response/svc-{tag}",
+    }
+    tool = {"name": f"tool-{tag}", "description": "a tool", "type": "tool-service", "service": f"svc-{tag}"}
+    expected: dict[ItemKey, str | None] = {}
+    for workspace, item_type, key, value in [
+        ("default", "note", f"plain-{tag}", "p"),
+        ("default", "tool-service", f"svc-{tag}", json.dumps(service)),
+        ("default", "tool", f"tool-{tag}", json.dumps(tool)),
+        ("__template__", "note", f"template-{tag}", "t"),
+        ("_toolreg", "discovery-record", f"record-{tag}", "r"),
+        ("_toolreg", "discovery-record", f"doomed-{tag}", "d"),
+        ("__workspaces__", "workspace", f"team-{tag}", "{}"),
+        (f"team-{tag}", "note", f"team-{tag}", "w"),
+    ]:
+        await client.put([(item_type, key, value)], workspace=workspace)
+        expected[(workspace, item_type, key)] = value
+    await client.delete([("discovery-record", f"doomed-{tag}")], workspace="_toolreg")
+    expected[("_toolreg", "discovery-record", f"doomed-{tag}")] = None
+    await client.put([("note", f"template-{tag}", "t")], workspace="__template__")  # no change: no new version
+    return expected
+
+
+async def unlike_written(client: ConfigClient, expected: dict[ItemKey, str | None]) -> list[str]:
+    """The items that do not read back as `write_every_kind` left them, each as `workspace/type/key: what was read`."""
+    wrong = []
+    for (workspace, item_type, key), value in expected.items():
+        found = await client.get([(item_type, key)], workspace=workspace)
+        if found.get((item_type, key)) != value:
+            wrong.append(f"{workspace}/{item_type}/{key}: {found.get((item_type, key))!r}, not {value!r}")
+    return wrong
