@@ -12,6 +12,7 @@ from toolservice_base.errors import ToolDiscoveryError
 __all__ = [
     "BrokerError",
     "ClusterAdminError",
+    "KeyMismatch",
     "LogIncomplete",
     "NewerFormat",
     "NotActive",
@@ -74,3 +75,7 @@ class LogIncomplete(ReplicationError):
     def __init__(self, message: str, *, namespace: str) -> None:
         super().__init__(message)
         self.namespace = namespace
+
+
+class KeyMismatch(ReplicationError):
+    """This replica's group key (or its absence) is not the group's: it takes no part, and says which keys differ."""

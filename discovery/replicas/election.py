@@ -40,12 +40,22 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Self
 
-from discovery.errors import NotActive, ReplicationError
+from discovery.errors import KeyMismatch, NotActive, ReplicationError
 from toolservice_base.errors import Fenced, ProducerBusy, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import ExclusiveMode, ExclusivePublisher, Reader, Transport
 
+from .core import (
+    Confirmed,
+    Heard,
+    NotHolding,
+    ReadMarkers,
+    ReplicaCore,
+    StepDown,
+    Stop,
+    TryLock,
+)
 from .elected import ElectedWriter
 from .groupkey import GroupKey
 from .markers import Markers
@@ -92,9 +102,11 @@ class Election:
         retry_delay: float = 0.5,
         startup_timeout: float = 15.0,
         key: GroupKey | None = None,
+        core: ReplicaCore | None = None,
     ) -> None:
         """`lost_lock_grace`: how long an active goes on without its lock (disconnected, or unconfirmed before it
-        acknowledges a write); `key`: the group key markers are signed and checked with (None: permissions alone)."""
+        acknowledges a write); `key`: the group key markers are signed and checked with (None: permissions alone);
+        `core`: the replica's rules, shared with its log (one is made if none is given)."""
         if takeover_after <= 0:
             raise ValueError(f"takeover_after must be positive, got {takeover_after}")
         self._transport = transport
@@ -108,18 +120,21 @@ class Election:
         self._startup_timeout = startup_timeout
         self._promoted: list[Promoted] = [on_promoted] if on_promoted else []
         self._demoted: list[Demoted] = [on_demoted] if on_demoted else []
-        self._role: Role = "standby"
-        self._term = 0
-        self._marks = Markers(lock_topic, key)
-        """The lock's markers as read: the highest term, and the replica it names (whose silence counts)."""
+        self.core = core or ReplicaCore(
+            replica_id,
+            lock_topic=lock_topic,
+            takeover_after=takeover_after,
+            lost_lock_grace=lost_lock_grace,
+            key=key,
+            now=time.monotonic(),
+        )
+        """The rules: role, term, the lock's markers, confirmations, when to take over and step down."""
+        self._marks = Markers(lock_topic, key, self.core)
         self._lock: ExclusivePublisher | None = None
-        self._confirmed_at = 0.0
         self._confirming = asyncio.Lock()
         self._since = time.time()
-        self._standby_since = time.monotonic()
         self._writers: list[ElectedWriter] = []
         self._lost = asyncio.Event()
-        self._lost_reason = ""
         self._active = asyncio.Event()
         self._settled = asyncio.Event()
         self._failure: BaseException | None = None
@@ -132,16 +147,16 @@ class Election:
 
     @property
     def role(self) -> Role:
-        return self._role
+        return "active" if self.core.role == "active" else "standby"
 
     @property
     def is_active(self) -> bool:
-        return self._role == "active"
+        return self.core.role == "active"
 
     @property
     def term(self) -> int:
         """The term this replica is active in; the last one it held while standby (0: never)."""
-        return self._term
+        return self.core.term
 
     @property
     def since(self) -> float:
@@ -156,7 +171,7 @@ class Election:
     @property
     def holder(self) -> str | None:
         """The replica the newest marker on the lock names (None: no marker read yet)."""
-        return self._marks.holder
+        return self.core.holder
 
     def add_listener(self, on_promoted: Promoted | None = None, on_demoted: Demoted | None = None) -> None:
         """More callbacks (before `async with`): promotions run in the order added, demotions in reverse."""
@@ -215,35 +230,33 @@ class Election:
     def deposed(self, reason: str) -> None:
         """Step down now (a writer met `Fenced`, say): writers are revoked at once, the rest follows in the election's
         task."""
-        if not self.is_active or self._lost.is_set():
+        if not self.core.deposed(reason):
             return
         for writer in self._writers:
             writer.revoke()
-        self._lost_reason = reason
         self._lost.set()
 
     async def confirm(self) -> None:
         """Return if this replica still holds its lock, as confirmed within `lost_lock_grace`; else step down and raise
-        `NotActive`. Called before a write is acknowledged: a confirmation older than the grace is renewed, one at a
-        time, by a `held` marker the lock must take within the grace (`Markers.confirm`)."""
+        `NotActive`. Called before a write is acknowledged (`ReplicaCore.confirm`): a confirmation older than the
+        grace is renewed, one at a time, by a `held` marker the lock must take within the grace."""
         async with self._confirming:
             started = time.monotonic()
-            if started - self._confirmed_at < self._lost_lock_grace and self._holding():
+            decision = self.core.confirm(started)
+            if isinstance(decision, Confirmed):
                 return
             lock = self._lock
-            if lock is None or not self._holding():
-                raise NotActive(f"replica {self.replica_id} does not hold {self.lock_topic}; it acknowledges no write")
-            why = await self._marks.confirm(lock, self.replica_id, self._term, self._lost_lock_grace)
-            if why is None:
-                self._confirmed_at = started
-                return
-            self.deposed(f"lost the lock on {self.lock_topic}: {why}")
-            raise NotActive(
-                f"replica {self.replica_id} lost the lock on {self.lock_topic}: {why}; it acknowledges none"
-            )
-
-    def _holding(self) -> bool:
-        return self.is_active and not self._lost.is_set() and self._lock is not None
+            if isinstance(decision, NotHolding) or lock is None:
+                raise NotActive(
+                    decision.reason
+                    if isinstance(decision, NotHolding)
+                    else f"replica {self.replica_id} does not hold {self.lock_topic}; it acknowledges no write"
+                )
+            why = await self._marks.confirm(lock, self.replica_id, decision.term, decision.within)
+            outcome = self.core.on_held(started, why)
+            if isinstance(outcome, NotHolding):
+                self.deposed(outcome.reason)
+                raise NotActive(outcome.reason)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -309,9 +322,11 @@ class Election:
             queue.put_nowait(None)
 
     async def _acquire(self, first: bool) -> tuple[ExclusivePublisher, ExclusiveMode] | None:
-        """Wait for the lock (taking it over from a silent holder); None to go round again after a failure."""
+        """Wait for the lock, taking it over from a silent holder as the core says (`ReplicaCore.standby_look`); None
+        to go round again after a failure."""
         if first:
             try:
+                self._carry_out_stop(self.core.first_attempt())
                 return await self._attempt("exclusive"), "exclusive"
             except ProducerBusy:
                 pass
@@ -321,9 +336,7 @@ class Election:
                 log.warning("election.retry", lock=self.lock_topic, replica=self.replica_id, error=str(exc))
             finally:
                 self._settled.set()
-        patience = self.takeover_after + random.uniform(
-            0, min(1.0, self.takeover_after / 10)
-        )  # two standbys seldom fence at once
+        self.core.waiting(random.random())
         waiting: asyncio.Future[ExclusivePublisher] | None = None
         try:
             while True:
@@ -336,15 +349,19 @@ class Election:
                         return attempt.result(), "wait"
                     except ProducerBusy:
                         continue  # one wait ended (the client's operation timeout): wait again at once
-                await self._hinted()  # a new active's status: learn from its marker whose silence counts now
-                if self._silent_for() > patience:
-                    await self._read_markers()  # the last word before fencing: the holder may have changed
-                if (silent := self._silent_for()) > patience:
-                    lock = await self._attempt("fence")
+                decision = self.core.standby_look(time.monotonic(), self._heard())
+                while isinstance(decision, ReadMarkers):
+                    await self._read_markers()
+                    self._marks.unconfirmed(self._claim(), self.replica_id)
+                    decision = self.core.standby_look(time.monotonic(), self._heard())
+                self._carry_out_stop(decision)
+                if isinstance(decision, TryLock):
+                    silent = self.core.silent_for(time.monotonic(), self._heard())
+                    lock = await self._attempt(decision.mode)
                     log.warning(
                         "election.takeover", lock=self.lock_topic, replica=self.replica_id, silent_s=round(silent, 2)
                     )
-                    return lock, "fence"
+                    return lock, decision.mode
         except TransportError as exc:
             if not exc.retriable:
                 raise
@@ -354,6 +371,11 @@ class Election:
         finally:
             if waiting is not None:
                 await self._abandon(waiting)
+
+    def _carry_out_stop(self, decision: object) -> None:
+        """A `Stop` from the core ends the election for good, in its one line."""
+        if isinstance(decision, Stop):
+            raise KeyMismatch(decision.reason)
 
     async def _attempt(self, mode: ExclusiveMode) -> ExclusivePublisher:
         return await self._transport.exclusive_publisher(self.lock_topic, mode)
@@ -368,40 +390,59 @@ class Election:
         if waiting.exception() is None:
             await self._transport.close_publisher(waiting.result())
 
-    def _silent_for(self) -> float:
-        """Seconds the lock's holder (the newest marker's replica, else any active) has been silent, since this one is a
-        standby, up to its own status's last echo: statuses come in order, so one deaf or stopped counts none."""
-        if self._membership is None:
-            return 0.0
-        holder = self._marks.holder if self._marks.holder != self.replica_id else None
-        heard = self._membership.active_heard_at(holder)
-        return (self._membership.heard_itself_at or time.monotonic()) - max(heard or 0.0, self._standby_since)
+    def _claim(self) -> tuple[str, int] | None:
+        other = self._membership.other_active() if self._membership is not None else None
+        return None if other is None else (other.id, other.term)
+
+    def _heard(self) -> Heard:
+        """What the membership heard, for the core's silence rule (nothing without one: a replica with no membership
+        never takes over by fencing)."""
+        members = self._membership
+        if members is None:
+            return Heard(echo_at=float("-inf"))
+        return Heard(
+            members.active_heard,
+            members.active_heard_at(None),
+            members.heard_itself_at,
+            self._claim(),
+            members.hearing_since,
+        )
 
     async def _read_markers(self) -> int:
         """Read the lock topic's markers to its end; the highest term seen. Exact once we hold the lock."""
         assert self._markers is not None
         return await self._marks.read(self._markers)
 
-    async def _hinted(self) -> bool:
-        """Whether a status claims a term above the newest marker's, and the markers, read again, bear it out."""
-        other = self._membership.other_active() if self._membership is not None else None
-        if other is None or self._markers is None:
-            return False
-        return await self._marks.claim_borne_out(self._markers, other.id, other.term, self.replica_id)
+    async def _hinted(self) -> None:
+        """A status claims a term the markers may bear out: read them (the core then says what it means)."""
+        if self._markers is None:
+            return
+        try:
+            await self._read_markers()
+        except TransportError as exc:
+            log.warning("election.markers_unread", lock=self.lock_topic, replica=self.replica_id, error=str(exc))
+            return
+        self._marks.unconfirmed(self._claim(), self.replica_id)
 
     async def _serve(self, lock: ExclusivePublisher, mode: ExclusiveMode) -> None:
         """Hold the lock: promote, stay active until a sign of deposition (or closing), step down."""
         try:
-            term = await self._read_markers() + 1
-            await self._marks.write(lock, self.replica_id, term, mode)
+            self._carry_out_stop(self.core.granted(mode))
+            await self._read_markers()
+            marker = self.core.promotion_marker()
+            await self._marks.write(lock, self.replica_id, marker.term, marker.mode)
         except TransportError as exc:  # fenced the moment it was granted, say: a standby again
             log.warning("election.promotion_failed", lock=self.lock_topic, replica=self.replica_id, error=str(exc))
+            self.core.promotion_failed()
             await self._transport.close_publisher(lock)
             await asyncio.sleep(self._retry_delay)
             return
-        self._term = term
-        self._marks.held_by(self.replica_id, term)
-        self._lock, self._confirmed_at = lock, time.monotonic()
+        except KeyMismatch:
+            self.core.promotion_failed()
+            await self._transport.close_publisher(lock)
+            raise
+        self.core.on_promoted(marker.term, time.monotonic())
+        self._lock = lock
         self._lost.clear()
         self._set_role("active", f"took the lock ({mode})")
         reason = "closing"
@@ -410,7 +451,7 @@ class Election:
             for promoted in self._promoted:
                 await promoted()
             self._active.set()
-            reason = await self._hold(lock, mode)
+            reason = await self._hold(lock)
         except Exception as exc:  # a promotion step failed: better a standby than an active that cannot serve
             failure, reason = exc, f"a promotion step failed: {exc}"
             log.error("election.promotion_step_failed", lock=self.lock_topic, replica=self.replica_id, error=str(exc))
@@ -421,36 +462,17 @@ class Election:
                 raise failure  # no permission on a state topic, a log in a newer format: trying again cannot help
             await asyncio.sleep(self._retry_delay)
 
-    async def _hold(self, lock: ExclusivePublisher, mode: ExclusiveMode) -> str:
-        """Wait for a sign that we were deposed; the reason.
-
-        A lock held by a `wait` producer is given up as soon as it is seen
-        disconnected: fenced, such a producer queues again and would be handed
-        the lock back, epoch and all, once the new holder leaves (measured). An
-        Exclusive one that reconnects holds the lock again only if nobody took
-        it meanwhile (the broker checks its epoch): a grace for a broker restart.
-        """
-        grace = 0.0 if mode == "wait" else self._lost_lock_grace
-        disconnected_at: float | None = None
-        hint: asyncio.Task[bool] | None = None
+    async def _hold(self, lock: ExclusivePublisher) -> str:
+        """Wait for the core to see a sign that we were deposed (`ReplicaCore.active_look`); the reason."""
+        hint: asyncio.Task[None] | None = None
         try:
             while True:
-                if await wait_event(self._lost, self._check_interval):
-                    return self._lost_reason
-                now = time.monotonic()
-                if lock.connected:
-                    disconnected_at = None
-                elif disconnected_at is None:
-                    disconnected_at = now
-                if disconnected_at is not None and now - disconnected_at >= grace:
-                    return f"lost the lock on {self.lock_topic} (fenced, or disconnected for {grace:g}s)"
-                if self._marks.term > self._term:
-                    return (
-                        f"replica {self._marks.holder} holds the lock in a newer term ({self._marks.term} >"
-                        f" {self._term}), as its marker on {self.lock_topic} says"
-                    )
-                if hint is None or hint.done():  # beside the loop: a slow read never delays noticing `_lost`
-                    hint = asyncio.ensure_future(self._hinted())
+                await wait_event(self._lost, self._check_interval)
+                decision = self.core.active_look(time.monotonic(), lock.connected, self._claim())
+                if isinstance(decision, StepDown):
+                    return decision.reason
+                if isinstance(decision, ReadMarkers) and (hint is None or hint.done()):
+                    hint = asyncio.ensure_future(self._hinted())  # beside the loop: a slow read never delays a look
         finally:
             await cancel_and_wait(hint)
 
@@ -458,6 +480,7 @@ class Election:
         for writer in self._writers:
             writer.revoke()  # first: nothing is written from here on
         self._lock = None
+        self.core.stepped_down(time.monotonic())
         self._set_role("standby", reason)
         for demoted in reversed(self._demoted):
             try:
@@ -471,22 +494,20 @@ class Election:
         await self._transport.close_publisher(lock)
 
     def _set_role(self, role: Role, reason: str) -> None:
-        self._role = role
         self._since = time.time()
         if role == "standby":
             self._active.clear()
-            self._standby_since = time.monotonic()
         if self._membership is not None:
-            self._membership.set_role(role, self._term)
+            self._membership.set_role(role, self.core.term)
         level = log.info if role == "active" or reason == "closing" else log.warning
         level(
             f"election.{'promoted' if role == 'active' else 'demoted'}",
             lock=self.lock_topic,
             replica=self.replica_id,
-            term=self._term,
+            term=self.core.term,
             reason=reason,
         )
-        change = RoleChange(role, self._term, reason, self._since)
+        change = RoleChange(role, self.core.term, reason, self._since)
         for queue in self._watchers:
             queue.put_nowait(change)
 

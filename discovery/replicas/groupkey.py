@@ -59,6 +59,13 @@ def key_id(secret: bytes) -> str:
     return hashlib.sha256(secret).hexdigest()[:16]
 
 
+def signer_of(tag: str | None) -> str | None:
+    """The key id a MAC (`<key id>:<base64>`) names, unchecked; None for no MAC."""
+    if not tag:
+        return None
+    return tag.partition(":")[0][:16] or None
+
+
 def _part(value: bytes | str) -> bytes:
     raw = value.encode() if isinstance(value, str) else value
     return len(raw).to_bytes(4, "big") + raw

@@ -64,12 +64,13 @@ __all__ = [
     "StateMachine",
 ]
 
-from discovery.errors import LogIncomplete, NewerFormat, NotActive, ReplicationError
+from discovery.errors import KeyMismatch, LogIncomplete, NewerFormat, NotActive, ReplicationError
 from toolservice_base.errors import TransportClosed, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Envelope, Reader, Transport
 
+from .core import Apply, Finding, Ignore, NotHolding, ReplicaCore, Seen, Stop, WriteSnapshot
 from .election import ElectedWriter, Election
 from .groupkey import GroupKey
 from .records import Malformed, RecordCheck, counter, sign
@@ -85,7 +86,6 @@ from .snapshots import (
     read_chunks,
     send_snapshot,
 )
-from .wholeness import Finding, Wholeness
 
 log = get_logger("discovery.replicas.log")
 
@@ -107,6 +107,8 @@ class LogEntry:
     """Where it sits in the log topic."""
     previous: int | None = None
     """The version its writer's state was at (the entry it follows); None in entries of writers before it was added."""
+    seen: Seen = Seen("unchecked")
+    """Its authentication under the group key, as read (`core.keys`)."""
 
 
 class StateMachine(Protocol):
@@ -164,8 +166,9 @@ class ReplicatedLog:
         self._use_snapshots = use_snapshots
         self._require_whole = require_whole
         self._poll = poll
-        self.version = 0
-        """The version of the last entry applied (or of the snapshot restored)."""
+        self._core = election.core if election is not None else ReplicaCore("reader", key=key)
+        """The rules entries are applied, appended and snapshotted by (the election's, when it writes)."""
+        self._core.follow_log(self.log_topic, require_whole=require_whole)
         self.position = b""
         """The log message id of that entry: where a reader goes on from."""
         self.term = 0
@@ -189,10 +192,15 @@ class ReplicatedLog:
         self._snapshot_writer: ElectedWriter | None = None
         self._snapshot_task: asyncio.Task[None] | None = None
         self._failure: ReplicationError | None = None
-        self._wholeness = Wholeness(self.log_topic)
         self._key = key
-        self._entries, self._snapshots = RecordCheck(self.log_topic, key), RecordCheck(self.snapshot_topic, key)
+        self._entries = RecordCheck(self.log_topic, key, self._core.saw)
+        self._snapshots = RecordCheck(self.snapshot_topic, key, self._core.saw)
         self._stack = AsyncExitStack()
+
+    @property
+    def version(self) -> int:
+        """The version of the last entry applied (or of the snapshot restored)."""
+        return self._core.version
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -206,14 +214,14 @@ class ReplicatedLog:
                 await self._restore()
             restored = time.monotonic()
             # From the snapshot's own entry, inclusive: whether the broker still holds it tells whether it deletes
-            # history.
-            self._wholeness = Wholeness(self.log_topic, self.version if self.position else None)
+            # history (`ReplicaCore.restored`).
+            self._snapshot_position = self.position
             self._reader = await self._transport.reader(
                 self.log_topic, self.position or "earliest", inclusive=bool(self.position)
             )
             stack.push_async_callback(self._transport.close_reader, self._reader)
             await self.catch_up()
-            self._found(self._wholeness.at_end())
+            self._found(self._core.wholeness.at_end())
             log.info(
                 "log.started",
                 topic=self.log_topic,
@@ -289,7 +297,6 @@ class ReplicatedLog:
             entry = self._parse(envelope)
             if entry is None:
                 return
-            self._wholeness.met(entry.version)
             self._apply(entry, envelope)
         except ReplicationError as exc:
             self._failure = exc
@@ -298,9 +305,10 @@ class ReplicatedLog:
 
     def _parse(self, envelope: Envelope) -> LogEntry | None:
         """The entry in a message; None (refused: logged, skipped) if it is not one, or not signed by the group key."""
-        forged = self._entries.forgery(envelope, ENTRY_KIND)
-        if forged is not None:
-            self._refuse(envelope, forged)
+        seen = self._entries.authenticate(envelope, ENTRY_KIND)
+        if not seen.accepted:
+            self._core.refused(seen, at_snapshot=bool(self.position) and envelope.message_id == self._snapshot_position)
+            self._refuse(envelope, seen.reason)
             return None
         try:
             raw = json.loads(envelope.data)
@@ -320,23 +328,29 @@ class ReplicatedLog:
                 f"entry version {version} on {self.log_topic} was written by a newer version (format {entry_format},"
                 f" this one reads up to {FORMAT}); upgrade tool-discovery on this replica"
             )
-        return LogEntry(version, raw["payload"], term, entry_format, envelope.message_id, previous)
+        return LogEntry(version, raw["payload"], term, entry_format, envelope.message_id, previous, seen)
 
     def _refuse(self, envelope: Envelope, reason: str) -> None:
         self.stats["refused"] += 1
         self._entries.refuse(envelope, ENTRY_KIND, reason)
 
     def _apply(self, entry: LogEntry, envelope: Envelope | None = None) -> bool:
-        """Apply `entry` if it is newer than the state; whether it was.
+        """Apply `entry` if the core says so (`ReplicaCore.entry`: above the state, nothing missing before it);
+        whether it was.
 
         A state machine that raises `ValueError` says the payload is not one
         it takes (not a write of the config store, say): read from the log,
         that entry is refused and skipped like any malformed one.
         """
-        if entry.version <= self.version:
+        decision = self._core.entry(entry.seen, entry.version, entry.previous)
+        if isinstance(decision, Ignore):
             self.stats["ignored"] += 1
             return False
-        self._found(self._wholeness.applying(self.version, entry.version, entry.previous))
+        if isinstance(decision, Stop):
+            raise self._stopped(decision)
+        assert isinstance(decision, Apply)
+        if decision.note is not None:
+            self._said_deleted(decision.note)
         try:
             self._state.apply(entry)
         except ValueError as exc:
@@ -346,7 +360,8 @@ class ReplicatedLog:
             return False
         except Exception as exc:
             raise ReplicationError(f"applying version {entry.version} from {self.log_topic} failed: {exc}") from exc
-        self.version, self.position, self.term = entry.version, entry.message_id, max(self.term, entry.term)
+        self._core.applied(entry.version)
+        self.position, self.term = entry.message_id, max(self.term, entry.term)
         self.stats["applied"] += 1
         return True
 
@@ -358,18 +373,28 @@ class ReplicatedLog:
 
     async def expect_at_least(self, version: int, seen_by: str) -> None:
         """Read the log to its end; `LogIncomplete` if it ends below `version`, which replica `seen_by` has applied."""
-        self._found(self._wholeness.behind(await self.catch_up(), version, seen_by))
+        self._found(self._core.wholeness.behind(await self.catch_up(), version, seen_by))
 
     def _found(self, finding: Finding | None) -> None:
         if finding is None:
             return
+        stop = self._core.found(finding)
+        if stop is not None:
+            raise self._stopped(stop)
         if not finding.lost:
-            self.history_deleted = finding.line
-            log.error("log.history_deleted", topic=self.log_topic, version=self.version, note=finding.line)
-        elif self._require_whole:
-            raise LogIncomplete(finding.line, namespace=finding.namespace)
+            self._said_deleted(finding.line)
         else:
             log.warning("log.incomplete", topic=self.log_topic, version=self.version, note=finding.line)
+
+    def _said_deleted(self, line: str) -> None:
+        self.history_deleted = line
+        log.error("log.history_deleted", topic=self.log_topic, version=self.version, note=line)
+
+    def _stopped(self, stop: Stop) -> ReplicationError:
+        """The error a `Stop` of the core is raised as."""
+        if stop.cause == "key":
+            return KeyMismatch(stop.reason)
+        return LogIncomplete(stop.reason, namespace=self._core.wholeness.namespace)
 
     # --- writing --------------------------------------------------------------------------
 
@@ -380,6 +405,9 @@ class ReplicatedLog:
         version = await self.catch_up()  # everything it persisted, before anything of ours
         self._writer, self._snapshot_writer = writer, snapshot_writer
         log.info("log.writable", topic=self.log_topic, version=version, term=self._election.term)
+        if isinstance(due := self._core.on_caught_up(self._signing), WriteSnapshot):
+            log.info("log.snapshot_due", topic=self.snapshot_topic, why=due.why)
+            self._start_snapshot()
 
     async def _demoted(self, reason: str) -> None:
         await self._stop_writing()
@@ -405,12 +433,13 @@ class ReplicatedLog:
                     f"this replica is not the active one of {self.log_topic} (or is still catching up); write through"
                     " the active one"
                 )
-            next_version = self.version + 1 if version is None else version
-            if next_version <= self.version:
-                raise ValueError(f"version {next_version} is not above the log's {self.version}")
+            decision = self._core.may_append(version)
+            if isinstance(decision, NotHolding):
+                raise NotActive(decision.reason)
             if self._election is not None:
                 await self._election.confirm()  # no write is acknowledged by a replica that lost its lock
-            term, previous = (self._election.term if self._election else 0), self.version
+            next_version, previous = decision.version, self.version
+            term = self._election.term if self._election else 0
             data = json.dumps(
                 {"format": FORMAT, "version": next_version, "previous": previous, "term": term, "payload": payload},
                 separators=(",", ":"),
@@ -418,7 +447,15 @@ class ReplicatedLog:
             properties = {"version": str(next_version), **sign(self._key, ENTRY_KIND, self.log_topic, data)}
             message_id = await writer.send(data, properties)
             # The payload as a standby will see it (JSON round trip), so every replica applies the very same value.
-            entry = LogEntry(next_version, json.loads(data)["payload"], term, FORMAT, message_id, previous)
+            entry = LogEntry(
+                next_version,
+                json.loads(data)["payload"],
+                term,
+                FORMAT,
+                message_id,
+                previous,
+                Seen("verified", self._signing),
+            )
             self._apply(entry)  # unless the tail already read it back
             self.stats["appended"] += 1
             self._entries_total += 1
@@ -430,10 +467,19 @@ class ReplicatedLog:
 
     def _maybe_snapshot(self) -> None:
         entries, size = self._entries_total - self._snapshot_mark[0], self._bytes_total - self._snapshot_mark[1]
-        if (entries >= self.snapshot_every or size >= self.snapshot_bytes) and self._snapshot_task is None:
+        if entries >= self.snapshot_every or size >= self.snapshot_bytes:
+            self._start_snapshot()
+
+    def _start_snapshot(self) -> None:
+        if self._snapshot_task is None:
             self._snapshot_task = asyncio.create_task(
                 self._snapshot_in_background(), name=f"snapshot:{self.snapshot_topic}"
             )
+
+    @property
+    def _signing(self) -> str | None:
+        """The key id this replica signs with (None: unsigned)."""
+        return self._key.signing if self._key is not None else None
 
     async def _snapshot_in_background(self) -> None:
         try:
@@ -470,6 +516,7 @@ class ReplicatedLog:
                 previous=self.manifest,
             )
             self._snapshot_mark = mark
+            self._core.snapshot_written(self._signing)
             self.stats["snapshots"] += 1
             log.info(
                 "log.snapshot_written",
@@ -491,10 +538,6 @@ class ReplicatedLog:
         if chunks is None:
             return
         self._state.restore(manifest.version, items_of(chunks))
-        self.version, self.position, self.term, self.manifest = (
-            manifest.version,
-            manifest.position,
-            manifest.term,
-            manifest,
-        )
+        self.position, self.term, self.manifest = manifest.position, manifest.term, manifest
+        self._core.restored(manifest.version, manifest.position, manifest.signer)
         self.stats["restored_items"] = manifest.items

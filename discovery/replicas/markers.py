@@ -20,9 +20,9 @@ Two measured facts shape how the active uses them:
   grace, bounded by the same grace; at most one such marker per grace while
   it writes, none while idle;
 - statuses (`Membership`) are hints: a status claiming a newer term only
-  makes a replica read the markers again (`claim_borne_out`, at most once a
+  makes a replica read the markers again (`ReplicaCore`, at most once a
   second however often it is heard); a claim they do not bear out is logged
-  once and changes nothing.
+  once and changes nothing (`unconfirmed`).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import json
 import time
 from typing import Any
 
-from toolservice_base.errors import TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.transport import Envelope, ExclusiveMode, ExclusivePublisher, Reader, Transport, encode
 
+from .core import ReplicaCore
 from .groupkey import GroupKey
 from .records import Malformed, RecordCheck, counter, sign, text
 
@@ -45,8 +45,6 @@ MARKER_KIND = "marker"
 """What a lock marker's MAC says it is (`groupkey`)."""
 READ_TIMEOUT = 10.0
 """How long reading a marker may take once the broker said one is there."""
-RECHECK = 1.0
-"""Seconds between two reads of the markers prompted by statuses (a hint may be forged, and come often)."""
 
 log = get_logger("discovery.replicas.election")
 
@@ -60,18 +58,17 @@ def _parse(marker: Envelope) -> tuple[str, int]:
 
 
 class Markers:
-    """The markers of one lock as one replica has read them: the highest term, and the replica that holds it."""
+    """The I/O of one lock's markers: read them (into the replica's core), write ours, confirm the lock with one.
 
-    def __init__(self, topic: str, key: GroupKey | None) -> None:
+    What they say (the highest term, the replica it names) is the core's
+    (`ReplicaCore.on_marker`): this only reads, authenticates and writes.
+    """
+
+    def __init__(self, topic: str, key: GroupKey | None, core: ReplicaCore) -> None:
         self.topic = topic
         self.key = key
-        self.term = 0
-        """The highest term read (0: none yet)."""
-        self.holder: str | None = None
-        """The replica the marker of that term names."""
-        self.read_at = float("-inf")
-        """When (monotonic) the markers were last read to the topic's end."""
-        self._check = RecordCheck(topic, key)
+        self.core = core
+        self._check = RecordCheck(topic, key, core.saw)
         self._claims_said: set[tuple[str, int]] = set()
 
     async def read(self, reader: Reader) -> int:
@@ -80,8 +77,8 @@ class Markers:
             marker = await reader.read_next(READ_TIMEOUT)
             if marker is not None:
                 self.take(marker)
-        self.read_at = time.monotonic()
-        return self.term
+        self.core.on_markers_read(time.monotonic())
+        return self.core.marker_term
 
     def take(self, marker: Envelope) -> None:
         forged = self._check.forgery(marker, MARKER_KIND)
@@ -93,12 +90,7 @@ class Markers:
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             self._check.refuse(marker, MARKER_KIND, f"malformed marker: {exc}")
             return
-        if term >= self.term:
-            self.term, self.holder = term, replica
-
-    def held_by(self, replica: str, term: int) -> None:
-        """This replica wrote the marker of `term` (it took the lock)."""
-        self.term, self.holder = term, replica
+        self.core.on_marker(replica, term)
 
     async def write(
         self, lock: ExclusivePublisher, replica: str, term: int, mode: ExclusiveMode, *, held: bool = False
@@ -124,31 +116,20 @@ class Markers:
         failure = sending.exception()
         return None if failure is None else str(failure)
 
-    async def claim_borne_out(self, reader: Reader, claimed_by: str, claimed_term: int, replica: str) -> bool:
-        """Whether a status's claim of `claimed_term` is borne out by a newer marker, read again (at most once a
-        `RECHECK`); a claim that is not is logged once."""
-        if claimed_term <= self.term or time.monotonic() - self.read_at < RECHECK:
-            return False
-        before = self.term
-        try:
-            await self.read(reader)
-        except TransportError as exc:
-            log.warning("election.markers_unread", lock=self.topic, replica=replica, error=str(exc))
-            return False
-        if self.term > before:
-            return True
-        if (claimed_by, claimed_term) not in self._claims_said:
-            self._claims_said.add((claimed_by, claimed_term))
-            log.warning(
-                "election.unconfirmed_claim",
-                lock=self.topic,
-                replica=replica,
-                claimed_by=claimed_by,
-                claimed_term=claimed_term,
-                marker_term=self.term,
-                note="a status is a hint: the lock's markers do not bear it out, so nothing changes",
-            )
-        return False
+    def unconfirmed(self, claim: tuple[str, int] | None, replica: str) -> None:
+        """A status's claim the markers, just read, do not bear out: logged once per claim, and nothing changes."""
+        if claim is None or claim[1] <= self.core.marker_term or claim in self._claims_said:
+            return
+        self._claims_said.add(claim)
+        log.warning(
+            "election.unconfirmed_claim",
+            lock=self.topic,
+            replica=replica,
+            claimed_by=claim[0],
+            claimed_term=claim[1],
+            marker_term=self.core.marker_term,
+            note="a status is a hint: the lock's markers do not bear it out, so nothing changes",
+        )
 
 
 async def lock_holder(transport: Transport, lock_topic: str, key: GroupKey | None) -> tuple[str, int] | None:

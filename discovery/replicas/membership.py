@@ -60,6 +60,9 @@ STATUS_KIND = "status"
 """What a status's MAC says it is (`groupkey`)."""
 STORE_KINDS = ("replicated", "sqlite")
 """What a config store's status says it is (`ReplicaStatus.store`)."""
+ECHO_GAP = 1.5
+"""Status intervals between two of its own statuses heard back past which a replica takes it that it could not hear
+in between (`hearing_since`)."""
 WAKE_EVERY = 0.05
 """The shortest time between two statuses published at once on hearing a new member (a flood of newcomers)."""
 ANSWERS_WITHIN = 0.15
@@ -242,6 +245,7 @@ class Membership:
         self._active_heard: dict[str, float] = {}
         self._any_active_heard: float | None = None
         self._heard_itself: float | None = None
+        self._hearing_since: float | None = None
         self._woken_at = 0.0
         self._publisher: Publisher | None = None
         self._wake = asyncio.Event()
@@ -348,6 +352,8 @@ class Membership:
         if status.group != self.group:
             return
         if status.id == self.replica_id:
+            if self._heard_itself is None or status.heard - self._heard_itself > ECHO_GAP * self.interval:
+                self._hearing_since = status.heard
             self._heard_itself = status.heard
             if _asks(envelope.data):
                 self._echo.set()
@@ -425,6 +431,17 @@ class Membership:
         "connected" until a keep-alive fails, half a minute later).
         """
         return self._heard_itself
+
+    @property
+    def hearing_since(self) -> float | None:
+        """When (monotonic) this replica's current unbroken run of its own statuses heard back began: before it, it
+        could not hear (its link in was down, or it was frozen), so nobody's silence then counts."""
+        return self._hearing_since
+
+    @property
+    def active_heard(self) -> dict[str, float]:
+        """When (monotonic) each other replica last said it was active (the core's silence rule reads it)."""
+        return self._active_heard
 
     def active_heard_at(self, replica_id: str | None = None) -> float | None:
         """When (monotonic) replica `replica_id` (None: any other) last said it was active; None if it never has."""

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from toolservice_base.logs import get_logger
 from toolservice_base.transport import Envelope
 
+from .core.keys import Seen, authenticate
 from .groupkey import MAC_PROPERTY, GroupKey
 
 log = get_logger("discovery.replicas")
@@ -66,21 +68,33 @@ def sign(key: GroupKey | None, kind: str, topic: str, data: bytes, *context: str
     return {} if key is None else {MAC_PROPERTY: key.tag(kind, topic, data, *context)}
 
 
+Observer = Callable[[Seen, str], None]
+"""Told every record's authentication and its topic (`ReplicaCore.saw`: whose key is the group's)."""
+
+
 class RecordCheck:
     """What one reader does with the records of one topic: authenticate them, and say once what it refused."""
 
-    def __init__(self, topic: str, key: GroupKey | None) -> None:
+    def __init__(self, topic: str, key: GroupKey | None, observer: Observer | None = None) -> None:
         self.topic = topic
         self.key = key
+        self.observer = observer
+        """Told each record's verdict (set by whoever owns the replica's rules)."""
         self.refused = 0
         """Records refused so far (malformed, out of range, unsigned or forged)."""
         self._said: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
+    def authenticate(self, envelope: Envelope, kind: str, *context: str) -> Seen:
+        """The record's verdict under the group key (`core.keys.authenticate`), told to the observer."""
+        seen = authenticate(self.key, envelope.properties, kind, self.topic, envelope.data, *context)
+        if self.observer is not None:
+            self.observer(seen, self.topic)
+        return seen
+
     def forgery(self, envelope: Envelope, kind: str, *context: str) -> str | None:
         """Why the record cannot be authenticated under the group key; None if it can, or if there is no key."""
-        if self.key is None:
-            return None
-        return self.key.check(envelope.properties.get(MAC_PROPERTY), kind, self.topic, envelope.data, *context)
+        seen = self.authenticate(envelope, kind, *context)
+        return None if seen.accepted else seen.reason
 
     def refuse(self, envelope: Envelope, kind: str, reason: str) -> None:
         """Skip the record: logged the first time this producer sends this kind of refusal."""

@@ -32,7 +32,7 @@ from toolservice_base.logs import get_logger
 from toolservice_base.transport import MESSAGE_LIMIT, Envelope, ReaderStart, Transport, unique_name
 
 from .elected import ElectedWriter
-from .groupkey import GroupKey
+from .groupkey import MAC_PROPERTY, GroupKey, signer_of
 from .records import Malformed, RecordCheck, counter, moment, sign, text
 
 __all__ = [
@@ -86,6 +86,9 @@ class Manifest:
     format: int = SNAPSHOT_FORMAT
     message_id: bytes = b""
     """Where the manifest itself sits in the snapshot topic."""
+    signer: str | None = None
+    """The group key id its MAC names, as read (None: unsigned): a rotation's step 2 writes a snapshot under the new
+    key when the one restored is under another (`ReplicaCore.on_caught_up`)."""
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -136,6 +139,7 @@ class Manifest:
             written_at=moment(raw, "written_at"),
             format=snapshot_format,
             message_id=envelope.message_id,
+            signer=signer_of(envelope.properties.get(MAC_PROPERTY)),
         )
 
 
@@ -198,7 +202,7 @@ async def send_snapshot(
         written_at=time.time(),
     )
     message_id = await writer.send(*manifest_message(key, writer.topic, manifest))
-    return replace(manifest, message_id=message_id)
+    return replace(manifest, message_id=message_id, signer=key.signing if key is not None else None)
 
 
 def _chunk_checks(check: RecordCheck, chunk: Envelope) -> bool:

@@ -26,6 +26,11 @@ class Journal(Protocol):
         the request that made it, kept with it (`made`)."""
         ...
 
+    def must_log(self, write: Write | None) -> bool:
+        """Whether `write` (what a request changed, None: nothing) is appended before it is answered: the replicated
+        group's durability rule (`ReplicaCore.executed`)."""
+        ...
+
     def made(self, request: str) -> int | None:
         """The version at which the request with this id was made, if it was (None: not that the journal knows).
 

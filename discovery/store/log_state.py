@@ -10,6 +10,7 @@ from typing import Any
 
 from discovery.errors import NotActive
 from discovery.replicas import Election, LogEntry, ReplicatedLog
+from discovery.replicas.core import Acknowledge
 
 from .sqlite import ConfigStore, Write
 
@@ -77,6 +78,9 @@ class LogJournal:
 
     async def append(self, write: Write, request: str | None = None) -> None:
         await self._log.append(entry_payload(write, request), version=write.version)
+
+    def must_log(self, write: Write | None) -> bool:
+        return not isinstance(self._election.core.executed(write.version if write is not None else None), Acknowledge)
 
     def made(self, request: str) -> int | None:
         return self._state.requests.get(request)

@@ -312,7 +312,7 @@ class ConfigStoreService:
             else:
                 made = already_made(self.journal, request, request_id, self.operations.trustgraph)
                 outcome = made or self._execute(request, queue_workspace)
-            if outcome.write is not None and self.journal is not None:
+            if self.journal is not None and self.journal.must_log(outcome.write):
                 outcome = await self._make_durable(outcome, request.operation, request_id)
         if outcome.write is not None:
             self.writability.wrote("a write succeeded")
@@ -346,7 +346,9 @@ class ConfigStoreService:
 
     async def _make_durable(self, outcome: Outcome, operation: str, request_id: str | None = None) -> Outcome:
         """Append the write to the journal; answer it only once that returned (`made_durable`)."""
-        assert self.journal is not None and outcome.write is not None
+        assert self.journal is not None
+        if outcome.write is None:
+            return outcome
         outcome, lost = await made_durable(self.journal, outcome.write, outcome, operation, request_id)
         if lost is not None:
             self.damaged = lost

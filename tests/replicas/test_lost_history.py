@@ -26,9 +26,9 @@ from apache_pulsar import ApachePulsar
 from support import atoolreg, eventually
 from support.replicas import REPLICATED_KINDS, Cluster, replicated_settings
 
-from discovery.errors import LogIncomplete
+from discovery.errors import KeyMismatch, LogIncomplete
 from discovery.replicas import Election, GroupKey, LogEntry, ReplicatedLog
-from discovery.replicas.wholeness import Wholeness
+from discovery.replicas.core.wholeness import Wholeness
 from discovery.store.replicated import ReplicatedStore
 from toolservice_base import ConfigClient, Settings, open_transport
 from toolservice_base.transport import Transport
@@ -351,12 +351,13 @@ async def test_a_replica_joining_an_active_whose_log_the_broker_deleted_refuses_
     assert_says_retention(line, f"{tenant}/state")
     assert active.role == "active" and active.readiness() is None, "the active one, whole, serves on"
 
-    # Without a key the same status is only a hint (anyone allowed on the members topic could have sent it): logged,
-    # and the replica joins as a standby rather than stop.
-    unkeyed = await opened.enter_async_context(
-        ReplicatedStore(await client(opened, space), replica_id="c", takeover_after=2.0)
-    )
-    assert unkeyed.role == "standby" and active.role == "active"
+    # A replica without the key beside this keyed group takes no part: it stops in one line naming the mismatch,
+    # and the active one serves on.
+    with pytest.raises(KeyMismatch, match="group key mismatch: the group signs its records .* this replica has no"):
+        await opened.enter_async_context(
+            ReplicatedStore(await client(opened, space), replica_id="c", takeover_after=2.0)
+        )
+    assert active.role == "active" and active.readiness() is None
 
 
 def one_line(done: subprocess.CompletedProcess[str]) -> str:

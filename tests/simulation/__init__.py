@@ -1,0 +1,39 @@
+"""A deterministic simulator of the replica group: the real `ReplicaCore` under a model of Apache Pulsar.
+
+`run(seed)` plays one schedule (faults and clients drawn from the seed) and
+judges it (`check`); `python -m simulation --seed N --trace` replays one
+step by step. See `world` for what a schedule can do, `broker` for the
+model and the tests that hold it to the real broker, `variants` for the bad
+rules it must catch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .check import findings
+from .world import World
+
+
+@dataclass
+class Verdict:
+    seed: int
+    faults: str
+    findings: dict[str, list[str]]
+    ops: int
+    acknowledged: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def replay(self, variant: str | None = None) -> str:
+        also = f" --variant {variant}" if variant else ""
+        return f"PYTHONPATH=tests .venv/bin/python -m simulation --seed {self.seed}{also} --trace"
+
+
+def run(seed: int, *, variant: str | None = None, seconds: float = 20.0) -> tuple[Verdict, World]:
+    world = World(seed, seconds=seconds, variant=variant).run()
+    found = findings(world)
+    acknowledged = sum(1 for op in world.ops if op.acknowledged)
+    return Verdict(seed, world.faults.name, found, len(world.ops), acknowledged), world

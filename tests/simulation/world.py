@@ -1,0 +1,448 @@
+"""A seeded world: a virtual clock, the model broker, replicas running the real core, clients, and faults.
+
+One thread, one heap of timed steps, one `random.Random(seed)`: the same
+seed replays the same schedule step by step (`python -m simulation --seed N
+--trace`). Faults are drawn from the seed too (`Faults`): kills and
+restarts, freezes, partitions both ways and one way, a broker restart, lost
+receipts, clock rates, forged and replayed records, a group-key rotation,
+a replica with a wrong key or none. Clients put, conditionally put, delete
+and read a few keys in an ordinary and a reserved workspace; their history
+is what `check` judges.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from faults.history import Op
+
+from discovery.replicas.groupkey import GroupKey
+
+from .broker import KEEPALIVE, Broker, Producer, Record
+from .replica import SimReplica, record
+from .variants import Variants
+
+NET = (0.0003, 0.003)
+"""Seconds a message takes through the broker, drawn per message."""
+CLIENT_TIMEOUT = 2.0
+CLIENTS = 5
+FAULTS = (
+    "kill",
+    "freeze",
+    "partition",
+    "inbound",
+    "broker-restart",
+    "receipts",
+    "skew",
+    "forge",
+    "forged-status",
+    "replay",
+)
+"""The kinds of fault a schedule may draw (`rotation` and `wrong-key` are schedules of their own)."""
+
+
+@dataclass
+class Request:
+    id: str
+    client: int
+    op: str
+    keys: list[str] = field(default_factory=list)
+    puts: list[tuple[str, str]] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+    expect: list[tuple[str, str | None]] = field(default_factory=list)
+    reserved: bool = False
+    record: Op | None = None
+    done: bool = False
+    then: Callable[[], None] | None = None
+    """What the client does once it has the answer (or gave up)."""
+
+
+@dataclass
+class Faults:
+    """What one schedule does to the group, drawn from its seed."""
+
+    kinds: tuple[str, ...]
+    rotation: bool = False
+    stranger: str | None = None
+    """`wrong-key` or `unkeyed`: a replica that is not of the group joins."""
+
+    @property
+    def name(self) -> str:
+        extra = [k for k, on in (("rotation", self.rotation), (self.stranger or "", bool(self.stranger))) if on]
+        return "+".join([*self.kinds, *extra]) or "none"
+
+
+class World:
+    def __init__(self, seed: int, *, seconds: float = 20.0, replicas: int = 3, variant: str | None = None) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.seconds = seconds
+        self.now = 0.0
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self.broker = Broker()
+        self.variants = Variants(variant)
+        self.trace: list[str] = []
+        self.keyed = self.rng.random() < 0.7
+        """A group with a key (most), or one the broker's permissions alone protect: a forger's entries are then
+        taken (no promise), but a status is still only a hint."""
+        self.key: GroupKey | None = GroupKey.generate() if self.keyed else None
+        self.replicas = [SimReplica(self, f"r{n}", self.key) for n in range(replicas)]
+        self.down: dict[str, set[str]] = {}
+        """Replica -> the directions ('in', 'out') its link to the broker is cut in."""
+        self.lost_receipts = 0.0
+        self.ops: list[Op] = []
+        self.requests: dict[str, Request] = {}
+        self.events: list[tuple[float, str, str]] = []
+        self.terms: list[tuple[float, str, int]] = []
+        self.fences: list[tuple[float, str, str | None, float | None]] = []
+        """(when, who fenced the lock, who held it, since when that one was active: None if it was not)."""
+        self.disturbed: list[tuple[float, float, str]] = []
+        """(start, end, kind) of every fault but a forged status alone: what may make an active step down."""
+        self.forged_statuses: list[float] = []
+        self.unhealthy: dict[str, list[tuple[float, float]]] = {}
+        """Replica -> windows in which it was dead, frozen or cut off (what makes a takeover of it justified)."""
+        self._parked: dict[str, list[Callable[[], None]]] = {}
+        """A frozen replica's steps, run in order once it thaws."""
+        self.faults = self.draw_faults()
+        self.healed_at = seconds * 0.75
+
+    # --- the clock ----------------------------------------------------------------------------
+
+    def later(
+        self, delay: float, step: Callable[..., Any], *args: Any, owner: SimReplica | None = None, generation: int = 0
+    ) -> None:
+        """Run `step(*args)` `delay` virtual seconds from now; a replica's steps die with its generation and wait out
+        its freeze."""
+
+        def run() -> None:
+            if owner is not None:
+                if not owner.alive or owner.generation != generation:
+                    return
+                if owner.frozen:
+                    owner_parked.append(run)
+                    return
+            step(*args)
+
+        owner_parked = self._parked.setdefault(owner.name, []) if owner is not None else []
+        heapq.heappush(self._heap, (self.now + max(0.0, delay), next(self._seq), run))
+
+    def delay(self) -> float:
+        return self.rng.uniform(*NET)
+
+    def event(self, replica: SimReplica, what: str) -> None:
+        self.events.append((self.now, replica.name, what))
+        self.trace.append(f"{self.now:9.4f} {replica.name} {what}")
+
+    # --- links ---------------------------------------------------------------------------------
+
+    def reaches(self, replica: SimReplica, direction: str) -> bool:
+        return replica.alive and direction not in self.down.get(replica.name, set())
+
+    def receipt_lost(self) -> bool:
+        return self.rng.random() < self.lost_receipts
+
+    def broadcast(self, sender: SimReplica, status: Record) -> None:
+        if not self.reaches(sender, "out"):
+            return
+        for replica in self.replicas:
+            if self.reaches(replica, "in"):
+                replica.later(self.delay() * 2, self._hear, replica, status)
+
+    @staticmethod
+    def _hear(replica: SimReplica, status: Record) -> None:
+        if replica.world.reaches(replica, "in"):
+            replica.heard(status)
+
+    def granted(self, replica: SimReplica, generation: int) -> Callable[[Producer], None]:
+        def granted(lock: Producer) -> None:
+            self.later(self.delay(), self._granted, replica, generation, lock)
+
+        return granted
+
+    def _granted(self, replica: SimReplica, generation: int, lock: Producer) -> None:
+        if not replica.alive or replica.generation != generation:
+            self.broker.close(lock)
+            return
+        if replica.frozen:  # handed over while frozen: it takes it once it runs again
+            self._parked.setdefault(replica.name, []).append(lambda: self._granted(replica, generation, lock))
+            return
+        replica.granted(lock)
+
+    def promoted(self, replica: SimReplica, term: int) -> None:
+        self.terms.append((self.now, replica.name, term))
+        replica.promotions.append((self.now, term))
+        self.event(replica, f"active in term {term}")
+
+    # --- clients and the config queue ---------------------------------------------------------
+
+    def request(self, request: Request) -> None:
+        self.requests[request.id] = request
+        self.later(CLIENT_TIMEOUT, self._give_up, request)
+        self._dispatch(request)
+
+    def _dispatch(self, request: Request) -> None:
+        if request.done:
+            return
+        serving = [r for r in self.replicas if r.name in self.broker.consumers and r.alive]
+        if not serving:
+            self.later(0.05, self._dispatch, request)
+            return
+        replica = self.rng.choice(serving)
+        if self.reaches(replica, "in"):
+            replica.later(self.delay(), replica.deliver, request)
+        else:
+            self.later(0.05, self._dispatch, request)
+
+    def redeliver(self, request: Request) -> None:
+        self.later(self.delay(), self._dispatch, request)
+
+    def answered(self, replica: SimReplica, request: Request, **outcome: Any) -> None:
+        if request.done or not self.reaches(replica, "out"):
+            return
+        self.later(self.delay(), self._complete, request, outcome)
+
+    def _complete(self, request: Request, outcome: dict[str, Any]) -> None:
+        if request.done or request.record is None:
+            return
+        request.done = True
+        op = request.record
+        op.return_ = self._ns()
+        if "error" in outcome:
+            op.status = "conflict" if outcome.get("conflict") else ("unknown" if op.op == "write" else "fail")
+            op.error = str(outcome["error"])[:200]
+        else:
+            op.status, op.version = "ok", int(outcome["version"])
+            if op.op == "read":
+                op.values = dict(outcome["values"])
+        self.ops.append(op)
+        if request.then is not None:
+            request.then()
+
+    def _give_up(self, request: Request) -> None:
+        if request.done or request.record is None:
+            return
+        request.done = True
+        request.record.return_ = self._ns()
+        request.record.status, request.record.error = "unknown", "timed out"
+        self.ops.append(request.record)
+        if request.then is not None:
+            request.then()
+
+    def _ns(self) -> int:
+        return int(self.now * 1e9)
+
+    def client(self, number: int, count: itertools.count[int]) -> None:
+        """One client: an operation, its answer (or its timeout), a pause, the next; as an operator's client does."""
+        if self.now < self.seconds + 3.0:
+            self._issue(
+                number, next(count), lambda: self.later(self.rng.uniform(0.01, 0.1), self.client, number, count)
+            )
+
+    def _issue(self, number: int, n: int, then: Callable[[], None]) -> None:
+        rid = f"c{number}-{n}"
+        roll = self.rng.random()
+        shared = f"k{self.rng.randrange(3)}"
+        if roll < 0.3:
+            request = Request(rid, number, "read", keys=[f"w{number}", f"w{number}_r", shared])
+            op = Op(id=len(self.requests), client=number, op="read", call=self._ns(), keys=list(request.keys))
+        else:
+            reserved = roll > 0.8
+            marker = f"w{number}_r" if reserved else f"w{number}"
+            puts = [(marker, rid)]
+            expect: list[tuple[str, str | None]] = []
+            if self.rng.random() < 0.3:
+                puts.append((shared, rid))
+            if self.rng.random() < 0.1:
+                expect = [(shared, None)]
+            request = Request(rid, number, "write", puts=puts, expect=expect, reserved=reserved)
+            op = Op(
+                id=len(self.requests),
+                client=number,
+                op="write",
+                call=self._ns(),
+                puts=list(puts),
+                expect=[{"key": k, "value": v} for k, v in expect],
+            )
+        request.record, request.then = op, then
+        self.request(request)
+
+    # --- faults ----------------------------------------------------------------------------
+
+    def draw_faults(self) -> Faults:
+        roll = self.rng.random()
+        if roll < 0.08 and self.keyed:
+            return Faults(("kill",), rotation=True)
+        if roll < 0.16:
+            stranger = self.rng.choice(["wrong-key", "unkeyed"]) if self.keyed else "wrong-key"
+            return Faults(tuple(self.rng.sample(FAULTS[:3], 1)), stranger=stranger)
+        kinds = [kind for kind in FAULTS if self.keyed or kind != "forge"]
+        return Faults(tuple(sorted(self.rng.sample(kinds, self.rng.randint(1, 3)))))
+
+    def plan(self) -> None:
+        """Schedule the faults of `self.faults` within the first three quarters of the run; all healed after."""
+        for kind in self.faults.kinds:
+            at = self.rng.uniform(1.0, self.healed_at - 4.0)
+            self.later(at, self._fault, kind)
+        if self.faults.rotation:
+            self.later(1.0, self._rotate, 1)
+        if self.faults.stranger is not None:
+            key = GroupKey.generate() if self.faults.stranger == "wrong-key" else None
+            stranger = SimReplica(self, "stranger", key, group=False)
+            self.replicas.append(stranger)
+            self.later(self.rng.uniform(0.5, 6.0), self._start, stranger)
+        if "skew" in self.faults.kinds:
+            for replica in self.replicas:
+                replica.rate, replica.offset = self.rng.uniform(0.95, 1.05), self.rng.uniform(-100, 100)
+
+    def _target(self) -> SimReplica:
+        """Most faults hit the active replica (where they hurt); some a standby."""
+        group = [r for r in self.replicas if r.group and r.alive]
+        active = [r for r in group if r.core.role == "active"]
+        return active[0] if active and self.rng.random() < 0.7 else self.rng.choice(group or self.replicas)
+
+    def _fault(self, kind: str) -> None:
+        target = self._target()
+        length = self.rng.uniform(0.5, 6.0)
+        self.trace.append(f"{self.now:9.4f} fault {kind} on {target.name} for {length:.2f}s")
+        if kind not in ("forged-status", "skew"):
+            self.disturbed.append((self.now, self.now + length + CLIENT_TIMEOUT, kind))
+        if kind in ("kill", "freeze", "partition", "inbound"):
+            self.unhealthy.setdefault(target.name, []).append((self.now, self.now + length))
+        elif kind == "broker-restart":
+            for replica in self.replicas:
+                self.unhealthy.setdefault(replica.name, []).append((self.now, self.now + min(length, 1.0)))
+        if kind == "kill":
+            self._kill(target)
+            self.later(length, self._start, target)
+        elif kind == "freeze":
+            target.frozen = True
+            self.later(length, self._thaw, target)
+        elif kind in ("partition", "inbound"):
+            self.down[target.name] = {"in", "out"} if kind == "partition" else {"in"}
+            if kind == "partition":
+                self.later(KEEPALIVE, self._keepalive, target)
+            self.later(length, self._heal, target)
+        elif kind == "broker-restart":
+            for replica in self.replicas:
+                self.down[replica.name] = {"in", "out"}
+                self.later(min(length, 1.0), self._heal, replica)
+        elif kind == "receipts":
+            self.lost_receipts = 0.2
+            self.later(length, setattr, self, "lost_receipts", 0.0)
+        elif kind == "forge":
+            self._forge()
+        elif kind == "forged-status":
+            self._forged_status()
+        elif kind == "replay":
+            self._replay()
+
+    def _kill(self, replica: SimReplica) -> None:
+        replica.alive = False
+        replica.generation += 1
+        self.broker.drop(replica.name)
+        for request in replica.queue:
+            self.redeliver(request)
+        replica.queue = []
+
+    def _start(self, replica: SimReplica) -> None:
+        if replica.stopped is None and not replica.alive:
+            replica.alive = True
+            self.broker.dropped.discard(replica.name)
+            replica.start()
+
+    def _thaw(self, replica: SimReplica) -> None:
+        replica.frozen = False
+        for step in self._parked.pop(replica.name, []):
+            heapq.heappush(self._heap, (self.now, next(self._seq), step))
+
+    def _keepalive(self, replica: SimReplica) -> None:
+        if "out" in self.down.get(replica.name, set()):
+            self.broker.drop(replica.name)
+            for request in replica.queue:
+                self.redeliver(request)
+            replica.queue = []
+
+    def _heal(self, replica: SimReplica) -> None:
+        self.down.pop(replica.name, None)
+
+    def _forge(self) -> None:
+        """Someone allowed to produce on the state topics: a fencing writer on the log, a marker, a status."""
+        forger = GroupKey.generate()
+        body = {"version": 10**6, "previous": 0, "term": 99, "puts": [["k0", "forged"]], "deletes": [], "request": ""}
+        writer = self.broker.open("forger", "log", "fence", lambda _: None)
+        assert writer is not None
+        self.broker.send(writer, record(forger, "entry", "log", body, "forger"))
+        self.broker.close(writer)
+        self.broker.forge("markers", record(None, "marker", "lock", {"term": 99, "replica": "ghost"}, "forger"))
+        self._forged_status()
+
+    def _forged_status(self) -> None:
+        """A status claiming term 99 for a replica that does not exist: a hint, never the lock's word."""
+        forger = GroupKey.generate()
+        self.forged_statuses.append(self.now)
+        body = {"id": "ghost", "role": "active", "term": 99, "version": 0}
+        for replica in self.replicas:
+            status = record(forger, "status", "members", body, "forger")
+            replica.later(self.delay(), self._hear, replica, status)
+
+    def _replay(self) -> None:
+        """A captured entry sent again through a fencing writer: signed, but stale (its version is not above)."""
+        entries = self.broker.topics["log"]
+        if entries:
+            old = self.rng.choice(entries)
+            writer = self.broker.open("replayer", "log", "fence", lambda _: None)
+            assert writer is not None
+            self.broker.send(writer, Record(old.data, dict(old.properties), "replayer", dict(old.body)))
+            self.broker.close(writer)
+
+    def _rotate(self, step: int) -> None:
+        """The operators' guide's rotation: a step, then a rolling restart of every replica with the new file."""
+        assert self.key is not None
+        rotated, _ = self.key.rotated()
+        self.key = rotated
+        for n, replica in enumerate(r for r in self.replicas if r.group):
+            self.later(0.8 * n + 0.4, self._restart_with, replica, rotated)
+        if step < 3:
+            self.later(0.8 * len(self.replicas) + 1.0, self._rotate, step + 1)
+
+    def _restart_with(self, replica: SimReplica, key: GroupKey) -> None:
+        """SIGTERM, then start again with `key`: steps down and closes what it holds (a standby takes over at once)."""
+        if replica.alive and not replica.frozen:
+            replica.release_all()
+            replica.core.stepped_down(replica.clock())
+            replica.alive = False
+            replica.generation += 1
+        replica.key = key
+        self.later(0.1, self._start, replica)
+
+    # --- running ---------------------------------------------------------------------------
+
+    def run(self) -> World:
+        for replica in self.replicas:
+            self.later(self.rng.uniform(0, 0.3), self._start, replica)
+        self.plan()
+        for number in range(CLIENTS):
+            self.later(0.5 + 0.1 * number, self.client, number, itertools.count())
+        self.later(self.healed_at, self._heal_all)
+        end = self.seconds + 6.0
+        while self._heap and self._heap[0][0] <= end:
+            self.now, _, step = heapq.heappop(self._heap)
+            step()
+        self.now = end
+        return self
+
+    def _heal_all(self) -> None:
+        self.trace.append(f"{self.now:9.4f} every fault healed")
+        self.down.clear()
+        self.lost_receipts = 0.0
+        for replica in self.replicas:
+            if replica.frozen:
+                self._thaw(replica)
+            if not replica.alive and replica.stopped is None and replica.group:
+                self._start(replica)
