@@ -129,7 +129,10 @@ async def cmd_trust_config_writes(args: argparse.Namespace) -> int:
     policy.config_writes = args.mode
     policy.save(path)
     if args.mode == "signed":
-        print(f"{path}: the store takes writes of tool and tool-service items only when an operator signed them")
+        print(
+            f"{path}: the store takes writes of tool and tool-service items, and of the registry's records, only when"
+            " an operator (or the registry) signed them"
+        )
     else:
         print(f"{path}: the policy covers announcements only; the config queue is left to the broker's permissions")
     print("the store reads the policy at start: restart `toolreg up` to apply")
