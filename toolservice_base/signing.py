@@ -28,6 +28,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar, cast
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -35,9 +36,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
+from pydantic import BaseModel
 
 from .errors import ToolDiscoveryError
-from .schemas import Announcement, ConfigRequest, canonical_json
+from .schemas import Announcement, canonical_json
 
 CONFIG_SIGNATURE = "ed25519-2"
 """The scheme of an operator's signature on a config write (the registry's is its group key's, `group-2`)."""
@@ -131,6 +133,8 @@ def verify(announcement: Announcement, public: Ed25519PublicKey) -> bool:
 
 CONFIG_WRITE_DOMAIN = "toolreg-config-write-2"
 """Bound into what a config write's signature covers, so bytes signed for anything else never check as one."""
+DECISION_DOMAIN = "toolreg-decision-2"
+"""Bound into what an operator's decision on a held definition (`toolreg approve`, `reject`) is signed over."""
 NONCE = re.compile(r"^[0-9a-f]{32}$")
 EXPIRES = re.compile(r"^[0-9]{1,12}\.[0-9]{3}$")
 
@@ -157,10 +161,24 @@ def config_signature_terms(now: float | None = None, lifetime: float = SIGNATURE
     return f"{(time.time() if now is None else now) + lifetime:.3f}", secrets.token_hex(16)
 
 
-def config_signed_bytes(request: ConfigRequest, topicspace: str, expires: str, nonce: str) -> bytes:
+class Signable(Protocol):
+    """A request signed whole: a config write, or an operator's decision to the registry."""
+
+    signature: str | None
+
+    def signed_part(self) -> bytes: ...
+
+
+Signed = TypeVar("Signed", bound=BaseModel)
+
+
+def config_signed_bytes(
+    request: Signable, topicspace: str, expires: str, nonce: str, domain: str = CONFIG_WRITE_DOMAIN
+) -> bytes:
     """What a config write's signature covers: the topicspace it is for, its expiry and nonce, and the request's
-    canonical JSON (signature left out). A copy sent to another topicspace, or kept past its expiry, does not check."""
-    terms = {"domain": CONFIG_WRITE_DOMAIN, "topicspace": topicspace, "expires": expires, "nonce": nonce}
+    canonical JSON (signature left out). A copy sent to another topicspace, or kept past its expiry, does not check;
+    nor does one made for another `domain` (a decision is not a write)."""
+    terms = {"domain": domain, "topicspace": topicspace, "expires": expires, "nonce": nonce}
     return canonical_json(terms).encode() + b"\n" + request.signed_part()
 
 
@@ -169,17 +187,18 @@ def config_signature_text(scheme: str, kid: str, topicspace: str, expires: str, 
 
 
 def sign_config_request(
-    request: ConfigRequest,
+    request: Signed,
     key: Ed25519PrivateKey,
     topicspace: str,
     now: float | None = None,
     lifetime: float = SIGNATURE_WINDOW,
-) -> ConfigRequest:
-    """`request` with an operator's signature for `topicspace`
-    (`ed25519-2:<key-id>:<expires>:<nonce>:<topicspace>:<base64>`)."""
+    domain: str = CONFIG_WRITE_DOMAIN,
+) -> Signed:
+    """`request` (a `ConfigRequest`, or a `Signable` of another `domain`) with an operator's signature for
+    `topicspace` (`ed25519-2:<key-id>:<expires>:<nonce>:<topicspace>:<base64>`)."""
     expires, nonce = config_signature_terms(now, lifetime)
     unsigned = request.model_copy(update={"signature": None})
-    raw = key.sign(config_signed_bytes(unsigned, topicspace, expires, nonce))
+    raw = key.sign(config_signed_bytes(cast(Signable, unsigned), topicspace, expires, nonce, domain))
     signature = config_signature_text(CONFIG_SIGNATURE, key_id(key.public_key()), topicspace, expires, nonce, raw)
     return unsigned.model_copy(update={"signature": signature})
 
@@ -209,7 +228,9 @@ def read_config_signature(signature: str) -> ConfigSignature:
     return ConfigSignature(scheme, kid, topicspace, expires, nonce, encoded, raw)
 
 
-def verify_config_request(request: ConfigRequest, public: Ed25519PublicKey, topicspace: str) -> bool:
+def verify_config_request(
+    request: Signable, public: Ed25519PublicKey, topicspace: str, domain: str = CONFIG_WRITE_DOMAIN
+) -> bool:
     """Whether `request` carries a valid operator signature by `public` for `topicspace` (the expiry is
     `check_expiry`'s)."""
     try:
@@ -219,7 +240,9 @@ def verify_config_request(request: ConfigRequest, public: Ed25519PublicKey, topi
     if signature.scheme != CONFIG_SIGNATURE or signature.key_id != key_id(public):
         return False
     try:
-        public.verify(signature.raw, config_signed_bytes(request, topicspace, signature.expires, signature.nonce))
+        public.verify(
+            signature.raw, config_signed_bytes(request, topicspace, signature.expires, signature.nonce, domain)
+        )
     except InvalidSignature:
         return False
     return True

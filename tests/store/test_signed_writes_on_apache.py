@@ -3,7 +3,7 @@ group key, a trust policy with `config-writes signed` and pinned definitions).
 
 The agent's role may send on the config queue. Under `config-writes signed`
 it must not be able to write what the registry owns (pin a held definition,
-delete the held change) nor make a signed write it captured count again: with
+delete the held change, approve it unsigned) nor make a signed write it captured count again: with
 its signature's base64 re-spelt, exactly after a failover, to another
 topicspace, or after it expired.
 """
@@ -27,6 +27,8 @@ from support.registry import TOPICSPACE
 from support.replicas import Cluster
 from support.signed import capturing, guard_for, guarded_policy, operator, padding_bits_changed, replaying, signer
 
+from discovery.errors import RegistryQueryError
+from discovery.registry.client import RegistryClient
 from discovery.registry.trust import TrustPolicy, trusted_key
 from discovery.replicas import GroupKey
 from discovery.store.service import ConfigStoreService
@@ -134,6 +136,9 @@ async def test_row_4_the_agents_role_cannot_pin_a_held_definition_nor_drop_it_an
             await agent.put([("discovery", "tell-joke", "{}")])
         with pytest.raises(ConfigError, match=UNSIGNED):
             await agent.put([("registry", "departed", "{}")], workspace="_toolreg")
+        registry = await stack.enter_async_context(RegistryClient(await insider.connect(stack, "agent"), timeout=10))
+        with pytest.raises(RegistryQueryError, match=UNSIGNED):
+            await registry.approve("tell-joke")
         await insider.fail_over()
         await send(sign(announce(svc, changed, sequence=3), jokes))
         still = await eventually(lambda: pending(insider), timeout=60)
@@ -142,6 +147,10 @@ async def test_row_4_the_agents_role_cannot_pin_a_held_definition_nor_drop_it_an
         assert json.loads(after[("discovery-pin", "tell-joke")])["digest"] == pinned["digest"] != held[0]["offered"]
         served = json.loads(after.get(("tool", "tell-joke"), '{"arguments": []}'))
         assert LEAK["name"] not in [a["name"] for a in served["arguments"]], "the held definition is served"
+        approve = ("approve", "tell-joke", "--signing-key", str(insider.root / "alice.key"))
+        done = await atoolreg(*approve, env=insider.env("operator"), timeout=60)
+        assert done.returncode == 0 and "approved tell-joke" in done.stdout, done.stderr
+        assert await pending(insider) == []
 
 
 async def test_row_5_a_captured_signed_write_is_taken_once_respelt_after_a_failover_or_in_another_topicspace(
