@@ -8,11 +8,13 @@ the key without trying each one, and never stands in for it: the policy
 stores full public keys.
 
 A config write (`ConfigRequest`, `toolreg config put --signing-key`) is signed
-the same way, over its canonical JSON and the time it was signed: its
-`signature` field holds `ed25519:<key-id>:<signed-at>:<base64 signature>`. A
-store whose trust policy covers the config queue takes writes of `tool` and
-`tool-service` items only when an operator key of the policy signed them,
-recently (`check_signed_at`).
+whole: its canonical JSON, the topicspace it is for, when it expires and a
+nonce (its unique id). Its `signature` field holds
+`ed25519-2:<key-id>:<expires>:<nonce>:<topicspace>:<base64 signature>`, every part in
+exactly one form (`read_config_signature`). A store whose trust policy covers
+the config queue takes writes of the items it guards only when an operator
+key of the policy signed them for its topicspace, before they expired
+(`check_expiry`), and takes each signed request once.
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ import base64
 import binascii
 import hashlib
 import os
+import re
+import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar, cast
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -30,14 +36,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
+from pydantic import BaseModel
 
 from .errors import ToolDiscoveryError
-from .schemas import Announcement, ConfigRequest, canonical_json
+from .schemas import Announcement, canonical_json
 
-CONFIG_SIGNATURE = "ed25519"
-"""The scheme of an operator's signature on a config write (the registry's is its group key's, `group`)."""
+CONFIG_SIGNATURE = "ed25519-2"
+"""The scheme of an operator's signature on a config write (the registry's is its group key's, `group-2`)."""
+OLDER_CONFIG_SCHEMES = ("ed25519", "group")
+"""The schemes of an older toolreg's signatures, which covered neither the topicspace nor an expiry: refused."""
 SIGNATURE_WINDOW = 60.0
-"""Seconds a signed config write is good for, either side of the store's clock: a copy replayed later is refused."""
+"""Seconds a signed config write is good for, from when it was signed: a copy replayed later is refused."""
 
 
 class SigningError(ToolDiscoveryError, ValueError):
@@ -122,48 +131,140 @@ def verify(announcement: Announcement, public: Ed25519PublicKey) -> bool:
     return True
 
 
-def config_signed_bytes(request: ConfigRequest, signed_at: str) -> bytes:
-    """What a config write's signature covers: its canonical JSON (signature left out) and when it was signed."""
-    return request.signed_part() + b"\n" + signed_at.encode()
+CONFIG_WRITE_DOMAIN = "toolreg-config-write-2"
+"""Bound into what a config write's signature covers, so bytes signed for anything else never check as one."""
+DECISION_DOMAIN = "toolreg-decision-2"
+"""Bound into what an operator's decision on a held definition (`toolreg approve`, `reject`) is signed over."""
+NONCE = re.compile(r"^[0-9a-f]{32}$")
+EXPIRES = re.compile(r"^[0-9]{1,12}\.[0-9]{3}$")
 
 
-def sign_config_request(request: ConfigRequest, key: Ed25519PrivateKey, now: float | None = None) -> ConfigRequest:
-    """`request` with an operator's signature (`ed25519:<key-id>:<signed-at>:<base64>`)."""
-    signed_at = f"{time.time() if now is None else now:.3f}"
+@dataclass(frozen=True)
+class ConfigSignature:
+    """A config write's signature, read strictly: every part in the one form a signer writes it."""
+
+    scheme: str
+    key_id: str
+    topicspace: str
+    """The topicspace it was signed for (signed, too): a store of another one refuses it."""
+    expires: str
+    """When it stops being good (Unix seconds, 3 decimals), as signed."""
+    nonce: str
+    """The signed request's unique id: a store takes it once (`discovery.store.write_policy`)."""
+    encoded: str
+    raw: bytes
+    """The signature's bytes, decoded from `encoded` (canonical base64: no other text decodes to them)."""
+
+
+def config_signature_terms(now: float | None = None, lifetime: float = SIGNATURE_WINDOW) -> tuple[str, str]:
+    """(expires, nonce) for a new signature: good for `lifetime` seconds, and unique."""
+    return f"{(time.time() if now is None else now) + lifetime:.3f}", secrets.token_hex(16)
+
+
+class Signable(Protocol):
+    """A request signed whole: a config write, or an operator's decision to the registry."""
+
+    signature: str | None
+
+    def signed_part(self) -> bytes: ...
+
+
+Signed = TypeVar("Signed", bound=BaseModel)
+
+
+def config_signed_bytes(
+    request: Signable, topicspace: str, expires: str, nonce: str, domain: str = CONFIG_WRITE_DOMAIN
+) -> bytes:
+    """What a config write's signature covers: the topicspace it is for, its expiry and nonce, and the request's
+    canonical JSON (signature left out). A copy sent to another topicspace, or kept past its expiry, does not check;
+    nor does one made for another `domain` (a decision is not a write)."""
+    terms = {"domain": domain, "topicspace": topicspace, "expires": expires, "nonce": nonce}
+    return canonical_json(terms).encode() + b"\n" + request.signed_part()
+
+
+def config_signature_text(scheme: str, kid: str, topicspace: str, expires: str, nonce: str, raw: bytes) -> str:
+    return f"{scheme}:{kid}:{expires}:{nonce}:{topicspace}:{base64.b64encode(raw).decode()}"
+
+
+def sign_config_request(
+    request: Signed,
+    key: Ed25519PrivateKey,
+    topicspace: str,
+    now: float | None = None,
+    lifetime: float = SIGNATURE_WINDOW,
+    domain: str = CONFIG_WRITE_DOMAIN,
+) -> Signed:
+    """`request` (a `ConfigRequest`, or a `Signable` of another `domain`) with an operator's signature for
+    `topicspace` (`ed25519-2:<key-id>:<expires>:<nonce>:<topicspace>:<base64>`)."""
+    expires, nonce = config_signature_terms(now, lifetime)
     unsigned = request.model_copy(update={"signature": None})
-    signature = base64.b64encode(key.sign(config_signed_bytes(unsigned, signed_at))).decode()
-    return unsigned.model_copy(
-        update={"signature": f"{CONFIG_SIGNATURE}:{key_id(key.public_key())}:{signed_at}:{signature}"}
-    )
+    raw = key.sign(config_signed_bytes(cast(Signable, unsigned), topicspace, expires, nonce, domain))
+    signature = config_signature_text(CONFIG_SIGNATURE, key_id(key.public_key()), topicspace, expires, nonce, raw)
+    return unsigned.model_copy(update={"signature": signature})
 
 
-def split_config_signature(signature: str | None) -> tuple[str, str, str, str] | None:
-    """(scheme, key id, signed-at, signature) of a config write's signature; None if it has none, or not that shape."""
-    if not signature or signature.count(":") < 3:
-        return None
-    scheme, kid, signed_at, encoded = signature.split(":", 3)
-    return scheme, kid, signed_at, encoded
+def read_config_signature(signature: str) -> ConfigSignature:
+    """The parts of a config write's signature; `SigningError` (one line: what is wrong, what to do) unless it is in
+    the current form exactly: an older toolreg's signature (no topicspace, no expiry) or base64 that is not the
+    canonical encoding of its bytes (changed padding bits, say: a copy made to look new) is refused."""
+    parts = signature.split(":", 4)
+    if len(parts) == 4 and parts[0] in OLDER_CONFIG_SCHEMES:
+        raise SigningError(
+            "the write is signed the older way (its signature names no topicspace and no expiry): upgrade toolreg"
+            " where it was signed (`toolreg config put --signing-key`, or the registry) and sign it again"
+        )
+    topicspace, _, encoded = parts[-1].rpartition(":")
+    if len(parts) != 5 or not topicspace:
+        raise SigningError("its signature is not <scheme>:<key id>:<expires>:<nonce>:<topicspace>:<base64>")
+    scheme, kid, expires, nonce = parts[:4]
+    if not EXPIRES.match(expires) or not NONCE.match(nonce):
+        raise SigningError("its signature's expiry or nonce is malformed")
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise SigningError("its signature is not base64") from None
+    if base64.b64encode(raw).decode() != encoded:
+        raise SigningError("its signature is not in canonical base64 (changed padding bits?): a copy is refused")
+    return ConfigSignature(scheme, kid, topicspace, expires, nonce, encoded, raw)
 
 
-def verify_config_request(request: ConfigRequest, public: Ed25519PublicKey) -> bool:
-    """Whether `request` carries a valid operator signature by `public` (freshness is `check_signed_at`'s)."""
-    parts = split_config_signature(request.signature)
-    if parts is None or parts[0] != CONFIG_SIGNATURE or parts[1] != key_id(public):
+def verify_config_request(
+    request: Signable, public: Ed25519PublicKey, topicspace: str, domain: str = CONFIG_WRITE_DOMAIN
+) -> bool:
+    """Whether `request` carries a valid operator signature by `public` for `topicspace` (the expiry is
+    `check_expiry`'s)."""
+    try:
+        signature = read_config_signature(request.signature or "")
+    except SigningError:
+        return False
+    if signature.scheme != CONFIG_SIGNATURE or signature.key_id != key_id(public):
         return False
     try:
-        public.verify(base64.b64decode(parts[3], validate=True), config_signed_bytes(request, parts[2]))
-    except (InvalidSignature, binascii.Error, ValueError):
+        public.verify(
+            signature.raw, config_signed_bytes(request, topicspace, signature.expires, signature.nonce, domain)
+        )
+    except InvalidSignature:
         return False
     return True
 
 
-def check_signed_at(signed_at: str, now: float | None = None, window: float = SIGNATURE_WINDOW) -> str | None:
-    """None if a signature made at `signed_at` is recent enough; else why not."""
+def check_expiry(expires: str, now: float | None = None, window: float = SIGNATURE_WINDOW) -> str | None:
+    """None if a signature that `expires` then is good now; else why not.
+
+    A signer makes it good for `window` seconds; its expiry may be up to
+    another `window` ahead of this clock (the signer's clock may run ahead),
+    never more: no signature is good for long.
+    """
     try:
-        when = float(signed_at)
+        when = float(expires)
     except ValueError:
-        return "its signing time is not a number"
-    skew = (time.time() if now is None else now) - when
-    if not -window <= skew <= window:
-        return f"it was signed {skew:+.0f}s from now, outside the {window:g}s a signature is good for (a replay?)"
+        return "its expiry is not a number"
+    left = when - (time.time() if now is None else now)
+    if left < 0:
+        return f"the signature expired {-left:.0f}s ago (a signed write is good for {window:g}s): sign it again"
+    if left > 2 * window:
+        return (
+            f"its expiry is {left:.0f}s ahead, more than a signature may be good for ({window:g}s; is the signing"
+            " machine's clock ahead?)"
+        )
     return None

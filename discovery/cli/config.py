@@ -9,6 +9,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from toolservice_base import ConfigClient, RequestTimeout
 from toolservice_base.schemas import ConfigRequest
 from toolservice_base.signing import load_private_key, sign_config_request
@@ -23,22 +25,27 @@ def split_item(ref: str) -> tuple[str, str]:
     return item_type, key
 
 
-def _signer(args: argparse.Namespace) -> Callable[[ConfigRequest], ConfigRequest] | None:
+def _signing_key(args: argparse.Namespace) -> Ed25519PrivateKey | None:
     """`--signing-key`: the operator's key each write is signed with; None without one."""
     path = getattr(args, "signing_key", None)
-    if not path:
+    return load_private_key(path) if path else None
+
+
+def _signer(key: Ed25519PrivateKey | None, topicspace: str) -> Callable[[ConfigRequest], ConfigRequest] | None:
+    """Each write signed with `key` for the topicspace it goes to (a store of another one refuses it)."""
+    if key is None:
         return None
-    key = load_private_key(path)
-    return lambda request: sign_config_request(request, key)
+    return lambda request: sign_config_request(request, key, topicspace)
 
 
 async def with_config(args: argparse.Namespace, action: Callable[[ConfigClient], Awaitable[int]]) -> int:
     """Run `action` on a config client; `--timeout` bounds it all, connecting to the broker included."""
     deadline = Deadline(args.timeout)
-    sign = _signer(args)
+    key = _signing_key(args)
     async with AsyncExitStack() as stack:
         connection = await connect(args, deadline)
         stack.push_async_callback(connection.close)
+        sign = _signer(key, connection.topics.topicspace)
         client = ConfigClient(connection, workspace=args.workspace, timeout=args.timeout, sign=sign)
         stack.push_async_callback(client.close)
         await opened(client.start(), connection.url, "the config store's queues", deadline)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from discovery.registry.client import RegistryClient
-from discovery.registry.protocol import PendingChange
+from discovery.registry.protocol import PendingChange, RegistryRequest
+from toolservice_base.signing import DECISION_DOMAIN, load_private_key, sign_config_request
 
-from .common import CommandError
+from .common import CommandError, settings_of
 from .output import Column, add_output_options, render
 from .registry import SHORT, age, ask_registry, query_parent
 
@@ -64,7 +66,10 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
             help=summary,
             description=effect,
             formatter_class=argparse.RawDescriptionHelpFormatter,
-            epilog=f"examples:\n  toolreg pending\n  toolreg {name} tell-joke --digest 3f2a9c1b4d5e\n",
+            epilog=(
+                f"examples:\n  toolreg pending\n  toolreg {name} tell-joke --digest 3f2a9c1b4d5e\n"
+                f"  toolreg {name} tell-joke --signing-key keys/alice.key   # under config-writes signed\n"
+            ),
         )
         command.add_argument("tool", metavar="TOOL")
         command.add_argument(
@@ -76,8 +81,18 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
                 " pending`)"
             ),
         )
-        command.add_argument("--workspace", default=None, help="config workspace (default: the registry's, 'default')")
+        _add_decision_options(command)
         command.set_defaults(handler=cmd_approve if name == "approve" else cmd_reject)
+
+
+def _add_decision_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--workspace", default=None, help="config workspace (default: the registry's, 'default')")
+    command.add_argument(
+        "--signing-key",
+        default=None,
+        metavar="KEY",
+        help="an operator's private key to sign the decision with (required under config-writes signed)",
+    )
 
 
 def pending_columns(now: float) -> list[Column[PendingChange]]:
@@ -130,6 +145,14 @@ def _decision_help(change: PendingChange) -> str:
     )
 
 
+def _signer(args: argparse.Namespace) -> Callable[[RegistryRequest], RegistryRequest] | None:
+    """`--signing-key`: the decision signed by that operator key, for the topicspace it goes to."""
+    if not args.signing_key:
+        return None
+    key, topicspace = load_private_key(args.signing_key), settings_of(args).topicspace
+    return lambda request: sign_config_request(request, key, topicspace, domain=DECISION_DOMAIN)
+
+
 def _digest_arg(args: argparse.Namespace) -> str | None:
     digest: str | None = args.digest
     if digest is None:
@@ -146,6 +169,7 @@ async def cmd_approve(args: argparse.Namespace) -> int:
     digest = _digest_arg(args)
 
     async def action(client: RegistryClient) -> int:
+        client.sign = _signer(args)
         decision = await client.approve(args.tool, args.workspace, digest)
         change = decision.change
         done = "agents see it now" if decision.applied else "it is being written to the store"
@@ -159,6 +183,7 @@ async def cmd_reject(args: argparse.Namespace) -> int:
     digest = _digest_arg(args)
 
     async def action(client: RegistryClient) -> int:
+        client.sign = _signer(args)
         change = (await client.reject(args.tool, args.workspace, digest)).change
         print(
             f"rejected {change.offered[:SHORT]} for {change.tool}: it stays pinned at {change.pinned[:SHORT]}; "

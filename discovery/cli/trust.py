@@ -72,6 +72,11 @@ async def cmd_trust_remove(args: argparse.Namespace) -> int:
     policy = TrustPolicy.load(path)
     matches = [k for k in policy.keys.values() if args.name in (k.name, k.id)]
     if not matches:
+        if any(args.name in (k.name, k.id) for k in policy.operators.values()):
+            return fail(
+                f"no key named {args.name!r} in {path}; {args.name!r} is an operator: remove it with `toolreg trust"
+                f" remove-operator {args.name}`"
+            )
         return fail(f"no key named {args.name!r} in {path}")
     for key in matches:
         del policy.keys[key.id]
@@ -118,6 +123,31 @@ async def cmd_trust_add_operator(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_trust_remove_operator(args: argparse.Namespace) -> int:
+    path = policy_path(args)
+    policy = TrustPolicy.load(path)
+    matches = [k for k in policy.operators.values() if args.name in (k.name, k.id)]
+    if not matches:
+        also = (
+            f"; {args.name!r} is a trusted key: remove it with `toolreg trust remove {args.name}`"
+            if any(args.name in (k.name, k.id) for k in policy.keys.values())
+            else ""
+        )
+        return fail(f"no operator named {args.name!r} in {path}{also}")
+    if policy.config_writes == "signed" and len(matches) == len(policy.operators):
+        return fail(
+            f"{args.name!r} is the last operator of {path}, and config writes must be signed: add another first"
+            " (`toolreg trust add-operator NAME --public-key KEY`), or turn signing off (`toolreg trust config-writes"
+            " any`)"
+        )
+    for key in matches:
+        del policy.operators[key.id]
+    policy.save(path)
+    print(f"removed operator {args.name!r} from {path}: writes it signs are refused once the store restarts")
+    print("the store reads the policy at start: restart `toolreg up` to apply")
+    return 0
+
+
 async def cmd_trust_config_writes(args: argparse.Namespace) -> int:
     path = policy_path(args)
     policy = _load_or_new(path)
@@ -129,7 +159,10 @@ async def cmd_trust_config_writes(args: argparse.Namespace) -> int:
     policy.config_writes = args.mode
     policy.save(path)
     if args.mode == "signed":
-        print(f"{path}: the store takes writes of tool and tool-service items only when an operator signed them")
+        print(
+            f"{path}: the store takes writes of tool and tool-service items, and of the registry's records, only when"
+            " an operator (or the registry) signed them"
+        )
     else:
         print(f"{path}: the policy covers announcements only; the config queue is left to the broker's permissions")
     print("the store reads the policy at start: restart `toolreg up` to apply")
@@ -171,6 +204,7 @@ TRUST_EXAMPLES = """examples:
   toolreg trust add research --public-key keys/research.key.pub --services 'rs-*' --tools '*' --workspaces 'research-*'
   toolreg trust list --json
   toolreg keygen keys/alice.key && toolreg trust add-operator alice --public-key keys/alice.key.pub
+  toolreg trust remove-operator bob
   toolreg trust config-writes signed          # then: toolreg config put tool/X --signing-key keys/alice.key
   toolreg up --trust-policy trust.json
   toolreg serve toolservice_base.examples.joke:JokeService --signing-key keys/jokes.key
@@ -251,8 +285,8 @@ def _add_trust_command(sub: argparse._SubParsersAction, common: argparse.Argumen
 
 
 def _add_config_writes_commands(trust_sub: Any, parents: list[argparse.ArgumentParser]) -> None:
-    """`toolreg trust add-operator|config-writes`: whether, and by whom, writes of tools on the config queue are
-    signed."""
+    """`toolreg trust add-operator|remove-operator|config-writes`: whether, and by whom, guarded writes on the config
+    queue are signed."""
     operator = trust_sub.add_parser(
         "add-operator",
         parents=parents,
@@ -265,6 +299,14 @@ def _add_config_writes_commands(trust_sub: Any, parents: list[argparse.ArgumentP
     operator.add_argument("name", metavar="NAME", help="a name for the operator, e.g. alice")
     operator.add_argument("--public-key", required=True, help="base64 public key, or a .pub file from `toolreg keygen`")
     operator.set_defaults(handler=cmd_trust_add_operator)
+    dropped = trust_sub.add_parser(
+        "remove-operator",
+        parents=parents,
+        help="stop trusting an operator key to sign writes through the config queue",
+        description="Remove an operator key by name or id: the store refuses writes it signs once restarted.",
+    )
+    dropped.add_argument("name", metavar="NAME")
+    dropped.set_defaults(handler=cmd_trust_remove_operator)
     writes = trust_sub.add_parser(
         "config-writes",
         parents=parents,

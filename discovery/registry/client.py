@@ -8,6 +8,7 @@ says what to run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -63,8 +64,17 @@ Names = list[str]
 class RegistryClient:
     """Query a running registry over Pulsar."""
 
-    def __init__(self, connection: Transport, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        connection: Transport,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        sign: Callable[[RegistryRequest], RegistryRequest] | None = None,
+    ) -> None:
+        """`sign`: signs each `approve` and `reject`, for a registry whose trust policy has `config-writes signed`
+        (`toolservice_base.signing.sign_config_request` with `DECISION_DOMAIN`)."""
         self.timeout = timeout
+        self.sign = sign
         self.page_limit = PAGE_LIMIT
         self._rpc = RequestClient(
             connection,
@@ -91,6 +101,8 @@ class RegistryClient:
         request = RegistryRequest(
             operation=operation, name=name, workspace=workspace, limit=limit, after=after, digest=digest
         )
+        if self.sign is not None and operation in ("approve", "reject"):
+            request = self.sign(request)
         try:
             body = await self._rpc.request(request, timeout=self.timeout)
         except RequestTimeout:

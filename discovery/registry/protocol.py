@@ -15,6 +15,7 @@ from toolservice_base.schemas import (
     MAX_PAGE_ITEMS,
     NAME_PATTERN,
     ErrorBody,
+    canonical_json,
 )
 
 from .usage import ToolUsage
@@ -41,6 +42,13 @@ class RegistryRequest(BaseModel):
     digest: str | None = Field(default=None, pattern=DIGEST_PATTERN)
     """`approve`, `reject`: the offered definition's digest (or a prefix) the operator decided on; refused if another is
     offered."""
+    signature: str | None = Field(default=None, max_length=512)
+    """`approve`, `reject`: an operator's signature (`toolreg approve --signing-key`), which a registry whose trust
+    policy has `config-writes signed` requires (`discovery.registry.decisions`); older registries ignore it."""
+
+    def signed_part(self) -> bytes:
+        """What a signature covers: the request's canonical JSON without the signature."""
+        return canonical_json(self.model_dump(mode="json", exclude={"signature"}, exclude_none=True)).encode()
 
 
 class ToolStatus(BaseModel):

@@ -22,6 +22,7 @@ from toolservice_base.logs import get_logger
 from toolservice_base.schemas import MAX_PAGE_ITEMS, MAX_QUERY_BYTES, ErrorBody, describe_validation_error
 from toolservice_base.transport import Envelope
 
+from .decisions import SignedDecisions
 from .leases import LeaseTable, ServiceKey
 from .options import RegistryOptions
 from .paging import page_of
@@ -29,6 +30,7 @@ from .pins import Pending, PinBook, PinError, rejected_reason
 from .probes import Prober
 from .protocol import NameConflict, PendingChange, RegistryRequest, RegistryResponse, Rejection, ToolStatus
 from .state import ServiceState, held_statuses, static_status
+from .trust import TrustPolicy
 from .usage import live_usage
 from .validation import RejectionLog
 from .writer import StoreWriter
@@ -63,6 +65,8 @@ class Queries:
         self.rejection_log = rejection_log
         self.pins = pins
         self.workspace_default = workspace_default
+        trust = options.trust if isinstance(options.trust, TrustPolicy) else None
+        self.decisions = SignedDecisions(trust, config.connection.topics.topicspace)
 
     def _mark(self, key: ServiceKey, *, force: bool = False) -> None:
         self.writer.mark(key, force=force)
@@ -260,6 +264,10 @@ class Queries:
             )
             return
         workspace = request.workspace or self.workspace_default
+        if (refused := self.decisions.refusal(request)) is not None:
+            log.warning("registry.decision_refused", operation=request.operation, tool=request.name, reason=refused)
+            await reply(RegistryResponse(error=ErrorBody(type="not-authorized", message=refused)))
+            return
         try:
             response = await self._answer(request, workspace)
         except (RequestTimeout, ConfigError) as exc:

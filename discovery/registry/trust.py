@@ -37,8 +37,10 @@ Two more cover the config queue (`discovery.store.write_policy`):
      "keys": [...]}
 
 - `"config-writes": "signed"`: the store takes a write of `tool` or
-  `tool-service` items only if one of the `operators` signed it (`toolreg
-  config put --signing-key`), or the registry did. `"any"` (the default)
+  `tool-service` items, or of the registry's own records (`discovery`,
+  `discovery-pin`, `pending-definition`, workspace `_toolreg`), only if one
+  of the `operators` signed it (`toolreg config put --signing-key`), or the
+  registry did; each signed write is taken once. `"any"` (the default)
   leaves the config queue to the broker's permissions: the policy then
   covers announcements only, and `toolreg up` says so.
 """

@@ -29,13 +29,18 @@ import hmac
 import json
 import os
 import secrets
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.schemas import ConfigRequest
-from toolservice_base.signing import config_signed_bytes, split_config_signature
+from toolservice_base.signing import (
+    SigningError,
+    config_signature_terms,
+    config_signature_text,
+    config_signed_bytes,
+    read_config_signature,
+)
 
 FORMAT = 1
 SECRET_BYTES = 32
@@ -45,8 +50,8 @@ DOMAIN = b"toolreg-state-1"
 """Bound into every MAC, so a tag made for anything else never checks here."""
 MAC_PROPERTY = "mac"
 """The message property a signed record carries its MAC in: `<key id>:<base64 of the HMAC>`."""
-CONFIG_SCHEME = "group"
-"""The scheme of the registry's signature on its config writes (an operator's is `ed25519`)."""
+CONFIG_SCHEME = "group-2"
+"""The scheme of the registry's signature on its config writes (an operator's is `ed25519-2`)."""
 CONFIG_KIND = "config-write"
 
 
@@ -118,20 +123,27 @@ class GroupKey:
         return None
 
     def sign_config(self, request: ConfigRequest, topicspace: str, now: float | None = None) -> ConfigRequest:
-        """`request` signed by the registry that holds this key (`group:<key id>:<signed-at>:<base64>`), for a store
-        whose trust policy covers the config queue: the registry's own writes of `tool` items pass."""
-        signed_at = f"{time.time() if now is None else now:.3f}"
+        """`request` signed for `topicspace` by the registry that holds this key
+        (`group-2:<key id>:<expires>:<nonce>:<topicspace>:<base64>`), for a store whose trust policy covers the
+        config queue: the registry's own writes pass."""
+        expires, nonce = config_signature_terms(now)
         unsigned = request.model_copy(update={"signature": None})
-        kid, _, mac = self.tag(CONFIG_KIND, topicspace, config_signed_bytes(unsigned, signed_at)).partition(":")
-        return unsigned.model_copy(update={"signature": f"{CONFIG_SCHEME}:{kid}:{signed_at}:{mac}"})
+        signed = config_signed_bytes(unsigned, topicspace, expires, nonce)
+        digest = self._digest(self.secrets[self.signing], CONFIG_KIND, topicspace, signed, ())
+        text = config_signature_text(CONFIG_SCHEME, self.signing, topicspace, expires, nonce, digest)
+        return unsigned.model_copy(update={"signature": text})
 
     def check_config(self, request: ConfigRequest, topicspace: str) -> str | None:
-        """None if a replica holding one of these keys signed `request` (freshness aside); else why not."""
-        parts = split_config_signature(request.signature)
-        if parts is None or parts[0] != CONFIG_SCHEME:
+        """None if a replica holding one of these keys signed `request` for `topicspace` (its expiry aside); else
+        why not."""
+        try:
+            signature = read_config_signature(request.signature or "")
+        except SigningError as exc:
+            return str(exc)
+        if signature.scheme != CONFIG_SCHEME:
             return "not signed by the registry"
-        kid, signed_at, mac = parts[1:]
-        return self.check(f"{kid}:{mac}", CONFIG_KIND, topicspace, config_signed_bytes(request, signed_at))
+        signed = config_signed_bytes(request, topicspace, signature.expires, signature.nonce)
+        return self.check(f"{signature.key_id}:{signature.encoded}", CONFIG_KIND, topicspace, signed)
 
     def describe(self) -> str:
         where = f" from {self.path}" if self.path else ""

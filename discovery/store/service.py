@@ -294,9 +294,15 @@ class ConfigStoreService:
         `request_id`: the id its sender gave it, by which a write the journal already holds is answered, not made
         again (`Journal.made`)."""
         guard = None if local else self.write_guard
-        if guard is None or not guard.covers(request):
+        if guard is None or not guard.covers(request, queue_workspace):
             return await self._answer(request, queue_workspace, request_id)
-        response = await guard.serve(request, lambda: self._answer(request, queue_workspace, request_id))
+        response = await guard.serve(
+            request,
+            lambda logged_as: self._answer(request, queue_workspace, logged_as),
+            queue_workspace=queue_workspace,
+            request_id=request_id,
+            journal=self.journal,
+        )
         if response.error is not None and response.error.type == REFUSAL:
             self.metrics.request(request.operation, REFUSAL)
         return response

@@ -17,8 +17,11 @@ from discovery.cli.registry import (
     MAX_INSTANCES_ENV,
     registry_options,
     trust_line,
+    write_guard,
 )
 from discovery.registry.trust import TrustPolicy
+from toolservice_base.schemas import ConfigRequest
+from toolservice_base.signing import load_private_key, sign_config_request
 
 
 def args(**values: object) -> argparse.Namespace:
@@ -144,3 +147,29 @@ def test_the_documented_rotation_commands_work_as_written(tmp_path: Path) -> Non
     assert len(json.loads(Path(policy).read_text())["keys"]) == 1
     missing = toolreg("trust", "remove", "nobody", "--policy", policy, env=env)
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
+
+
+def test_an_operator_is_removed_with_remove_operator_and_trust_remove_says_so(tmp_path: Path) -> None:
+    """`toolreg trust remove bob` used to say only `no key named 'bob'`, and no command dropped an operator."""
+    env = toolreg_env("pulsar://127.0.0.1:1", tmp_path / "data")
+    policy = str(tmp_path / "trust.json")
+    for name in ("alice", "bob"):
+        assert toolreg("keygen", str(tmp_path / f"keys/{name}.key"), env=env).returncode == 0
+        pub = str(tmp_path / f"keys/{name}.key.pub")
+        assert toolreg("trust", "add-operator", name, "--public-key", pub, "--policy", policy, env=env).returncode == 0
+    assert toolreg("trust", "config-writes", "signed", "--policy", policy, env=env).returncode == 0
+    wrong = toolreg("trust", "remove", "bob", "--policy", policy, env=env)
+    said = [line for line in wrong.stderr.splitlines() if line.startswith("toolreg: ")]
+    assert wrong.returncode == 1 and len(said) == 1, wrong.stderr
+    assert "no key named 'bob'" in said[0] and "`toolreg trust remove-operator bob`" in said[0], said
+    removed = toolreg("trust", "remove-operator", "bob", "--policy", policy, env=env)
+    assert removed.returncode == 0 and "removed operator 'bob'" in removed.stdout, removed.stderr
+    assert [k.name for k in TrustPolicy.load(policy).operators.values()] == ["alice"]
+    bob = load_private_key(tmp_path / "keys/bob.key")
+    guard = write_guard(registry_options(args(trust_policy=policy)), None, "tg")
+    assert guard is not None
+    signed = sign_config_request(ConfigRequest(operation="put", values=[{"type": "tool", "key": "x"}]), bob, "tg")
+    assert "not an operator key" in (guard.refusal(signed) or ""), "the store started on the policy refuses bob"
+    last = toolreg("trust", "remove-operator", "alice", "--policy", policy, env=env)
+    assert last.returncode == 1 and "is the last operator" in last.stderr, last.stderr
+    assert toolreg("trust", "remove-operator", "carol", "--policy", policy, env=env).returncode == 1

@@ -62,12 +62,13 @@ def test_the_guard_takes_an_operators_and_the_registrys_signatures_and_nothing_e
     assert guard.covers(put_request()) and guard.covers(put_request("tool-service", "rogue"))
     assert not guard.covers(put_request("note", "anything")), "other types are the broker's business"
     assert "must be signed by an operator key" in (guard.refusal(put_request()) or "")
-    assert guard.refusal(sign_config_request(put_request(), alice)) is None
-    assert "not an operator key" in (guard.refusal(sign_config_request(put_request(), mallory)) or "")
-    tampered = sign_config_request(put_request(), alice).model_copy(update={"values": put_request("tool", "b").values})
+    assert guard.refusal(sign_config_request(put_request(), alice, "tg")) is None
+    assert "not an operator key" in (guard.refusal(sign_config_request(put_request(), mallory, "tg")) or "")
+    signed = sign_config_request(put_request(), alice, "tg")
+    tampered = signed.model_copy(update={"values": put_request("tool", "b").values})
     assert "does not match" in (guard.refusal(tampered) or "")
-    stale = sign_config_request(put_request(), alice, now=time.time() - 3600)
-    assert "outside the 60s" in (guard.refusal(stale) or "")
+    stale = sign_config_request(put_request(), alice, "tg", now=time.time() - 3600)
+    assert "expired" in (guard.refusal(stale) or "")
     assert guard.refusal(group.sign_config(put_request(), "tg")) is None
     assert guard.refusal(group.sign_config(put_request(), "another-topicspace")) is not None
     assert guard.refusal(GroupKey.generate().sign_config(put_request(), "tg")) is not None
@@ -107,9 +108,10 @@ async def test_with_config_writes_signed_a_tool_written_by_hand_needs_an_operato
     alice, mallory = (load_private_key(found[name]) for name in ("alice", "mallory"))
     async with AsyncExitStack() as stack:
         connection = await stack.enter_async_context(await open_transport(cluster.settings()))
+        space = connection.topics.topicspace
         unsigned = await stack.enter_async_context(ConfigClient(connection, timeout=5))
         forged = await stack.enter_async_context(
-            ConfigClient(connection, timeout=5, sign=lambda request: sign_config_request(request, mallory))
+            ConfigClient(connection, timeout=5, sign=lambda request: sign_config_request(request, mallory, space))
         )
         for client in (unsigned, forged):
             for item in items:
@@ -122,7 +124,7 @@ async def test_with_config_writes_signed_a_tool_written_by_hand_needs_an_operato
         )
         assert done.returncode == 0, done.stderr
         operator = await stack.enter_async_context(
-            ConfigClient(connection, timeout=5, sign=lambda request: sign_config_request(request, alice))
+            ConfigClient(connection, timeout=5, sign=lambda request: sign_config_request(request, alice, space))
         )
         await operator.put([items[1]])
         with pytest.raises(ConfigError, match="operator key"):

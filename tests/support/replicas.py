@@ -29,6 +29,7 @@ from apache_pulsar import ApachePulsar
 from agent_bridge import ToolSet
 from discovery.replicas import GroupKey
 from discovery.store.replicated import ReplicatedStore
+from discovery.store.write_policy import ConfigWriteGuard
 from toolservice_base import ConfigClient, MemoryBroker, Settings, Transport, open_transport
 from toolservice_base.errors import ConfigError, RequestTimeout
 from toolservice_base.examples.echo import EchoService
@@ -311,16 +312,28 @@ class Group:
         return connection
 
     async def start(
-        self, name: str, takeover_after: float = 2.0, shared: dict[str, str] | None = None, key: GroupKey | None = None
+        self,
+        name: str,
+        takeover_after: float = 2.0,
+        shared: dict[str, str] | None = None,
+        key: GroupKey | None = None,
+        write_guard: ConfigWriteGuard | None = None,
     ) -> ReplicatedStore:
         """Start replica `name`; `shared`: the settings every replica of a group must share (the trust policy's digest,
-        say); `key`: the group's key."""
+        say); `key`: the group's key; `write_guard`: this replica's (`"config-writes": "signed"`)."""
         own = AsyncExitStack()
         self.stack.push_async_callback(own.aclose)
         connection = await open_transport(self.settings)
         own.push_async_callback(connection.close)
         replica = await own.enter_async_context(
-            ReplicatedStore(connection, replica_id=name, takeover_after=takeover_after, settings=shared, key=key)
+            ReplicatedStore(
+                connection,
+                replica_id=name,
+                takeover_after=takeover_after,
+                settings=shared,
+                key=key,
+                write_guard=write_guard,
+            )
         )
         self.replicas.append(replica)
         self.exits[id(replica)] = own
