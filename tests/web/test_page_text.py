@@ -16,6 +16,7 @@ from support import eventually
 
 from discovery.registry.overview import RegistrySnapshot, ToolView
 from discovery.registry.service import Registry
+from discovery.web.feed import snapshot_json
 from discovery.web.health import HealthServer
 from discovery.web.page import render, serve_registry_page
 from toolservice_base import ConfigClient
@@ -51,6 +52,22 @@ def test_the_rendered_page_shows_control_and_bidi_characters_as_escapes() -> Non
     html = render(RegistrySnapshot(at=time.time(), config_version=1, tools=[tool], **empty))
     assert not UNSAFE.search(html), sorted({hex(ord(c)) for c in UNSAFE.findall(html)})
     assert "Weather forecast\\u001b[2J for a city\\u0000, \\u202eevil\\u202c \\u009b31m\\u007f" in html
+
+
+@pytest.mark.parametrize("char", ["\x1b", "\x00", "\r", "\b", "\x0c", "\x7f", "\x9b", "\u202e", "\u2066", "\u061c"])
+@pytest.mark.parametrize("rest", ["plain ASCII", "déjà vu — it’s 天気", 'a "quoted" C:\\path\nnext line'])
+def test_the_feed_s_json_shows_every_control_and_bidi_character(char: str, rest: str) -> None:
+    """Whatever else the snapshot holds (only ASCII, other scripts, JSON's own escapes), one such character in one
+    description is enough for the JSON to carry it escaped."""
+    tools = [
+        ToolView(name=f"t{i}", service="s", workspace="default", source="static", status="configured", instances=0,
+                 description=rest + (char if i == 3 else ""))
+        for i in range(5)
+    ]  # fmt: skip
+    empty: dict[str, Any] = {"held": [], "instances": [], "rejections": [], "rejected_total": 0, "conflicts": []}
+    data = json.loads(snapshot_json(RegistrySnapshot(at=time.time(), config_version=1, tools=tools, **empty)))
+    assert raw_controls(data) == [] and data["tools"][3]["description"] == rest + f"\\u{ord(char):04x}"
+    assert data["tools"][0]["description"] == rest
 
 
 @pytest.fixture
