@@ -1,18 +1,21 @@
-"""What a stranger writes in a tool's title or description reaches the terminal as visible escapes, never as
-control sequences (round five, row 8): ESC (`ESC[2J` clears the screen), NUL, C1 controls, U+202E."""
+"""What a stranger writes in a tool's title or description, or a service in its answer, reaches the terminal as
+visible escapes, never as control sequences (round five, row 8): ESC (`ESC[2J` clears the screen), NUL, C1
+controls, U+202E."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from support import atoolreg, eventually, toolreg_env
 
 from discovery.registry.service import Registry
 from discovery.shown import shown
 from discovery.store.service import ConfigStoreService
-from toolservice_base import ConfigClient, Settings
+from toolservice_base import ConfigClient, DynamicToolService, Settings
 from toolservice_base.schemas import ToolDescriptor, ToolServiceDescriptor
 
 HOSTILE_DESCRIPTION = "Weather forecast\x1b[2J\x1b]0;pwned\x07 for a city\x00, \u202eevil\u202c \x9b31m\x7f done"
@@ -71,3 +74,31 @@ async def test_toolreg_never_writes_a_control_character_from_a_tool_s_text(
 
 async def _listed(registry: Registry) -> bool:
     return any(t.name == "weather" for t in await registry.list_tools())
+
+
+class Forecaster(DynamicToolService):
+    """A service whose answers carry what a hostile one would send: a streamed answer, then a whole one."""
+
+    descriptor = {"id": "forecaster"}
+    tools = [{"name": "forecast", "description": "Tomorrow's weather", "arguments": []}]
+
+    async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> AsyncIterator[str]:
+        yield "sunny\x1b[2J"
+        yield "\u202edlrow\x00 \x9b31m"
+
+
+async def test_a_tool_s_answer_reaches_the_terminal_escaped(
+    tmp_path: Path, settings: Settings, config_client: ConfigClient
+) -> None:
+    async with Forecaster(settings=settings, announce=False) as service:
+        await config_client.put(
+            [("tool-service", service.id, service.service_descriptor.to_json())]
+            + [("tool", t.name, t.to_json()) for t in service.tool_descriptors]
+        )
+        env = toolreg_env(settings.pulsar_url or "", tmp_path)
+        streamed = await atoolreg("call", "forecast", env=env)
+        assert streamed.returncode == 0, streamed.stderr
+        assert streamed.stdout == "sunny\\u001b[2J\\u202edlrow\\u0000 \\u009b31m\n"
+        as_json = await atoolreg("call", "forecast", "--json", env=env)
+        assert json.loads(as_json.stdout)["observation"] == "sunny\x1b[2J\u202edlrow\x00 \x9b31m"
+        assert not UNSAFE.search(as_json.stdout)
