@@ -11,6 +11,7 @@ give its pointer to `toolreg pending` instead of "no tool".
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from contextlib import AsyncExitStack
 
@@ -20,6 +21,7 @@ from discovery.registry.state import HELD_BY_PIN
 from toolservice_base import Settings, open_transport
 from toolservice_base.errors import TransportError
 from toolservice_base.logs import get_logger
+from toolservice_base.schemas import NAME_PATTERN
 
 log = get_logger("discovery.cli")
 
@@ -43,8 +45,8 @@ class HeldLookup:
 
     async def explain(self, name: str) -> str | None:
         """One line if the registry lists `name` as held by pinning in this workspace; None otherwise (or no answer)."""
-        if time.monotonic() < self._silent_until:
-            return None
+        if time.monotonic() < self._silent_until or not re.fullmatch(NAME_PATTERN, name):
+            return None  # (no tool has a name outside the pattern, so none is held; the registry would refuse to ask)
         try:
             client = await self._connected()
             status = await client.get(name, self._workspace)

@@ -39,6 +39,7 @@ from . import trust as cli_trust
 from .common import Handler, fail, lazy
 from .completion import SHELLS, script
 from .otel import configure_tracing
+from .output import screened
 from .parsing import Parser, parent, subcommands
 
 log = get_logger("discovery.cli")
@@ -442,17 +443,18 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     """
     configure_logging(getattr(args, "log_level", None))
     configure_tracing(f"toolreg-{getattr(args, 'command', 'command')}")
-    try:
-        return run_loop(handler, args)
-    except ToolDiscoveryError as exc:
-        return fail(str(exc))
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        # `toolreg tools | head`: the reader has gone, which is not an error. Point stdout at
-        # /dev/null so the interpreter's final flush does not raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    with screened():  # what strangers wrote reaches the terminal as visible escapes, not as control sequences
+        try:
+            return run_loop(handler, args)
+        except ToolDiscoveryError as exc:
+            return fail(str(exc))
+        except KeyboardInterrupt:
+            return 130
+        except BrokenPipeError:
+            # `toolreg tools | head`: the reader has gone, which is not an error. Point stdout at
+            # /dev/null so the interpreter's final flush does not raise again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
 
 
 def main(argv: list[str] | None = None) -> int:

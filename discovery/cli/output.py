@@ -11,15 +11,23 @@ rows through `render`, from one description of its columns:
 - `name`: one name per line, for `xargs` and shell loops;
 - `--no-headers`: a table without its header line, and without the line that
   says there is nothing (so an empty listing is empty output).
+
+Whatever a command prints, on stdout or stderr, goes through `screened`: control
+characters and bidi controls a stranger put in a description, a config value or
+a tool's answer reach the terminal as visible escapes (`discovery.shown`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TextIO, TypeVar, cast
+
+from discovery.shown import shown
 
 from .common import CommandError
 
@@ -108,3 +116,34 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, header_line:
         "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
         for row in ([headers] if header_line else []) + list(rows)
     )
+
+
+class ScreenedStream:
+    """A text stream that writes what it is given `shown` to `raw`; anything else (`buffer`, `fileno`, `isatty`)
+    is `raw`'s own, so binary writers (`toolreg mcp` over stdio) and terminal checks see the real stream."""
+
+    def __init__(self, raw: TextIO) -> None:
+        self.raw = raw
+
+    def write(self, text: str) -> int:
+        self.raw.write(shown(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+@contextlib.contextmanager
+def screened() -> Iterator[None]:
+    """While a command runs, everything it prints on stdout and stderr `shown`; the streams as they were after.
+
+    The output boundary, one for every command, rather than a call at each print: a listing, `config get`, a
+    tool's streamed answer, an error quoting a stranger's text are all covered, and a new command is too. Logs keep
+    the stream they were given before (`configure_logging`): their renderer escapes on its own, and colours them.
+    """
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = cast(TextIO, ScreenedStream(out)), cast(TextIO, ScreenedStream(err))
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err

@@ -14,10 +14,14 @@ The rules:
   tool whose key holds such an item is refused and reported as a conflict; an
   item that already holds exactly the announced value is used as is, unowned.
 - **First holder keeps it.** A key owned by another service is refused to
-  the later one; so is a tool whose client-visible name (`client_name`:
-  what MCP and OpenAI-style clients call it, `acme.search` -> `acme_search`)
-  is the one another tool already has, so a client's call never reaches
-  another tool than the one it listed. Ownership is recorded in the store, so the same holder
+  the later one; so is a tool whose name collides with another tool's
+  (`toolservice_base.names.name_keys`): the same once case, lookalike
+  characters (UTS #39 confusables), invisible ones and separators are folded
+  away (`TELL-JOKE`, `tell_joke`, `tеll-joke` beside `tell-joke`), or the same
+  client-visible name (`client_name`: what MCP and OpenAI-style clients call
+  it, `acme.search` -> `acme_search`). So a client's call never reaches
+  another tool than the one it listed, and a model is never shown a lookalike
+  of a tool beside it. Ownership is recorded in the store, so the same holder
   keeps it across registry restarts, whatever order services re-announce in.
   A holder that went keeps its tool names for one ttl more (`kept`): a
   restarting service gets them back rather than losing them to a rival.
@@ -38,7 +42,7 @@ from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toolservice_base.names import client_name
+from toolservice_base.names import client_name, name_keys
 from toolservice_base.schemas import (
     ToolDescriptor,
     ToolServiceDescriptor,
@@ -261,7 +265,8 @@ def _claim(
 
 
 class ClientNames:
-    """Client-visible name (`client_name`) -> the tools of a batch's working state that have it.
+    """Each name key (`name_keys`: folded names, client-visible ones) -> the tools of a batch's working state that
+    have it.
 
     Indexes every tool key in `owners` (held or kept by a service) and every
     tool item in `view` (static ones among them). It only grows: `apply_plan`
@@ -291,13 +296,16 @@ class ClientNames:
         index."""
 
     def add(self, name: str) -> None:
-        self.names.setdefault(client_name(name), set()).add(name)
+        for name_key in name_keys(name):
+            self.names.setdefault(name_key, set()).add(name)
 
     def first(self, name: str, service_id: str, owned: Mapping[Key, str]) -> tuple[str, str | None] | None:
-        """The other tool clients already know by `name`'s client name, and its holder (None: a static item); or
+        """The other tool whose name collides with `name` (`name_keys`), and its holder (None: a static item); or
         None."""
-        shown = client_name(name)
-        for other in sorted(self.names.get(shown, set()) | self.base.get(shown, set())):
+        colliding: set[str] = set()
+        for name_key in name_keys(name):
+            colliding |= self.names.get(name_key, set()) | self.base.get(name_key, set())
+        for other in sorted(colliding):
             if other == name:
                 continue
             key = ("tool", other)
@@ -324,22 +332,31 @@ def _client_names(view: Mapping[Key, str | None], owners: Mapping[Key, str]) -> 
 
 
 def _client_refusal(name: str, other: str, holder: str | None, kept_until: float | None) -> Finding:
-    """`name` would be listed to clients under the name they already call `other` by: the first keeps it."""
+    """`name` would be listed to clients under the name they already call `other` by, or one a reader could take
+    for it: the first keeps it."""
     shown = client_name(name)
-    said = (
-        f"tool/{name} would be listed to MCP and OpenAI clients as {shown!r}, the name they already call tool {other!r}"
-    )
+    if shown == client_name(other):
+        said = (
+            f"tool/{name} would be listed to MCP and OpenAI clients as {shown!r}, the name they already call tool"
+            f" {other!r}"
+        )
+        whose = " by (a static item)" if holder is None else f" of service {holder!r} by"
+    else:
+        said = (
+            f"tool/{name} looks like tool {other!r} to MCP and OpenAI clients (names are compared ignoring case,"
+            " lookalike characters, spaces and separators)"
+        )
+        whose = ", a static item" if holder is None else f" of service {holder!r}"
     if holder is None:
-        return Finding(name, STATIC, f"{said} by (a static item); static wins")
+        return Finding(name, STATIC, f"{said}{whose}; static wins")
     if kept_until is not None:
         until = time.strftime("%H:%M:%S UTC", time.gmtime(kept_until))
         return Finding(
             name,
             holder,
-            f"{said} of service {holder!r} by, kept for it until {until}: it went less than its ttl ago, and may be"
-            " restarting",
+            f"{said}{whose}, kept for it until {until}: it went less than its ttl ago, and may be restarting",
         )
-    return Finding(name, holder, f"{said} of service {holder!r} by; the tool that had the name first keeps it")
+    return Finding(name, holder, f"{said}{whose}; the tool that had the name first keeps it")
 
 
 def _release(plan: Plan, view: Mapping[Key, str | None], owned: Mapping[Key, str]) -> None:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, MutableMapping
 
-from toolservice_base.names import client_name
+from toolservice_base.names import name_keys
 
 from .keys import Key
 
 
 class Owners:
-    """Per workspace: key -> the service that owns it, and client name -> the owned tools that have it."""
+    """Per workspace: key -> the service that owns it, and name key (`name_keys`) -> the owned tools that have it."""
 
     def __init__(self) -> None:
         self._keys: dict[str, dict[Key, str]] = {}
@@ -51,19 +51,20 @@ class Owners:
                 del keys[key]
                 if key[0] == "tool":
                     self.tools -= 1
-                    shown = client_name(key[1])
-                    tools = names.get(shown)
-                    if tools is not None:
-                        tools.discard(key[1])
-                        if not tools:
-                            del names[shown]
+                    for name_key in name_keys(key[1]):
+                        tools = names.get(name_key)
+                        if tools is not None:
+                            tools.discard(key[1])
+                            if not tools:
+                                del names[name_key]
         for key in after:
             if keys.get(key) == service:
                 continue
             if key[0] == "tool":
                 if key not in keys:
                     self.tools += 1
-                names.setdefault(client_name(key[1]), set()).add(key[1])
+                for name_key in name_keys(key[1]):
+                    names.setdefault(name_key, set()).add(key[1])
             keys[key] = service
 
 
@@ -72,7 +73,7 @@ class OwnerLayer(MutableMapping[Key, str]):
 
     Reads fall through to the index; writes and deletions stay in the layer,
     so a batch that fails to write leaves the index as the store still is.
-    `names` is the index's client-name view (read-only here): `ClientNames`
+    `names` is the index's name-key view (read-only here): `ClientNames`
     starts from it instead of from every owned key.
     """
 

@@ -4,7 +4,7 @@ Anyone who can publish on the topic can send anything, so every message is
 judged here first (spec section 8): size, shape (the pydantic
 `Announcement`, which already checks names, lengths, the digest and each
 tool against its service; and no two of its tools listed to MCP and OpenAI
-clients under one name, `toolservice_base.names`), queues in an allowed set
+clients under one name or names that look alike, `toolservice_base.names`), queues in an allowed set
 of namespaces, and freshness (`sent-at` inside the skew window, no
 `sequence` that is not after the last one seen from the instance). Then the
 registry's `authorize` (an instance keeps the workspace and service of its
@@ -37,7 +37,7 @@ from typing import Literal, Protocol
 from pydantic import ValidationError
 
 from toolservice_base.announcer import replay_refusal, withdrawn_refusal
-from toolservice_base.names import client_name
+from toolservice_base.names import client_name, name_keys
 from toolservice_base.schemas import (
     MAX_MESSAGE_BYTES,
     Announcement,
@@ -163,16 +163,26 @@ def _guess_ids(data: bytes) -> tuple[str | None, str | None]:
 
 
 def _client_clash(names: list[str]) -> str | None:
-    """Why one service's tools cannot all be listed to clients (two share a `client_name`), or None."""
+    """Why one service's tools cannot all be listed to clients (two share a `client_name`, or look alike:
+    `name_keys`), or None."""
     seen: dict[str, str] = {}
     for name in sorted(names):
         shown = client_name(name)
-        if shown in seen:
+        for key in sorted(name_keys(name)):
+            other = seen.get(key)
+            if other is None or other == name:
+                continue
+            if client_name(other) == shown:
+                return (
+                    f"not a valid announcement: tools {other!r} and {name!r} would both be listed to MCP and OpenAI"
+                    f" clients as {shown!r}; rename one"
+                )
             return (
-                f"not a valid announcement: tools {seen[shown]!r} and {name!r} would both be listed to MCP and OpenAI"
-                f" clients as {shown!r}; rename one"
+                f"not a valid announcement: tools {other!r} and {name!r} look alike to MCP and OpenAI clients (they"
+                " differ only in case, lookalike characters, spaces or separators); rename one"
             )
-        seen[shown] = name
+        for key in name_keys(name):
+            seen.setdefault(key, name)
     return None
 
 

@@ -10,6 +10,10 @@ table to the rows holding a piece of text.
 `GET /` is complete HTML rendered here from `templates/page.html` (Jinja2
 through Starlette's `Jinja2Templates`, autoescape on: tool descriptions and
 rejection reasons come from the network), so it works with JavaScript off.
+Every value is also `shown` (`discovery.shown`) on its way into the page, and
+into the JSON the script draws from (`feed.snapshot_json`): a control
+character or a bidi override a stranger put in a title or a description shows
+as a visible escape (`\u001b`, `\u202e`), never reorders or hides text.
 It does not reload itself then: a reload every few seconds wiped what was
 being typed in the search box (browsers do not restore it). With
 JavaScript, `/page.js`
@@ -42,6 +46,7 @@ import asyncio
 from importlib import resources
 
 import jinja2
+import markupsafe
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -49,6 +54,7 @@ from starlette.templating import Jinja2Templates
 
 from discovery.errors import RegistryUnavailable
 from discovery.registry.overview import RegistrySnapshot
+from discovery.shown import shown
 from toolservice_base.logs import get_logger
 from toolservice_base.search import MAX_QUERY_CHARS
 from toolservice_base.settings import Settings
@@ -64,6 +70,7 @@ from .feed import (
     SnapshotSource,
     instance_key,
     pending_key,
+    snapshot_json,
     tool_key,
 )
 from .health import HealthServer
@@ -135,8 +142,15 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _shown_value(value: object) -> object:
+    """Jinja's `finalize`: each `{{ value }}` `shown` before it is escaped; markup the template made (a macro's
+    output, already made of shown values) as it is."""
+    return shown(value) if isinstance(value, str) and not isinstance(value, markupsafe.Markup) else value
+
+
 TEMPLATES = Jinja2Templates(
     env=jinja2.Environment(
+        finalize=_shown_value,
         loader=jinja2.PackageLoader("discovery.web", "templates"),
         autoescape=True,  # every value, in text and in attributes; nothing in the template is marked safe
         undefined=jinja2.StrictUndefined,  # a misspelt name fails the render, not shows as nothing
@@ -223,7 +237,7 @@ class _Routes:
         found = await self._snapshot(request)
         if isinstance(found, Response):
             return found
-        return Response(found.model_dump_json(), media_type="application/json", headers=SECURITY_HEADERS)
+        return Response(snapshot_json(found), media_type="application/json", headers=SECURITY_HEADERS)
 
     async def events(self, request: Request) -> Response:
         refused = self.access.refusal(request)

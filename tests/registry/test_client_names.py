@@ -24,6 +24,7 @@ from discovery.registry.merge import InstanceRecord, Offer, OwnershipRecord, Pla
 from discovery.registry.service import Registry
 from discovery.registry.validation import AnnouncementValidator, Rejected
 from toolservice_base import ConfigClient, Transport, names
+from toolservice_base.mcp_service.listing import tool_name
 from toolservice_base.schemas import Probe, ToolDescriptor, ToolServiceDescriptor, descriptor_digest
 
 
@@ -124,11 +125,76 @@ def test_a_client_name_released_earlier_in_a_batch_is_free_for_a_later_service()
     assert [c.held_by for c in plan(view, owners, "rival", "acme_search").conflicts] == ["acme"]
 
 
-def test_names_that_only_look_alike_to_people_do_not_collide() -> None:
+def test_names_that_merely_share_words_do_not_collide() -> None:
     view: dict[Key, str | None] = {}
     owners: dict[Key, str] = {}
     apply_plan(view, owners, plan(view, owners, "acme", "acme.search"), [])
-    assert plan(view, owners, "other", "acme-search", "acme.search.v2", "Acme_search").conflicts == []
+    assert plan(view, owners, "other", "acme.search.v2", "acme.searches", "search.acme").conflicts == []
+
+
+@pytest.mark.parametrize(
+    "lookalike",
+    [
+        "TELL-JOKE",  # case
+        "tell_joke",  # `_` for `-`
+        "tell.joke",
+        "tell--joke",
+        tool_name("tell-joke "),  # an MCP server's tool with a trailing space: announced as `tell-joke_`
+    ],
+)
+def test_a_name_that_looks_like_another_services_tool_is_refused_naming_that_tool(lookalike: str) -> None:
+    view: dict[Key, str | None] = {}
+    owners: dict[Key, str] = {}
+    apply_plan(view, owners, plan(view, owners, "joke-service", "tell-joke"), [])
+    refused = plan(view, owners, "rival", lookalike, "rival-tool")
+    assert ("tool", lookalike) not in refused.owned and ("tool", "rival-tool") in refused.owned
+    assert [(c.tool, c.held_by) for c in refused.conflicts] == [(lookalike, "joke-service")]
+    assert "'tell-joke'" in refused.conflicts[0].reason
+
+
+@pytest.mark.parametrize("mcp_name", ["tell\u2010joke", "t\u0435ll-joke", "tell\u2011joke"])
+def test_an_mcp_tool_with_lookalike_characters_is_announced_as_the_name_it_imitates_and_refused(
+    mcp_name: str,
+) -> None:
+    """A hyphen U+2010, a Cyrillic `е`: mapped to the ASCII they look like, not to `_` (a new name that looks alike)."""
+    assert tool_name(mcp_name) == "tell-joke"
+    view: dict[Key, str | None] = {}
+    owners: dict[Key, str] = {}
+    apply_plan(view, owners, plan(view, owners, "joke-service", "tell-joke"), [])
+    refused = plan(view, owners, "rival", tool_name(mcp_name))
+    assert [(c.tool, c.held_by) for c in refused.conflicts] == [("tell-joke", "joke-service")]
+
+
+@pytest.mark.parametrize(
+    "lookalike", ["tell\u2010joke", "t\u0435ll-joke", "TELL\u2011JOKE", "tell-joke ", "tell\u200b-joke", "Tell_Joke."]
+)
+def test_every_lookalike_folds_to_the_name_it_imitates(lookalike: str) -> None:
+    assert names.name_keys("tell-joke") <= names.name_keys(lookalike)
+    assert not names.name_keys("tell-jokes") & names.name_keys("tell-joke")
+
+
+def test_a_service_may_rename_its_own_tool_to_a_lookalike() -> None:
+    view: dict[Key, str | None] = {}
+    owners: dict[Key, str] = {}
+    first = plan(view, owners, "joke-service", "tell-joke")
+    apply_plan(view, owners, first, [])
+    renamed = offer("joke-service", "Tell_Joke")
+    moved = plan_service(
+        view,
+        owners,
+        service_id="joke-service",
+        owned=first.owned,
+        record=base_record("joke-service", "i1", digest=renamed.digest),
+        offer=renamed,
+    )
+    assert moved.conflicts == [] and moved.removed == ["tell-joke"] and moved.registered == ["Tell_Joke"]
+
+
+def test_one_service_announcing_two_lookalike_tools_is_refused_whole() -> None:
+    data = announcement("jokes", ("tell-joke", "TELL_JOKE")).to_json().encode()
+    with pytest.raises(Rejected, match="'TELL_JOKE' and 'tell-joke' look alike") as caught:
+        AnnouncementValidator().check(data, time.time())
+    assert caught.value.category == "malformed"
 
 
 def test_a_long_name_keeps_its_hashed_client_name_from_a_tool_named_like_it() -> None:
@@ -197,3 +263,28 @@ async def test_a_later_tool_cannot_take_the_name_clients_already_call(
     # ... and told to the refused service.
     await eventually(lambda: any(n.instance == "rival-1" and later in (n.refused or "") for n in notices), timeout=3.0)
     assert not any(n.instance == "acme-1" for n in notices)
+
+
+@pytest.mark.contract
+async def test_lookalikes_of_another_services_tools_are_refused_as_conflicts(
+    connection: Transport, config_client: ConfigClient, registry: Registry
+) -> None:
+    """Row 7 of round five: `TELL-JOKE` and `archive-ticket ` (an MCP name with a trailing space, announced as
+    `archive-ticket_`) beside `tell-joke` and `archive-ticket` of another service: refused, not shown to a model."""
+    publisher = await connection.publisher(connection.topics.tool_descriptors)
+    originals = ("tell-joke", "archive-ticket")
+    await publisher.send(announcement("joke-service", originals, instance="jokes-1", ttl=30).to_json())
+    await eventually(lambda: config_client.list("tool"), timeout=3.0)
+    lookalikes = ("TELL-JOKE", tool_name("archive-ticket "))
+    await publisher.send(announcement("rival", (*lookalikes, "rival-tool"), instance="rival-1", ttl=30).to_json())
+    await eventually(lambda: len(registry.conflicts()) == 2, timeout=10.0)
+    await registry.settle()
+    assert sorted(await config_client.list("tool")) == sorted([*originals, "rival-tool"])
+    async with RegistryClient(connection, timeout=5) as client:
+        conflicts = sorted(await client.conflicts(), key=lambda c: c.tool)
+    assert [(c.tool, c.service, c.held_by) for c in conflicts] == [
+        ("TELL-JOKE", "rival", "joke-service"),
+        ("archive-ticket_", "rival", "joke-service"),
+    ]
+    assert "looks like tool 'tell-joke'" in conflicts[0].reason
+    assert "looks like tool 'archive-ticket'" in conflicts[1].reason

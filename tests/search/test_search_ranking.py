@@ -228,3 +228,22 @@ def test_a_description_stuffed_with_every_word_does_not_rank_itself_first(
     first = [rank(index, q["query"], 1)[0].name for q in queries]
     assert not set(first) & set(stuffers), [q["query"] for q, f in zip(queries, first) if f in stuffers]
     assert recall_at_5(index, queries) >= before - 0.02
+
+
+@pytest.mark.parametrize("repeats", [3, 20, 100])
+def test_a_description_repeating_a_query_does_not_outrank_the_tool_that_matches_it(
+    corpus: tuple[list[dict[str, object]], list[dict[str, str]]], repeats: int
+) -> None:
+    """A rival whose whole description is one query said over and over: for every corpus query whose tool is found
+    in the top 5 on its own, the rival never ranks above that tool (a word repeated in a field counts once)."""
+    tools, queries = corpus
+    index = indexed(tools)
+    found = [q for q in queries if q["tool"] in names(rank(index, q["query"], 5))]
+    assert len(found) >= 180
+    above = []
+    for q in found:
+        index.update({"zz.helper": SearchDoc("zz.helper", "", " ".join([q["query"]] * repeats))})
+        ranked = names(rank(index, q["query"], 10))
+        if "zz.helper" in ranked and (q["tool"] not in ranked or ranked.index("zz.helper") < ranked.index(q["tool"])):
+            above.append(q["query"])
+    assert not above, above

@@ -2,7 +2,10 @@
 
 An MCP tool name that is also a tool name here (`[A-Za-z0-9_.-]`, 1 to 128
 characters: what MCP's own naming guidance allows) is kept as it is. Any
-other is mapped: each character outside that set becomes `_`, and a name
+other is mapped: a character that looks like one of that set (UTS #39
+confusables: a Cyrillic `е`, the hyphen U+2010) becomes the one it looks like,
+so a lookalike of a name is announced as that name (and refused where another
+service has it); each other character outside the set becomes `_`; and a name
 longer than 128 characters is cut and ends in a short hash of the whole
 (`github/create issue` is announced as `github_create_issue`; calls to it
 reach the server under its own name). A renamed tool without a title gets its
@@ -33,6 +36,7 @@ from pydantic import ValidationError
 
 from ..errors import McpServerError, ServiceDefinitionError
 from ..logs import get_logger
+from ..names import ascii_lookalikes
 from ..schemas import ToolDescriptor, ToolServiceDescriptor, describe_validation_error
 from ..schemas.base import MAX_DESCRIPTION, MAX_MESSAGE_BYTES, MAX_TOOLS_PER_SERVICE, NAME_PATTERN
 from ..service import build_descriptors
@@ -51,7 +55,7 @@ def tool_name(mcp_name: str) -> str:
     """The name an MCP tool is announced under: its own when valid here, else mapped (see the module's docstring)."""
     if re.fullmatch(NAME_PATTERN, mcp_name):
         return mcp_name
-    mapped = _NOT_NAME.sub("_", mcp_name) or "_"
+    mapped = _NOT_NAME.sub("_", ascii_lookalikes(mcp_name)) or "_"
     if len(mapped) > MAX_NAME:
         mapped = f"{mapped[: MAX_NAME - 9]}-{hashlib.sha256(mcp_name.encode()).hexdigest()[:8]}"
     return mapped

@@ -21,6 +21,9 @@ from .text import BOOSTS, SearchDoc, analyzer, query_terms
 WRITER_HEAP = 15_000_000
 """Bytes of tantivy's indexing arena (its floor is 3 MB per thread); past it the writer flushes a segment itself."""
 TOKENIZER = "tools"
+INDEX_OPTION = "basic"
+"""Which documents hold a word, not how often: a word said twenty times in a field counts as once (BM25 with a
+term frequency of one), so repeating a query's words is no way up the ranking (`text`, keyword stuffing)."""
 ID = "id"
 
 
@@ -52,7 +55,7 @@ class ToolIndex:
         builder = tantivy.SchemaBuilder()
         builder.add_text_field(ID, stored=True, tokenizer_name="raw")
         for field in BOOSTS:
-            builder.add_text_field(field, tokenizer_name=TOKENIZER, index_option="freq")
+            builder.add_text_field(field, tokenizer_name=TOKENIZER, index_option=INDEX_OPTION)
         self._schema = builder.build()
         self._index = tantivy.Index(self._schema)
         self._index.register_tokenizer(TOKENIZER, analyzer())

@@ -3,9 +3,12 @@
 A tool is searched as four fields: its name (split into words: `github.pull-request.create` and `createIssue`
 are searched as `github pull request create` and `create Issue`), its title, its description, and its
 arguments (each one's name and description). A word found in the name counts most; one found only in an
-argument's description, least (`BOOSTS`). Every field is ranked by BM25 on its own, so a long field (a
-description stuffed with every word there is) earns little for each word in it: that is what keeps keyword
-stuffing from working.
+argument's description, least (`BOOSTS`). Every field is ranked by BM25 on its own, and a word counts once in a
+field however often it is repeated there (the index keeps no term frequencies, `index.INDEX_OPTION`). So what one
+word can earn a tool in a field is bounded (its rarity, the field's boost, and at most BM25's bonus for a short
+field, 1.7 times that of a field of average length), and a long field (a description stuffed with every word
+there is) earns less for each word in it: a description that repeats the words of another tool's queries ranks
+no higher for saying them a hundred times than for saying them once.
 
 Words are taken the same way from a tool and from a query: split on anything that is not a letter or digit
 (any script), lower-cased, English stop words and request fillers (`please`, `how do I`) dropped, stemmed

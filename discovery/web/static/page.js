@@ -1,5 +1,7 @@
 // The registry page, live: server-sent events from /events replace the tables the server rendered.
 // Every value goes into the page as text (textContent), never as HTML: tool descriptions and diffs are untrusted.
+// The server sends every string with its control and bidi characters already written as \uXXXX escapes
+// (discovery/shown.py), so what is drawn here cannot hide, clear or reorder text either.
 "use strict";
 (() => {
   const $ = (id) => document.getElementById(id);
