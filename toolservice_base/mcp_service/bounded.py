@@ -3,8 +3,8 @@
 The MCP SDK's streamable-HTTP client bounds each server-sent event it reads
 (`max_sse_event_size`, which the sidecar sets to its limit), but reads a JSON
 response whole (`response.aread()`): a server answering `tools/list` with
-300 MB grew the sidecar past a gigabyte. `BoundedTransport` is the httpx
-transport under the sidecar's client, the one place every response passes:
+300 MB grew the sidecar past a gigabyte. `BoundedReads` is a `response` event
+hook of the sidecar's client, which every response passes (proxied or not):
 it reads a JSON response's body itself, decoded, up to `limit` bytes, and
 hands the SDK either that body or, past the limit, a JSON-RPC error answer
 to the same request saying what was refused. The request then fails with a
@@ -38,34 +38,30 @@ def too_large(limit: int) -> str:
     )
 
 
-class BoundedTransport(httpx2.AsyncBaseTransport):
-    """httpx's own HTTP transport, with every JSON response read here within `limit` bytes (see the module)."""
+class BoundedReads:
+    """An httpx `response` event hook that reads every JSON response's body here, within `limit` bytes (see the
+    module). A hook rather than a transport: it sees every response, proxied ones included."""
 
     def __init__(self, limit: int = DEFAULT_MAX_MESSAGE) -> None:
         self.limit = limit
         self.refused = 0
-        """Responses refused for their size since the transport was made."""
-        self._inner = httpx2.AsyncHTTPTransport()
+        """Responses refused for their size since the hook was made."""
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await self._inner.handle_async_request(request)
+    async def __call__(self, response: httpx2.Response) -> None:
         if not response.headers.get("content-type", "").lower().startswith("application/json"):
-            return response
-        body = await self._read(request, response)
+            return
+        body = await self._read(response)
         if body is None:
             self.refused += 1
-            return _refusal(request, too_large(self.limit))
-        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _HOP_HEADERS]
-        return httpx2.Response(
-            response.status_code,
-            headers=headers,
-            content=body,
-            request=request,
-            extensions=response.extensions,
-        )
+            body = _refusal(response.request, too_large(self.limit))
+        for name in _HOP_HEADERS:  # the body handed on is decoded and whole
+            response.headers.pop(name, None)
+        response.stream = httpx2.ByteStream(body)
 
-    async def _read(self, request: httpx2.Request, response: httpx2.Response) -> bytes | None:
-        """The decoded body if it is at most `limit` bytes; None (and the rest left unread) if it is more."""
+    async def _read(self, response: httpx2.Response) -> bytes | None:
+        """The decoded body if it is at most `limit` bytes; None (and the rest left unread) if it is more.
+
+        Read through a response of its own, so the one the SDK reads next is untouched but for its new stream."""
         declared = response.headers.get("content-length", "")
         reading = httpx2.Response(response.status_code, headers=response.headers, stream=response.stream)
         try:
@@ -80,11 +76,8 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         finally:
             await reading.aclose()
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
-
-def _refusal(request: httpx2.Request, message: str) -> httpx2.Response:
+def _refusal(request: httpx2.Request, message: str) -> bytes:
     """A JSON-RPC error answering `request` (its id read from its body), as if the server had said `message`."""
     try:
         sent: Any = json.loads(request.content)
@@ -92,4 +85,4 @@ def _refusal(request: httpx2.Request, message: str) -> httpx2.Response:
         sent = None
     request_id = sent.get("id") if isinstance(sent, dict) else None
     error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": types.INTERNAL_ERROR, "message": message}}
-    return httpx2.Response(200, json=error, request=request)
+    return json.dumps(error).encode()

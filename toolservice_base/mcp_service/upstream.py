@@ -45,7 +45,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from ..errors import McpServerError, ToolError
 from ..logs import get_logger
 from ..tasks import cancel_and_wait
-from .bounded import DEFAULT_MAX_MESSAGE, BoundedTransport
+from .bounded import DEFAULT_MAX_MESSAGE, BoundedReads
 
 log = get_logger("toolservice_base.mcp_service")
 
@@ -238,8 +238,7 @@ class Upstream:
                 http = httpx2.AsyncClient(
                     headers=dict(self.server.headers),
                     timeout=httpx2.Timeout(HTTP_TIMEOUT, read=HTTP_READ_TIMEOUT),
-                    event_hooks={"response": [self._answered]},
-                    transport=BoundedTransport(self.max_message),
+                    event_hooks={"response": [self._answered, BoundedReads(self.max_message)]},
                 )
                 stack.push_async_callback(http.aclose)
                 transport = streamable_http_client(
