@@ -30,6 +30,9 @@ BOUND = 20.0
 """Seconds a test waits before calling a check hung: ten times any bound the front keeps, far below the 120 s a
 trickling key set took."""
 
+HELD = 3 * BOUND
+"""The deadline of a trickled fetch where a test needs it still under way while it checks (the test ends it)."""
+
 PRIVATE_PARTS = ("d", "p", "q", "dp", "dq", "qi")
 JWK, KEY = signing_key("key-1")
 
@@ -66,7 +69,7 @@ async def test_a_trickling_key_set_is_cut_at_the_deadline_of_the_whole_fetch(
 
 
 async def test_a_scheduled_refresh_is_never_on_a_requests_path(slow: SlowIssuer, http: httpx2.AsyncClient) -> None:
-    cache = JwksCache(http, slow.url, ttl=0.1)
+    cache = JwksCache(http, slow.url, ttl=0.1, deadline=HELD)
     await cache.start()
     try:
         slow.trickle = True
@@ -81,7 +84,7 @@ async def test_a_scheduled_refresh_is_never_on_a_requests_path(slow: SlowIssuer,
 async def test_an_unknown_key_id_waits_briefly_for_one_refetch_then_is_refused_saying_why(
     slow: SlowIssuer, http: httpx2.AsyncClient
 ) -> None:
-    cache = JwksCache(http, slow.url, min_refetch=0.0)
+    cache = JwksCache(http, slow.url, min_refetch=0.0, deadline=HELD)
     await cache.start()
     try:
         slow.trickle = True
