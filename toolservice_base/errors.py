@@ -92,7 +92,17 @@ class TransportClosed(TransportError):
 
 
 class RequestTimeout(TransportError, TimeoutError):
-    """No (further) response arrived in time."""
+    """No (further) response arrived in time.
+
+    `received` is how many responses had come when it was given up: 0 when
+    none did (nobody answered), more when a streamed answer was still coming
+    at the call's deadline (the service works, it is not gone), so a caller
+    can tell the two apart without reading the message.
+    """
+
+    def __init__(self, message: str, *, received: int = 0) -> None:
+        super().__init__(message)
+        self.received = received
 
 
 class ProducerBusy(TransportError):

@@ -127,6 +127,9 @@ class Settings:
     group_key_file: Path | None = None
     """TOOLREG_GROUP_KEY: the replicas' group key file (`toolreg group-key new`): every record they write on the state
     topics is signed with it, and one that is not is refused. None: the broker's permissions alone protect them."""
+    mcp_max_message: int | None = None
+    """TOOLREG_MCP_MAX_MESSAGE: bytes one message of an HTTP MCP server behind `toolreg announce --mcp-url` may hold;
+    None: the broker's message limit (5 MiB)."""
     mcp_session_idle: float = 300.0
     """TOOLREG_MCP_SESSION_IDLE: seconds an MCP HTTP session may go without a request before it is closed and
     forgotten (its client starts a new one)."""
@@ -148,6 +151,8 @@ class Settings:
             raise SettingsError(f"{MCP_SESSION_IDLE_ENV}={self.mcp_session_idle!r}: give a positive number of seconds")
         if self.mcp_max_sessions < 1:
             raise SettingsError(f"{MCP_MAX_SESSIONS_ENV}={self.mcp_max_sessions!r}: give at least 1")
+        if self.mcp_max_message is not None and self.mcp_max_message < 1024:
+            raise SettingsError(f"{MCP_MAX_MESSAGE_ENV}={self.mcp_max_message!r}: give at least 1024 bytes")
         if min(self.change_window_keys, self.change_window_bytes) < 1:
             raise SettingsError(f"{CHANGE_WINDOW_KEYS_ENV} and {CHANGE_WINDOW_BYTES_ENV} must be at least 1")
 
@@ -249,6 +254,7 @@ AUDIT_RETENTION_ENV = "TOOLREG_AUDIT_RETENTION"
 GROUP_KEY_ENV = "TOOLREG_GROUP_KEY"
 MCP_SESSION_IDLE_ENV = "TOOLREG_MCP_SESSION_IDLE"
 MCP_MAX_SESSIONS_ENV = "TOOLREG_MCP_MAX_SESSIONS"
+MCP_MAX_MESSAGE_ENV = "TOOLREG_MCP_MAX_MESSAGE"
 CHANGE_WINDOW_KEYS_ENV = "TOOLREG_CHANGE_WINDOW_KEYS"
 CHANGE_WINDOW_BYTES_ENV = "TOOLREG_CHANGE_WINDOW_BYTES"
 
@@ -343,6 +349,7 @@ class _Mcp(TypedDict):
     mcp_audit_arguments: bool
     mcp_session_idle: float
     mcp_max_sessions: int
+    mcp_max_message: int | None
 
 
 def _flag(name: str) -> bool:
@@ -392,6 +399,7 @@ def _mcp_env() -> _Mcp:
         "mcp_audit_arguments": _flag(MCP_AUDIT_ARGUMENTS_ENV),
         "mcp_session_idle": Settings.mcp_session_idle if idle is None else idle,
         "mcp_max_sessions": sessions,
+        "mcp_max_message": _whole(MCP_MAX_MESSAGE_ENV, " of bytes"),
     }
 
 

@@ -156,9 +156,11 @@ async def _call(args: argparse.Namespace, tools: ToolSet, name: str) -> int:
         if chunks and not args.json:
             print()  # end the partial observation's line before the error's
         return fail(f"{name} failed: {exc}")
-    except RequestTimeout:
+    except RequestTimeout as exc:
         if chunks and not args.json:
             print()
+        if exc.received:  # it answers, and was still answering at the deadline: say so, not that it may be gone
+            return fail(f"{name}: {exc}")
         return fail(f"{name}: no answer from its service within {args.timeout:g}s; is it running (toolreg serve ...)?")
     if args.json:
         print(json.dumps({"tool": name, "workspace": args.workspace, "observation": "".join(chunks)}))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from support import atoolreg, eventually, toolreg, toolreg_env
+from support import atoolreg, eventually, static_items, toolreg, toolreg_env
 from support.registry import FAST
 
 from discovery.registry.service import Registry
@@ -240,6 +240,31 @@ async def test_call_takes_a_timeout_and_names_the_service_it_waits_for(
         said.strip().splitlines()[-1]
         == "toolreg: knock: no answer from its service within 2s; is it running (toolreg serve ...)?"
     )
+
+
+class Ticker(DynamicToolService):
+    """Streams a progress line every 20 ms and never finishes."""
+
+    descriptor: ClassVar[dict[str, Any]] = {"id": "ticker"}
+    tools: ClassVar[list[dict[str, Any]]] = [{"name": "tick", "description": "Never finishes"}]
+
+    async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> AsyncIterator[str]:
+        while True:
+            yield "tick\n"
+            await asyncio.sleep(0.02)
+
+
+async def test_call_of_an_endless_stream_says_it_was_still_streaming_at_its_deadline_not_that_nobody_answers(
+    tmp_path: Path, settings: Settings, config_client: ConfigClient
+) -> None:
+    async with Ticker(settings=settings, announce=False) as service:
+        await config_client.put(static_items(service))
+        env = toolreg_env(settings.pulsar_url or "", tmp_path)
+        done = await atoolreg("call", "tick", "--timeout", "2", env=env)
+    assert done.returncode == 1 and done.stdout.startswith("tick\n"), done
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("toolreg: tick: the call exceeded its total deadline of 2s while still streaming progress (")
+    assert " progress messages received on non-persistent://" in last and "is it running" not in last, last
 
 
 # --- items 9 and 10: the call command ----------------------------------------------------------

@@ -27,6 +27,7 @@ import httpx2
 import jwt
 import mcp_types as types
 import pytest
+from mcp.server.auth.provider import AccessToken
 from oauth_server import AuthorizationServer
 from support import log_events, static_items, toolreg_env
 from support.mcp import ERAS, Era, http_session, list_all, text_of
@@ -36,6 +37,7 @@ from agent_bridge import ToolSet
 from discovery.broker import EmbeddedBroker
 from discovery.mcp.auth import AccessPolicy, AuditTrail, Gate, OAuthSettings, RateLimiter, resource_server
 from discovery.mcp.auth.gate import INSUFFICIENT_SCOPE_META, RETRY_AFTER_META
+from discovery.mcp.auth.tokens import Refusal
 from discovery.mcp.server import DIGEST_META, McpFront
 from discovery.mcp.transports import http_server
 from toolservice_base import ConfigClient, DynamicToolService, Settings, Transport
@@ -253,7 +255,7 @@ async def _bad_tokens(url: str, issuer: AuthorizationServer, other: Authorizatio
         "HS256 keyed with the public key": (_hmac_forged(claims, header, issuer), "'HS256' are not accepted"),
         "tampered claims": (f"{head.split('.')[0]}.{_forged(widened, header).split('.')[1]}.{signature}", "signature"),
         "signed by another key with the issuer's kid": (
-            jwt.encode(widened, attacker_key, "RS256", headers={"kid": header["kid"]}),
+            jwt.encode(widened, attacker_key, "RS256", headers={"kid": header["kid"], "typ": "at+jwt"}),
             "signature",
         ),
         "garbage": ("not-a-token", "not a JWT"),
@@ -306,13 +308,37 @@ async def test_made_up_key_ids_cost_the_issuer_one_request_per_interval_and_no_m
         before, keys = checker.jwks.fetches, dict(checker.jwks.keys)
         _, key = signing_key("x")
         forged = [
-            jwt.encode({"iss": issuer.issuer}, key, "RS256", headers={"kid": uuid.uuid4().hex}) for _ in range(300)
+            jwt.encode({"iss": issuer.issuer}, key, "RS256", headers={"kid": uuid.uuid4().hex, "typ": "at+jwt"})
+            for _ in range(300)
         ]
         started = time.monotonic()
         refusals = await asyncio.gather(*(checker.check(t) for t in forged))
         assert {r.reason for r in refusals} == {"unknown_key"}  # type: ignore[union-attr]
         assert checker.jwks.fetches - before <= 1 and checker.jwks.keys == keys
         assert time.monotonic() - started < 2.0
+
+
+async def test_an_id_token_is_refused_by_its_typ_and_every_access_token_typ_is_accepted(
+    issuer: AuthorizationServer,
+) -> None:
+    """RFC 9068: a JWT access token says `typ: at+jwt`; an ID token of the same issuer (`typ: JWT`), for the same
+    audience and validly signed, is not one."""
+    resource = "http://127.0.0.1:9/mcp"
+    settings = OAuthSettings(issuer=issuer.issuer, algorithms=MCP_TOKEN_ALGORITHMS)
+    async with resource_server(settings, resource) as server:
+        real = await token(issuer.issuer, "calc-agent", resource, "mcp tools:calc")
+        header, claims = jwt.get_unverified_header(real), jwt.decode(real, options={"verify_signature": False})
+        assert header["typ"] == "at+jwt"
+        key = jwt.PyJWK(issuer.config["jwks"]["keys"][0]).key
+
+        def typed(typ: str | None) -> str:
+            return jwt.encode(claims, key, "RS256", headers={"kid": header["kid"], "typ": typ})
+
+        refused = await server.checker.check(typed("JWT"))
+        assert isinstance(refused, Refusal) and refused.reason == "not_access_token"
+        assert "typ is 'JWT', not at+jwt: it is not an access token (an ID token?)" in refused.description
+        for accepted in (real, typed("AT+JWT"), typed("application/at+jwt"), typed(None)):
+            assert isinstance(await server.checker.check(accepted), AccessToken), jwt.get_unverified_header(accepted)
 
 
 async def test_opaque_tokens_are_introspected_with_the_fronts_own_credentials(

@@ -9,6 +9,7 @@ data, or simply leaving the loop), the service stops producing.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -19,6 +20,7 @@ from support import eventually, static_items
 
 from agent_bridge import AnswerTooLarge, CallLimits, RequestTimeout, ToolError, ToolServiceClient, ToolSet
 from toolservice_base import ConfigClient, DynamicToolService, Settings, Transport
+from toolservice_base.transport import MESSAGE_LIMIT
 
 pytestmark = pytest.mark.contract
 
@@ -64,11 +66,14 @@ async def test_call_timeout_bounds_a_whole_stream_and_the_service_stops_producin
     async with Endless(settings=settings, announce=False) as svc:
         client = ToolServiceClient(connection, svc.service_descriptor)
         started = time.monotonic()
-        with pytest.raises(RequestTimeout, match="still streaming after 1s"):
+        with pytest.raises(
+            RequestTimeout, match="exceeded its total deadline of 1s while still streaming progress"
+        ) as cut:
             await asyncio.wait_for(
                 client.call("", {"mode": "endless"}, {}, CallLimits(timeout=1.0, max_answer_bytes=10**9)), 10
             )
         assert 0.9 < time.monotonic() - started < 2.0
+        assert cut.value.received > 10 and f"({cut.value.received} progress messages received on " in str(cut.value)
         assert svc.produced > 10  # it was streaming all along: the bound is on the whole call, not on a gap
         await stopped_producing(svc)
         await client.close()
@@ -101,6 +106,30 @@ async def test_an_answer_past_max_bytes_is_refused_and_the_service_stops(
         assert isinstance(caught.value, ToolError) and caught.value.type == "answer-too-large"
         assert "50000 bytes" in str(caught.value)
         await stopped_producing(svc)  # long before the call's 30 s deadline: the caller told the service
+        await client.close()
+
+
+class Oversized(DynamicToolService):
+    """Answers one text a little over the broker's message limit."""
+
+    descriptor: ClassVar[dict[str, Any]] = {"id": "oversized"}
+    tools: ClassVar[list[dict[str, Any]]] = [{"name": "oversized", "description": "Too much at once"}]
+
+    async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> str:
+        return "x" * (MESSAGE_LIMIT + 1000)
+
+
+async def test_a_result_over_the_brokers_limit_is_told_to_the_caller_with_its_size_and_the_limit(
+    settings: Settings, connection: Transport
+) -> None:
+    async with Oversized(settings=settings, announce=False) as svc:
+        client = ToolServiceClient(connection, svc.service_descriptor)
+        with pytest.raises(ToolError) as caught:
+            await asyncio.wait_for(client.call("", {}, {}, CallLimits(timeout=30, max_answer_bytes=10**9)), 20)
+        assert caught.value.type == "answer-too-large", caught.value
+        told = re.search(r"the answer is (\d+) bytes, over the broker's message limit \((\d+) bytes", str(caught.value))
+        assert told is not None, caught.value
+        assert int(told[1]) > MESSAGE_LIMIT and int(told[2]) == MESSAGE_LIMIT
         await client.close()
 
 

@@ -83,8 +83,11 @@ class Sidecar:
 
 
 @asynccontextmanager
-async def sidecar(settings: Settings, log: Path, *args: str, ttl: float = 3.0) -> AsyncIterator[Sidecar]:
-    """`toolreg announce --ttl TTL ARGS` until the exit (then SIGTERM: it must say it withdrew)."""
+async def sidecar(
+    settings: Settings, log: Path, *args: str, ttl: float = 3.0, env: dict[str, str] | None = None
+) -> AsyncIterator[Sidecar]:
+    """`toolreg announce --ttl TTL ARGS` until the exit (then SIGTERM: it must say it withdrew); `env` adds to its
+    environment."""
     with open(log, "ab") as errors:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -94,7 +97,7 @@ async def sidecar(settings: Settings, log: Path, *args: str, ttl: float = 3.0) -
             "--ttl",
             f"{ttl:g}",
             *args,
-            env=env_of(settings),
+            env=env_of(settings, **(env or {})),
             cwd=str(examples()),
             stdout=asyncio.subprocess.PIPE,
             stderr=errors,
@@ -114,15 +117,18 @@ async def sidecar(settings: Settings, log: Path, *args: str, ttl: float = 3.0) -
             await process.wait()
 
 
-async def refused(settings: Settings, log: Path, *args: str, timeout: float = 30.0) -> tuple[int, str, str]:
-    """`toolreg announce ARGS` that is expected to stop by itself: (exit code, stdout, stderr)."""
+async def refused(
+    settings: Settings, log: Path, *args: str, timeout: float = 30.0, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """`toolreg announce ARGS` that is expected to stop by itself: (exit code, stdout, stderr); `env` adds to its
+    environment."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "discovery.cli",
         "announce",
         *args,
-        env=env_of(settings, TOOLREG_LOG_LEVEL="error"),
+        env=env_of(settings, **{"TOOLREG_LOG_LEVEL": "error", **(env or {})}),
         cwd=str(log.parent),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -1,9 +1,11 @@
 """A real authorization server for the MCP front's OAuth tests (`scripts/oauth_server.py`: panva's oidc-provider),
 and how its tokens are had: the official SDK client's OAuth flow, or a raw token request where a test needs the
-token itself (to expire it, forge from it, present it to the wrong server)."""
+token itself (to expire it, forge from it, present it to the wrong server); and `SlowIssuer`, a key set served by a
+tiny local HTTP server that can trickle its answers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -71,3 +73,61 @@ async def token(issuer: str, client_id: str, resource: str, scope: str = "") -> 
         answer = await http.post(f"{issuer}/token", data=data, auth=(client_id, SECRET))
     assert answer.status_code == 200, answer.text
     return str(answer.json()["access_token"])
+
+
+class SlowIssuer:
+    """A key set served on 127.0.0.1 by a tiny HTTP server that can turn slow: with `trickle` set, each answer is
+    its headers, then one byte of body every `interval` seconds, without end; `served` counts the requests.
+
+    The hostile issuer the front must not wait on: every read gets its byte in time, so only a deadline on the
+    whole fetch cuts it."""
+
+    def __init__(self, keys: list[dict[str, Any]], interval: float = 0.05) -> None:
+        self.document = json.dumps({"keys": keys}).encode()
+        self.interval = interval
+        self.trickle = False
+        self.served = 0
+        self._server: asyncio.Server | None = None
+        self._answering: set[asyncio.Task[None]] = set()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/jwks"
+
+    async def __aenter__(self) -> SlowIssuer:
+        self._server = await asyncio.start_server(self._answer, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._answering:
+            task.cancel()
+        await asyncio.gather(*self._answering, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._answering.add(task)
+        try:
+            while await reader.readline() not in (b"\r\n", b"\n", b""):
+                pass  # the request line and headers: every request is for the key set
+            self.served += 1
+            if not self.trickle:
+                head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(self.document)}\r\n"
+                writer.write(f"{head}Connection: close\r\n\r\n".encode() + self.document)
+                await writer.drain()
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n")
+            while True:
+                writer.write(b" ")
+                await writer.drain()
+                await asyncio.sleep(self.interval)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+            self._answering.discard(task)

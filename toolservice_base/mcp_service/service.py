@@ -42,6 +42,7 @@ from ..settings import Settings
 from ..signing import load_private_key
 from ..tasks import cancel_and_wait
 from ..transport import Transport, open_transport
+from .bounded import DEFAULT_MAX_MESSAGE
 from .listing import Offer, Selection, offer_of, service_id_of
 from .upstream import McpServer, Upstream, unwrapped
 
@@ -132,7 +133,8 @@ class McpToolService:
     (`mcp-servers/everything` gives `mcp-servers-everything`). `include` and
     `exclude` choose tools by their MCP names (shell patterns). `ttl`,
     `workspace`, `signing_key`, `version` and `call_timeout` are a
-    `DynamicToolService`'s. Start and stop it with `async with`, or
+    `DynamicToolService`'s. `max_message` bounds one message of an HTTP
+    server (default `Settings.mcp_max_message`, else the broker's limit). Start and stop it with `async with`, or
     `start()`/`stop()` (say on an `AsyncExitStack`).
     """
 
@@ -153,6 +155,7 @@ class McpToolService:
         include: Sequence[str] = (),
         exclude: Sequence[str] = (),
         max_backoff: float = MAX_BACKOFF,
+        max_message: int | None = None,
     ) -> None:
         if service_id is not None:
             check_name(service_id, "service id")
@@ -170,6 +173,8 @@ class McpToolService:
         self.ping_interval = ping_interval if ping_interval is not None else min(ttl / 3, 5.0)
         self.selection = Selection(tuple(include), tuple(exclude))
         self.max_backoff = max_backoff
+        self.max_message = max_message or self.settings.mcp_max_message or DEFAULT_MAX_MESSAGE
+        """Bytes one message of an HTTP MCP server may hold (TOOLREG_MCP_MAX_MESSAGE; default the broker's limit)."""
         self.offer: Offer | None = None
         """What is announced now: None while the server is away."""
         self.connections = 0
@@ -239,7 +244,9 @@ class McpToolService:
     async def _connected(self, first: asyncio.Future[None]) -> None:
         """One connection: connect, list, announce, then follow the server until it is lost (McpServerError)."""
         changed = asyncio.Event()
-        async with Upstream(self.server, timeout=self.timeout, on_tools_changed=changed.set) as upstream:
+        async with Upstream(
+            self.server, timeout=self.timeout, on_tools_changed=changed.set, max_message=self.max_message
+        ) as upstream:
             offer = self._offer_of(await upstream.list_tools(), upstream)
             service = self._service_for(offer, upstream)
             try:

@@ -18,6 +18,9 @@ process's log (`mcp.server_log`, `mcp.server_stderr`); they never reach
 stdout.
 
 Every failure to reach or understand the server is one `McpServerError` line.
+An HTTP server's messages are read within `max_message` bytes (`bounded`):
+one larger fails the request it answers, saying so, and nothing more of it
+is read.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from ..errors import McpServerError, ToolError
 from ..logs import get_logger
 from ..tasks import cancel_and_wait
+from .bounded import DEFAULT_MAX_MESSAGE, BoundedReads
 
 log = get_logger("toolservice_base.mcp_service")
 
@@ -184,10 +188,18 @@ class Upstream:
     """The SDK client of one MCP server, entered once (`async with`) and left in the same task."""
 
     def __init__(
-        self, server: McpServer, *, timeout: float, on_tools_changed: Callable[[], None], client_version: str = ""
+        self,
+        server: McpServer,
+        *,
+        timeout: float,
+        on_tools_changed: Callable[[], None],
+        client_version: str = "",
+        max_message: int = DEFAULT_MAX_MESSAGE,
     ) -> None:
         self.server = server
         self.timeout = timeout
+        self.max_message = max_message
+        """Bytes one message of an HTTP server may hold (`bounded`); a larger one fails the request it answers."""
         self._on_tools_changed = on_tools_changed
         self._client_version = client_version
         self._client: Client | None = None
@@ -226,10 +238,12 @@ class Upstream:
                 http = httpx2.AsyncClient(
                     headers=dict(self.server.headers),
                     timeout=httpx2.Timeout(HTTP_TIMEOUT, read=HTTP_READ_TIMEOUT),
-                    event_hooks={"response": [self._answered]},
+                    event_hooks={"response": [self._answered, BoundedReads(self.max_message)]},
                 )
                 stack.push_async_callback(http.aclose)
-                transport = streamable_http_client(self.server.url, http_client=http)
+                transport = streamable_http_client(
+                    self.server.url, http_client=http, max_sse_event_size=self.max_message
+                )
             client = Client(
                 transport,
                 mode="auto",

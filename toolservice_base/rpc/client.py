@@ -285,12 +285,14 @@ class RequestClient:
             what = "no response" if not received else f"no further response after {received}"
             return RequestTimeout(
                 f"{what} on {self.response_queue} for {idle_timeout:g}s (the idle timeout); the service behind"
-                f" {self.request_queue} stalled"
+                f" {self.request_queue} stalled",
+                received=received,
             )
         if received:
             return RequestTimeout(
-                f"the answer on {self.response_queue} was still streaming after {timeout:g}s (the call's timeout, "
-                f"{received} responses in); raise the timeout for longer answers"
+                f"the call exceeded its total deadline of {timeout:g}s while still streaming progress ({received} "
+                f"progress messages received on {self.response_queue}); raise the timeout for longer answers",
+                received=received,
             )
         if self._publisher is not None and not self._publisher.connected:
             return RequestTimeout(

@@ -22,7 +22,16 @@ from typing import Self
 
 from toolservice_base.errors import MessageTooLarge, TransportError
 from toolservice_base.logs import get_logger
-from toolservice_base.transport import LARGE_MESSAGE, Envelope, Publisher, Subscription, Transport, encode, unique_name
+from toolservice_base.transport import (
+    LARGE_MESSAGE,
+    MESSAGE_LIMIT,
+    Envelope,
+    Publisher,
+    Subscription,
+    Transport,
+    encode,
+    unique_name,
+)
 
 from .answers import Body, answer_too_large, error_body, request_deadline
 from .eager import start_now
@@ -381,7 +390,8 @@ class RequestServer:
             # The caller would wait for its timeout and then blame the service: tell it now, in a message that fits.
             log.warning("response.too_large", queue=publisher.topic, id=request_id, bytes=len(data))
             reason = (
-                f"the answer is {len(data)} bytes, more than the broker takes in one message ({self.request_queue})"
+                f"the answer is {len(data)} bytes, over the broker's message limit ({MESSAGE_LIMIT} bytes unless the "
+                f"broker sets another) on {self.request_queue}"
             )
             try:
                 await publisher.send(encode(self._too_large(reason)), properties={ID: request_id})

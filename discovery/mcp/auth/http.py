@@ -119,12 +119,13 @@ async def resource_server(settings: OAuthSettings, served_url: str) -> AsyncIter
     keys and no introspection credentials.
     """
     resource = check_url(settings.resource or served_url, "the MCP resource URI")
-    async with http_client() as client:
+    async with http_client() as client, contextlib.AsyncExitStack() as stack:
         metadata = await IssuerMetadata.discover(client, settings.issuer)
         jwks_uri = settings.jwks_uri or metadata.jwks_uri
         jwks = JwksCache(client, jwks_uri, min_refetch=settings.jwks_min_refetch) if jwks_uri else None
         if jwks is not None:
             await jwks.start()
+            stack.push_async_callback(jwks.close)
         introspection = None
         if settings.introspection_client and settings.introspection_secret:
             if metadata.introspection_endpoint is None:

@@ -5,6 +5,9 @@ why it refused a token (`check`), so the 401 can tell the client and the
 log can tell the operator. A JWT access token is accepted only when all of
 this holds, checked by PyJWT (no cryptography here):
 
+- its `typ`, if it has one, is `at+jwt` or `application/at+jwt` (RFC 9068,
+  any case): an ID token (`typ: JWT`) of the same issuer and audience is
+  not an access token;
 - its `alg` is in the allow-list (asymmetric algorithms only, never `none`
   or an HMAC, whose secret a published key would be) and agrees with the
   key's own `alg` when the issuer names one;
@@ -41,7 +44,7 @@ from mcp.server.auth.provider import AccessToken
 
 from toolservice_base.logs import get_logger
 
-from .issuer import IssuerError, JwksCache
+from .issuer import IssuerError, JwksCache, fetch_json
 
 log = get_logger("discovery.mcp")
 
@@ -52,6 +55,8 @@ INTROSPECTION_CONCURRENCY = 8
 MAX_TOKEN = 16 * 1024
 """Characters of a token looked at; a longer one is refused unread."""
 REFUSALS_LOGGED_EVERY = 10.0
+ACCESS_TOKEN_TYPES = frozenset({"at+jwt", "application/at+jwt"})
+"""The `typ` header values of a JWT access token (RFC 9068 section 4), compared in lower case."""
 
 
 @dataclass(frozen=True)
@@ -128,23 +133,14 @@ class Introspection:
         return answer
 
     async def _ask(self, token: str) -> dict[str, Any]:
-        try:
-            response = await self.client.post(
-                self.endpoint,
-                data={"token": token, "token_type_hint": "access_token"},
-                headers={"Authorization": self._auth, "Accept": "application/json"},
-            )
-        except httpx2.HTTPError as exc:
-            raise IssuerError(f"introspection at {self.endpoint} failed: {exc or type(exc).__name__}") from None
-        if response.status_code != 200:
-            raise IssuerError(f"introspection at {self.endpoint} answered HTTP {response.status_code}")
-        try:
-            answer = response.json()
-        except ValueError:
-            raise IssuerError(f"introspection at {self.endpoint} did not answer JSON") from None
-        if not isinstance(answer, dict):
-            raise IssuerError(f"introspection at {self.endpoint} did not answer a JSON object")
-        return answer
+        return await fetch_json(
+            self.client,
+            self.endpoint,
+            "introspection",
+            method="POST",
+            data={"token": token, "token_type_hint": "access_token"},
+            headers={"Authorization": self._auth},
+        )
 
 
 class TokenChecker:
@@ -198,13 +194,26 @@ class TokenChecker:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
             return Refusal("malformed", "the bearer token is not a well-formed JWT")
-        alg, kid = header.get("alg"), header.get("kid")
+        typ, alg, kid = header.get("typ"), header.get("alg"), header.get("kid")
+        if typ is not None and (not isinstance(typ, str) or typ.lower() not in ACCESS_TOKEN_TYPES):
+            shown = typ[:40] if isinstance(typ, str) else str(typ)[:40]
+            return Refusal(
+                "not_access_token",
+                f"the token's typ is {shown!r}, not at+jwt: it is not an access token (an ID token?); send an access "
+                "token for this server",
+            )
         if not isinstance(alg, str) or alg not in self.algorithms:
             shown = alg if isinstance(alg, str) else "no algorithm"
             return Refusal("algorithm", f"tokens signed with {shown[:20]!r} are not accepted here")
         if kid is not None and not isinstance(kid, str):
             return Refusal("malformed", "the token's key id (kid) is not a string")
         jwk = await self.jwks.key(kid)
+        if jwk is None and self.jwks.refetching:
+            return Refusal(
+                "unknown_key",
+                f"the token is not signed by a key its issuer publishes, as far as this server knows: the issuer's "
+                f"key set did not come within {self.jwks.key_wait:g} s; retry shortly",
+            )
         if jwk is None:
             return Refusal("unknown_key", "the token is not signed by a key its issuer publishes")
         if jwk.get("alg", alg) != alg:
