@@ -89,8 +89,9 @@ class GroupKey:
             raise GroupKeyError(f"group key: the signing key {self.signing} is not among the keys")
 
     @classmethod
-    def generate(cls) -> "GroupKey":
-        secret = secrets.token_bytes(SECRET_BYTES)
+    def generate(cls, secret: bytes | None = None) -> "GroupKey":
+        """A new key (`secret`: its bytes, when the caller draws them: a seeded simulation)."""
+        secret = secret if secret is not None else secrets.token_bytes(SECRET_BYTES)
         return cls({key_id(secret): secret}, key_id(secret))
 
     @property
@@ -205,10 +206,11 @@ class GroupKey:
             raise ValueError(f"the signing key {signing} is not among its keys")
         return cls(found, signing, source)
 
-    def rotated(self) -> tuple["GroupKey", str]:
-        """The next step of a rotation, and what it did: add a new key; sign with it; drop the old one."""
+    def rotated(self, secret: bytes | None = None) -> tuple["GroupKey", str]:
+        """The next step of a rotation, and what it did: add a new key (`secret`, or drawn now); sign with it; drop the
+        old one."""
         if len(self.secrets) == 1:
-            secret = secrets.token_bytes(SECRET_BYTES)
+            secret = secret if secret is not None else secrets.token_bytes(SECRET_BYTES)
             added = key_id(secret)
             return (
                 GroupKey({**self.secrets, added: secret}, self.signing, self.path),

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import statistics
 import subprocess
@@ -145,14 +146,19 @@ def describe(op: Op, origin: int) -> str:
 def stale_reads(ops: Sequence[Op], origin: int) -> list[str]:
     """Reads older than a write acknowledged before they were sent, each with that write (the latest such)."""
     found = []
-    acknowledged = sorted((op for op in ops if op.acknowledged and op.return_ is not None), key=lambda op: op.return_)
+    acknowledged = sorted(
+        (op for op in ops if op.acknowledged and op.return_ is not None), key=lambda op: op.return_ or 0
+    )
+    returned = [op.return_ or 0 for op in acknowledged]
+    newest: list[Op] = []  # newest[i]: the acknowledged write of the highest version among the first i + 1 returned
+    for write in acknowledged:
+        newest.append(write if not newest or write.version > newest[-1].version else newest[-1])
     for read in ops:
         if read.op != "read" or read.status != "ok":
             continue
-        before = [w for w in acknowledged if w.return_ is not None and w.return_ < read.call]
-        newest = max(before, key=lambda w: w.version, default=None)
-        if newest is not None and read.version < newest.version:
-            found.append(f"{describe(read, origin)}  after  {describe(newest, origin)}")
+        count = bisect.bisect_left(returned, read.call)  # the writes acknowledged before the read was sent
+        if count and read.version < newest[count - 1].version:
+            found.append(f"{describe(read, origin)}  after  {describe(newest[count - 1], origin)}")
     return found
 
 

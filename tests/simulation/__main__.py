@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         print("ok" if verdict.ok else "FAILED")
         return 0 if verdict.ok else 1
     started = time.perf_counter()
-    failed, combinations = [], Counter()
+    failed: list[object] = []
+    combinations: Counter[str] = Counter()
     for seed in range(options.first, options.first + options.schedules):
         verdict, _ = run(seed, variant=options.variant, seconds=options.seconds)
         combinations[verdict.faults] += 1

@@ -1,22 +1,24 @@
 """What Apache Pulsar does that the replica group's rules depend on, as a model a simulated clock drives.
 
-Each rule here is one the group relies on, and each has a test against the
-real broker that fails if Apache Pulsar does otherwise
-(`tests/simulation/test_broker_model.py`, on the run's Apache Pulsar):
+Each rule here is one the group relies on, and each is held to the real
+broker by a test on the run's Apache Pulsar that fails if the broker does
+otherwise (`tests/transport/test_exclusive_and_readers.py` and
+`tests/simulation/test_broker_model.py`):
 
 - **the lock** (an exclusive producer): `exclusive` is granted only while
-  nobody holds it; `wait` queues and is granted, in order, once the holder
-  closes or its connection dies; `fence` is granted at once and the holder
-  it displaced is fenced: every later send of its fails, but an idle fenced
-  producer is not told (it stays "connected" until it sends);
+  nobody holds it; `wait` queues and is granted once the holder closes or
+  its connection dies; `fence` is granted at once, fails the waiters queued
+  behind the holder (they wait again), and the holder it displaced is
+  fenced: every later send of its fails, but an idle fenced producer is not
+  told (it stays "connected" until it sends);
 - **the log's writer** is the same kind of producer, opened in `fence` mode;
 - **persistent topics** (markers, log, snapshots) keep every record in the
   order the broker took it, and a reader from a position reads them in that
   order; a send is persisted before its receipt, and a receipt may be lost
   (the send then times out: it may or may not be in the log);
 - **the shared subscription** of the config queue hands each request to one
-  consumer; one a consumer did not acknowledge before its connection closed
-  goes to another consumer (delivered again);
+  consumer; one a consumer did not finish before it closed goes to another
+  consumer (delivered again);
 - **non-persistent statuses** reach whoever listens, or are lost;
 - **connections**: a client cut off from the broker is dropped after the
   keep-alive, which releases what it held (its lock goes to the next in line).
@@ -58,7 +60,8 @@ class Exclusive:
     """One topic's exclusive producer, and who waits for it."""
 
     holder: Producer | None = None
-    waiting: list[tuple[Producer, Callable[[Producer], None]]] = field(default_factory=list)
+    waiting: list[tuple[Producer, Callable[[Producer | None], None]]] = field(default_factory=list)
+    """Who waits, and what to call: with the producer once it is theirs, with None if a fence failed the wait."""
 
 
 class Broker:
@@ -74,7 +77,7 @@ class Broker:
 
     # --- exclusive producers ----------------------------------------------------------------
 
-    def open(self, client: str, topic: str, mode: str, granted: Callable[[Producer], None]) -> Producer | None:
+    def open(self, client: str, topic: str, mode: str, granted: Callable[[Producer | None], None]) -> Producer | None:
         """Ask for `topic`'s exclusive producer in `mode`; the producer if granted now, None if refused (`exclusive`
         while held) or queued (`wait`: `granted` is called once it is handed over)."""
         slot = self.exclusive[topic]
@@ -85,6 +88,9 @@ class Broker:
         if mode == "fence":
             slot.holder.fenced = True
             slot.holder = producer
+            failed, slot.waiting = slot.waiting, []
+            for _, refused in failed:
+                refused(None)
             return producer
         if mode == "wait":
             slot.waiting.append((producer, granted))

@@ -256,13 +256,23 @@ class SimReplica:
 
     def acquire(self) -> None:
         self.core.waiting(self.world.rng.random())
-        self.waiter = self.world.broker.open(self.name, "lock", "wait", self.world.granted(self, self.generation))
-        if self.waiter is not None:
-            lock, self.waiter = self.waiter, None
-            return self.serve(lock, "wait")
-        self.later(CHECK_INTERVAL, self.look)
+        if not self.wait():
+            self.later(CHECK_INTERVAL, self.look)
 
-    def granted(self, lock: Producer) -> None:
+    def wait(self) -> bool:
+        """Queue for the lock; whether it was free (then this replica serves at once)."""
+        self.waiter = self.world.broker.open(self.name, "lock", "wait", self.world.granted(self, self.generation))
+        if self.waiter is None:
+            return False
+        lock, self.waiter = self.waiter, None
+        self.serve(lock, "wait")
+        return True
+
+    def granted(self, lock: Producer | None) -> None:
+        if lock is None:  # a fence failed the wait (`ProducerBusy`): it waits again at once, as `Election` does
+            if self.core.role == "standby" and self.lock is None:
+                self.wait()
+            return
         if self.core.role != "standby" or self.lock is not None:
             self.world.broker.close(lock)
             return
@@ -393,8 +403,8 @@ class SimReplica:
         changed = [(k, v) for k, v in request.puts if self.store.items.get(k) != v]
         deleted = [k for k in request.deletes if k in self.store.items]
         moved = self.core.version + 1 if changed or deleted else None
-        body = {"version": moved, "previous": self.core.version, "term": self.core.term, "puts": changed}
-        body |= {"deletes": deleted, "request": request.id}
+        body: dict[str, Any] = {"version": moved, "previous": self.core.version, "term": self.core.term}
+        body |= {"puts": changed, "deletes": deleted, "request": request.id}
         decision = self.world.variants.executed(self, request, moved)
         if isinstance(decision, Acknowledge):
             if moved is not None:  # applied without a log entry (a bad variant): the state moves all the same

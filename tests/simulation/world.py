@@ -91,7 +91,7 @@ class World:
         self.keyed = self.rng.random() < 0.7
         """A group with a key (most), or one the broker's permissions alone protect: a forger's entries are then
         taken (no promise), but a status is still only a hint."""
-        self.key: GroupKey | None = GroupKey.generate() if self.keyed else None
+        self.key: GroupKey | None = GroupKey.generate(self.rng.randbytes(32)) if self.keyed else None
         self.replicas = [SimReplica(self, f"r{n}", self.key) for n in range(replicas)]
         self.down: dict[str, set[str]] = {}
         """Replica -> the directions ('in', 'out') its link to the broker is cut in."""
@@ -159,15 +159,16 @@ class World:
         if replica.world.reaches(replica, "in"):
             replica.heard(status)
 
-    def granted(self, replica: SimReplica, generation: int) -> Callable[[Producer], None]:
-        def granted(lock: Producer) -> None:
+    def granted(self, replica: SimReplica, generation: int) -> Callable[[Producer | None], None]:
+        def granted(lock: Producer | None) -> None:
             self.later(self.delay(), self._granted, replica, generation, lock)
 
         return granted
 
-    def _granted(self, replica: SimReplica, generation: int, lock: Producer) -> None:
+    def _granted(self, replica: SimReplica, generation: int, lock: Producer | None) -> None:
         if not replica.alive or replica.generation != generation:
-            self.broker.close(lock)
+            if lock is not None:
+                self.broker.close(lock)
             return
         if replica.frozen:  # handed over while frozen: it takes it once it runs again
             self._parked.setdefault(replica.name, []).append(lambda: self._granted(replica, generation, lock))
@@ -292,7 +293,7 @@ class World:
         if self.faults.rotation:
             self.later(1.0, self._rotate, 1)
         if self.faults.stranger is not None:
-            key = GroupKey.generate() if self.faults.stranger == "wrong-key" else None
+            key = GroupKey.generate(self.rng.randbytes(32)) if self.faults.stranger == "wrong-key" else None
             stranger = SimReplica(self, "stranger", key, group=False)
             self.replicas.append(stranger)
             self.later(self.rng.uniform(0.5, 6.0), self._start, stranger)
@@ -373,7 +374,7 @@ class World:
 
     def _forge(self) -> None:
         """Someone allowed to produce on the state topics: a fencing writer on the log, a marker, a status."""
-        forger = GroupKey.generate()
+        forger = GroupKey.generate(self.rng.randbytes(32))
         body = {"version": 10**6, "previous": 0, "term": 99, "puts": [["k0", "forged"]], "deletes": [], "request": ""}
         writer = self.broker.open("forger", "log", "fence", lambda _: None)
         assert writer is not None
@@ -384,7 +385,7 @@ class World:
 
     def _forged_status(self) -> None:
         """A status claiming term 99 for a replica that does not exist: a hint, never the lock's word."""
-        forger = GroupKey.generate()
+        forger = GroupKey.generate(self.rng.randbytes(32))
         self.forged_statuses.append(self.now)
         body = {"id": "ghost", "role": "active", "term": 99, "version": 0}
         for replica in self.replicas:
@@ -404,7 +405,7 @@ class World:
     def _rotate(self, step: int) -> None:
         """The operators' guide's rotation: a step, then a rolling restart of every replica with the new file."""
         assert self.key is not None
-        rotated, _ = self.key.rotated()
+        rotated, _ = self.key.rotated(self.rng.randbytes(32))
         self.key = rotated
         for n, replica in enumerate(r for r in self.replicas if r.group):
             self.later(0.8 * n + 0.4, self._restart_with, replica, rotated)

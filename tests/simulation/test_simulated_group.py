@@ -1,0 +1,65 @@
+"""The replica group's rules under the deterministic simulator: fixed schedules, fresh ones, and the bad rules caught.
+
+Each schedule runs three replicas of the real `ReplicaCore` for 20 virtual
+seconds under faults drawn from its seed, with five clients, then judges
+the history (`check`). A failure names the seed and the one command that
+replays it step by step.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import pytest
+
+from . import Verdict, run
+from .variants import VARIANTS
+
+FIXED = range(1, 101)
+"""The schedules every run checks (and that each bad variant must fail among)."""
+FRESH_SECONDS = 20.0
+"""How long a run spends on schedules drawn fresh (their seeds printed), after the fixed ones."""
+
+
+def said(verdict: Verdict, variant: str | None = None) -> str:
+    lines = [f"seed {verdict.seed} ({verdict.faults}) broke: {', '.join(verdict.findings)}"]
+    for name, found in verdict.findings.items():
+        lines += [f"  {name}: {line}" for line in found[:3]]
+    lines.append(f"replay: {verdict.replay(variant)}")
+    return "\n".join(lines)
+
+
+def test_every_fixed_schedule_keeps_every_promise() -> None:
+    failed = [said(verdict) for seed in FIXED if not (verdict := run(seed)[0]).ok]
+    assert failed == [], "\n".join(failed)
+
+
+def test_fresh_schedules_keep_every_promise() -> None:
+    """Seeds no run has tried before (printed, so a failure is replayed with its seed)."""
+    first = int(os.environ.get("SIMULATION_SEED", random.SystemRandom().randrange(10**6, 10**9)))
+    print(f"fresh schedules from seed {first}")
+    deadline, seed, failed = time.monotonic() + FRESH_SECONDS, first, []
+    while time.monotonic() < deadline:
+        verdict, _ = run(seed)
+        if not verdict.ok:
+            failed.append(said(verdict))
+        seed += 1
+    assert seed > first, "no fresh schedule ran"
+    assert failed == [], "\n".join(failed)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_known_bad_rule_fails_the_fixed_schedules(variant: str) -> None:
+    """Each bad variant breaks a promise in at least one of the schedules every run checks."""
+    caught = next((verdict for seed in FIXED if not (verdict := run(seed, variant=variant)[0]).ok), None)
+    assert caught is not None, f"{variant} kept every promise in seeds {FIXED.start}..{FIXED.stop - 1}"
+
+
+def test_a_seed_replays_the_same_schedule_step_by_step() -> None:
+    first, second = run(4)[1], run(4)[1]
+    assert first.trace == second.trace and len(first.trace) > 2
+    assert [(op.call, op.status, op.version) for op in first.ops] == [
+        (op.call, op.status, op.version) for op in second.ops
+    ]
