@@ -56,6 +56,7 @@ BENCHMARKS: dict[str, str] = {
 OPT_IN: dict[str, str] = {
     "fleet": "bench.b_fleet",
     "faults": "bench.b_faults",
+    "simulation": "bench.b_simulation",
 }
 """Benchmarks run only when named with `--only`: too long for the default run. A full run keeps their latest
 results in `results-<broker>.json` (and so in RESULTS.md)."""

@@ -18,6 +18,7 @@ from .world import World
 @dataclass
 class Verdict:
     seed: int
+    seconds: float
     faults: str
     findings: dict[str, list[str]]
     ops: int
@@ -29,6 +30,7 @@ class Verdict:
 
     def replay(self, variant: str | None = None) -> str:
         also = f" --variant {variant}" if variant else ""
+        also += f" --seconds {self.seconds:g}" if self.seconds != 20.0 else ""
         return f"PYTHONPATH=tests .venv/bin/python -m simulation --seed {self.seed}{also} --trace"
 
 
@@ -36,4 +38,4 @@ def run(seed: int, *, variant: str | None = None, seconds: float = 20.0) -> tupl
     world = World(seed, seconds=seconds, variant=variant).run()
     found = findings(world)
     acknowledged = sum(1 for op in world.ops if op.acknowledged)
-    return Verdict(seed, world.faults.name, found, len(world.ops), acknowledged), world
+    return Verdict(seed, seconds, world.faults.name, found, len(world.ops), acknowledged), world

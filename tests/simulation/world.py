@@ -288,7 +288,7 @@ class World:
     def plan(self) -> None:
         """Schedule the faults of `self.faults` within the first three quarters of the run; all healed after."""
         for kind in self.faults.kinds:
-            at = self.rng.uniform(1.0, self.healed_at - 4.0)
+            at = self.rng.uniform(1.0, max(1.0, self.healed_at - 4.0))  # after the group's first records
             self.later(at, self._fault, kind)
         if self.faults.rotation:
             self.later(1.0, self._rotate, 1)
