@@ -19,7 +19,7 @@ from typing import Any
 
 from faults import check as history
 
-from .replica import TAKEOVER_AFTER
+from .replica import LOST_LOCK_GRACE, TAKEOVER_AFTER
 from .world import World
 
 
@@ -87,15 +87,13 @@ def needless_takeovers(world: World) -> list[str]:
 
 
 def moved_by_a_status(world: World) -> list[str]:
-    """A step-down or a takeover within a second of a forged status, with no other fault within three seconds."""
+    """A step-down of an active that still held the lock and the log's writer, hindered by nothing: nothing but a
+    status (a hint) could have moved it."""
     found = []
-    for at, name, what in world.events:
-        if not what.startswith(("stepped down", "fenced")):
-            continue
-        forged = any(at - 1.0 <= f <= at for f in world.forged_statuses)
-        other = any(start - 3.0 <= at <= end + 3.0 for start, end, _ in world.disturbed)
-        if forged and not other and not world.faults.rotation:
-            found.append(f"{at:.3f}s {name} {what}, a forged status before it and no other fault")
+    for at, name, held, why in world.stepdowns:
+        hindered = any(start - 1.0 <= at <= end + 1.0 for start, end, kind in world.disturbed if kind == "receipts")
+        if held and not hindered and healthy(world, name, at - LOST_LOCK_GRACE - 1.0, at):
+            found.append(f"{at:.3f}s {name} stepped down holding the lock and the log, unhindered: {why}")
     return found
 
 

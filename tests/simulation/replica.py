@@ -348,6 +348,10 @@ class SimReplica:
     def step_down(self, reason: str) -> None:
         """Revoke first, then the rest; then a new generation from the log (its state dropped)."""
         self.world.event(self, f"stepped down: {reason}")
+        broker = self.world.broker
+        holding = self.lock is not None and broker.holds(self.lock)
+        writing = self.writer is not None and broker.holds(self.writer)
+        self.world.stepdowns.append((self.world.now, self.name, holding and writing, reason))
         self.unsubscribe()
         self.core.stepped_down(self.clock())
         self.release_all()

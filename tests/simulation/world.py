@@ -36,6 +36,7 @@ FAULTS = (
     "freeze",
     "partition",
     "inbound",
+    "outbound",
     "broker-restart",
     "receipts",
     "skew",
@@ -105,6 +106,8 @@ class World:
         self.disturbed: list[tuple[float, float, str]] = []
         """(start, end, kind) of every fault but a forged status alone: what may make an active step down."""
         self.forged_statuses: list[float] = []
+        self.stepdowns: list[tuple[float, str, bool, str]] = []
+        """(when, who, whether it still held the lock and the log's writer at the broker, why) of each step-down."""
         self.unhealthy: dict[str, list[tuple[float, float]]] = {}
         """Replica -> windows in which it was dead, frozen or cut off (what makes a takeover of it justified)."""
         self._parked: dict[str, list[Callable[[], None]]] = {}
@@ -257,17 +260,21 @@ class World:
             marker = f"w{number}_r" if reserved else f"w{number}"
             puts = [(marker, rid)]
             expect: list[tuple[str, str | None]] = []
+            deletes: list[str] = []
             if self.rng.random() < 0.3:
                 puts.append((shared, rid))
+            elif self.rng.random() < 0.15:
+                deletes.append(shared)
             if self.rng.random() < 0.1:
                 expect = [(shared, None)]
-            request = Request(rid, number, "write", puts=puts, expect=expect, reserved=reserved)
+            request = Request(rid, number, "write", puts=puts, deletes=deletes, expect=expect, reserved=reserved)
             op = Op(
                 id=len(self.requests),
                 client=number,
                 op="write",
                 call=self._ns(),
                 puts=list(puts),
+                deletes=list(deletes),
                 expect=[{"key": k, "value": v} for k, v in expect],
             )
         request.record, request.then = op, then
@@ -313,7 +320,7 @@ class World:
         self.trace.append(f"{self.now:9.4f} fault {kind} on {target.name} for {length:.2f}s")
         if kind not in ("forged-status", "skew"):
             self.disturbed.append((self.now, self.now + length + CLIENT_TIMEOUT, kind))
-        if kind in ("kill", "freeze", "partition", "inbound"):
+        if kind in ("kill", "freeze", "partition", "inbound", "outbound"):
             self.unhealthy.setdefault(target.name, []).append((self.now, self.now + length))
         elif kind == "broker-restart":
             for replica in self.replicas:
@@ -324,9 +331,9 @@ class World:
         elif kind == "freeze":
             target.frozen = True
             self.later(length, self._thaw, target)
-        elif kind in ("partition", "inbound"):
-            self.down[target.name] = {"in", "out"} if kind == "partition" else {"in"}
-            if kind == "partition":
+        elif kind in ("partition", "inbound", "outbound"):
+            self.down[target.name] = {"partition": {"in", "out"}, "inbound": {"in"}, "outbound": {"out"}}[kind]
+            if kind != "inbound":  # the broker hears nothing from it: dropped after the keep-alive
                 self.later(KEEPALIVE, self._keepalive, target)
             self.later(length, self._heal, target)
         elif kind == "broker-restart":
@@ -339,7 +346,7 @@ class World:
         elif kind == "forge":
             self._forge()
         elif kind == "forged-status":
-            self._forged_status()
+            self._forged_status(self.now + length)
         elif kind == "replay":
             self._replay()
 
@@ -383,14 +390,17 @@ class World:
         self.broker.forge("markers", record(None, "marker", "lock", {"term": 99, "replica": "ghost"}, "forger"))
         self._forged_status()
 
-    def _forged_status(self) -> None:
-        """A status claiming term 99 for a replica that does not exist: a hint, never the lock's word."""
+    def _forged_status(self, until: float | None = None) -> None:
+        """A status claiming term 99 for a replica that does not exist, twice a second until `until`: a hint, never
+        the lock's word."""
         forger = GroupKey.generate(self.rng.randbytes(32))
         self.forged_statuses.append(self.now)
         body = {"id": "ghost", "role": "active", "term": 99, "version": 0}
         for replica in self.replicas:
             status = record(forger, "status", "members", body, "forger")
             replica.later(self.delay(), self._hear, replica, status)
+        if until is not None and self.now + 0.5 < until:
+            self.later(0.5, self._forged_status, until)
 
     def _replay(self) -> None:
         """A captured entry sent again through a fencing writer: signed, but stale (its version is not above)."""

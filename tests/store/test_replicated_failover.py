@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -99,11 +100,17 @@ async def test_kill_9_of_the_active_loses_no_acknowledged_write_of_any_kind_and_
     cluster: Cluster,
 ) -> None:
     """A write to each kind of item and workspace, reserved ones included, each acknowledged; then kill -9 of the
-    active. The new active reads every one back, and answers the next write above every version answered before."""
-    await cluster.start("a")
-    await cluster.start("b")
+    active. The new active reads every one back, and answers the next write above every version answered before.
+    Authorization on: the replicas run as the store's role, the client as the agent's."""
+    tokens = cluster.apache.grant_kinds(
+        cluster.tenant, {kind: f"{kind}-{cluster.tenant}" for kind in ("store", "agent")}
+    )
+    for name in ("a", "b"):
+        cluster.extra_env[name] = {"PULSAR_AUTH_TOKEN": tokens["store"]}
+        await cluster.start(name)
+    agent = replace(cluster.settings(), auth_token=tokens["agent"])
     async with AsyncExitStack() as stack:
-        connection = await stack.enter_async_context(await open_transport(cluster.settings()))
+        connection = await stack.enter_async_context(await open_transport(agent))
         client = await stack.enter_async_context(ConfigClient(connection, timeout=2))
         expected = await write_every_kind(client, "before")
         answered = await client.put([("note", "last-before", "x")])
