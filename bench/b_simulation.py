@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -54,6 +55,23 @@ def rate(simulation: Any, first: int, count: int, seconds: float) -> dict[str, A
         "combinations": len(combinations),
         "failed": failed,
     }
+
+
+def porcupine(simulation: Any, first: int, count: int) -> dict[str, Any]:
+    """The fault suite's linearizability checker over each schedule's whole history (timed apart from the runs)."""
+    from faults.build import build
+
+    from simulation.check import linearizable
+
+    lincheck, where = build().lincheck, Path(tempfile.mkdtemp(prefix="bench-simulation-"))
+    verdicts: Counter[str] = Counter()
+    took = 0.0
+    for seed in range(first, first + count):
+        _, world = simulation.run(seed)
+        started = time.perf_counter()
+        verdicts[str(linearizable(world, lincheck, where).get("verdict"))] += 1
+        took += time.perf_counter() - started
+    return {"verdicts": dict(verdicts), "ms_each": round(took / count * 1000, 1)}
 
 
 def decision_times(simulation: Any, seeds: range) -> dict[str, float]:
@@ -118,6 +136,7 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     full = rate(simulation, 100_000, count, 20.0)
     short = rate(simulation, 200_000, count, 5.0)
     decided = decision_times(simulation, range(1, 4 if quick else 11))
+    checked = porcupine(simulation, 300_000, 20 if quick else 200)
     replay = replay_time(simulation)
     rows: list[dict[str, Any]] = [
         {
@@ -141,6 +160,12 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
             "ours": len(full["failed"]) + len(short["failed"]),
             "target": "0",
             "met": not full["failed"] and not short["failed"],
+        },
+        {
+            "figure": f"porcupine's verdicts on {sum(checked['verdicts'].values())} whole histories (time each)",
+            "ours": f"{checked['verdicts']} ({checked['ms_each']} ms)",
+            "target": "all ok",
+            "met": set(checked["verdicts"]) == {"ok"},
         },
         {
             "figure": "from a failing seed to its replay (no-confirm variant)",

@@ -15,6 +15,7 @@ simulated history, plus what the group promises beyond them:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from faults import check as history
@@ -114,3 +115,12 @@ def unavailable(world: World) -> list[str]:
     if not late or any(op.status == "ok" for op in late):
         return []
     return [f"no write acknowledged after {world.seconds:g}s, {world.seconds - world.healed_at:g}s after healing"]
+
+
+def linearizable(world: World, lincheck: Path, where: Path) -> dict[str, Any]:
+    """porcupine's verdict (the fault suite's `lincheck`) on the schedule's history, each write whose outcome its
+    client could not know settled by the log (`faults.check.resolve`)."""
+    ops = history.resolve(sorted(world.ops, key=lambda op: op.call), history.applied(log_of(world)))
+    path = where / f"simulated-{world.seed}.jsonl"
+    path.write_text("".join(op.to_json() + "\n" for op in ops))
+    return history.linearizable(lincheck, path)

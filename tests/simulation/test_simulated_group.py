@@ -11,10 +11,13 @@ from __future__ import annotations
 import os
 import random
 import time
+from pathlib import Path
 
 import pytest
+from faults.build import build
 
 from . import Verdict, run
+from .check import linearizable
 from .variants import VARIANTS
 
 FIXED = range(1, 101)
@@ -63,3 +66,13 @@ def test_a_seed_replays_the_same_schedule_step_by_step() -> None:
     assert [(op.call, op.status, op.version) for op in first.ops] == [
         (op.call, op.status, op.version) for op in second.ops
     ]
+
+
+def test_porcupine_finds_the_histories_linearizable_and_the_stale_reads_of_a_bad_rule_illegal(tmp_path: Path) -> None:
+    """The fault suite's linearizability checker (`lincheck`, porcupine) over whole simulated histories."""
+    lincheck = build().lincheck
+    for seed in range(1, 11):
+        verdict, world = run(seed)
+        assert linearizable(world, lincheck, tmp_path)["verdict"] == "ok", said(verdict)
+    broken, world = run(2, variant="no-confirm")
+    assert not broken.ok and linearizable(world, lincheck, tmp_path)["verdict"] == "illegal"

@@ -218,7 +218,7 @@ class World:
         op = request.record
         op.return_ = self._ns()
         if "error" in outcome:
-            op.status = "conflict" if outcome.get("conflict") else ("unknown" if op.op == "write" else "fail")
+            op.status = "conflict" if outcome.get("conflict") else "unknown"  # as the fault suite records it
             op.error = str(outcome["error"])[:200]
         else:
             op.status, op.version = "ok", int(outcome["version"])
