@@ -60,7 +60,6 @@ def rate(simulation: Any, first: int, count: int, seconds: float) -> dict[str, A
 def porcupine(simulation: Any, first: int, count: int) -> dict[str, Any]:
     """The fault suite's linearizability checker over each schedule's whole history (timed apart from the runs)."""
     from faults.build import build
-
     from simulation.check import linearizable
 
     lincheck, where = build().lincheck, Path(tempfile.mkdtemp(prefix="bench-simulation-"))
