@@ -3,8 +3,9 @@
     python tests/faults/unsafe.py up --store pulsar ...
 
 An active replica confirms it still holds the lock before it answers a read
-(`LogJournal.confirm`), and steps down on the first sign it was deposed: its
-lock lost, a newer term heard, a write fenced or not made durable. Here it
+(`LogJournal.confirm`), and steps down on the first sign it was deposed
+(`ReplicaCore.active_look`, `ReplicaCore.deposed`): its lock lost, a newer
+term heard, a write fenced or not made durable. Here it
 answers reads from its state without confirming anything, and takes none of
 those signs as a reason to stop: a replica cut off and replaced goes on
 answering reads from its old state (its writes fail, fenced by the broker),
@@ -14,34 +15,33 @@ nothing in the product imports this.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from typing import Any
 
 
 def _reads_unconfirmed_and_never_deposed() -> None:
-    from discovery.replicas import election
+    """The core's step-down rules switched off (no sign of deposition heeded), and the journal's confirmation."""
+    from discovery.replicas.core import ReplicaCore, Wait
     from discovery.store import log_state, service
 
-    async def hold(self: Any, lock: Any, mode: Any) -> str:
-        await asyncio.Event().wait()  # until closed
-        return "closing"
+    def active_look(self: Any, now: float, lock_connected: bool, claim: Any) -> Wait:
+        return Wait()  # never steps down
 
-    def deposed(self: Any, reason: str) -> None:
-        return None
+    def deposed(self: Any, reason: str) -> bool:
+        return False
 
     async def confirm(self: Any) -> None:
         return None
 
     make_durable = service.ConfigStoreService._make_durable
 
-    async def durable_or_not(self: Any, outcome: Any, operation: str) -> Any:
-        answered = await make_durable(self, outcome, operation)
+    async def durable_or_not(self: Any, *args: Any, **kwargs: Any) -> Any:
+        answered = await make_durable(self, *args, **kwargs)
         self.damaged = None  # goes on answering from its state
         return answered
 
-    election.Election._hold = hold  # type: ignore[method-assign]
-    election.Election.deposed = deposed  # type: ignore[method-assign]
+    ReplicaCore.active_look = active_look  # type: ignore[method-assign,assignment]
+    ReplicaCore.deposed = deposed  # type: ignore[method-assign]
     log_state.LogJournal.confirm = confirm  # type: ignore[method-assign,assignment]
     service.ConfigStoreService._make_durable = durable_or_not  # type: ignore[method-assign]
 
