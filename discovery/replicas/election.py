@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Self
 
-from discovery.errors import KeyMismatch, NotActive, ReplicationError
+from discovery.errors import NotActive, ReplicationError
 from toolservice_base.errors import Fenced, ProducerBusy, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
@@ -375,7 +375,7 @@ class Election:
     def _carry_out_stop(self, decision: object) -> None:
         """A `Stop` from the core ends the election for good, in its one line."""
         if isinstance(decision, Stop):
-            raise KeyMismatch(decision.reason)
+            raise self.core.failure(decision)
 
     async def _attempt(self, mode: ExclusiveMode) -> ExclusivePublisher:
         return await self._transport.exclusive_publisher(self.lock_topic, mode)
@@ -437,7 +437,7 @@ class Election:
             await self._transport.close_publisher(lock)
             await asyncio.sleep(self._retry_delay)
             return
-        except KeyMismatch:
+        except ReplicationError:  # a `Stop` of the core
             self.core.promotion_failed()
             await self._transport.close_publisher(lock)
             raise

@@ -64,7 +64,7 @@ __all__ = [
     "StateMachine",
 ]
 
-from discovery.errors import KeyMismatch, LogIncomplete, NewerFormat, NotActive, ReplicationError
+from discovery.errors import NewerFormat, NotActive, ReplicationError
 from toolservice_base.errors import TransportClosed, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
@@ -347,7 +347,7 @@ class ReplicatedLog:
             self.stats["ignored"] += 1
             return False
         if isinstance(decision, Stop):
-            raise self._stopped(decision)
+            raise self._core.failure(decision)
         assert isinstance(decision, Apply)
         if decision.note is not None:
             self._said_deleted(decision.note)
@@ -380,7 +380,7 @@ class ReplicatedLog:
             return
         stop = self._core.found(finding)
         if stop is not None:
-            raise self._stopped(stop)
+            raise self._core.failure(stop)
         if not finding.lost:
             self._said_deleted(finding.line)
         else:
@@ -389,12 +389,6 @@ class ReplicatedLog:
     def _said_deleted(self, line: str) -> None:
         self.history_deleted = line
         log.error("log.history_deleted", topic=self.log_topic, version=self.version, note=line)
-
-    def _stopped(self, stop: Stop) -> ReplicationError:
-        """The error a `Stop` of the core is raised as."""
-        if stop.cause == "key":
-            return KeyMismatch(stop.reason)
-        return LogIncomplete(stop.reason, namespace=self._core.wholeness.namespace)
 
     # --- writing --------------------------------------------------------------------------
 

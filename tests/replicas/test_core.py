@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from discovery.errors import LogIncomplete
 from discovery.replicas.core import (
     Acknowledge,
     Append,
@@ -155,3 +156,14 @@ def test_a_gap_left_by_entries_under_a_dropped_key_is_named_for_the_key_not_the_
     stop = core.entry(entry_seen(dropped, OTHER), 3, 2)
     assert isinstance(stop, Stop) and stop.cause == "key"
     assert GROUP.signing in stop.reason and "Put the dropped key back" in stop.reason and "retention" not in stop.reason
+
+
+def test_a_replica_stopped_for_lost_entries_says_so_at_every_look_after_not_a_key_mismatch() -> None:
+    core = ReplicaCore("a", now=0.0)
+    core.follow_log("persistent://tg/state/config-log")
+    core.saw(entry_seen(None, None), "log")
+    stop = core.entry(entry_seen(None, None), 5, 3)  # follows version 3, which the state never had
+    assert isinstance(stop, Stop) and stop.cause == "lost"
+    assert core.standby_look(1.0, Heard()) == stop
+    failure = core.failure(stop)
+    assert isinstance(failure, LogIncomplete) and failure.namespace == "tg/state"

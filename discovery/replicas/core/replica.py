@@ -19,6 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
+from discovery.errors import KeyMismatch, LogIncomplete, ReplicationError
+
 from ..groupkey import GroupKey
 from .effects import (
     Acknowledge,
@@ -102,7 +104,8 @@ class ReplicaCore:
         self.confirmed_at = float("-inf")
         self.lost: str | None = None
         """Why this active replica must step down (fenced on a send, an append that may have failed)."""
-        self.stopped: str | None = None
+        self.stopped: Stop | None = None
+        """Why this replica stopped for good (the effect answered then, again at every look after)."""
         self._disconnected_at: float | None = None
         self._fence_next = False
         self._new_holder = False
@@ -133,9 +136,16 @@ class ReplicaCore:
         why = self.witness.mismatch()
         return None if why is None else self._stop(why)
 
-    def _stop(self, reason: str) -> Stop:
-        self.role, self.stopped = "stopped", reason
-        return Stop(reason)
+    def _stop(self, reason: str, cause: Literal["key", "lost"] = "key") -> Stop:
+        self.role, self.stopped = "stopped", Stop(reason, cause)
+        return self.stopped
+
+    def failure(self, stop: Stop) -> ReplicationError:
+        """The error a driver stops with for `stop`, whichever driver met it: its key (`KeyMismatch`) or lost entries
+        (`LogIncomplete`, naming the namespace whose retention is the fix)."""
+        if stop.cause == "key":
+            return KeyMismatch(stop.reason)
+        return LogIncomplete(stop.reason, namespace=self.wholeness.namespace)
 
     # --- the lock's markers -----------------------------------------------------------------
 
@@ -208,7 +218,7 @@ class ReplicaCore:
           minute; without this the group would wait that long.
         """
         if self.stopped is not None:
-            return Stop(self.stopped)
+            return self.stopped
         if (stop := self.key_mismatch()) is not None:
             return stop
         if (read := self._claim(now, heard.claim)) is not None:
@@ -459,8 +469,4 @@ class ReplicaCore:
                 " two), start the replicas, and drop it again once `toolreg replicas` shows an active replica"
                 " started with the new signing key"
             )
-        return self._stop_lost(finding.line)
-
-    def _stop_lost(self, reason: str) -> Stop:
-        self.role, self.stopped = "stopped", reason
-        return Stop(reason, "lost")
+        return self._stop(finding.line, "lost")
