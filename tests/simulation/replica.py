@@ -82,6 +82,8 @@ class SimReplica:
         self.serving = False
         self.log_at = 0
         self.markers_at = 0
+        self.snapshot_position = -1
+        """Where the restored snapshot's own entry sits in the log (-1: none restored this generation)."""
         self.queue: list[Request] = []
         self.busy = False
         self.active_at: dict[str, float] = {}
@@ -114,7 +116,7 @@ class SimReplica:
             key=self.key,
             now=self.clock(),
         )
-        self.store, self.log_at, self.markers_at = Store(), 0, 0
+        self.store, self.log_at, self.markers_at, self.snapshot_position = Store(), 0, 0, -1
         self.lock = self.waiter = self.writer = None
         self.serving, self.queue, self.busy = False, [], False
         self.active_at, self.any_active_at, self.echo_at, self.claims = {}, None, None, {}
@@ -181,7 +183,7 @@ class SimReplica:
         log = self.world.broker.topics["log"]
         while self.log_at < len(log):
             entry = log[self.log_at]
-            at_snapshot = self.log_at == getattr(self, "snapshot_position", -1)
+            at_snapshot = self.log_at == self.snapshot_position
             self.log_at += 1
             seen = authenticate(self.key, entry.properties, "entry", "log", entry.data)
             self.core.saw(seen, "log")

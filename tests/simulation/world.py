@@ -128,11 +128,10 @@ class World:
                 if not owner.alive or owner.generation != generation:
                     return
                 if owner.frozen:
-                    owner_parked.append(run)
+                    self._parked.setdefault(owner.name, []).append(run)
                     return
             step(*args)
 
-        owner_parked = self._parked.setdefault(owner.name, []) if owner is not None else []
         heapq.heappush(self._heap, (self.now + max(0.0, delay), next(self._seq), run))
 
     def delay(self) -> float:
