@@ -50,6 +50,7 @@ import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
 from ...logs import get_logger
+from ...tasks import close_when_granted
 from ..base import Envelope, Handler, InlineHandler
 from .bridge import LoopBridge
 from .diagnosis import Action
@@ -331,21 +332,14 @@ async def subscribe_listening(
     try:
         return await asyncio.shield(created)
     except asyncio.CancelledError:
-        created.add_done_callback(_close_abandoned)  # a consumer the broker grants after we gave up is closed
+        close_when_granted(created, _close_granted, _abandoned)  # a consumer the broker grants after we gave up
         raise
 
 
-_abandoned: set[asyncio.Task[None]] = set()
+_abandoned: set[asyncio.Future[Any]] = set()
+"""Consumers being opened for a caller that gave up, then their closes (`close_when_granted`)."""
 
 
-def _close_abandoned(created: asyncio.Future[Any]) -> None:
-    if created.cancelled() or created.exception() is not None:
-        return
-    closing = asyncio.ensure_future(_close_quietly(pulsar_asyncio.Consumer(created.result(), _BYTES)))
-    _abandoned.add(closing)
-    closing.add_done_callback(_abandoned.discard)
-
-
-async def _close_quietly(consumer: pulsar_asyncio.Consumer) -> None:
+async def _close_granted(granted: Any) -> None:
     with broker_errors(log="consumer.close_failed"):
-        await consumer.close()
+        await pulsar_asyncio.Consumer(granted, _BYTES).close()
