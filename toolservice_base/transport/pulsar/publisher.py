@@ -33,8 +33,9 @@ all, and costs the GIL nothing more. What the receipts did is kept:
   refuses us, and any message over `LARGE_MESSAGE`, which is always sent
   confirmed (a message the broker takes as too large fails only so).
 
-Confirmed sends (the default) wait for their receipt as before; it comes
-through the `LoopBridge`, batched with whatever else completed meanwhile.
+Confirmed sends (the default) wait for their receipt, so a failure reaches
+the caller who can act on it; the receipt comes through the `LoopBridge`,
+batched with whatever else completed meanwhile.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ The client's `message_listener` hands each message to `on_message` on its
 listener thread, which takes the bytes and properties, acknowledges (see
 below), appends the `Envelope` to the subscription's inbox and, only if the
 subscription's task is idle, wakes it through the `LoopBridge`. The task hands
-the inbox to the handler one message at a time, in order, as before. A burst
+the inbox to the handler one message at a time, in order (a queue's
+answers and a stream's chunks are read in the order they were sent). A burst
 costs one wake-up, not one loop crossing per message. An inline handler (one
 that never waits: `Transport.subscribe(..., inline=True)`) has no task: the
 wake-up itself hands it the inbox, so an answer reaches the caller waiting for
@@ -34,7 +35,7 @@ consumer already closed.
 Bad input and faults: the listener catches everything (a message it cannot read
 is logged with its topic and size, never raised into the C++ client, whose
 listener thread goes on); a handler that raises is logged and the next message
-is handled, as before.
+is handled: one bad request must not stop a service from answering the rest.
 """
 
 from __future__ import annotations
