@@ -47,7 +47,6 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import _pulsar
 import pulsar.asyncio as pulsar_asyncio
 
 from ...errors import TransportClosed, TransportError
@@ -56,10 +55,11 @@ from ..base import LARGE_MESSAGE, FailureHook, Payload, encode
 from .bridge import LoopBridge
 from .diagnosis import Action
 from .errors import Explain, broker_errors, translate
+from .native import RESULT_OK, MessageBuilder, native_producer
 
 log = get_logger("toolservice_base.transport")
 
-_OK = _pulsar.Result.Ok
+_OK = RESULT_OK
 COVER_AFTER = 0.02
 """Seconds between an unconfirmed send and the cover asked for it (and for every send until then)."""
 
@@ -93,7 +93,7 @@ class PulsarPublisher:
         refused: Callable[[str], TransportError | None] | None = None,
     ) -> None:
         self._producer = producer
-        self._native: Any = producer._producer  # the C++ producer: send_async and flush_async take callbacks
+        self._native: Any = native_producer(producer)
         self.topic = topic
         self._url = url
         self._bridge = bridge
@@ -146,7 +146,7 @@ class PulsarPublisher:
         ):
             raise refused
         data = encode(payload)
-        builder = _pulsar.MessageBuilder()
+        builder = MessageBuilder()
         builder.content(data)
         if properties:
             builder.properties(properties)

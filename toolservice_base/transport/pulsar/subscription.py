@@ -46,7 +46,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import _pulsar
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
@@ -56,6 +55,7 @@ from ..base import Envelope, Handler, InlineHandler
 from .bridge import LoopBridge
 from .diagnosis import Action
 from .errors import broker_errors
+from .native import ConsumerConfiguration, NativeError, native_client
 
 log = get_logger("toolservice_base.transport")
 
@@ -306,7 +306,7 @@ async def subscribe_listening(
     As `pulsar.asyncio.Client.subscribe` does, without a thread: the creation's
     completion comes back through its callback.
     """
-    conf = _pulsar.ConsumerConfiguration()
+    conf = ConsumerConfiguration()
     conf.consumer_type(consumer_type)
     conf.receiver_queue_size(receiver_queue)
     conf.schema(_BYTES.schema_info())
@@ -318,7 +318,7 @@ async def subscribe_listening(
     def settle(value: Any) -> None:
         if created.done():
             return
-        if isinstance(value, _pulsar.Error):
+        if isinstance(value, NativeError):
             created.set_exception(pulsar_asyncio.PulsarException(value.error, value.message))
         else:
             created.set_result(value)
@@ -329,7 +329,7 @@ async def subscribe_listening(
         except RuntimeError:  # the loop is closed: the client is being closed with it
             pass
 
-    client._client.subscribe_async_v2(topic, name, conf, done)
+    native_client(client).subscribe_async_v2(topic, name, conf, done)
     try:
         return await asyncio.shield(created)
     except asyncio.CancelledError:

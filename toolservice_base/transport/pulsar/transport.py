@@ -37,6 +37,7 @@ from .consumer_ids import subscribe_shifted
 from .diagnosis import Action, Claims, TopicWatch, handshake, subscription_reserved, token_refused
 from .errors import HELD, broker_errors, result_name, translate
 from .handles import PulsarExclusivePublisher, PulsarReader
+from .native import native_client
 from .publisher import PulsarPublisher
 from .subscription import PulsarSubscription, subscribe_listening
 
@@ -465,4 +466,4 @@ class PulsarTransport(OpenedResources):
 def _shut_down(clients: list[pulsar_asyncio.Client]) -> None:
     for client in clients:
         with broker_errors(log="client.close_failed"):
-            client._client.close()
+            native_client(client).close()
