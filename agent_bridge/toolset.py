@@ -19,7 +19,6 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import aclosing
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Self
 
@@ -31,47 +30,23 @@ from toolservice_base.errors import (
 )
 from toolservice_base.logs import get_logger
 from toolservice_base.metrics import OTHER_TOOL
-from toolservice_base.schemas import TextContent, ToolResult, ToolServiceDescriptor, check_name
+from toolservice_base.schemas import TextContent, ToolResult, check_name
 from toolservice_base.schemas.content import merge
-from toolservice_base.schemas.tools import definition_digest
 from toolservice_base.search import Health, Match, Ranker, ToolIndex
 from toolservice_base.settings import Settings
 from toolservice_base.transport import Transport, open_transport
 
-from .build import Entry, Signature, one_line
-from .impls import PartsForUser, StreamsForUser, Tool, ToolFactory, arguments_schema
+from .build import Entry, one_line
+from .impls import PartsForUser, StreamsForUser, Tool, ToolFactory
 from .limits import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, CallLimits
 from .metrics import BridgeMetrics
 from .reload import ChangeCallback, Reloader, State
 from .search import ToolSearch
 from .snapshot import Deployment, Snapshot, other_snapshots, read_snapshot, snapshot_path
+from .specs import ToolSpec
 from .static import StaticDirError, load_static_dir
 
 log = get_logger("agent_bridge.toolset")
-
-
-_DIGESTS: dict[Signature, str] = {}
-"""Definition digest by signature (the stored text of a tool's item and its service's): computed once per text."""
-MAX_DIGESTS = 16_384
-
-
-@lru_cache(maxsize=1024)
-def _service(text: str) -> ToolServiceDescriptor | None:
-    try:
-        return ToolServiceDescriptor.model_validate_json(text)
-    except ValueError:
-        return None
-
-
-def _digest(entry: Entry) -> str:
-    """A built tool's definition digest (`definition_digest`), as `toolreg tools` shows and the registry pins it."""
-    digest = _DIGESTS.get(entry.signature)
-    if digest is None:
-        digest = definition_digest(entry.tool, _service(entry.signature[1]) if entry.signature[1] is not None else None)
-        if len(_DIGESTS) >= MAX_DIGESTS:
-            _DIGESTS.clear()
-        _DIGESTS[entry.signature] = digest
-    return digest
 
 
 class ToolSet:
@@ -221,9 +196,15 @@ class ToolSet:
 
         `names`: only these tools, in this order (a name the set does not hold is left out), as `search` ranks them.
         """
-        entries = self._state.entries
+        return [spec.as_dict() for spec in self.specs(names)]
+
+    def specs(self, names: Iterable[str] | None = None) -> list[ToolSpec]:
+        """`describe`, typed: each tool's `ToolSpec`, by name or in the order of `names`, which shows it to OpenAI
+        (`to_openai`), to MCP (`to_mcp`) or as a dict (`as_dict`)."""
+        state = self._state
+        entries, openai = state.entries, state.openai_names
         chosen = sorted(entries) if names is None else [n for n in names if n in entries]
-        return [_spec(n, entries[n]) for n in chosen]
+        return [ToolSpec.of(n, openai[n], entries[n]) for n in chosen]
 
     # --- search --------------------------------------------------------------
 
@@ -255,31 +236,12 @@ class ToolSet:
         Names OpenAI would refuse (dots, over 64 characters) are given in a form
         it accepts (see `toolservice_base.names`); `invoke` takes either form.
         """
-        names = self._state.openai_names
-        return [
-            {
-                "type": "function",
-                "function": {
-                    "name": names[spec["name"]],
-                    "description": spec["description"],
-                    "parameters": spec["parameters"],
-                },
-            }
-            for spec in self.describe()
-        ]
+        return [spec.to_openai() for spec in self.specs()]
 
     def as_mcp_tools(self) -> list[dict[str, Any]]:
         """MCP `tools/list`: `[{name, description, inputSchema}]`, with `title`, `annotations` and `outputSchema`
         for the tools that have them."""
-        return [
-            {
-                "name": s["name"],
-                "description": s["description"],
-                "inputSchema": s["parameters"],
-                **{mcp: s[key] for key, mcp in _MCP_KEYS.items() if key in s},
-            }
-            for s in self.describe()
-        ]
+        return [spec.to_mcp() for spec in self.specs()]
 
     # --- calls ---------------------------------------------------------------
 
@@ -457,26 +419,6 @@ class ToolSet:
             f"{what}; no snapshot of workspace {self.workspace!r} for {deployment} at {self.snapshot_path}{unused} and"
             f" {static_error}: {fix}, or pass static_dir=<dir with tool/*.json and tool-service/*.json>"
         )
-
-
-_MCP_KEYS = {"title": "title", "annotations": "annotations", "output_schema": "outputSchema"}
-
-
-def _spec(name: str, entry: Entry) -> dict[str, Any]:
-    tool = entry.tool
-    spec: dict[str, Any] = {
-        "name": name,
-        "description": tool.description,
-        "parameters": arguments_schema(tool),
-        "digest": _digest(entry),
-    }
-    if tool.title is not None:
-        spec["title"] = tool.title
-    if tool.annotations is not None:
-        spec["annotations"] = tool.annotations.to_wire()
-    if tool.output_schema is not None:
-        spec["output_schema"] = tool.output_schema
-    return spec
 
 
 async def _as_parts(chunks: AsyncIterator[str]) -> AsyncIterator[ToolResult]:

@@ -11,15 +11,15 @@ import base64
 import binascii
 import bisect
 import fnmatch
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from agent_bridge import ToolSet
-from toolservice_base.names import OPENAI_NAME, openai_names
+from agent_bridge.specs import ToolSpec
+from toolservice_base.names import OPENAI_NAME
 
 from .auth.policy import Rights
 
@@ -61,14 +61,10 @@ class Listing:
 
     @classmethod
     def of(cls, tools: ToolSet, which: ToolFilter) -> Listing:
-        mcp_names = openai_names(tools.names())  # the mapping `ToolSet.invoke` resolves, shared with as_openai_tools
-        chosen = [
-            (mcp_names[spec["name"]], spec)
-            for spec in tools.describe()
-            if which.admits(spec["name"], mcp_names[spec["name"]])
-        ]
+        # Listed under the names `ToolSet.invoke` resolves, shared with as_openai_tools.
+        chosen = [(spec.openai_name, spec) for spec in tools.specs() if which.admits(spec.name, spec.openai_name)]
         chosen.sort(key=lambda pair: pair[0])
-        return cls(tools=[_mcp_tool(name, spec) for name, spec in chosen], own_names={n: s["name"] for n, s in chosen})
+        return cls(tools=[_mcp_tool(name, spec) for name, spec in chosen], own_names={n: s.name for n, s in chosen})
 
     def updated(self, tools: ToolSet, which: ToolFilter, touched: Sequence[str]) -> tuple[Listing, bool] | None:
         """This listing with the `touched` tools (added, removed or changed in `tools`) listed as they are now, and
@@ -78,7 +74,7 @@ class Listing:
             return None
         by_name, names, own = dict(self._by_name), list(self._names), dict(self.own_names)
         shown = False
-        now = {spec["name"]: spec for spec in tools.describe(touched)}
+        now = {spec.name: spec for spec in tools.specs(touched)}
         for name in touched:
             spec = now.get(name)
             old = by_name.pop(name, None)
@@ -131,18 +127,9 @@ class Listing:
         return bisect.bisect_right(self._names, after)
 
 
-def _mcp_tool(name: str, spec: Mapping[str, Any]) -> types.Tool:
+def _mcp_tool(name: str, spec: ToolSpec) -> types.Tool:
     """One tool as tools/list shows it: its schemas as its service declared them, its title and MCP's hints."""
-    annotations = spec.get("annotations")
-    return types.Tool(
-        name=name,
-        title=spec.get("title"),
-        description=spec["description"],
-        input_schema=spec["parameters"],
-        output_schema=spec.get("output_schema"),
-        annotations=types.ToolAnnotations.model_validate(annotations) if annotations is not None else None,
-        _meta={DIGEST_META: spec["digest"]},
-    )
+    return types.Tool.model_validate({**spec.to_mcp(name), "_meta": {DIGEST_META: spec.digest}})
 
 
 def mcp_names_of(listing: Listing) -> dict[str, str]:

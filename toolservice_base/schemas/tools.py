@@ -74,8 +74,17 @@ class Argument(WireModel):
 
 MAX_TITLE = 1024
 MAX_ANNOTATIONS_BYTES = 2048
-MCP_FIELDS = ("title", "annotations", "input-schema", "output-schema")
-"""The keys beyond the spec, what MCP says of a tool: left off a descriptor that has none of them."""
+MCP_NAMES = {
+    "title": "title",
+    "annotations": "annotations",
+    "input-schema": "inputSchema",
+    "output-schema": "outputSchema",
+}
+"""What MCP says of a tool beyond the spec: each key as our wire spells it (kebab-case, as every descriptor field),
+and as MCP's `Tool` does (camelCase). The one table of these names: a descriptor read from MCP, and a tool listed to
+an MCP client, are translated by it."""
+MCP_FIELDS = tuple(MCP_NAMES)
+"""The keys beyond the spec, as our wire spells them: left off a descriptor that has none of them."""
 
 
 class ToolAnnotations(BaseModel):
@@ -203,18 +212,10 @@ class ToolDescriptor(WireModel):
                 "name": tool.get("name"),
                 "description": tool.get("description") or tool.get("title") or tool.get("name") or "",
                 "service": service,
-                **{key: tool[mcp] for key, mcp in _FROM_MCP.items() if tool.get(mcp) is not None},
+                **{key: tool[mcp] for key, mcp in MCP_NAMES.items() if tool.get(mcp) is not None},
                 **config_values,
             }
         )
-
-
-_FROM_MCP = {
-    "title": "title",
-    "annotations": "annotations",
-    "input-schema": "inputSchema",
-    "output-schema": "outputSchema",
-}
 
 
 def check_tool_against_service(tool: ToolDescriptor, service: ToolServiceDescriptor) -> None:
