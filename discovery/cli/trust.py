@@ -133,8 +133,10 @@ async def cmd_trust_add_front(args: argparse.Namespace) -> int:
     policy.fronts[key.id] = key
     policy.save(path)
     print(f"{'replaced' if replaced else 'added'} audit front {key.name!r} ({key.id}) in {path}")
-    print("the registry reads the policy at start: restart it to count this front's records; `toolreg audit verify`")
-    print("reads it each time")
+    print(
+        "the registry reads the policy at start: restart it to count this front's records (`toolreg audit verify`"
+        " reads it on each run)"
+    )
     return 0
 
 

@@ -102,9 +102,7 @@ def test_records_a_front_dropped_are_said_by_the_next_one_and_not_a_gap() -> Non
 def test_the_page_counts_only_a_trusted_fronts_records_once_each_and_the_rest_apart() -> None:
     book = CallerBook(fronts=TRUSTED)
     real = published(AuditChain("front-a", KEY), 2)
-    forged = [
-        AuditChain("front-x", None).seal(call(subject=f"ceo-{n}@corp")).to_json().encode() for n in range(50)
-    ]
+    forged = [AuditChain("front-x", None).seal(call(subject=f"ceo-{n}@corp")).to_json().encode() for n in range(50)]
     for message in [*real, *forged, real[0], b"x" * 100_000]:
         book.add_bytes(message)
     assert [(v.subject, v.calls) for v in book.views()] == [("agent-7", 2)]
