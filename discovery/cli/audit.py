@@ -145,12 +145,14 @@ def _places(gap: Gap) -> str:
 
 
 def _problem(checked: Checked, names: dict[str, str]) -> str:
+    from toolservice_base.schemas import printable
+
     record = checked.record
     if record is None:
         return f"{checked.verdict:<10} {checked.reason}"
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.at))
     place = f" #{record.sequence}" if record.sequence is not None else ""
-    what = f"subject {record.subject!r} tool {record.tool!r} at {when}, front {record.front}{place}"
+    what = f"subject {record.subject!r} tool {record.tool!r} at {when}, front {printable(record.front)}{place}"
     return f"{checked.verdict:<10} {what}: {checked.reason}"
 
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from discovery.mcp.auth import AuditTrail, Caller
+from discovery.mcp.auth import audit as front_audit
 from discovery.registry.callers import CallerBook
+from toolservice_base import MemoryBroker, Settings, open_transport
 from toolservice_base.audit_chain import AuditChain, AuditVerifier, Gap
 from toolservice_base.schemas import AuditRecord
 from toolservice_base.signing import key_id
@@ -97,6 +101,28 @@ def test_records_a_front_dropped_are_said_by_the_next_one_and_not_a_gap() -> Non
     verifier = AuditVerifier(TRUSTED)
     assert verdicts(verifier, messages) == ["good", "good"]
     assert verifier.dropped == 7 and verifier.gaps() == ([], [])
+
+
+async def test_a_front_whose_queue_overflowed_says_how_many_it_dropped_and_its_chain_has_no_gap(
+    monkeypatch: pytest.MonkeyPatch, memory_broker: MemoryBroker
+) -> None:
+    """The front seals records as it sends them: the ones its full queue dropped never had a place in the chain."""
+    monkeypatch.setattr(front_audit, "QUEUE", 10)
+    trail = AuditTrail("default", key=KEY)
+    async with await open_transport(Settings(pulsar_url=memory_broker.url)) as connection:
+        async with trail.publishing(connection):
+            for n in range(15):  # all at once, before the sender runs: the oldest 5 are dropped
+                trail.record(Caller(f"agent-{n}"), "calculate", "ok", time.monotonic())
+        reader = await connection.reader(connection.topics.mcp_audit, "earliest")
+        messages = []
+        while await reader.has_message_available():
+            envelope = await reader.read_next(timeout=1)
+            assert envelope is not None
+            messages.append(envelope.data)
+    verifier = AuditVerifier(TRUSTED)
+    assert verdicts(verifier, messages) == ["good"] * 10
+    assert verifier.dropped == 5 and verifier.gaps() == ([], [])
+    assert AuditRecord.model_validate_json(messages[0]).subject == "agent-5"
 
 
 def test_the_page_counts_only_a_trusted_fronts_records_once_each_and_the_rest_apart() -> None:
