@@ -130,7 +130,8 @@ async def test_records_forged_by_an_agent_are_flagged_by_audit_verify_and_never_
                 duration_ms=2.0,
             )
             await publisher.send(chain.seal(record).to_json().encode(), key=record.subject, confirm=n == FORGED - 1)
-        print(f"{FORGED} forged records published by the agent's role in {time.monotonic() - began:.2f} s")
+        with capsys.disabled():
+            print(f"\n{FORGED} forged records published by the agent's role in {time.monotonic() - began:.2f} s")
 
     async def all_heard() -> bool:
         return (await page.overview.snapshot()).callers_unverified == FORGED
