@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +85,12 @@ async def cmd_audit_verify(args: argparse.Namespace) -> int:
     from .trust import policy_path
 
     policy = TrustPolicy.load(policy_path(args))
+    if not policy.fronts:
+        print(
+            f"toolreg: {policy_path(args)} names no audit front, so no record can verify: trust each front's key with"
+            " `toolreg trust add-front NAME --public-key KEY`",
+            file=sys.stderr,
+        )
     names = {kid: key.name for kid, key in policy.fronts.items()}
     verifier = AuditVerifier(policy.front_keys())
     deadline = Deadline(args.timeout)
