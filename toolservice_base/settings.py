@@ -116,6 +116,10 @@ class Settings:
     """TOOLREG_MCP_AUDIT_TOPIC (1, true or yes): every call through the front is also published on the audit topic."""
     mcp_audit_arguments: bool = False
     """TOOLREG_MCP_AUDIT_ARGUMENTS (1, true or yes): audit records carry the call's arguments."""
+    mcp_audit_key: Path | None = None
+    """TOOLREG_MCP_AUDIT_KEY: the front's Ed25519 key file (`toolreg keygen`): each audit record it publishes is signed
+    and chained with it, so verifiers that trust its public key (`toolreg trust add-front`) tell it from forgeries.
+    None: records are published unsigned, and verifiers ignore them."""
     admin_url: str | None = None
     """PULSAR_ADMIN_URL: Apache Pulsar's admin API, for `toolreg init`; None: port 8080 of the PULSAR_URL host."""
     admin_token: str | None = None
@@ -271,6 +275,7 @@ MCP_POLICY_ENV = "TOOLREG_MCP_POLICY"
 MCP_RATE_LIMIT_ENV = "TOOLREG_MCP_RATE_LIMIT"
 MCP_AUDIT_TOPIC_ENV = "TOOLREG_MCP_AUDIT_TOPIC"
 MCP_AUDIT_ARGUMENTS_ENV = "TOOLREG_MCP_AUDIT_ARGUMENTS"
+MCP_AUDIT_KEY_ENV = "TOOLREG_MCP_AUDIT_KEY"
 
 
 def _env(name: str) -> str | None:
@@ -348,6 +353,7 @@ class _Mcp(TypedDict):
     mcp_rate_limit: float | None
     mcp_audit_topic: bool
     mcp_audit_arguments: bool
+    mcp_audit_key: Path | None
     mcp_session_idle: float
     mcp_max_sessions: int
     mcp_max_message: int | None
@@ -398,6 +404,7 @@ def _mcp_env() -> _Mcp:
         "mcp_rate_limit": _number(MCP_RATE_LIMIT_ENV, "calls per second", 0.001, 1_000_000),
         "mcp_audit_topic": _flag(MCP_AUDIT_TOPIC_ENV),
         "mcp_audit_arguments": _flag(MCP_AUDIT_ARGUMENTS_ENV),
+        "mcp_audit_key": Path(key) if (key := _env(MCP_AUDIT_KEY_ENV)) else None,
         "mcp_session_idle": Settings.mcp_session_idle if idle is None else idle,
         "mcp_max_sessions": sessions,
         "mcp_max_message": _whole(MCP_MAX_MESSAGE_ENV, " of bytes"),

@@ -29,6 +29,7 @@ from toolservice_base.logs import get_logger
 from toolservice_base.settings import event_loop
 
 from . import announce as cli_announce
+from . import audit as cli_audit
 from . import init as cli_init
 from . import mcp as cli_mcp
 from . import pins as cli_pins
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_announce.add_command(sub, common)
     cli_store.add_commands(sub, common)
     cli_mcp.add_commands(sub, common)
+    cli_audit.add_commands(sub, common)
     cli_replicas.add_commands(sub, common)
     _add_completion(sub)
     return parser

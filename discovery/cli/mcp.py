@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import check_name
 from toolservice_base.settings import (
+    MCP_AUDIT_KEY_ENV,
     MCP_AUDIT_TOPIC_ENV,
     MCP_OAUTH_ISSUER_ENV,
     MCP_POLICY_ENV,
@@ -135,6 +136,15 @@ def _add_access_options(mcp: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help=f"also publish every call on the persistent topic <topicspace>/audit/mcp-calls ({MCP_AUDIT_TOPIC_ENV})",
+    )
+    mcp.add_argument(
+        "--audit-key",
+        default=None,
+        metavar="FILE",
+        help=(
+            f"sign and chain the audit records with this Ed25519 key from `toolreg keygen` ({MCP_AUDIT_KEY_ENV});"
+            " verifiers trust its public key with `toolreg trust add-front`"
+        ),
     )
 
 
@@ -344,6 +354,7 @@ def _oauth_settings(args: argparse.Namespace, settings: Settings, gate: Gate) ->
 def _gate(args: argparse.Namespace, settings: Settings, token: str | None) -> Gate:
     """The front's gate: its access policy, rate limit and audit trail, and who its local caller is."""
     from discovery.mcp.auth import AccessPolicy, AccessPolicyError, AuditTrail, Caller, Gate, RateLimiter
+    from toolservice_base.signing import load_private_key
 
     policy_file = Path(args.policy) if args.policy else settings.mcp_policy
     try:
@@ -354,11 +365,13 @@ def _gate(args: argparse.Namespace, settings: Settings, token: str | None) -> Ga
     if rate is not None and not rate > 0:
         raise CommandError(f"--rate-limit must be above 0 calls per second, got {rate:g}")
     local = "stdio" if args.http is None else "bearer-token" if token else "anonymous"
+    key_file = args.audit_key or settings.mcp_audit_key
+    key = load_private_key(key_file) if key_file is not None else None
     return Gate(
         args.workspace,
         policy=policy,
         limiter=RateLimiter(rate) if rate is not None else None,
-        audit=AuditTrail(args.workspace, arguments=settings.mcp_audit_arguments),
+        audit=AuditTrail(args.workspace, arguments=settings.mcp_audit_arguments, key=key),
         local=Caller(local),
     )
 

@@ -137,6 +137,7 @@ def registry_options(args: argparse.Namespace) -> RegistryOptions:
             pin_definitions=pin or (trust is not None and trust.pin_definitions),
             auto_approve=trust.auto_approve if trust is not None else None,
             follow_audit=settings.mcp_audit_topic,
+            audit_fronts=trust.front_keys() if trust is not None else {},
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from None
@@ -149,7 +150,7 @@ def trust_line(options: RegistryOptions) -> str:
     if trust is None:
         return (
             "no trust policy: every valid announcement is accepted, signed or not (--trust-policy PATH to require"
-            f" signatures); queues in {namespaces}{_pinning_note(options)}"
+            f" signatures); queues in {namespaces}{_pinning_note(options)}{_audit_note(options)}"
         )
     where = trust.path
     keys = len(trust.keys)
@@ -157,7 +158,19 @@ def trust_line(options: RegistryOptions) -> str:
         f"trust policy {where or '(in memory)'}: {keys} key(s); only their signed announcements are accepted; queues in"
         f" {namespaces}"
     )
-    return line + _pinning_note(options) + _config_writes_note(trust)
+    return line + _pinning_note(options) + _config_writes_note(trust) + _audit_note(options)
+
+
+def _audit_note(options: RegistryOptions) -> str:
+    """Whose audit records the page's callers are counted from, when it follows the audit topic."""
+    if not options.follow_audit:
+        return ""
+    if not options.audit_fronts:
+        return (
+            "; no audit front trusted: every audit record is counted as unverified, none as a caller (`toolreg trust"
+            " add-front`)"
+        )
+    return f"; callers counted from the signed audit records of {len(options.audit_fronts)} front(s)"
 
 
 def _config_writes_note(trust: object) -> str:

@@ -123,6 +123,36 @@ async def cmd_trust_add_operator(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_trust_add_front(args: argparse.Namespace) -> int:
+    path = policy_path(args)
+    policy = _load_or_new(path)
+    key = operator_key({"name": args.name, "public-key": _key_text(args.public_key)}, f"audit front {args.name!r}")
+    replaced = [k for k in policy.fronts.values() if k.name == key.name or k.id == key.id]
+    for old in replaced:
+        del policy.fronts[old.id]
+    policy.fronts[key.id] = key
+    policy.save(path)
+    print(f"{'replaced' if replaced else 'added'} audit front {key.name!r} ({key.id}) in {path}")
+    print(
+        "the registry reads the policy at start: restart it to count this front's records (`toolreg audit verify`"
+        " reads it on each run)"
+    )
+    return 0
+
+
+async def cmd_trust_remove_front(args: argparse.Namespace) -> int:
+    path = policy_path(args)
+    policy = TrustPolicy.load(path)
+    matches = [k for k in policy.fronts.values() if args.name in (k.name, k.id)]
+    if not matches:
+        return fail(f"no audit front named {args.name!r} in {path}")
+    for key in matches:
+        del policy.fronts[key.id]
+    policy.save(path)
+    print(f"removed audit front {args.name!r} from {path}: its records count as forged from now on")
+    return 0
+
+
 async def cmd_trust_remove_operator(args: argparse.Namespace) -> int:
     path = policy_path(args)
     policy = TrustPolicy.load(path)
@@ -180,6 +210,8 @@ async def cmd_trust_list(args: argparse.Namespace) -> int:
         for key in keys:
             print(f"{key.name} may announce {key.scope()}")
         _print_config_writes(policy)
+        for front in sorted(policy.fronts.values(), key=lambda k: k.name):
+            print(f"audit front {front.name} ({front.id}): its signed audit records are believed")
     return 0
 
 
@@ -206,6 +238,7 @@ TRUST_EXAMPLES = """examples:
   toolreg keygen keys/alice.key && toolreg trust add-operator alice --public-key keys/alice.key.pub
   toolreg trust remove-operator bob
   toolreg trust config-writes signed          # then: toolreg config put tool/X --signing-key keys/alice.key
+  toolreg keygen keys/front-eu.key && toolreg trust add-front front-eu --public-key keys/front-eu.key.pub
   toolreg up --trust-policy trust.json
   toolreg serve toolservice_base.examples.joke:JokeService --signing-key keys/jokes.key
 """
@@ -318,3 +351,23 @@ def _add_config_writes_commands(trust_sub: Any, parents: list[argparse.ArgumentP
     )
     writes.add_argument("mode", choices=CONFIG_WRITES)
     writes.set_defaults(handler=cmd_trust_config_writes)
+    front = trust_sub.add_parser(
+        "add-front",
+        parents=parents,
+        help="trust an MCP front's public key to sign audit records",
+        description=(
+            "Add (or replace, by name) an audit front: the registry's page counts, and `toolreg audit verify` believes,"
+            " only audit records signed by one of these (the front's key: toolreg mcp --audit-key)."
+        ),
+    )
+    front.add_argument("name", metavar="NAME", help="a name for the front, e.g. front-eu")
+    front.add_argument("--public-key", required=True, help="base64 public key, or a .pub file from `toolreg keygen`")
+    front.set_defaults(handler=cmd_trust_add_front)
+    unfront = trust_sub.add_parser(
+        "remove-front",
+        parents=parents,
+        help="stop believing an MCP front's audit records",
+        description="Remove an audit front by name or id: its records count as forged from then on.",
+    )
+    unfront.add_argument("name", metavar="NAME")
+    unfront.set_defaults(handler=cmd_trust_remove_front)

@@ -10,7 +10,14 @@ seconds: per subject, calls, the refused ones (`denied`, `rate_limited`)
 and the failed ones, when it last called and which tools. At most
 `MAX_CALLERS` subjects are kept (the least recently seen go first) and
 `MAX_TOOLS` tool names each, so a flood of made-up subjects costs bounded
-memory. A record that does not parse is skipped and counted.
+memory.
+
+Only records a trusted front signed, in their place in its chain
+(`toolservice_base.audit_chain`, the trust policy's `"audit-fronts"`), are
+counted: anyone who may produce on the audit namespace can publish a record
+naming any subject, so every other record (unsigned, forged, a copy of one
+already counted, or not parsing at all) is counted apart, as unverified,
+and never shown as a caller.
 """
 
 from __future__ import annotations
@@ -18,12 +25,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 
-from pydantic import BaseModel, ValidationError
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import BaseModel
 
+from toolservice_base.audit_chain import AuditVerifier
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.logs import get_logger
-from toolservice_base.schemas import MAX_AUDIT_BYTES, AuditRecord
+from toolservice_base.schemas import AuditRecord
 from toolservice_base.transport import Transport
 
 log = get_logger("discovery.registry")
@@ -52,15 +62,25 @@ class CallerView(BaseModel):
 class CallerBook:
     """Per-subject counts of the calls heard on the audit topic within `window` seconds."""
 
-    def __init__(self, *, window: float = WINDOW, max_callers: int = MAX_CALLERS) -> None:
+    def __init__(
+        self,
+        *,
+        fronts: Mapping[str, Ed25519PublicKey] | None = None,
+        window: float = WINDOW,
+        max_callers: int = MAX_CALLERS,
+    ) -> None:
         self.window = window
         self.max_callers = max_callers
         self.callers: OrderedDict[str, CallerView] = OrderedDict()
-        self.skipped = 0
+        self.verifier = AuditVerifier(fronts or {}, remember=False)
+        """Judges each record against the trusted fronts; keeps each chain's last place only (bounded)."""
+        self.unverified = 0
+        """Records read but not counted: not signed by a trusted front in its chain's order, or not records at all."""
         self.following = False
         """Reading the audit topic now (the page says whether calls per caller are known)."""
 
     def add(self, record: AuditRecord) -> None:
+        """Count a record already verified (`add_bytes` is the way in for what the topic carries)."""
         if record.at < time.time() - self.window:
             return
         view = self.callers.pop(record.subject, None) or CallerView(subject=record.subject)
@@ -77,13 +97,12 @@ class CallerBook:
             self.callers.popitem(last=False)
 
     def add_bytes(self, data: bytes) -> None:
-        if len(data) > MAX_AUDIT_BYTES:
-            self.skipped += 1
-            return
-        try:
-            self.add(AuditRecord.model_validate_json(data))
-        except ValidationError:
-            self.skipped += 1
+        """One message of the audit topic: counted if a trusted front's, else counted apart as unverified."""
+        checked = self.verifier.check_bytes(data)
+        if checked.verdict == "good" and checked.record is not None:
+            self.add(checked.record)
+        else:
+            self.unverified += 1
 
     def views(self) -> list[CallerView]:
         """The busiest callers first, at most `SHOWN`; copies (the page serialises them while calls go on)."""

@@ -6,8 +6,11 @@ registry` set the trust and bad-input ones from their flags.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from toolservice_base.schemas import check_namespace
 
@@ -49,6 +52,9 @@ class RegistryOptions:
     """Pin each announced tool's definition when first accepted; hold later changes for an operator (`pins`)."""
     follow_audit: bool = False
     """Read the MCP fronts' audit topic for the page's calls per caller (`callers.CallerBook`)."""
+    audit_fronts: Mapping[str, Ed25519PublicKey] = field(default_factory=dict)
+    """The fronts whose signed audit records are counted, by key id (the trust policy's `"audit-fronts"`); every
+    other record is counted apart as unverified, never as a caller."""
     auto_approve: AutoApprove | None = None
     """With `pin_definitions`: `same-key-higher-version` approves a held definition signed by the key that signed
     the pinned one, under a higher service version. None: every change waits for an operator."""

@@ -145,6 +145,9 @@ class RegistrySnapshot(BaseModel):
     """Whether a trust policy is on; None: not known to whoever built the snapshot."""
     callers: list[CallerView] | None = None
     """Calls per caller through the MCP fronts (from the audit topic), busiest first; None: not followed."""
+    callers_unverified: int = 0
+    """Audit records read but not counted as calls: not signed by a trusted front in its chain's order (forged,
+    unsigned, replayed), or not records at all."""
 
 
 def _identity(config: ConfigClient) -> RegistryIdentity:
@@ -395,6 +398,7 @@ class Overview:
             started=self.started,
             trust=self.trust,
             callers=self.callers.views() if self.callers is not None else None,
+            callers_unverified=self.callers.unverified if self.callers is not None else 0,
         )
 
 

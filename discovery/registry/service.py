@@ -109,7 +109,7 @@ class Registry:
             memory=max(SEQUENCE_MEMORY, 2 * opts.max_instances),
         )
         self.rejection_log = RejectionLog(opts.max_rejections)
-        self.callers = CallerBook()
+        self.callers = CallerBook(fronts=opts.audit_fronts)
         self.departed = Departed()
         self.pins = PinBook(opts.auto_approve) if opts.pin_definitions else None
         """Pinned definitions and held changes (`pins`); None without `--pin-definitions`."""

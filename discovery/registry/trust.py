@@ -43,6 +43,16 @@ Two more cover the config queue (`discovery.store.write_policy`):
   registry did; each signed write is taken once. `"any"` (the default)
   leaves the config queue to the broker's permissions: the policy then
   covers announcements only, and `toolreg up` says so.
+
+One more names the MCP fronts whose audit records are believed
+(`toolservice_base.audit_chain`; `toolreg trust add-front`):
+
+    {"audit-fronts": [{"name": "front-eu", "public-key": "<base64 of 32 bytes>"}],
+     "keys": [...]}
+
+The registry's page counts only records signed by one of them, and
+`toolreg audit verify` checks the audit topic against them. They decide
+nothing about announcements or writes (and are no part of `content`).
 """
 
 from __future__ import annotations
@@ -151,6 +161,12 @@ class TrustPolicy:
     them; `any` leaves the config queue to the broker's permissions."""
     operators: dict[str, OperatorKey] = field(default_factory=dict)
     """`"operators"`, by key id: who may sign a write of tools."""
+    fronts: dict[str, OperatorKey] = field(default_factory=dict)
+    """`"audit-fronts"`, by key id: the MCP fronts whose signed audit records are believed."""
+
+    def front_keys(self) -> dict[str, Ed25519PublicKey]:
+        """The audit fronts' public keys by key id, as `audit_chain.AuditVerifier` takes them."""
+        return {kid: key.public_key for kid, key in self.fronts.items()}
 
     @classmethod
     def load(cls, path: str | Path) -> "TrustPolicy":
@@ -167,6 +183,7 @@ class TrustPolicy:
         policy = cls(path=path)
         _parse_pinning(policy, data, str(path))
         _parse_config_writes(policy, data, str(path))
+        _parse_fronts(policy, data, str(path))
         for number, entry in enumerate(entries, 1):
             policy.add(_parse_entry(entry, f"{path} entry {number}"))
         return policy
@@ -226,10 +243,11 @@ class TrustPolicy:
             document["auto-approve"] = self.auto_approve
         if self.config_writes != "any":
             document["config-writes"] = self.config_writes
-        if self.operators:
-            document["operators"] = [
-                {"name": k.name, "public-key": k.text} for k in sorted(self.operators.values(), key=lambda k: k.name)
-            ]
+        for name, chosen in (("operators", self.operators), ("audit-fronts", self.fronts)):
+            if chosen:
+                document[name] = [
+                    {"name": k.name, "public-key": k.text} for k in sorted(chosen.values(), key=lambda k: k.name)
+                ]
         document["keys"] = entries
         return json.dumps(document, indent=2) + "\n"
 
@@ -270,8 +288,17 @@ def _parse_config_writes(policy: TrustPolicy, data: dict[str, object], where: st
         )
 
 
+def _parse_fronts(policy: TrustPolicy, data: dict[str, object], where: str) -> None:
+    fronts = data.get("audit-fronts", [])
+    if not isinstance(fronts, list):
+        raise PolicyError(f"trust policy {where}: 'audit-fronts' must be a list of {{name, public-key}}")
+    for number, entry in enumerate(fronts, 1):
+        key = operator_key(entry, f"{where} audit front {number}")
+        policy.fronts[key.id] = key
+
+
 def operator_key(entry: object, where: str) -> OperatorKey:
-    """An `operators` entry (`{"name", "public-key"}`), checked as a trusted key's are."""
+    """An `operators` (or `audit-fronts`) entry (`{"name", "public-key"}`), checked as a trusted key's are."""
     if not isinstance(entry, dict):
         raise PolicyError(f"{where}: expected an object")
     name, text = entry.get("name"), entry.get("public-key")

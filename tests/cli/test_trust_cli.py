@@ -173,3 +173,25 @@ def test_an_operator_is_removed_with_remove_operator_and_trust_remove_says_so(tm
     last = toolreg("trust", "remove-operator", "alice", "--policy", policy, env=env)
     assert last.returncode == 1 and "is the last operator" in last.stderr, last.stderr
     assert toolreg("trust", "remove-operator", "carol", "--policy", policy, env=env).returncode == 1
+
+
+def test_audit_fronts_are_trusted_listed_and_removed_and_the_registry_counts_callers_from_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = toolreg_env("pulsar://127.0.0.1:1", tmp_path / "data")
+    policy = str(tmp_path / "trust.json")
+    assert toolreg("keygen", str(tmp_path / "keys/front.key"), env=env).returncode == 0
+    pub = str(tmp_path / "keys/front.key.pub")
+    assert toolreg("trust", "add-front", "front-eu", "--public-key", pub, "--policy", policy, env=env).returncode == 0
+    loaded = TrustPolicy.load(policy)
+    assert [k.name for k in loaded.fronts.values()] == ["front-eu"] and loaded.content() == TrustPolicy().content()
+    listed = toolreg("trust", "list", "--policy", policy, env=env)
+    assert f"audit front front-eu ({next(iter(loaded.fronts))}): its signed audit records are believed" in listed.stdout
+    monkeypatch.setenv("TOOLREG_MCP_AUDIT_TOPIC", "1")
+    options = registry_options(args(trust_policy=policy))
+    assert options.follow_audit and dict(options.audit_fronts) == loaded.front_keys()
+    assert "callers counted from the signed audit records of 1 front(s)" in trust_line(options)
+    assert "no audit front trusted" in trust_line(registry_options(args()))
+    removed = toolreg("trust", "remove-front", "front-eu", "--policy", policy, env=env)
+    assert removed.returncode == 0 and "removed audit front 'front-eu'" in removed.stdout, removed.stderr
+    assert TrustPolicy.load(policy).fronts == {}

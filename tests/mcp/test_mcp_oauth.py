@@ -41,6 +41,7 @@ from discovery.mcp.auth.tokens import Refusal
 from discovery.mcp.server import DIGEST_META, McpFront
 from discovery.mcp.transports import http_server
 from toolservice_base import ConfigClient, DynamicToolService, Settings, Transport
+from toolservice_base.audit_chain import record_hash
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.echo import EchoService
 from toolservice_base.schemas import AuditRecord
@@ -471,3 +472,6 @@ async def test_calls_are_published_on_the_persistent_audit_topic_with_arguments_
     ]
     assert records[0].digest == digest and records[1].detail.startswith("insufficient_scope: tool 'echo' needs")
     assert records[0].front == records[1].front and records[0].workspace == "default"
+    # a front without an audit key chains its records but cannot sign them: verifiers take them as unsigned
+    assert [(r.sequence, r.signature) for r in records] == [(1, None), (2, None)]
+    assert records[1].previous == record_hash(records[0].to_wire())

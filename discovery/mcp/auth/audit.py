@@ -8,6 +8,13 @@ the same record (`toolservice_base.schemas.AuditRecord`) is also published
 on `persistent://<topicspace>/audit/mcp-calls`, kept for the `audit`
 namespace's retention; the registry reads it for its page.
 
+With a key (`TOOLREG_MCP_AUDIT_KEY`, `toolreg mcp --audit-key`) each
+record published is signed and chained (`toolservice_base.audit_chain`):
+the front process is one chain, sealed in the order records are sent, so a
+record dropped below never leaves a gap (the next one says how many were
+dropped) and a verifier tells the front's records from anyone else's.
+Without a key they are chained but unsigned, and verifiers ignore them.
+
 Publishing never holds a call up: records go into a queue of at most
 `QUEUE` records that one task sends from, in order; when the broker is
 slower than the calls, the oldest waiting records are dropped and counted
@@ -25,6 +32,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from toolservice_base.audit_chain import AuditChain
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import AuditRecord, canonical_json
 from toolservice_base.schemas.audit import Outcome
@@ -43,12 +53,15 @@ MAX_LOGGED_ARGUMENTS = 4096
 class AuditTrail:
     """Records calls for one front: to the log always, to the audit topic when `open` was given a transport."""
 
-    def __init__(self, workspace: str, *, arguments: bool = False) -> None:
+    def __init__(self, workspace: str, *, arguments: bool = False, key: Ed25519PrivateKey | None = None) -> None:
         self.workspace = workspace
         self.arguments = arguments
         self.front = uuid.uuid4().hex[:12]
+        self.chain = AuditChain(self.front, key)
         self.published = 0
         self.dropped = 0
+        self._dropped_unsealed = 0
+        """Dropped since the last record sealed: the next one says so."""
         self._queue: deque[AuditRecord] = deque(maxlen=QUEUE)
         self._ready = asyncio.Event()
         self._publisher: Publisher | None = None
@@ -93,6 +106,7 @@ class AuditTrail:
         if self._publisher is not None:
             if len(self._queue) == self._queue.maxlen:
                 self.dropped += 1
+                self._dropped_unsealed += 1
             self._queue.append(record)
             self._ready.set()
         return record
@@ -103,7 +117,9 @@ class AuditTrail:
         topic = transport.topics.mcp_audit
         self._publisher = await transport.publisher(topic)
         sender = asyncio.create_task(self._send(self._publisher), name="mcp-audit")
-        log.info("mcp.audit_topic", topic=topic)
+        log.info("mcp.audit_topic", topic=topic, signed=self.chain.key is not None)
+        if self.chain.key is None:
+            log.warning("mcp.audit_unsigned", reason="no audit key: verifiers cannot tell these records from forgeries")
         try:
             yield self
         finally:
@@ -117,16 +133,19 @@ class AuditTrail:
             await transport.close_publisher(publisher)
 
     async def _send(self, publisher: Publisher) -> None:
+        sealed: AuditRecord | None = None  # out of the queue, sealed once: sent again as it is if the broker said no
         while True:
-            while self._queue:
-                record = self._queue[0]
+            while self._queue or sealed is not None:
+                if sealed is None:
+                    sealed = self.chain.seal(self._queue.popleft(), self._dropped_unsealed)
+                    self._dropped_unsealed = 0
                 try:
-                    await publisher.send(record.to_json().encode(), key=record.subject)
+                    await publisher.send(sealed.to_json().encode(), key=sealed.subject)
                 except Exception as exc:  # the broker said no: keep the record and try again shortly
                     log.warning("mcp.audit_send_failed", error=str(exc).splitlines()[0] if str(exc) else repr(exc))
                     await asyncio.sleep(1.0)
                     continue
-                self._queue.popleft()
+                sealed = None
                 self.published += 1
             self._say_dropped()
             if self._publisher is None:

@@ -301,6 +301,9 @@
       agoCell(tr, r.since);
     });
     $("callers-section").hidden = s.callers == null;
+    const unverified = s.callers_unverified || 0;
+    $("callers-unverified").hidden = !unverified;
+    $("callers-unverified").textContent = ` · ${unverified} unverified record${unverified === 1 ? "" : "s"} ignored`;
     fill("callers", s.callers || [], 7, "no calls heard yet", (tr, c) => {
       cell(tr, c.subject, "mono");
       cell(tr, c.client_id, "mono");
