@@ -2,7 +2,7 @@
 
 It reads `persistent://<topicspace>/audit/mcp-calls` from the start of what
 the broker keeps to its end, judging each record with the trust policy's
-audit fronts (`toolreg trust add-front`; `toolservice_base.audit_chain`),
+audit fronts (`toolreg trust add-front`; `discovery.audit_chain`),
 prints one line per problem (at most `--show`), and ends with one line:
 how many records are good and, when anything is wrong, what. It exits 1 when
 any record is forged, unsigned, replayed, out of order or broken, or any is
@@ -25,7 +25,7 @@ from .common import Deadline, connect, lazy, opened
 from .parsing import subcommands
 
 if TYPE_CHECKING:
-    from toolservice_base.audit_chain import AuditVerifier, Checked, Gap
+    from discovery.audit_chain import AuditVerifier, Checked, Gap
     from toolservice_base.transport import Transport
 
 TIMEOUT = 5.0
@@ -79,8 +79,8 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 async def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from discovery.audit_chain import AuditVerifier
     from discovery.registry.trust import TrustPolicy
-    from toolservice_base.audit_chain import AuditVerifier
 
     from .trust import policy_path
 

@@ -13,7 +13,7 @@ and the failed ones, when it last called and which tools. At most
 memory.
 
 Only records a trusted front signed, in their place in its chain
-(`toolservice_base.audit_chain`, the trust policy's `"audit-fronts"`), are
+(`discovery.audit_chain`, the trust policy's `"audit-fronts"`), are
 counted: anyone who may produce on the audit namespace can publish a record
 naming any subject, so every other record (unsigned, forged, a copy of one
 already counted, or not parsing at all) is counted apart, as unverified,
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel
 
-from toolservice_base.audit_chain import AuditVerifier
+from discovery.audit_chain import AuditVerifier
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import AuditRecord

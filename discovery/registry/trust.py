@@ -45,7 +45,7 @@ Two more cover the config queue (`discovery.store.write_policy`):
   covers announcements only, and `toolreg up` says so.
 
 One more names the MCP fronts whose audit records are believed
-(`toolservice_base.audit_chain`; `toolreg trust add-front`):
+(`discovery.audit_chain`; `toolreg trust add-front`):
 
     {"audit-fronts": [{"name": "front-eu", "public-key": "<base64 of 32 bytes>"}],
      "keys": [...]}

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from support import eventually
 from support.registry import FAST
 
+from discovery.audit_chain import AuditChain
 from discovery.cli.main import build_parser
 from discovery.mcp.auth import AuditTrail, Caller
 from discovery.registry.service import Registry
@@ -31,7 +32,6 @@ from discovery.store.service import ConfigStoreService
 from discovery.store.sqlite import ConfigStore
 from discovery.web.page import render
 from toolservice_base import Settings, open_transport
-from toolservice_base.audit_chain import AuditChain
 from toolservice_base.schemas import AuditRecord
 from toolservice_base.signing import generate_key_pair, key_id, load_private_key
 

@@ -8,11 +8,11 @@ import time
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from discovery.audit_chain import AuditChain, AuditVerifier, Gap
 from discovery.mcp.auth import AuditTrail, Caller
 from discovery.mcp.auth import audit as front_audit
 from discovery.registry.callers import CallerBook
 from toolservice_base import MemoryBroker, Settings, open_transport
-from toolservice_base.audit_chain import AuditChain, AuditVerifier, Gap
 from toolservice_base.schemas import AuditRecord
 from toolservice_base.signing import key_id
 

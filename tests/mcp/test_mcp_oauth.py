@@ -34,6 +34,7 @@ from support.mcp import ERAS, Era, http_session, list_all, text_of
 from support.oauth import client, sdk_oauth, signing_key, token
 
 from agent_bridge import ToolSet
+from discovery.audit_chain import record_hash
 from discovery.broker import EmbeddedBroker
 from discovery.mcp.auth import AccessPolicy, AuditTrail, Gate, OAuthSettings, RateLimiter, resource_server
 from discovery.mcp.auth.gate import INSUFFICIENT_SCOPE_META, RETRY_AFTER_META
@@ -41,7 +42,6 @@ from discovery.mcp.auth.tokens import Refusal
 from discovery.mcp.server import DIGEST_META, McpFront
 from discovery.mcp.transports import http_server
 from toolservice_base import ConfigClient, DynamicToolService, Settings, Transport
-from toolservice_base.audit_chain import record_hash
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.echo import EchoService
 from toolservice_base.schemas import AuditRecord

@@ -13,13 +13,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from support import eventually
 from support.registry import FAST
 
+from discovery.audit_chain import AuditChain
 from discovery.mcp.auth import AuditTrail, Caller
 from discovery.registry.callers import CallerBook
 from discovery.registry.service import Registry
 from discovery.store.service import ConfigStoreService
 from discovery.web.page import render
 from toolservice_base import Transport, open_transport
-from toolservice_base.audit_chain import AuditChain
 from toolservice_base.schemas import AuditRecord
 from toolservice_base.settings import Settings
 from toolservice_base.signing import key_id

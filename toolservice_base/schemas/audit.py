@@ -10,7 +10,7 @@ record alone proves nothing. A front with a key (`TOOLREG_MCP_AUDIT_KEY`)
 signs each record it publishes and chains it: `sequence` counts the records
 of its chain from 1, `previous` is the hash of the record before it, and the
 chain is the front's instance (`front`, fresh per process, `started` when it
-began). The rules that check them are `toolservice_base.audit_chain`'s.
+began). The rules that check them are `discovery.audit_chain`'s.
 """
 
 from __future__ import annotations

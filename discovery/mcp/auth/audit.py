@@ -9,7 +9,7 @@ on `persistent://<topicspace>/audit/mcp-calls`, kept for the `audit`
 namespace's retention; the registry reads it for its page.
 
 With a key (`TOOLREG_MCP_AUDIT_KEY`, `toolreg mcp --audit-key`) each
-record published is signed and chained (`toolservice_base.audit_chain`):
+record published is signed and chained (`discovery.audit_chain`):
 the front process is one chain, sealed in the order records are sent, so a
 record dropped below never leaves a gap (the next one says how many were
 dropped) and a verifier tells the front's records from anyone else's.
@@ -34,7 +34,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from toolservice_base.audit_chain import AuditChain
+from discovery.audit_chain import AuditChain
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import AuditRecord, canonical_json
 from toolservice_base.schemas.audit import Outcome

@@ -40,8 +40,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import ValidationError
 
-from .schemas import MAX_AUDIT_BYTES, AuditRecord, canonical_json
-from .signing import key_id
+from toolservice_base.schemas import MAX_AUDIT_BYTES, AuditRecord, canonical_json
+from toolservice_base.signing import key_id
 
 AUDIT_DOMAIN = b"toolreg-audit-record-1\n"
 """Prefixed to what a record's signature covers: bytes signed for anything else never check as a record."""
