@@ -18,8 +18,9 @@ from typing import Any
 MARKER = "<!-- cli-reference -->"
 PAGE = "reference/cli.md"
 ROOT = Path(__file__).resolve().parents[2]
-WIDTH = 100
-"""Usage lines are wrapped at this width whatever the terminal that builds the site."""
+WIDTH = 80
+"""Usage lines are wrapped at this width whatever the terminal that builds the site (the theme's code blocks show
+about 85 characters on a laptop's screen)."""
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
@@ -81,7 +82,8 @@ def _command(
 ) -> list[str]:
     """One command's section (heading, summary, usage, description, arguments, examples), then its subcommands'."""
     lines = [f"{'#' * level} {parser.prog}", ""]
-    if summary:
+    said = " ".join((parser.description or "").split()).lower()
+    if summary and not said.startswith(summary.lower().rstrip(".")):  # else the description says it first
         lines += [_prose(summary[:1].upper() + summary[1:]) + ".", ""]
     formatter = argparse.HelpFormatter(parser.prog, width=WIDTH)
     formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups, prefix="")
