@@ -18,6 +18,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TypeVar
 
@@ -26,26 +27,38 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from toolservice_base.errors import RequestTimeout, ToolError, TransportError, UnknownToolError
 from toolservice_base.metrics import LATENCY_BUCKETS, OTHER_TOOL
 
-ERROR_TYPES = (
-    "unknown-tool",
-    "timeout",
-    "busy",
-    "bad-request",
-    "bad-response",
-    "bad-arguments",
-    "answer-too-large",
-    "client-closed",
-    "tool-error",
-    "transport",
-    "cancelled",
-    "other",
-)
-"""`tool-error`: the service answered with an error of its own; the others are the product's. `timeout` is
-the caller's deadline or the service's own limit (it answers `timeout`); `cancelled`, a caller that gave up."""
 
-_PROTOCOL_TYPES = frozenset(
-    {"timeout", "busy", "bad-request", "bad-response", "bad-arguments", "answer-too-large", "client-closed"}
-)
+@dataclass(frozen=True)
+class ErrorType:
+    """One value of the `type` label, and what the rest of the bridge makes of it."""
+
+    on_wire: bool
+    """A service may answer with it (`ToolError.type`): a `ToolError` of this type keeps it, any other counts as
+    `tool-error`, since a service's own error types are unbounded text from the network."""
+    tool_at_fault: bool
+    """It counts against the tool's health in search (`search.CallHealth`); otherwise it was the caller's mistake
+    (bad arguments, an unknown tool), the caller's bound (`answer-too-large`) or the caller giving up (`cancelled`)."""
+
+
+ERROR_TYPES: dict[str, ErrorType] = {
+    "unknown-tool": ErrorType(on_wire=False, tool_at_fault=False),
+    "timeout": ErrorType(on_wire=True, tool_at_fault=True),
+    "busy": ErrorType(on_wire=True, tool_at_fault=True),
+    "bad-request": ErrorType(on_wire=True, tool_at_fault=False),
+    "bad-response": ErrorType(on_wire=True, tool_at_fault=True),
+    "bad-arguments": ErrorType(on_wire=True, tool_at_fault=False),
+    "answer-too-large": ErrorType(on_wire=True, tool_at_fault=False),
+    "client-closed": ErrorType(on_wire=True, tool_at_fault=True),
+    "tool-error": ErrorType(on_wire=False, tool_at_fault=True),
+    "transport": ErrorType(on_wire=False, tool_at_fault=True),
+    "cancelled": ErrorType(on_wire=False, tool_at_fault=False),
+    "other": ErrorType(on_wire=False, tool_at_fault=True),
+}
+"""Every `type` a failed call is counted under, the one table of them. `tool-error`: the service answered with an
+error of its own; the others are the product's. `timeout` is the caller's deadline or the service's own limit (it
+answers `timeout`); `cancelled`, a caller that gave up."""
+
+_ON_WIRE = frozenset(name for name, kind in ERROR_TYPES.items() if kind.on_wire)
 MAX_SERIES = 10_000
 """Distinct (service, tool) pairs kept; past it, new pairs count under (`(other)`, `(other)`): reloads cannot grow
 memory forever."""
@@ -58,7 +71,7 @@ def error_type(exc: BaseException) -> str:
     if isinstance(exc, UnknownToolError):
         return "unknown-tool"
     if isinstance(exc, ToolError):
-        return exc.type if exc.type in _PROTOCOL_TYPES else "tool-error"
+        return exc.type if exc.type in _ON_WIRE else "tool-error"
     if isinstance(exc, (RequestTimeout, TimeoutError)):
         return "timeout"
     if isinstance(exc, TransportError):

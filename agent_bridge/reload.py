@@ -37,6 +37,7 @@ from typing import Protocol
 from toolservice_base.configclient import ConfigClient, apply_changes, watch_config
 from toolservice_base.errors import BrokerUnreachable, ChangesUnavailable, ConfigError, TransportError
 from toolservice_base.logs import get_logger
+from toolservice_base.names import openai_names
 from toolservice_base.schemas import CHANGES_TOO_OLD, ConfigPush
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Subscription, Transport
@@ -45,7 +46,6 @@ from .build import TYPES, Built, Entry, Items, Touched, build, one_line
 from .client import ToolServiceClient
 from .impls import ToolFactory, registered_factories
 from .limits import CallLimits
-from .llm_names import openai_names
 from .snapshot import Deployment, SnapshotWriter
 
 log = get_logger("agent_bridge.toolset")
@@ -83,7 +83,7 @@ class State:
 
     @cached_property
     def openai_names(self) -> dict[str, str]:
-        """Tool name -> the name OpenAI accepts (see `llm_names`), worked out once per set."""
+        """Tool name -> the name OpenAI accepts (see `toolservice_base.names`), worked out once per set."""
         return openai_names(self.entries)
 
     @cached_property

@@ -44,7 +44,7 @@ from toolservice_base.search import (
 )
 
 from .build import Entry
-from .metrics import MAX_SERIES, error_type
+from .metrics import ERROR_TYPES, MAX_SERIES, error_type
 
 T = TypeVar("T")
 
@@ -52,10 +52,8 @@ HALF_LIFE = 300.0
 """Seconds after which a call's outcome counts half as much."""
 MIN_CALLS = 2.5
 """Decayed calls needed before a tool's own failure share is used: three calls within the last few minutes."""
-FAILURES = frozenset({"timeout", "busy", "bad-response", "transport", "tool-error", "client-closed", "other"})
-"""`metrics.error_type`s that count against the tool. Not: `bad-arguments`, `bad-request`, `unknown-tool` (the
-caller's mistake), `answer-too-large` (the caller's bound), `cancelled` (the caller gave up)."""
-IGNORED = frozenset({"bad-arguments", "bad-request", "unknown-tool", "answer-too-large", "cancelled"})
+NOT_THE_TOOLS = frozenset(name for name, kind in ERROR_TYPES.items() if not kind.tool_at_fault)
+"""`metrics.error_type`s that say nothing of the tool (`ErrorType.tool_at_fault`): such a call is not counted."""
 
 
 class CallOutcomes:
@@ -74,13 +72,13 @@ class CallOutcomes:
     def record(self, tool: str, error: BaseException | None) -> None:
         """One call of `tool` ended; `error` is why it failed, or None."""
         kind = None if error is None else error_type(error)
-        if tool == OTHER_TOOL or kind in IGNORED:
+        if tool == OTHER_TOOL or kind in NOT_THE_TOOLS:
             return
         if tool not in self._tools and len(self._tools) >= MAX_SERIES:
             return
         now = self._clock()
         calls, failures = self._decayed(tool, now)
-        self._tools[tool] = (calls + 1.0, failures + (1.0 if kind in FAILURES else 0.0), now)
+        self._tools[tool] = (calls + 1.0, failures + (0.0 if kind is None else 1.0), now)
 
     def health(self, tool: str) -> Health | None:
         if tool not in self._tools:

@@ -253,7 +253,7 @@ class ToolSet:
         """OpenAI function calling: `[{"type": "function", "function": {name, description, parameters}}]`.
 
         Names OpenAI would refuse (dots, over 64 characters) are given in a form
-        it accepts (see `llm_names`); `invoke` takes either form.
+        it accepts (see `toolservice_base.names`); `invoke` takes either form.
         """
         names = self._state.openai_names
         return [

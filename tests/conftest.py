@@ -21,6 +21,7 @@ import pytest
 from apache_pulsar import ApachePulsar
 from support import registry as registry_support
 from support.registry import FAST
+from support.replicas import Cluster
 
 from discovery.broker import EmbeddedBroker
 from discovery.registry.client import RegistryClient
@@ -84,6 +85,17 @@ def tenant(apache_pulsar: ApachePulsar) -> Iterator[str]:
     apache_pulsar.create_tenant(name)
     yield name
     apache_pulsar.delete_tenant(name)
+
+
+@pytest.fixture
+def cluster(apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path) -> Iterator[Cluster]:
+    """`toolreg up --store pulsar` replicas as processes on the run's Apache Pulsar, in a fresh tenant; every one
+    still running is stopped after the test (`support.replicas.Cluster`)."""
+    group = Cluster(apache_pulsar, tenant, tmp_path)
+    try:
+        yield group
+    finally:
+        group.stop_all()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ may not: `^[a-zA-Z0-9_-]{1,64}$`, and a request carrying one such name is
 refused whole. So clients are shown another name for such a tool
 (`client_name`): `acme.search` is listed as `acme_search`.
 
-Two layers use this, and must agree: the agent bridge (`agent_bridge.llm_names`,
+Two layers use this, and must agree: the agent bridge (`ToolSet.as_openai_tools`,
 the MCP front) lists tools under these names and resolves a call back, and
 the registry refuses a newcomer whose client-visible name is one another
 tool already has, so a name a client was shown never moves to another tool.

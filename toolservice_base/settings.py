@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
+from .brokers import APACHE_PULSAR, MEMORY, NETWORK_BROKERS, PULSAR_LITE
 from .errors import NoBrokerError, SettingsError, ToolDiscoveryError
 from .topics import DEFAULT_TOPICSPACE, Topics, check_topicspace
 
 DEFAULT_DATA_DIR = ".toolreg"
-BROKERS = ("apache-pulsar", "pulsar-lite")
 BROKER_URL_FILE = "broker.url"
 MCP_TOKEN_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 """Asymmetric JWS algorithms only: a key published in a JWKS is public, so an HMAC (`HS*`) token checked against one
@@ -145,8 +145,9 @@ class Settings:
 
     def __post_init__(self) -> None:
         check_topicspace(self.topicspace)
-        if self.broker is not None and self.broker not in BROKERS:
-            raise NoBrokerError(f"TOOLREG_BROKER={self.broker!r} is not a broker kind; use one of {', '.join(BROKERS)}")
+        if self.broker is not None and self.broker not in NETWORK_BROKERS:
+            kinds = ", ".join(NETWORK_BROKERS)
+            raise NoBrokerError(f"TOOLREG_BROKER={self.broker!r} is not a broker kind; use one of {kinds}")
         if not (math.isfinite(self.mcp_session_idle) and self.mcp_session_idle > 0):
             raise SettingsError(f"{MCP_SESSION_IDLE_ENV}={self.mcp_session_idle!r}: give a positive number of seconds")
         if self.mcp_max_sessions < 1:
@@ -189,12 +190,12 @@ class Settings:
     def broker_kind(self, url: str) -> str:
         """Which broker `url` is: the transport turns on that broker's workarounds, and only those."""
         if url.startswith("memory://"):
-            return "memory"
+            return MEMORY
         if self.broker:
             return self.broker
         if not self.pulsar_url and self._url_file_names(url):
-            return "pulsar-lite"  # the embedded broker that `toolreg up` started
-        return "apache-pulsar"
+            return PULSAR_LITE  # the embedded broker that `toolreg up` started
+        return APACHE_PULSAR
 
     def _url_file_names(self, url: str) -> bool:
         try:

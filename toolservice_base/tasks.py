@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
@@ -50,3 +52,31 @@ async def gather_or_raise(*steps: Awaitable[Any]) -> list[Any]:
         if isinstance(result, BaseException):
             raise result
     return results
+
+
+def close_when_granted(
+    opening: asyncio.Future[T], close: Callable[[T], Awaitable[object]], keep: set[asyncio.Future[Any]]
+) -> None:
+    """Close what `opening` yields once it does: for an open whose caller stopped waiting.
+
+    Why: cancelling a producer, reader or consumer being opened does not
+    withdraw the request from the broker; pulsar-client finishes it on its own
+    thread, and what it grants then would hold a subscription, an exclusive
+    topic or a connection for nobody. So the caller gives up on the *wait*
+    (shielding the open), and this closes the grant when it comes. `keep`
+    holds the open, then the close, until each has ended: the event loop keeps
+    only weak references to tasks, and an owner that shuts down waits on
+    `keep` so nothing it opened outlives it. An open that failed or was
+    cancelled leaves nothing to close.
+    """
+    keep.add(opening)
+
+    def granted(done: asyncio.Future[T]) -> None:
+        keep.discard(done)
+        if done.cancelled() or done.exception() is not None:
+            return
+        closing = asyncio.ensure_future(close(done.result()))
+        keep.add(closing)
+        closing.add_done_callback(keep.discard)
+
+    opening.add_done_callback(granted)

@@ -32,8 +32,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from discovery.disk_access import of_os_error, probe
 from discovery.errors import BrokerError
-from discovery.writable import of_os_error, probe
 from toolservice_base.logs import get_logger
 from toolservice_base.settings import BROKER_URL_FILE
 

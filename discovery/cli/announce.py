@@ -44,7 +44,8 @@ every instance, and a lease that a garbage-collection pause or a broker hiccup e
 def check_ttl(ttl: float, option: str = "--ttl") -> float:
     """`ttl` if it is a lease length the registry takes and the broker can bear; else a one-line `CommandError`.
 
-    Checked before anything starts: a bad value used to surface as a traceback once the service had subscribed.
+    Checked before anything starts, so a bad value is one line before the service subscribes, not a traceback
+    after it has joined its queue.
     """
     if ttl != ttl:  # nan: no comparison is true of it
         raise CommandError(f"{option} must be a number of seconds from {MIN_TTL:g} to {MAX_TTL:g}, got nan")

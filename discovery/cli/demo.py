@@ -33,6 +33,7 @@ from discovery.registry.client import RegistryClient
 from discovery.registry.service import Registry
 from discovery.store.service import ConfigStoreService
 from toolservice_base import ConfigClient, Settings, Transport, configure_logging, open_transport
+from toolservice_base.brokers import PULSAR_LITE
 
 if TYPE_CHECKING:
     from agent_bridge import ToolSet
@@ -139,7 +140,7 @@ async def start_backend(stack: AsyncExitStack, data_dir: Path) -> tuple[Settings
     t = time.perf_counter()
     url = broker.start()
     stack.callback(broker.stop)
-    settings = Settings(data_dir=data_dir, pulsar_url=url, broker="pulsar-lite")
+    settings = Settings(data_dir=data_dir, pulsar_url=url, broker=PULSAR_LITE)
     connection = await open_transport(settings)
     stack.push_async_callback(connection.close)
     store = ConfigStoreService.in_data_dir(connection, data_dir)

@@ -13,7 +13,7 @@ from toolservice_base.signing import SigningError
 
 from .announce import check_ttl
 from .common import CommandError, settings_of
-from .serving import start_health
+from .http_surface import start_health
 
 
 def load_service_class(target: str) -> type[DynamicToolService]:

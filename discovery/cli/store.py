@@ -24,6 +24,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from discovery.disk_access import probe
 from discovery.store import backup as store_backup
 from discovery.store.check import (
     StoreAccessError,
@@ -36,7 +37,6 @@ from discovery.store.check import (
     store_files,
 )
 from discovery.store.sqlite import STORE_FILE
-from discovery.writable import probe
 
 from .common import CommandError, UpLock, fail, settings_of, store_choice
 from .parsing import subcommands

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from discovery.broker import BrokerSupervisor, EmbeddedBroker
+from discovery.disk_access import of_os_error, probe
 from discovery.registry import RegistryOptions
 from discovery.registry.replicated import ActiveRegistry
 from discovery.registry.trust import TrustPolicy
@@ -31,12 +32,11 @@ from discovery.store.local import LocalRequests
 from discovery.store.presence import StorePresence
 from discovery.store.replicated import ReplicatedStore, new_replica_id
 from discovery.web import HealthServer
-from discovery.writable import of_os_error, probe
 from toolservice_base import Settings, Transport, open_transport
 
 from . import registry as cli_registry
 from .common import CommandError, UpLock, settings_of, store_choice, wait_for_signal
-from .serving import show_registry_page, start_health
+from .http_surface import show_registry_page, start_health
 
 REGISTRY_GROUP = "registry"
 """The replica group of `toolreg registry` processes (`toolreg replicas` shows it)."""

@@ -19,7 +19,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from agent_bridge import ToolSet
-from agent_bridge.llm_names import OPENAI_NAME, openai_names
+from toolservice_base.names import OPENAI_NAME, openai_names
 
 from .auth.policy import Rights
 

@@ -8,7 +8,7 @@ SDK leaves to the application:
   client waiting), and the server keeps serving. So does a request whose
   `id` is neither a string nor an integer (the SDK would take it for a
   notification and never answer), and a line longer than `MAX_LINE` (read
-  past and answered, where it used to end the process).
+  past and answered: the SDK's reader would end the process on it).
 - HTTP: the `Host` and `Origin` of every request are checked against the
   bound address, on every bind (the SDK checks them only on the literal
   hosts 127.0.0.1, localhost and ::1), so no other site can reach the server

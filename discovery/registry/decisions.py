@@ -7,7 +7,7 @@ query API, on a queue every role that sends requests (an agent's, too) may
 send on: so the registry takes an `approve` or `reject` only when an operator
 key of the policy signed it (`toolreg approve --signing-key`), for this
 topicspace, before it expired, and once. Without that setting, decisions are
-left to the broker's permissions, as before.
+left to the broker's permissions: whoever may send on the query queue may decide.
 """
 
 from __future__ import annotations

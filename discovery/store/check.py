@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from discovery.writable import AccessProblem, of_os_error, probe
+from discovery.disk_access import AccessProblem, of_os_error, probe
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.logs import get_logger
 

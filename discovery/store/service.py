@@ -30,7 +30,7 @@ from typing import Any, Self
 
 from pydantic import ValidationError
 
-from discovery.writable import AccessProblem
+from discovery.disk_access import AccessProblem
 from toolservice_base.errors import TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import RequestServer

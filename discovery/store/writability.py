@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from discovery.writable import PROBE_BYTES, AccessProblem, free_bytes, probe, quick_check
+from discovery.disk_access import PROBE_BYTES, AccessProblem, free_bytes, probe, quick_check
 from toolservice_base.logs import get_logger
 
 from .check import store_files

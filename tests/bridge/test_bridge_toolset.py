@@ -17,7 +17,6 @@ from agent_bridge import (
     UnknownToolError,
     register_tool_type,
 )
-from agent_bridge.llm_names import OPENAI_NAME
 from toolservice_base import (
     ConfigClient,
     DynamicToolService,
@@ -25,6 +24,7 @@ from toolservice_base import (
     ToolDescriptor,
     Transport,
 )
+from toolservice_base.names import OPENAI_NAME
 
 pytestmark = pytest.mark.contract
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent_bridge.llm_names import OPENAI_NAME, openai_names
+from toolservice_base.names import OPENAI_NAME, openai_names
 
 
 def test_valid_names_are_kept_as_they_are() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 from support import atoolreg, eventually, toolreg, toolreg_env
+from support.store import registry_lists
 
 from discovery.broker.embedded import reserve_port
 from discovery.registry.service import Registry
@@ -103,7 +104,7 @@ async def test_tables_take_output_formats_and_no_headers(
 ) -> None:
     env = toolreg_env(settings.pulsar_url or "", tmp_path)
     async with JokeService(settings=settings, ttl=5):
-        await eventually(lambda: _listed(registry), timeout=5)
+        await eventually(lambda: registry_lists(registry, "tell-joke"), timeout=5)
         table = await atoolreg("tools", env=env)
         assert table.stdout.splitlines()[0].split()[:3] == ["TOOL", "SERVICE", "SOURCE"]
         wide = await atoolreg("tools", "-o", "wide", env=env)
@@ -129,10 +130,6 @@ async def test_tables_take_output_formats_and_no_headers(
         empty = await atoolreg(command, "--no-headers", env=env)
         assert (empty.returncode, empty.stdout) == (0, ""), (command, empty.stderr)
         assert yaml.safe_load((await atoolreg(command, "-o", "yaml", env=env)).stdout) == []
-
-
-async def _listed(registry: Registry) -> bool:
-    return any(t.name == "tell-joke" for t in await registry.list_tools())
 
 
 def test_trust_list_takes_the_same_formats(tmp_path: Path) -> None:

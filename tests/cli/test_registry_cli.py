@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from support import atoolreg, eventually, toolreg_background, toolreg_env
+from support.store import has_tools, lacks_tools, tool_names
 
 from discovery.broker import EmbeddedBroker
 from discovery.registry.service import Registry
@@ -79,18 +80,6 @@ def procs(broker: EmbeddedBroker, settings: Settings, tmp_path: Path) -> Iterato
     processes.stop_all()
 
 
-async def tool_names(client: ConfigClient) -> set[str]:
-    return set(await client.list("tool"))
-
-
-async def has(client: ConfigClient, *names: str) -> bool:
-    return set(names) <= await tool_names(client)
-
-
-async def lacks(client: ConfigClient, *names: str) -> bool:
-    return not set(names) & await tool_names(client)
-
-
 async def tools_json(procs: Processes, *extra: str) -> dict[str, dict[str, Any]]:
     result = await atoolreg("tools", "--json", *extra, env=procs.env)
     assert result.returncode == 0, result.stderr
@@ -107,7 +96,7 @@ async def test_a_served_service_is_listed_within_a_second_and_kill_9_removes_it_
     procs: Processes, config_client: ConfigClient, registry: Registry
 ) -> None:
     service = procs.serve(JOKE, "joke")
-    await eventually(lambda: has(config_client, "tell-joke"), timeout=START, interval=0.01)
+    await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=START, interval=0.01)
     listed_at = time.time()
     assert listed_at - procs.event_time("joke", "service.listening") < 1.0
     tool = (await tools_json(procs))["tell-joke"]
@@ -118,10 +107,10 @@ async def test_a_served_service_is_listed_within_a_second_and_kill_9_removes_it_
         1,
     )
     await asyncio.sleep(TTL)  # alive past one ttl: heartbeats work across processes
-    assert await has(config_client, "tell-joke")
+    assert await has_tools(config_client, "tell-joke")
 
     killed = kill9(service)
-    await eventually(lambda: lacks(config_client, "tell-joke"), timeout=TTL + 1.0)
+    await eventually(lambda: lacks_tools(config_client, "tell-joke"), timeout=TTL + 1.0)
     assert time.monotonic() - killed < TTL + 1.0
     assert await config_client.list("tool-service") == [] and await config_client.list("discovery") == []
 
@@ -130,10 +119,10 @@ async def test_sigterm_withdraws_and_removes_within_a_second(
     procs: Processes, config_client: ConfigClient, registry: Registry
 ) -> None:
     service = procs.serve(JOKE, "joke", ttl=30)
-    await eventually(lambda: has(config_client, "tell-joke"), timeout=START)
+    await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=START)
     service.send_signal(signal.SIGTERM)
     stopped = time.monotonic()
-    await eventually(lambda: lacks(config_client, "tell-joke"), timeout=1.0)
+    await eventually(lambda: lacks_tools(config_client, "tell-joke"), timeout=1.0)
     assert time.monotonic() - stopped < 1.0
     service.wait(10)  # and it exits by itself (its exit status is pulsar-client's business: see the report)
 
@@ -146,9 +135,9 @@ async def test_two_instances_killing_one_keeps_the_tool_killing_both_removes_it(
     kill9(first)
     await eventually(lambda: _instances(registry, 1), timeout=TTL + 1.0)
     await asyncio.sleep(TTL / 2)
-    assert await has(config_client, "tell-joke")
+    assert await has_tools(config_client, "tell-joke")
     killed = kill9(second)
-    await eventually(lambda: lacks(config_client, "tell-joke"), timeout=TTL + 1.0)
+    await eventually(lambda: lacks_tools(config_client, "tell-joke"), timeout=TTL + 1.0)
     assert time.monotonic() - killed < TTL + 1.0
 
 
@@ -165,7 +154,7 @@ async def test_the_registry_killed_and_restarted_keeps_static_and_live_tools_and
     first_registry = procs.run("registry", name="registry-1")
     procs.serve(JOKE, "joke")
     echo = procs.serve(ECHO, "echo")
-    await eventually(lambda: has(config_client, "tell-joke", "echo"), timeout=START)
+    await eventually(lambda: has_tools(config_client, "tell-joke", "echo"), timeout=START)
 
     missing: list[set[str]] = []
 
@@ -182,7 +171,7 @@ async def test_the_registry_killed_and_restarted_keeps_static_and_live_tools_and
         kill9(echo)  # dies while no registry runs
         await asyncio.sleep(0.5)
         procs.run("registry", name="registry-2")
-        await eventually(lambda: lacks(config_client, "echo"), timeout=START + TTL)
+        await eventually(lambda: lacks_tools(config_client, "echo"), timeout=START + TTL)
         restarted = procs.event_time("registry-2", "registry.started")
 
         def removal() -> list[dict[str, Any]]:  # logged once its write returned: a moment after the store shows it
@@ -235,7 +224,7 @@ async def test_a_broker_restart_longer_than_the_ttl_removes_no_tool_and_the_leas
 ) -> None:
     procs.serve(JOKE, "joke")
     procs.serve(ECHO, "echo")
-    await eventually(lambda: has(config_client, "tell-joke", "echo"), timeout=START)
+    await eventually(lambda: has_tools(config_client, "tell-joke", "echo"), timeout=START)
     version, _ = await config_client.snapshot([])
     expiries = _expiries(registry)
     port = broker.port
@@ -270,7 +259,7 @@ async def test_self_preservation_holds_when_most_services_die_at_once_until_tool
     procs: Processes, config_client: ConfigClient, registry: Registry
 ) -> None:
     services = [procs.serve(target, target.rsplit(":", 1)[1]) for target in (JOKE, ECHO, CALCULATOR, COUNTDOWN)]
-    await eventually(lambda: has(config_client, "tell-joke", "echo", "calculate", "countdown"), timeout=START)
+    await eventually(lambda: has_tools(config_client, "tell-joke", "echo", "calculate", "countdown"), timeout=START)
     for service in services:
         kill9(service)
     await eventually(lambda: len(registry.held_services()) == 4, timeout=TTL + 1.0)
@@ -283,7 +272,7 @@ async def test_self_preservation_holds_when_most_services_die_at_once_until_tool
     released = await atoolreg("release", env=procs.env)
     assert released.returncode == 0 and "released 4 service(s)" in released.stdout
     done = time.monotonic()
-    await eventually(lambda: lacks(config_client, "tell-joke", "echo", "calculate", "countdown"), timeout=1.0)
+    await eventually(lambda: lacks_tools(config_client, "tell-joke", "echo", "calculate", "countdown"), timeout=1.0)
     assert time.monotonic() - done < 1.0
 
 

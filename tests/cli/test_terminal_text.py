@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from support import atoolreg, eventually, toolreg_env
+from support.store import registry_lists
 
 from discovery.registry.service import Registry
 from discovery.shown import shown
@@ -45,7 +46,7 @@ async def test_toolreg_never_writes_a_control_character_from_a_tool_s_text(
     )
     tool = ToolDescriptor(name="weather", title=HOSTILE_TITLE, description=HOSTILE_DESCRIPTION, service=service.id)
     await config_client.put([("tool-service", service.id, service.to_json()), ("tool", tool.name, tool.to_json())])
-    await eventually(lambda: _listed(registry), timeout=10)
+    await eventually(lambda: registry_lists(registry, "weather"), timeout=10)
     env = toolreg_env(settings.pulsar_url or "", tmp_path)
     commands = [
         ("tools",),
@@ -70,10 +71,6 @@ async def test_toolreg_never_writes_a_control_character_from_a_tool_s_text(
     # JSON output is the same data: the escapes are JSON's own, read back as the characters they stand for.
     as_json = json.loads((await atoolreg("config", "get", "tool/weather", "--json", env=env)).stdout)
     assert as_json["value"]["description"] == HOSTILE_DESCRIPTION and as_json["value"]["title"] == HOSTILE_TITLE
-
-
-async def _listed(registry: Registry) -> bool:
-    return any(t.name == "weather" for t in await registry.list_tools())
 
 
 class Forecaster(DynamicToolService):

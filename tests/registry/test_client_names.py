@@ -17,7 +17,6 @@ import pytest
 from support import eventually
 from support.registry import announcement
 
-from agent_bridge import llm_names
 from discovery.registry.client import RegistryClient
 from discovery.registry.keys import Key
 from discovery.registry.merge import InstanceRecord, Offer, OwnershipRecord, Plan, apply_plan, plan_service
@@ -217,9 +216,12 @@ def test_one_service_announcing_two_tools_with_one_client_name_is_refused_whole(
     assert caught.value.category == "malformed" and caught.value.reason.startswith("not a valid announcement")
 
 
-def test_the_bridge_and_the_registry_use_one_mapping() -> None:
-    assert llm_names.openai_names is names.openai_names and llm_names.OPENAI_NAME is names.OPENAI_NAME
-    assert llm_names.client_name is names.client_name
+def test_the_bridge_the_mcp_front_and_the_registry_use_one_mapping() -> None:
+    from agent_bridge import reload
+    from discovery.mcp import listing
+
+    assert reload.openai_names is names.openai_names and listing.openai_names is names.openai_names
+    assert listing.OPENAI_NAME is names.OPENAI_NAME
 
 
 # --- on a real broker --------------------------------------------------------------------------

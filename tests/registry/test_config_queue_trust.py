@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
-from apache_pulsar import ApachePulsar
 from support import atoolreg, eventually
 from support.replicas import Cluster
 
@@ -79,15 +77,6 @@ def operator_key_id(private: Path) -> str:
 
 
 # --- toolreg up and toolreg config, on Apache Pulsar ------------------------------------------------------------------
-
-
-@pytest.fixture
-def cluster(apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path) -> Iterator[Cluster]:
-    group = Cluster(apache_pulsar, tenant, tmp_path)
-    try:
-        yield group
-    finally:
-        group.stop_all()
 
 
 @pytest.mark.apache_pulsar

@@ -13,6 +13,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 from support import eventually
 from support.registry import FAST, announcement, by_name, heartbeat, silence
+from support.store import has_tools, tools_in_store
 
 from discovery.registry.client import RegistryClient
 from discovery.registry.metrics import RegistryMetrics
@@ -49,20 +50,12 @@ class RivalJokes(DynamicToolService):
         return "rival"
 
 
-async def tools_in_store(client: ConfigClient, workspace: str = "default") -> dict[str, dict[str, Any]]:
-    return {name: json.loads(value) for name, value in (await client.getvalues("tool", workspace=workspace)).items()}
-
-
-async def has_tool(client: ConfigClient, name: str, workspace: str = "default") -> bool:
-    return name in await client.list("tool", workspace=workspace)
-
-
 async def test_an_announced_service_is_merged_as_the_spec_items_and_listed(
     settings: Settings, config_client: ConfigClient, registry_client: RegistryClient
 ) -> None:
     async with JokeService(settings=settings, ttl=TTL) as svc:
         started = time.monotonic()
-        await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
+        await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=1.0)
         assert time.monotonic() - started < 1.0
         got = await config_client.get(
             [("tool", "tell-joke"), ("tool-service", "joke-service"), ("discovery", "joke-service")]
@@ -92,7 +85,7 @@ async def test_withdraw_removes_every_owned_key_at_once(
 ) -> None:
     svc = JokeService(settings=settings, ttl=30)
     await svc.start()
-    await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
+    await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=1.0)
     await svc.stop()
     stopped = time.monotonic()
     await eventually(lambda: _empty(config_client), timeout=1.0)
@@ -108,9 +101,9 @@ async def test_a_silent_instance_expires_after_its_ttl(
     settings: Settings, config_client: ConfigClient, registry: Registry
 ) -> None:
     async with JokeService(settings=settings, ttl=TTL) as svc:
-        await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
+        await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=1.0)
         await asyncio.sleep(TTL)  # heartbeats keep it alive past one ttl
-        assert await has_tool(config_client, "tell-joke")
+        assert await has_tools(config_client, "tell-joke")
         silence(svc)
         silent = time.monotonic()
         await eventually(lambda: _empty(config_client), timeout=TTL + 1.0)
@@ -128,11 +121,11 @@ async def test_no_lease_runs_out_on_a_silence_the_registry_could_not_hear(
     registry.expiry.hearing = lambda: deaf_since[0] if deaf_since else time.monotonic()
     async with registry:
         async with JokeService(settings=settings, ttl=TTL) as svc:
-            await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
+            await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=1.0)
             deaf_since.append(time.monotonic())
             silence(svc)
             await asyncio.sleep(TTL + 0.8)  # its lease ran out after the registry last heard the broker
-            assert await has_tool(config_client, "tell-joke")
+            assert await has_tools(config_client, "tell-joke")
             deaf_since.clear()  # hearing again within `DEAF_AFTER`: no pause, the silence it heard counts
             await eventually(lambda: _empty(config_client), timeout=1.0)
 
@@ -150,7 +143,7 @@ async def test_many_instances_are_one_service_live_while_any_lease_is(
         silence(first)
         await eventually(lambda: _instances(registry_client, "tell-joke", 1), timeout=TTL + 1.0)
         await registry.settle()
-        assert await has_tool(config_client, "tell-joke")
+        assert await has_tools(config_client, "tell-joke")
         assert (await config_client.config())[0] == version + 1  # only the record's instance list changed
         silence(second)
         await eventually(lambda: _empty(config_client), timeout=TTL + 1.0)
@@ -225,9 +218,9 @@ async def test_the_first_service_keeps_a_contested_name_and_hands_it_over_one_tt
 ) -> None:
     joke = JokeService(settings=settings, ttl=TTL)
     await joke.start()
-    await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
+    await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=1.0)
     async with RivalJokes(settings=settings, ttl=TTL):
-        await eventually(lambda: has_tool(config_client, "rival-only"), timeout=1.0)
+        await eventually(lambda: has_tools(config_client, "rival-only"), timeout=1.0)
         assert (await tools_in_store(config_client))["tell-joke"]["service"] == "joke-service"
         conflicts = await registry_client.conflicts()
         assert [(c.tool, c.service, c.held_by) for c in conflicts] == [("tell-joke", "rival-jokes", "joke-service")]
@@ -252,10 +245,10 @@ async def test_a_restarting_owner_gets_its_name_back_and_the_refused_rival_is_to
     return."""
     joke = JokeService(settings=settings, ttl=TTL)
     await joke.start()
-    await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
+    await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=1.0)
     with structlog.testing.capture_logs() as logs:
         async with RivalJokes(settings=settings, ttl=TTL) as rival:
-            await eventually(lambda: has_tool(config_client, "rival-only"), timeout=1.0)
+            await eventually(lambda: has_tools(config_client, "rival-only"), timeout=1.0)
             await joke.stop()
             await asyncio.sleep(TTL / 2)  # the rival re-announces meanwhile: still refused
             assert rival.announcer is not None
@@ -298,7 +291,7 @@ async def test_an_unchanged_digest_writes_nothing(
     settings: Settings, connection: Transport, config_client: ConfigClient, registry: Registry
 ) -> None:
     async with JokeService(settings=settings, ttl=0.6):
-        await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
+        await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=1.0)
         await registry.settle()
         version, writes = (await config_client.config())[0], registry.store_writes
         probes = await connection.publisher(connection.topics.tool_probe)
@@ -350,7 +343,7 @@ async def test_a_thousand_malformed_messages_are_rejected_and_the_registry_keeps
     assert len(rejections) < len(garbage) * 3 and all(r.reason for r in rejections)
     assert sum(r.count for r in rejections) == 1000 and max(r.count for r in rejections) > 100
     async with JokeService(settings=settings, ttl=TTL):
-        await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
+        await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=1.0)
         assert "tell-joke" in by_name((await registry_client.list()).tools)
 
 
@@ -370,7 +363,7 @@ async def test_bad_announcements_of_every_kind_are_listed_with_their_reason(
     assert any("outside the allowed namespaces" in r for r in reasons)
     assert any("stale" in r for r in reasons)
     assert any("70000 bytes" in r for r in reasons)
-    await eventually(lambda: has_tool(config_client, "ok"), timeout=1.0)
+    await eventually(lambda: has_tools(config_client, "ok"), timeout=1.0)
     assert set(await config_client.list("tool")) == {"ok"}
 
 
@@ -487,11 +480,11 @@ async def test_a_registry_restart_keeps_live_and_static_tools_and_drops_the_dead
     joke, echo = JokeService(settings=settings, ttl=ttl), EchoService(settings=settings, ttl=ttl, workspace="alpha")
     rival = RivalJokes(settings=settings, ttl=ttl)
     await joke.start()
-    await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
+    await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=1.0)
     await echo.start()
     await rival.start()
-    await eventually(lambda: has_tool(config_client, "echo", workspace="alpha"), timeout=1.0)
-    await eventually(lambda: has_tool(config_client, "rival-only"), timeout=1.0)
+    await eventually(lambda: has_tools(config_client, "echo", workspace="alpha"), timeout=1.0)
+    await eventually(lambda: has_tools(config_client, "rival-only"), timeout=1.0)
     await first.settle()
     await first.stop()
     version = (await config_client.config())[0]
@@ -529,7 +522,7 @@ async def test_a_static_tool_whose_service_went_away_is_listed_as_unavailable_wi
         name="joke-by-hand", description="Wired by hand to an announced service", service="joke-service"
     )
     async with JokeService(settings=settings, ttl=TTL):
-        await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
+        await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=1.0)
         await config_client.put([("tool", "joke-by-hand", by_hand.to_json())])
         tool = await registry_client.get("joke-by-hand")
         assert tool is not None and (tool.source, tool.status, tool.detail) == ("static", "configured", "")
@@ -540,14 +533,14 @@ async def test_a_static_tool_whose_service_went_away_is_listed_as_unavailable_wi
 
 
 async def _gone_from(client: ConfigClient, name: str, workspace: str) -> bool:
-    return not await has_tool(client, name, workspace=workspace)
+    return not await has_tools(client, name, workspace=workspace)
 
 
 async def test_an_operator_edit_of_an_announced_tool_survives_the_service_leaving(
     settings: Settings, config_client: ConfigClient, registry: Registry
 ) -> None:
     async with JokeService(settings=settings, ttl=TTL):
-        await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
+        await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=1.0)
         mine = ToolDescriptor(name="tell-joke", description="Edited by an operator", service="joke-service").to_json()
         await config_client.put([("tool", "tell-joke", mine)])
     await eventually(lambda: _no_key(config_client, ("tool-service", "joke-service")), timeout=1.0)
@@ -583,7 +576,7 @@ async def test_with_a_trust_policy_only_signed_and_allowed_announcements_are_mer
             JokeService(settings=settings, ttl=TTL, signing_key=key) as joke,
             EchoService(settings=settings, ttl=TTL),
         ):
-            await eventually(lambda: has_tool(config_client, "tell-joke"), timeout=1.0)
+            await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=1.0)
             await eventually(lambda: any("unsigned" in r.reason for r in registry.rejections()), timeout=1.0)
             # A forged, unsigned withdraw of the signed instance changes nothing.
             publisher = await connection.publisher(connection.topics.tool_descriptors)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import structlog
 from support import atoolreg, eventually, log_events, toolreg_background, toolreg_env
+from support.store import tool_names
 
 from discovery.broker import EmbeddedBroker
 from discovery.registry.client import RegistryClient
@@ -94,10 +95,6 @@ def policy_trusting(path: Path, key: Ed25519PrivateKey) -> Path:
     policy = TrustPolicy()
     policy.add(trusted_key("jokes", public_key_text(key.public_key()), ["joke-*"], ["tell-*"]))
     return policy.save(path)
-
-
-async def tool_names(client: ConfigClient) -> set[str]:
-    return set(await client.list("tool"))
 
 
 async def tools_json(up: Up) -> dict[str, dict[str, Any]]:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from support import eventually
 from support.registry import announcement
+from support.store import tools_in_store
 
 from discovery.registry.service import Registry, RegistryOptions
 from discovery.registry.trust import TrustPolicy, trusted_key
@@ -43,10 +44,6 @@ def signed(key: Ed25519PrivateKey | None, **fields: Any) -> bytes:
     return (sign(message, key) if key is not None else message).to_json().encode()
 
 
-async def store_tools(client: ConfigClient) -> dict[str, dict[str, Any]]:
-    return {name: json.loads(value) for name, value in (await client.getvalues("tool")).items()}
-
-
 async def test_rogue_and_out_of_scope_announcers_cannot_add_replace_or_remove_a_tool(
     settings: Settings, connection: Transport, config_client: ConfigClient, guarded: Registry
 ) -> None:
@@ -61,9 +58,9 @@ async def test_rogue_and_out_of_scope_announcers_cannot_add_replace_or_remove_a_
         connection.topics.tool_probe, lambda m: _append(probes, Probe.model_validate_json(m.data))
     )
     async with JokeService(settings=settings, ttl=2.0, signing_key=TEAM) as joke:
-        await eventually(lambda: store_tools(config_client), timeout=2.0)
+        await eventually(lambda: tools_in_store(config_client), timeout=2.0)
         await guarded.settle()
-        original = await store_tools(config_client)
+        original = await tools_in_store(config_client)
         writes, version = guarded.store_writes, (await config_client.config())[0]
         real = joke.announcer.instance  # type: ignore[union-attr]
         publisher = await connection.publisher(connection.topics.tool_descriptors)
@@ -131,7 +128,7 @@ async def test_rogue_and_out_of_scope_announcers_cannot_add_replace_or_remove_a_
         await eventually(lambda: "is not after" in guarded.rejections()[-1].reason, timeout=2.0)
         await asyncio.sleep(2.5)  # more than the ttl: the real instance's heartbeats still count
         await guarded.settle()
-        assert await store_tools(config_client) == original
+        assert await tools_in_store(config_client) == original
         assert guarded.store_writes == writes and (await config_client.config())[0] == version
         assert [(t.name, t.status, t.instances) for t in await guarded.list_tools()] == [("tell-joke", "live", 1)]
         assert not any(p.instance == "ghost-1" for p in probes)

@@ -12,12 +12,10 @@ Real `toolreg up` processes on the run's Apache Pulsar, a fresh tenant each.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from pathlib import Path
 
 import pytest
-from apache_pulsar import ApachePulsar
 from support import atoolreg, eventually
 from support.replicas import Cluster
 
@@ -25,15 +23,6 @@ from discovery.store.presence import StorePresence
 from toolservice_base import open_transport
 
 pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(180)]
-
-
-@pytest.fixture
-def cluster(apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path) -> Iterator[Cluster]:
-    group = Cluster(apache_pulsar, tenant, tmp_path)
-    try:
-        yield group
-    finally:
-        group.stop_all()
 
 
 @pytest.fixture

@@ -15,14 +15,11 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from datetime import datetime
-from pathlib import Path
 
 import pytest
-from apache_pulsar import ApachePulsar
 from support import eventually
 from support.fleet import running_fleet
 from support.replicas import TAKEOVER_AFTER, Cluster, check, running_load, unlike_written, write_every_kind
@@ -34,15 +31,6 @@ pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(300)]
 
 FLEET_TTL = 6.0
 """The fleet's lease: heartbeats every 2 s, so 500 instances send 250 a second."""
-
-
-@pytest.fixture
-def cluster(apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path) -> Iterator[Cluster]:
-    group = Cluster(apache_pulsar, tenant, tmp_path)
-    try:
-        yield group
-    finally:
-        group.stop_all()
 
 
 async def test_kill_9_of_the_active_under_load_loses_no_write_no_call_no_lease_and_needs_no_grace(

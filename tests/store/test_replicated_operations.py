@@ -17,7 +17,6 @@ import re
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,15 +28,6 @@ from toolservice_base import ConfigClient
 from toolservice_base.errors import ToolDiscoveryError
 
 pytestmark = [pytest.mark.apache_pulsar, pytest.mark.timeout(240)]
-
-
-@pytest.fixture
-def cluster(apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path) -> Iterator[Cluster]:
-    group = Cluster(apache_pulsar, tenant, tmp_path)
-    try:
-        yield group
-    finally:
-        group.stop_all()
 
 
 async def roles(cluster: Cluster) -> dict[str, str]:

@@ -12,11 +12,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from apache_pulsar import ApachePulsar
 from support import eventually
 from support.replicas import Cluster
 
@@ -61,15 +59,6 @@ def test_the_settings_digest_of_one_policy_is_the_same_in_every_process_and_anot
     wider["keys"][0]["tools"] = ["*"]
     (tmp_path / "wider.json").write_text(json.dumps(wider))
     assert digest_in_a_process_of_its_own(tmp_path / "wider.json") != first
-
-
-@pytest.fixture
-def cluster(apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path) -> Iterator[Cluster]:
-    group = Cluster(apache_pulsar, tenant, tmp_path)
-    try:
-        yield group
-    finally:
-        group.stop_all()
 
 
 @pytest.mark.apache_pulsar

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from support import eventually
+from support.store import registry_lists
 
 from discovery.registry.overview import RegistrySnapshot, ToolView
 from discovery.registry.service import Registry
@@ -89,7 +90,7 @@ async def test_the_page_and_its_feed_never_carry_a_raw_control_character(
     )
     tool = ToolDescriptor(name="weather", title=TITLE, description=DESCRIPTION, service=service.id)
     await config_client.put([("tool-service", service.id, service.to_json()), ("tool", tool.name, tool.to_json())])
-    await eventually(lambda: _listed(registry), timeout=10)
+    await eventually(lambda: registry_lists(registry, "weather"), timeout=10)
     html = await asyncio.to_thread(_get, page.port, "/")
     assert not UNSAFE.search(html) and "\\u202eevil" in html
     snapshot = json.loads(await asyncio.to_thread(_get, page.port, "/snapshot.json"))
@@ -101,10 +102,6 @@ async def test_the_page_and_its_feed_never_carry_a_raw_control_character(
     )
     frame = await _first_snapshot_event(page.port)
     assert raw_controls(frame) == [] and any("\\u202eevil" in t["description"] for t in frame["tools"])
-
-
-async def _listed(registry: Registry) -> bool:
-    return any(t.name == "weather" for t in await registry.list_tools())
 
 
 def _get(port: int, path: str) -> str:

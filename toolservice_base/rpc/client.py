@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 from toolservice_base.errors import RequestTimeout, TransportError
 from toolservice_base.logs import get_logger
+from toolservice_base.tasks import close_when_granted
 from toolservice_base.transport import Envelope, Publisher, Subscription, Transport, unique_name
 
 from .inbox import Inbox, time_is_up
@@ -146,18 +147,11 @@ class RequestClient:
         """
         for future in producing:
             if not future.done():
-                future.add_done_callback(self._close_when_open)
+                close_when_granted(future, self._connection.close_publisher, _closing)
             elif not future.cancelled() and future.exception() is None:
                 await self._connection.close_publisher(future.result())
         for subscription in opened:
             await self._connection.unsubscribe(subscription)
-
-    def _close_when_open(self, opening: "asyncio.Future[Publisher]") -> None:
-        if opening.cancelled() or opening.exception() is not None:
-            return
-        closing = asyncio.ensure_future(self._connection.close_publisher(opening.result()))
-        _closing.add(closing)
-        closing.add_done_callback(_closing.discard)
 
     async def _until_receiving(self, queue: str, publisher: Publisher) -> None:
         """Return once our subscription to `queue` has been seen to receive a message.
@@ -369,7 +363,7 @@ class RequestClient:
             self._publisher = None
 
 
-_closing: set[asyncio.Future[None]] = set()
+_closing: set[asyncio.Future[Any]] = set()
 """Producers a failed start closes once they open: held here until closed (the loop keeps only weak references)."""
 
 

@@ -92,7 +92,7 @@ class ConfigRequest(BaseModel):
     `list` and `getvalues` are paged when `limit` or `after` is set: at most
     `limit` items (and about `PAGE_BYTES`), keys after `after`, in key order,
     with `more` in the answer. A reader that sends neither (TrustGraph) gets
-    the whole answer in one message, as before.
+    the whole answer in one message, which is all its protocol can read.
 
     `changes` (ours alone; TrustGraph's store and an older one answer
     `bad-operation`) names every key of the workspace changed after version

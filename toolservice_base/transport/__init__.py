@@ -10,15 +10,12 @@ and catches only the product's own errors.
 
 from __future__ import annotations
 
+from ..brokers import APACHE_PULSAR, BROKER_KINDS, MEMORY, PULSAR_LITE
 from ..settings import Settings
 from .base import (
-    APACHE_PULSAR,
-    BROKER_KINDS,
     EXCLUSIVE_MODES,
     LARGE_MESSAGE,
-    MEMORY,
     MESSAGE_LIMIT,
-    PULSAR_LITE,
     Capabilities,
     Envelope,
     ExclusiveMode,

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, runtime_ch
 
 from pydantic import BaseModel
 
+from ..brokers import APACHE_PULSAR, BROKER_KINDS, MEMORY, PULSAR_LITE
 from ..errors import BrokerUnsupported, TransportClosed, TransportError
 from ..topics import Topics
 
@@ -392,11 +393,6 @@ class Capabilities:
                 " (TOOLREG_BROKER=apache-pulsar)"
             )
 
-
-APACHE_PULSAR = "apache-pulsar"
-PULSAR_LITE = "pulsar-lite"
-MEMORY = "memory"
-BROKER_KINDS = (APACHE_PULSAR, PULSAR_LITE, MEMORY)
 
 APACHE_PULSAR_CAPABILITIES = Capabilities(
     confirm_subscription_receives=True,

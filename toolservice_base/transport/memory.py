@@ -45,11 +45,11 @@ import random
 import weakref
 from collections import deque
 
+from ..brokers import MEMORY
 from ..errors import Fenced, MessageTooLarge, ProducerBusy, TransportClosed
 from ..logs import get_logger
 from ..topics import Topics
 from .base import (
-    MEMORY,
     MESSAGE_LIMIT,
     Capabilities,
     Envelope,

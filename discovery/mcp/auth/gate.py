@@ -5,7 +5,7 @@ put in the request (`Caller.of_token`), else it is the front's one `local`
 caller: `stdio` (the client that spawned the process), `bearer-token` (the
 static token) or `anonymous` (loopback without a token). The access policy
 applies to token callers; a local caller may call every tool the front
-serves, as before.
+serves: whoever can reach a local front already runs on its machine, or holds its one token.
 """
 
 from __future__ import annotations

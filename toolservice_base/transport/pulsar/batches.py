@@ -46,17 +46,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import _pulsar
-
 from ...logs import get_logger
 from ..base import Handler, InlineHandler
 from .bridge import LoopBridge
 from .errors import broker_errors
+from .native import RESULT_OK
 from .subscription import PulsarSubscription
 
 log = get_logger("toolservice_base.transport")
 
-_OK = _pulsar.Result.Ok
+_OK = RESULT_OK
 COLLECT_AT_MOST = 1024
 """Messages one look takes, at most: a backlog is taken over several turns of the loop, not in one long one."""
 

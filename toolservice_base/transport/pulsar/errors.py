@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Literal
 
-import _pulsar
 import pulsar.asyncio as pulsar_asyncio
 
 from ...errors import (
@@ -20,10 +19,11 @@ from ...errors import (
 from ...logs import get_logger
 from ...schemas import queue_namespace
 from .diagnosis import namespace_missing, not_authorized
+from .native import NativePulsarException
 
 log = get_logger("toolservice_base.transport")
 
-_PULSAR_ERRORS: tuple[type[BaseException], ...] = (pulsar_asyncio.PulsarException, _pulsar.PulsarException)
+_PULSAR_ERRORS: tuple[type[BaseException], ...] = (pulsar_asyncio.PulsarException, NativePulsarException)
 _NOT_RETRIABLE_AUTH = {"AuthenticationError", "ErrorGettingAuthenticationData"}
 HELD = {"ProducerBusy", "ProducerFenced"}
 """What creating an exclusive producer on a held topic says: ProducerFenced too (measured on 4.0.8, for a second

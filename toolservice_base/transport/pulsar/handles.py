@@ -24,6 +24,7 @@ from ..base import (
     encode,
 )
 from .errors import broker_errors, result_name
+from .native import native_reader
 
 log = get_logger("toolservice_base.transport")
 
@@ -108,7 +109,7 @@ class PulsarReader:
 
     def __init__(self, reader: pulsar_asyncio.Reader, topic: str, url: str) -> None:
         self._reader = reader
-        self._native: Any = reader._reader  # the C++ reader: its blocking read_next takes a timeout
+        self._native: Any = native_reader(reader)
         self.topic = topic
         self._url = url
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pulsar-reader")

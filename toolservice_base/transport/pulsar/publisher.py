@@ -33,8 +33,9 @@ all, and costs the GIL nothing more. What the receipts did is kept:
   refuses us, and any message over `LARGE_MESSAGE`, which is always sent
   confirmed (a message the broker takes as too large fails only so).
 
-Confirmed sends (the default) wait for their receipt as before; it comes
-through the `LoopBridge`, batched with whatever else completed meanwhile.
+Confirmed sends (the default) wait for their receipt, so a failure reaches
+the caller who can act on it; the receipt comes through the `LoopBridge`,
+batched with whatever else completed meanwhile.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import _pulsar
 import pulsar.asyncio as pulsar_asyncio
 
 from ...errors import TransportClosed, TransportError
@@ -55,10 +55,11 @@ from ..base import LARGE_MESSAGE, FailureHook, Payload, encode
 from .bridge import LoopBridge
 from .diagnosis import Action
 from .errors import Explain, broker_errors, translate
+from .native import RESULT_OK, MessageBuilder, native_producer
 
 log = get_logger("toolservice_base.transport")
 
-_OK = _pulsar.Result.Ok
+_OK = RESULT_OK
 COVER_AFTER = 0.02
 """Seconds between an unconfirmed send and the cover asked for it (and for every send until then)."""
 
@@ -92,7 +93,7 @@ class PulsarPublisher:
         refused: Callable[[str], TransportError | None] | None = None,
     ) -> None:
         self._producer = producer
-        self._native: Any = producer._producer  # the C++ producer: send_async and flush_async take callbacks
+        self._native: Any = native_producer(producer)
         self.topic = topic
         self._url = url
         self._bridge = bridge
@@ -145,7 +146,7 @@ class PulsarPublisher:
         ):
             raise refused
         data = encode(payload)
-        builder = _pulsar.MessageBuilder()
+        builder = MessageBuilder()
         builder.content(data)
         if properties:
             builder.properties(properties)

@@ -5,7 +5,8 @@ The client's `message_listener` hands each message to `on_message` on its
 listener thread, which takes the bytes and properties, acknowledges (see
 below), appends the `Envelope` to the subscription's inbox and, only if the
 subscription's task is idle, wakes it through the `LoopBridge`. The task hands
-the inbox to the handler one message at a time, in order, as before. A burst
+the inbox to the handler one message at a time, in order (a queue's
+answers and a stream's chunks are read in the order they were sent). A burst
 costs one wake-up, not one loop crossing per message. An inline handler (one
 that never waits: `Transport.subscribe(..., inline=True)`) has no task: the
 wake-up itself hands it the inbox, so an answer reaches the caller waiting for
@@ -34,7 +35,7 @@ consumer already closed.
 Bad input and faults: the listener catches everything (a message it cannot read
 is logged with its topic and size, never raised into the C++ client, whose
 listener thread goes on); a handler that raises is logged and the next message
-is handled, as before.
+is handled: one bad request must not stop a service from answering the rest.
 """
 
 from __future__ import annotations
@@ -45,15 +46,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import _pulsar
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
 from ...logs import get_logger
+from ...tasks import close_when_granted
 from ..base import Envelope, Handler, InlineHandler
 from .bridge import LoopBridge
 from .diagnosis import Action
 from .errors import broker_errors
+from .native import ConsumerConfiguration, NativeError, native_client
 
 log = get_logger("toolservice_base.transport")
 
@@ -304,7 +306,7 @@ async def subscribe_listening(
     As `pulsar.asyncio.Client.subscribe` does, without a thread: the creation's
     completion comes back through its callback.
     """
-    conf = _pulsar.ConsumerConfiguration()
+    conf = ConsumerConfiguration()
     conf.consumer_type(consumer_type)
     conf.receiver_queue_size(receiver_queue)
     conf.schema(_BYTES.schema_info())
@@ -316,7 +318,7 @@ async def subscribe_listening(
     def settle(value: Any) -> None:
         if created.done():
             return
-        if isinstance(value, _pulsar.Error):
+        if isinstance(value, NativeError):
             created.set_exception(pulsar_asyncio.PulsarException(value.error, value.message))
         else:
             created.set_result(value)
@@ -327,25 +329,18 @@ async def subscribe_listening(
         except RuntimeError:  # the loop is closed: the client is being closed with it
             pass
 
-    client._client.subscribe_async_v2(topic, name, conf, done)
+    native_client(client).subscribe_async_v2(topic, name, conf, done)
     try:
         return await asyncio.shield(created)
     except asyncio.CancelledError:
-        created.add_done_callback(_close_abandoned)  # a consumer the broker grants after we gave up is closed
+        close_when_granted(created, _close_granted, _abandoned)  # a consumer the broker grants after we gave up
         raise
 
 
-_abandoned: set[asyncio.Task[None]] = set()
+_abandoned: set[asyncio.Future[Any]] = set()
+"""Consumers being opened for a caller that gave up, then their closes (`close_when_granted`)."""
 
 
-def _close_abandoned(created: asyncio.Future[Any]) -> None:
-    if created.cancelled() or created.exception() is not None:
-        return
-    closing = asyncio.ensure_future(_close_quietly(pulsar_asyncio.Consumer(created.result(), _BYTES)))
-    _abandoned.add(closing)
-    closing.add_done_callback(_abandoned.discard)
-
-
-async def _close_quietly(consumer: pulsar_asyncio.Consumer) -> None:
+async def _close_granted(granted: Any) -> None:
     with broker_errors(log="consumer.close_failed"):
-        await consumer.close()
+        await pulsar_asyncio.Consumer(granted, _BYTES).close()

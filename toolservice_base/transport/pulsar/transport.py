@@ -18,6 +18,7 @@ from ...errors import (
 )
 from ...logs import get_logger
 from ...settings import Settings
+from ...tasks import close_when_granted
 from ...topics import Topics
 from ..base import (
     Capabilities,
@@ -36,6 +37,7 @@ from .consumer_ids import subscribe_shifted
 from .diagnosis import Action, Claims, TopicWatch, handshake, subscription_reserved, token_refused
 from .errors import HELD, broker_errors, result_name, translate
 from .handles import PulsarExclusivePublisher, PulsarReader
+from .native import native_client
 from .publisher import PulsarPublisher
 from .subscription import PulsarSubscription, subscribe_listening
 
@@ -193,7 +195,7 @@ class PulsarTransport(OpenedResources):
             attempt = asyncio.ensure_future(call())
             done, _ = await asyncio.wait({attempt}, timeout=LOOKUP_TIMEOUT)
             if not done:
-                attempt.add_done_callback(lambda late: self._retire(late, topic))
+                close_when_granted(attempt, lambda opened: self._undo(opened, topic), self._abandoned)
                 return TransportError(
                     f"the broker at {self.url} accepts our token but gave no answer within {LOOKUP_TIMEOUT:g}s while"
                     f" {trying}{f' ({doing})' if doing else ''}; it may be overloaded or still starting"
@@ -203,13 +205,6 @@ class PulsarTransport(OpenedResources):
             if asking.error is not None:
                 return translate(asking.error, doing or trying, self.url, topic, role=self._claims.role)
         return None
-
-    def _retire(self, late: asyncio.Future[Any], topic: str) -> None:
-        """A try the broker answered after we stopped waiting: undo what it opened."""
-        if not late.cancelled() and late.exception() is None:
-            closing = asyncio.ensure_future(self._undo(late.result(), topic))
-            self._abandoned.add(closing)
-            closing.add_done_callback(self._abandoned.discard)
 
     @staticmethod
     async def _undo(opened: Any, topic: str) -> None:
@@ -221,13 +216,20 @@ class PulsarTransport(OpenedResources):
     async def publisher(self, topic: str) -> PulsarPublisher:
         self._check_open()
         doing = f"opening a producer on {topic}"
-        async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic)):
-            producer = await self._client.create_producer(
+        creating = asyncio.ensure_future(
+            self._client.create_producer(
                 topic,
                 batching_enabled=False,
                 max_pending_messages=PRODUCER_QUEUE,
                 send_timeout_millis=SEND_TIMEOUT_MS,
             )
+        )
+        try:
+            async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic)):
+                producer = await asyncio.shield(creating)  # cancelled: the producer is closed when it comes
+        except asyncio.CancelledError:
+            close_when_granted(creating, lambda opened: self._close_quietly(opened, topic), self._abandoned)
+            raise
         publisher = PulsarPublisher(
             producer,
             topic,
@@ -276,7 +278,7 @@ class PulsarTransport(OpenedResources):
                     # grants afterwards would hold the topic for nobody. `_abandon` closes it instead.
                     return await asyncio.shield(creating)
             except asyncio.CancelledError:
-                self._abandon(creating, topic)
+                close_when_granted(creating, lambda opened: self._close_quietly(opened, topic), self._abandoned)
                 raise
 
         if mode == "fence":
@@ -295,22 +297,6 @@ class PulsarTransport(OpenedResources):
         publisher = PulsarExclusivePublisher(producer, topic, mode, self.url)
         self._publishers.append(publisher)
         return publisher
-
-    def _abandon(self, creating: asyncio.Future[Any], topic: str) -> None:
-        """Close the producer an abandoned creation still yields; `close` waits for what is left."""
-        self._abandoned.add(creating)
-
-        def done(future: asyncio.Future[Any]) -> None:
-            if future.cancelled() or future.exception() is not None:
-                self._abandoned.discard(future)
-                return
-            log.debug("producer.abandoned_closed", topic=topic)
-            closing = asyncio.ensure_future(self._close_quietly(future.result(), topic))
-            self._abandoned.add(closing)
-            closing.add_done_callback(self._abandoned.discard)
-            self._abandoned.discard(future)
-
-        creating.add_done_callback(done)
 
     @staticmethod
     async def _close_quietly(producer: pulsar_asyncio.Producer, topic: str) -> None:
@@ -480,4 +466,4 @@ class PulsarTransport(OpenedResources):
 def _shut_down(clients: list[pulsar_asyncio.Client]) -> None:
     for client in clients:
         with broker_errors(log="client.close_failed"):
-            client._client.close()
+            native_client(client).close()
