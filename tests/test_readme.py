@@ -1,7 +1,9 @@
-"""Every fenced block of README.md runs as it is written, in order, as one reader's session pastes it.
+"""Every fenced block of README.md, then of the guide's pages, runs as it is written, in order, as one reader's
+session pastes it.
 
 One embedded broker for the whole run: the README's own `toolreg up &`, in a fresh directory, with the product's
-commands on PATH and nothing in the environment pointing anywhere else. The blocks that cannot run there (a remote
+commands on PATH and nothing in the environment pointing anywhere else. A guide page goes on from the README and
+the pages before it (its services still up, its files still there). The blocks that cannot run there (a remote
 cluster, an API key, a download) say so above themselves, with why (`support.readme`).
 """
 
@@ -16,11 +18,30 @@ from support.readme import Block, Session, blocks, commands, run_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+GUIDE = ROOT / "docs" / "guide"
+PAGES = [
+    README,
+    GUIDE / "tool-authors.md",
+    GUIDE / "agents.md",
+    GUIDE / "mcp.md",
+    GUIDE / "operating.md",
+    GUIDE / "contributing.md",
+]
+"""The order a reader takes them in, and the session runs them in."""
+
+
+def every_block() -> list[Block]:
+    return [block for page in PAGES for block in blocks(page.read_text(), str(page.relative_to(ROOT)))]
+
+
+def test_every_guide_page_is_run() -> None:
+    """A new page of the guide is a page whose blocks run: it must take its place in the reader's order."""
+    assert set(GUIDE.glob("*.md")) == set(PAGES[1:])
 
 
 @pytest.mark.timeout(300)  # about 20 s; each command is bounded on its own (support.readme)
-def test_the_readme_runs_as_written(tmp_path: Path) -> None:
-    found = blocks(README.read_text())
+def test_the_readme_and_the_guide_run_as_written(tmp_path: Path) -> None:
+    found = every_block()
     run = tmp_path / "run"
     run.mkdir()
     pointing = ("PULSAR_", "TOOLREG_", "PYTHON", "PYTEST_", "VIRTUAL_ENV")
@@ -33,14 +54,18 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
         session.close()
     assert len(skipped) < len(found) / 2, skipped  # most of it runs
     said = (tmp_path / "session.log").read_text()
+    # the README: its first call, its service, and its agent's call once the calculator arrived
     assert "I would tell you a joke about cats" in said and "A groan-worthy pun about brokers" in said
-    assert "6.21" in said and "42" in said  # the units service, and the agent's call once the calculator arrived
-    assert '{"tell-joke":"I would tell you a joke about a' in said  # pydantic-ai's TestModel called the live tool
+    assert "42" in said
+    assert "6.21" in said  # the guide for tool authors: the units service
+    # the agents' guide: pydantic-ai's TestModel called the live tool
+    assert '{"tell-joke":"I would tell you a joke about a' in said
 
 
-def test_the_readmes_example_services_do_not_take_the_shipped_examples_names() -> None:
-    """Pasted beside `toolreg serve ...JokeService`, a README service with the joke service's id would silently join
-    it as one service (answers alternating between the two), and one with its tool's name would be refused."""
+def test_the_example_services_do_not_take_the_shipped_examples_names() -> None:
+    """Pasted beside `toolreg serve ...JokeService`, a README or guide service with the joke service's id would
+    silently join it as one service (answers alternating between the two), and one with its tool's name would be
+    refused."""
     import re
 
     from toolservice_base.examples import calculator, countdown, echo, joke
@@ -48,7 +73,7 @@ def test_the_readmes_example_services_do_not_take_the_shipped_examples_names() -
     shipped = [joke.JokeService, calculator.CalculatorService, countdown.CountdownService, echo.EchoService]
     taken_ids = {cls.descriptor["id"] for cls in shipped}
     taken_tools = {tool["name"] for cls in shipped for tool in cls.tools}
-    code = "\n".join(block.text for block in blocks(README.read_text()) if block.language == "python")
+    code = "\n".join(block.text for block in every_block() if block.language == "python")
     ids = set(re.findall(r'descriptor = \{"id": "([^"]+)"', code))
     tools = set(re.findall(r'"name": "([^"]+)",\s*"description"', code))
     assert ids and tools

@@ -10,7 +10,7 @@
         chunks = [c async for c in h.stream("countdown", {"start": 3})]
 
 In a pytest test, that needs pytest-asyncio (`pip install 'tool-discovery[testing]'`) and the test marked
-`@pytest.mark.asyncio` (or `asyncio_mode = "auto"`); the README has a complete test file.
+`@pytest.mark.asyncio` (or `asyncio_mode = "auto"`); docs/guide/tool-authors.md has a complete test file.
 
 The harness runs the service on the in-memory transport and calls it through
 the real request path: a `ToolServiceRequest` with the tool's config values

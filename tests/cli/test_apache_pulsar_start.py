@@ -141,4 +141,4 @@ def test_the_wrapper_and_its_help_name_the_option() -> None:
         env={**os.environ, "PYTHON": sys.executable},
     )
     assert done.returncode == 0 and "--topicspace NAME" in done.stdout and "no namespace tg/notify" in done.stdout
-    assert "--topicspace tg" in (root / "README.md").read_text()
+    assert "--topicspace tg" in (root / "docs" / "guide" / "operating.md").read_text()

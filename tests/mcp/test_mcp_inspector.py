@@ -2,7 +2,7 @@
 
 It spawns `toolreg mcp` over stdio itself (the TypeScript SDK's client; `--protocol-era legacy`
 negotiates 2025-11-25, `modern` 2026-07-28), lists the tools and calls them; and it reads the
-README's client configurations as a user would paste them. `npx --yes` fetches the pinned
+MCP guide's client configurations (docs/guide/mcp.md) as a user would paste them. `npx --yes` fetches the pinned
 version on first use (about 15 s on a fresh machine) and reuses npm's cache afterwards.
 Skipped only where Node.js is not installed.
 """
@@ -126,19 +126,20 @@ async def test_the_mcp_inspector_lists_and_calls_tools_over_stdio(
     assert failed["isError"] is True and failed["content"][0]["text"] == "ExpressionError: division by zero"
 
 
-def readme_section() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("### Use it from an MCP client")
-    return text[start : text.index("\n### ", start + 1)]
+def guide_section() -> str:
+    """The MCP guide's section on clients, whose configurations and commands these tests run."""
+    text = (ROOT / "docs" / "guide" / "mcp.md").read_text()
+    start = text.index("## Use it from an MCP client")
+    return text[start : text.index("\n## ", start + 1)]
 
 
-async def test_the_readme_client_configurations_work_as_written(
+async def test_the_guides_client_configurations_work_as_written(
     broker: EmbeddedBroker, announced: None, tmp_path: Path
 ) -> None:
-    section = readme_section()
+    section = guide_section()
     stdio_config, http_config = (json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.S))
 
-    # stdio: only the install path and the broker's address differ from what the README says.
+    # stdio: only the install path and the broker's address differ from what the guide says.
     server = stdio_config["mcpServers"]["toolreg"]
     assert server["command"].endswith("/bin/toolreg") and server["env"] == {"PULSAR_URL": "pulsar://127.0.0.1:6650"}
     server["command"] = str(Path(sys.executable).parent / "toolreg")
@@ -158,7 +159,7 @@ async def test_the_readme_client_configurations_work_as_written(
     )
     assert "configs" in called["content"][0]["text"]
 
-    # HTTP: the README's command line, on a free port instead of 8765.
+    # HTTP: the guide's command line, on a free port instead of 8765.
     token, address = re.search(r"TOOLREG_MCP_TOKEN=(\S+) toolreg mcp --http (\S+)", section).groups()  # type: ignore[union-attr]
     assert http_config["mcpServers"]["toolreg"]["url"] == f"http://{address}/mcp"
     assert http_config["mcpServers"]["toolreg"]["headers"] == {"Authorization": f"Bearer {token}"}
@@ -187,15 +188,15 @@ async def test_the_readme_client_configurations_work_as_written(
         await asyncio.wait_for(process.wait(), 15)
 
 
-async def test_the_readme_inspector_commands_name_the_tested_version_and_work_as_written(
+async def test_the_guides_inspector_commands_name_the_tested_version_and_work_as_written(
     broker: EmbeddedBroker, announced: None, tmp_path: Path
 ) -> None:
-    section = readme_section()
+    section = guide_section()
     commands = re.findall(r"^npx (\S+) --cli (.*)$", section, re.M)
     assert [package for package, _ in commands] == [INSPECTOR, INSPECTOR]  # the version these tests pin, not a bare npx
     (stdio, http) = (command.split() for _, command in commands)
 
-    # stdio: only the install path and the broker's address differ from what the README says.
+    # stdio: only the install path and the broker's address differ from what the guide says.
     assert stdio[:3] == ["-e", "PULSAR_URL=pulsar://127.0.0.1:6650", "toolreg"]  # the installed one, on PATH
     stdio[1:3] = [
         f"PULSAR_URL={broker.url}",
@@ -206,7 +207,7 @@ async def test_the_readme_inspector_commands_name_the_tested_version_and_work_as
     listed, _ = await inspector(*stdio)
     assert sorted(tool["name"] for tool in listed["tools"]) == ["calculate", "tell-joke"]
 
-    # HTTP with the README's token, passed as a header: on a free port instead of 8765.
+    # HTTP with the guide's token, passed as a header: on a free port instead of 8765.
     token = re.search(r"TOOLREG_MCP_TOKEN=(\S+) toolreg mcp --http", section).group(1)  # type: ignore[union-attr]
     assert http[0] == "http://127.0.0.1:8765/mcp" and f'--header "Authorization: Bearer {token}"' in commands[1][1], (
         commands[1]

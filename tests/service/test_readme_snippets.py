@@ -1,5 +1,6 @@
-"""What the README's testing snippet installs is light. (The snippets themselves, the `ServiceHarness` test with
-pytest in a directory of its own and the agent example, run with every other block in tests/test_readme.py.)"""
+"""What the tool authors' guide's testing snippet installs is light. (The snippets themselves, the `ServiceHarness`
+test with pytest in a directory of its own and the agent example, run with every other block in
+tests/test_readme.py.)"""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def readme_block(section: str, language: str = "python") -> str:
-    """The first ```language block under the README heading `section`."""
-    text = (ROOT / "README.md").read_text()
+def guide_block(section: str, language: str = "python") -> str:
+    """The first ```language block under the heading `section` of the tool authors' guide."""
+    text = (ROOT / "docs" / "guide" / "tool-authors.md").read_text()
     start = text.index(f"{section}\n")
     end = text.find("\n##", start + len(section))  # the next heading (a code comment has one #)
     found = re.search(rf"```{language}\n(.*?)```", text[start : end if end != -1 else None], re.S)
@@ -27,4 +28,4 @@ def test_the_testing_extra_is_light_and_named_where_the_snippet_is() -> None:
         "pytest",
         "pytest-asyncio",
     ]
-    assert "[testing]'" in readme_block("#### Testing a service, with no broker", "sh")
+    assert "[testing]'" in guide_block("## Testing a service, with no broker", "sh")

@@ -1,6 +1,6 @@
-"""Running a Markdown file's fenced code blocks as a reader pastes them (imported as `support.readme`).
+"""Running Markdown pages' fenced code blocks as a reader pastes them (imported as `support.readme`).
 
-The blocks run in order, in one directory, as one reader's session:
+The blocks run in order (a page's, then the next page's), in one directory, as one reader's session:
 
 - shell blocks (`sh`, `bash`) go to one bash process, a command at a time
   (a line, with its `\\` continuations or its here-document), as a person pastes
@@ -50,10 +50,12 @@ class Block:
     """The line of its opening fence, for messages."""
     marker: str | None = None
     argument: str = ""
+    page: str = "README.md"
+    """The page it is on, for messages."""
 
 
-def blocks(markdown: str) -> list[Block]:
-    """Every fenced block of `markdown`, with the marker comment just above it, if any."""
+def blocks(markdown: str, page: str = "README.md") -> list[Block]:
+    """Every fenced block of `markdown` (the text of `page`), with the marker comment just above it, if any."""
     found: list[Block] = []
     lines = markdown.splitlines()
     index = 0
@@ -72,6 +74,7 @@ def blocks(markdown: str) -> list[Block]:
                 line=index + 1,
                 marker=marked.group(1) if marked else None,
                 argument=marked.group(2) if marked else "",
+                page=page,
             )
         )
         index = end + 1
@@ -206,7 +209,7 @@ def run_blocks(found: list[Block], session: Session) -> list[str]:
     skipped: list[str] = []
     waiting: list[tuple[Block, str]] = []  # background Python blocks, and the variable holding their pid
     for number, block in enumerate(found):
-        where = f"README line {block.line}"
+        where = f"{block.page} line {block.line}"
         if block.marker == "skip":
             assert block.argument, f"{where}: a skipped block must say why"
             if block.language == "python":
@@ -233,7 +236,7 @@ def run_blocks(found: list[Block], session: Session) -> list[str]:
             else:
                 _expect(session, command, where)
         for background, variable in waiting:
-            _expect(session, f"wait ${variable}", f"README line {background.line} (in the background)")
+            _expect(session, f"wait ${variable}", f"{background.page} line {background.line} (in the background)")
         waiting = []
     assert not waiting, "a background block must be followed by a block it runs beside"
     return skipped
