@@ -29,10 +29,10 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry
 
+from discovery.registry.book import ServiceBook
 from discovery.registry.leases import LeaseTable, ServiceKey
 from discovery.registry.merge import Offer
 from discovery.registry.metrics import RegistryMetrics
-from discovery.registry.state import ServiceState
 from discovery.registry.writer import StoreWriter
 from toolservice_base.schemas import ToolDescriptor, ToolServiceDescriptor, descriptor_digest
 
@@ -73,9 +73,8 @@ class DictStore:
 class Fleet:
     def __init__(self) -> None:
         self.store = DictStore()
-        self.services: dict[ServiceKey, ServiceState] = {}
+        self.services = ServiceBook()
         self.leases = LeaseTable()
-        self.order = itertools.count(1)
         self.announces = itertools.count(1)
         self.writer = StoreWriter(
             self.store,  # type: ignore[arg-type]
@@ -84,7 +83,6 @@ class Fleet:
             workspace_default="default",
             max_retry_delay=1.0,
             metrics=RegistryMetrics(CollectorRegistry()),
-            on_refused=lambda key, reason: None,
             on_merged=lambda: None,
         )
         self.writer.writes.conditional = True
@@ -109,7 +107,7 @@ class Fleet:
             ]
             digest = descriptor_digest(service, tools)
             key = ServiceKey("default", sid)
-            state = self.services[key] = ServiceState(key, next(self.order))
+            state = self.services.admit(key)
             state.offers[digest] = Offer(service, tuple(tools), digest)
             for i in range(INSTANCES):
                 self.leases.renew(

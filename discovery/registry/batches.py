@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from toolservice_base import tracing
@@ -35,6 +35,7 @@ from toolservice_base.errors import ConfigConflict, ConfigRefused
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import canonical_json
 
+from .book import ServiceBook
 from .departed import DEPARTED_KEY, Departed
 from .keys import Key
 from .leases import LeaseTable, ServiceKey
@@ -43,6 +44,7 @@ from .metrics import RegistryMetrics
 from .owners import Owners
 from .pins import PIN_TYPE, Pin, PinBook
 from .protocol import NameConflict
+from .refusals import Refusals
 from .state import ServiceState
 from .store_writes import PROBE_WORKSPACE, StoreWrites
 
@@ -75,28 +77,27 @@ class BatchWriter:
     def __init__(
         self,
         config: ConfigClient,
-        services: dict[ServiceKey, ServiceState],
+        book: ServiceBook,
         leases: LeaseTable,
         *,
         workspace_default: str,
         metrics: RegistryMetrics,
         mark: Callable[[ServiceKey], None],
-        on_refused: Callable[[ServiceKey, str], object],
+        refusals: Refusals | None,
         departed: Departed,
-        on_conflicts: Callable[[ServiceKey, list[NameConflict]], Awaitable[None]] | None,
         pins: PinBook | None,
     ) -> None:
         self._config = config
         self.writes = StoreWrites(config)
         """Conditional writes, or read-compare-write where the store ignores `expect`."""
-        self._services = services
+        self._book = book
         self._leases = leases
         self.workspace_default = workspace_default
         self.metrics = metrics
         self.mark = mark
-        self._on_refused = on_refused
+        self._refusals = refusals
+        """Where a refused write or a refused name is told; None: nobody to tell (a writer measured alone)."""
         self.departed = departed
-        self._on_conflicts = on_conflicts
         self.pins = pins
         """Pinned definitions and pending changes; None: definitions are not pinned (`--pin-definitions` off)."""
         self.owners = Owners()
@@ -111,7 +112,7 @@ class BatchWriter:
     async def write(self, batch: set[ServiceKey], forced: set[ServiceKey]) -> None:
         by_workspace: dict[str, list[ServiceKey]] = defaultdict(list)
         for key in sorted(batch):
-            if key in self._services:
+            if key in self._book:
                 by_workspace[key.workspace].append(key)
         for workspace in sorted(self.pins.dirty_workspaces()) if self.pins is not None else ():
             by_workspace.setdefault(workspace, [])  # a decided pin is written even if no service of it changed
@@ -165,7 +166,8 @@ class BatchWriter:
             except ConfigConflict:
                 self.mark(key)  # contended: next round
             except ConfigRefused as exc:
-                self._on_refused(key, f"the config store refused service {key.service!r}: {exc}")
+                if self._refusals is not None:
+                    self._refusals.write_refused(key, f"the config store refused service {key.service!r}: {exc}")
 
     def _entries(
         self, workspace: str, keys: list[ServiceKey], forced: set[ServiceKey], *, note: bool = False
@@ -175,7 +177,7 @@ class BatchWriter:
         wall = time.time()
         entries: list[Entry] = []
         for key in keys:
-            state = self._services.get(key)
+            state = self._book.get(key)
             if state is None:
                 continue
             leases = self._leases.of_service(key)
@@ -244,9 +246,9 @@ class BatchWriter:
         if self.pins is not None:
             self.pins.written(workspace, pin_values, fresh)
         refused = self._commit(entries, plans, version, wall)
-        if self._on_conflicts is not None:
+        if self._refusals is not None:
             for key, conflicts in refused.items():
-                await self._on_conflicts(key, conflicts)
+                await self._refusals.tell_conflicts(key, conflicts)
 
     def _pin_plan(
         self, workspace: str, entries: list[Entry], plans: list[Plan], view: dict[Key, str | None], wall: float
@@ -310,7 +312,7 @@ class BatchWriter:
             else:
                 self.conflicted.discard(state.key)
             if plan.record is None and not self._leases.has_service(state.key):
-                del self._services[state.key]
+                self._book.forget(state.key)
                 self.conflicted.discard(state.key)
         return refused
 

@@ -31,6 +31,7 @@ from toolservice_base.schemas import Announcement
 from toolservice_base.signing import signature_key_id
 from toolservice_base.transport import Envelope
 
+from .book import ServiceBook
 from .departed import Departed
 from .leases import Lease, LeaseTable, ServiceKey
 from .merge import Offer
@@ -38,7 +39,7 @@ from .metrics import RegistryMetrics
 from .options import RegistryOptions
 from .pins import PinBook
 from .probes import Prober
-from .protocol import NameConflict, Rejection
+from .refusals import Refusals
 from .state import ServiceState
 from .usage import InstanceCalls
 from .usage import sample as usage_sample
@@ -46,10 +47,7 @@ from .validation import (
     FRESHNESS,
     TAKEOVER,
     AnnouncementValidator,
-    Category,
     Rejected,
-    RejectionLog,
-    excerpt,
 )
 from .writer import StoreWriter
 
@@ -59,37 +57,33 @@ log = get_logger("discovery.registry")
 
 
 class Intake:
-    """Judges each announcement and applies it to the registry's memory. Shares `services` and `leases` with the
-    registry and its writer."""
+    """Judges each announcement and applies it to the registry's memory: the services (`ServiceBook`) and the leases;
+    what it refuses goes to `Refusals`."""
 
     def __init__(
         self,
         *,
-        services: dict[ServiceKey, ServiceState],
+        book: ServiceBook,
         leases: LeaseTable,
         writer: StoreWriter,
         prober: Prober,
         options: RegistryOptions,
         metrics: RegistryMetrics,
         validator: AnnouncementValidator,
-        rejection_log: RejectionLog,
+        refusals: Refusals,
         departed: Departed,
         pins: PinBook | None,
     ) -> None:
-        self._services = services
+        self._book = book
         self.leases = leases
         self._writer = writer
         self._prober = prober
         self.options = options
         self.metrics = metrics
         self.validator = validator
-        self.rejection_log = rejection_log
+        self.refusals = refusals
         self.departed = departed
         self.pins = pins
-        self.order = itertools.count(1)
-        """The order services were first seen in (`ServiceState.order`): the writer takes the oldest first."""
-        self.heard_at: float | None = None
-        """When (monotonic) the last message on `tool-descriptors` came in: proof the registry hears the broker then."""
         self._announces = itertools.count(1)
 
     def _mark(self, key: ServiceKey, *, force: bool = False, link: SpanContext | None = None) -> None:
@@ -98,7 +92,7 @@ class Intake:
     async def on_message(self, message: Envelope) -> None:
         data = message.data
         wall, now = time.time(), time.monotonic()
-        self.heard_at = now
+        self._book.heard(now)
         try:
             announcement = self.validator.check(data, wall, self._authorize)
             if announcement.kind == "announce" and (refusal := self._over_capacity(announcement)) is not None:
@@ -144,7 +138,7 @@ class Intake:
         the trust policy, signed by the same key; an unsigned lease cannot
         tell its holder from anyone else, so any refusal naming it counts.
         """
-        new = self.reject(
+        new = self.refusals.reject(
             exc.reason,
             data,
             wall,
@@ -267,7 +261,7 @@ class Intake:
         if lease is not None and lease.service == key:
             return None  # a renewal: no new state
         opts = self.options
-        state = self._services.get(key)
+        state = self._book.get(key)
         if state is not None and len(state.since) >= opts.max_instances_per_service:
             return (
                 f"capacity: service {key.service!r} already has {len(state.since)} instances, "
@@ -277,53 +271,12 @@ class Intake:
             return f"capacity: the registry holds {len(self.leases)} instance leases, the limit is {opts.max_instances}"
         return None
 
-    def reject(
-        self,
-        reason: str,
-        data: bytes,
-        wall: float,
-        *,
-        instance: str | None = None,
-        service: str | None = None,
-        workspace: str | None = None,
-        category: Category = "malformed",
-    ) -> bool:
-        """Log and count a refusal; True when it is new in the rejection log (not a repeat of the same sender)."""
-        new = self.rejection_log.add(
-            Rejection(
-                at=wall, reason=reason, instance=instance, service=service, workspace=workspace, excerpt=excerpt(data)
-            )
-        )
-        self.metrics.rejection(reason)
-        log.warning(
-            "announcement.rejected",
-            reason=reason,
-            instance=instance,
-            service=service,
-            workspace=workspace,
-            bytes=len(data),
-            category=category,
-            repeated=not new,
-        )
-        return new
-
-    async def tell_conflicts(self, key: ServiceKey, conflicts: list[NameConflict]) -> None:
-        """A service was refused tool names: list it with the rejections and tell its instances, in their log."""
-        reason = "; ".join(conflict.reason for conflict in conflicts)
-        self.rejection_log.add(
-            Rejection(at=time.time(), reason=f"conflict: {reason}", service=key.service, workspace=key.workspace)
-        )
-        for lease in self.leases.of_service(key):
-            await self._prober.notify(lease.instance, f"conflict: {reason}")
-
     async def _on_announce(
         self, announcement: Announcement, now: float, wall: float, link: SpanContext | None = None
     ) -> None:
         assert announcement.service is not None and announcement.tools is not None  # the model guarantees it
         key = ServiceKey(announcement.workspace, announcement.service.id)
-        state = self._services.get(key)
-        if state is None:
-            state = self._services[key] = ServiceState(key, next(self.order))
+        state = self._book.admit(key)
         known = announcement.digest in state.offers
         signer = signature_key_id(announcement) if self.options.trust is not None else None
         state.offers[announcement.digest] = Offer(
@@ -370,7 +323,7 @@ class Intake:
         )
         if was_held:
             self._resume(now)
-        state = self._services.get(lease.service)
+        state = self._book.get(lease.service)
         if lease.digest != announcement.digest:
             await self._prober.probe(announcement.instance, "heartbeat with an unknown digest")
         elif state is None or lease.digest not in state.offers:

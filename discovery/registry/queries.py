@@ -12,7 +12,7 @@ such (`store-unavailable`).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from pydantic import ValidationError
 
@@ -46,7 +46,7 @@ class Queries:
     def __init__(
         self,
         *,
-        services: dict[ServiceKey, ServiceState],
+        services: Mapping[ServiceKey, ServiceState],
         leases: LeaseTable,
         writer: StoreWriter,
         config: ConfigClient,

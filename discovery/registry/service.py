@@ -44,6 +44,7 @@ from toolservice_base.rpc import RequestServer, error_body
 from toolservice_base.schemas import ConfigPush, ConfigRequest
 from toolservice_base.transport import Subscription, Transport, unique_name
 
+from .book import ServiceBook
 from .callers import CallerBook
 from .departed import DEPARTED_KEY, Departed
 from .expiry import Expiry
@@ -58,7 +59,7 @@ from .pins import PENDING_TYPE, PIN_TYPE, PinBook
 from .probes import ProbeLimiter, Prober
 from .protocol import NameConflict, PendingChange, Rejection, ToolStatus
 from .queries import Queries
-from .state import ServiceState
+from .refusals import Refusals
 from .store_writes import PROBE_WORKSPACE
 from .validation import SEQUENCE_MEMORY, AnnouncementValidator, RejectionLog
 from .writer import StoreWriter
@@ -109,15 +110,17 @@ class Registry:
             memory=max(SEQUENCE_MEMORY, 2 * opts.max_instances),
         )
         self.rejection_log = RejectionLog(opts.max_rejections)
+        self.book = ServiceBook()
+        """Every announced service, between store writes: the rooms change it only through the book."""
         self.callers = CallerBook(fronts=opts.audit_fronts)
         self.departed = Departed()
         self.pins = PinBook(opts.auto_approve) if opts.pin_definitions else None
         """Pinned definitions and held changes (`pins`); None without `--pin-definitions`."""
-        self._services: dict[ServiceKey, ServiceState] = {}
         self._config = ConfigClient(
             connection, workspace=workspace_default, timeout=opts.store_timeout, requests=requests, sign=sign
         )
         self._prober = Prober(connection, interval=opts.probe_interval, per_second=opts.max_probes_per_second)
+        self.refusals = Refusals(self.rejection_log, self.metrics, self.leases, self._prober)
         self.writer = self._writer()
         self.intake = self._intake()
         """Every message on `tool-descriptors`, judged and applied to memory."""
@@ -149,30 +152,27 @@ class Registry:
         """The one task that writes to the store; a refusal or conflict it meets is told through the intake."""
         return StoreWriter(
             self._config,
-            self._services,
+            self.book,
             self.leases,
             workspace_default=self.workspace_default,
             max_retry_delay=self.options.max_retry_delay,
             metrics=self.metrics,
-            on_refused=lambda key, reason: self.intake.reject(
-                reason, b"", time.time(), service=key.service, workspace=key.workspace, category="store"
-            ),
             on_merged=self._report_state,
+            refusals=self.refusals,
             departed=self.departed,
-            on_conflicts=lambda key, conflicts: self.intake.tell_conflicts(key, conflicts),
             pins=self.pins,
         )
 
     def _intake(self) -> Intake:
         return Intake(
-            services=self._services,
+            book=self.book,
             leases=self.leases,
             writer=self.writer,
             prober=self._prober,
             options=self.options,
             metrics=self.metrics,
             validator=self.validator,
-            rejection_log=self.rejection_log,
+            refusals=self.refusals,
             departed=self.departed,
             pins=self.pins,
         )
@@ -186,12 +186,12 @@ class Registry:
             metrics=self.metrics,
             departed=self.departed,
             report_state=self._report_state,
-            inbound=lambda: self.intake.heard_at,
+            inbound=lambda: self.book.heard_at,
         )
 
     def _queries(self) -> Queries:
         return Queries(
-            services=self._services,
+            services=self.book,
             leases=self.leases,
             writer=self.writer,
             config=self._config,
@@ -204,7 +204,7 @@ class Registry:
 
     def _overview(self) -> Overview:
         return Overview(
-            services=self._services,
+            services=self.book,
             leases=self.leases,
             config=self._config,
             rejections=self.rejection_log,
@@ -256,7 +256,7 @@ class Registry:
         warm = None if self._heard is None else sum(1 for lease in self.leases if not lease.grace)
         log.info(
             "registry.started",
-            services=len(self._services),
+            services=len(self.book),
             leases=len(self.leases),
             warm=warm,
             workspaces=sorted(self.writer.indexed),
@@ -364,9 +364,7 @@ class Registry:
                     )
                     continue
                 key = ServiceKey(workspace, service_id)
-                state = ServiceState(key, next(self.intake.order), record=record, owned=owned)
-                state.since = {instance: item.since for instance, item in record.instances.items()}
-                self._services[key] = state
+                state = self.book.restore(key, record, owned)
                 self.writer.adopt(state)
                 for instance, item in record.instances.items():
                     heard = (

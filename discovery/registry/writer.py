@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from opentelemetry.trace import SpanContext
 
@@ -34,12 +34,13 @@ from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait
 
 from .batches import BatchWriter
+from .book import ServiceBook
 from .departed import Departed
 from .leases import LeaseTable, ServiceKey
 from .metrics import RegistryMetrics
 from .owners import Owners
 from .pins import PinBook
-from .protocol import NameConflict
+from .refusals import Refusals
 from .state import ServiceState
 from .store_writes import StoreWrites
 
@@ -68,19 +69,18 @@ class StoreWriter:
     def __init__(
         self,
         config: ConfigClient,
-        services: dict[ServiceKey, ServiceState],
+        book: ServiceBook,
         leases: LeaseTable,
         *,
         workspace_default: str,
         max_retry_delay: float,
         metrics: RegistryMetrics,
-        on_refused: Callable[[ServiceKey, str], object],
         on_merged: Callable[[], None],
+        refusals: Refusals | None = None,
         departed: Departed | None = None,
-        on_conflicts: Callable[[ServiceKey, list[NameConflict]], Awaitable[None]] | None = None,
         pins: PinBook | None = None,
     ) -> None:
-        self._services = services
+        self._book = book
         self.max_retry_delay = max_retry_delay
         self.metrics = metrics
         self._on_merged = on_merged
@@ -89,14 +89,13 @@ class StoreWriter:
         """Pinned definitions and pending changes; None: definitions are not pinned (`--pin-definitions` off)."""
         self.batches = BatchWriter(
             config,
-            services,
+            book,
             leases,
             workspace_default=workspace_default,
             metrics=metrics,
             mark=self.mark,
-            on_refused=on_refused,
+            refusals=refusals,
             departed=self.departed,
-            on_conflicts=on_conflicts,
             pins=pins,
         )
         """What one batch writes, and what the writes made true (`owners`, `conflicted`, `indexed`)."""
@@ -238,7 +237,7 @@ class StoreWriter:
                     log.warning("registry.store_unavailable", error=str(exc), retry_in=delay, services=len(batch))
                 else:
                     log.exception("registry.merge_failed", retry_in=delay)
-                self._dirty |= {key for key in batch if key in self._services}
+                self._dirty |= {key for key in batch if key in self._book}
                 self._forced |= forced
                 if noted is not None:  # the retried changes have waited since they were first marked
                     self._noted = noted if self._noted is None else min(noted, self._noted)
@@ -260,7 +259,7 @@ class StoreWriter:
             self._dirty, self._forced = set(), set()
             return batch, forced
         never = 1 << 62
-        first = sorted(self._dirty, key=lambda key: (state.order if (state := self._services.get(key)) else never, key))
+        first = sorted(self._dirty, key=lambda key: (state.order if (state := self._book.get(key)) else never, key))
         batch = set(first[:BATCH_MAX])
         self._dirty.difference_update(batch)
         forced = self._forced & batch

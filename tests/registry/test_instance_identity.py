@@ -72,7 +72,7 @@ async def test_an_unverified_message_cannot_move_a_live_instance_or_touch_its_se
         assert joke.instance == real  # it had no need to start again
         await registry.settle()
         assert await _tool(config_client) == before
-        assert await config_client.list("tool", workspace="evil") == [] and ("evil", "thief") not in registry._services
+        assert await config_client.list("tool", workspace="evil") == [] and ("evil", "thief") not in registry.book
         assert [(t.name, t.status, t.instances) for t in await registry.list_tools()] == [("tell-joke", "live", 1)]
 
 

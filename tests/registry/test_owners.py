@@ -16,11 +16,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from discovery.registry import merge
+from discovery.registry.book import ServiceBook
 from discovery.registry.leases import LeaseTable, ServiceKey
 from discovery.registry.merge import Offer
 from discovery.registry.metrics import RegistryMetrics
 from discovery.registry.owners import Owners
-from discovery.registry.state import ServiceState
 from discovery.registry.writer import BATCH_MAX, StoreWriter
 from toolservice_base.names import client_name as real_client_name
 from toolservice_base.schemas import ToolDescriptor, ToolServiceDescriptor, descriptor_digest
@@ -104,7 +104,7 @@ class DictStore:
 class Fleet:
     def __init__(self) -> None:
         self.store = DictStore()
-        self.services: dict[ServiceKey, ServiceState] = {}
+        self.services = ServiceBook()
         self.leases = LeaseTable()
         self.writer = StoreWriter(
             self.store,
@@ -113,7 +113,6 @@ class Fleet:
             workspace_default="default",
             max_retry_delay=1.0,  # type: ignore[arg-type]
             metrics=RegistryMetrics(CollectorRegistry()),
-            on_refused=lambda key, reason: None,
             on_merged=lambda: None,
         )
         self.writer.writes.conditional = True
@@ -134,7 +133,7 @@ class Fleet:
             tools = [ToolDescriptor(name=f"{sid}.tool", description="d", service=sid)]
             digest = descriptor_digest(service, tools)
             key = ServiceKey("default", sid)
-            self.services[key] = ServiceState(key, self.count, offers={digest: Offer(service, tuple(tools), digest)})
+            self.services.admit(key).offers[digest] = Offer(service, tuple(tools), digest)
             for i in range(3):
                 self.leases.renew(
                     f"{sid}-{i}",

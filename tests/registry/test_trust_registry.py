@@ -200,7 +200,7 @@ async def test_one_instance_cycling_digests_keeps_a_bounded_set_of_offers(
         await eventually(
             lambda: registry.leases.get("cyc-1") and registry.leases.get("cyc-1").announced >= 40, timeout=3.0
         )  # type: ignore[union-attr]
-        state = registry._services[("default", "cyc")]
+        state = registry.book[("default", "cyc")]
         assert len(state.offers) <= 2 * options.max_instances_per_service + 1
         await registry.settle()
         assert await config_client.list("tool") == ["t40"]
