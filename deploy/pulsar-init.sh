@@ -134,7 +134,7 @@ if [ -n "${TOOLREG_SERVICE_GRANTS:-}" ]; then
     service="${pair%%=*}"
     role="${pair#*=}"
     case "$service" in
-      config | tool-registry | "" | *=*)
+      config | config:* | tool-registry | "" | *=*)
         echo "TOOLREG_SERVICE_GRANTS: '$pair' is not SERVICE-ID=ROLE for a tool service" >&2
         exit 1
         ;;

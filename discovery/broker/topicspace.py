@@ -82,7 +82,8 @@ OWN_QUEUES_GRANTS: Mapping[str, tuple[str, ...]] = {"discovery": ("produce", "co
 """A service role's namespace grants when each service is granted its own queues (`prepare(per_service=True)`,
 `toolreg init --per-service`): announcing and probes only; its queues come from `grant_service`."""
 STORE_QUEUES = ("config", "tool-registry")
-"""The request queues of the store's replicas and the registry: never a tool service's to consume."""
+"""The queues of the store's replicas and the registry (and each workspace's `config:<workspace>`, as TrustGraph
+names them): never a tool service's to consume or answer."""
 RESERVED_SUBSCRIPTIONS = ("config-store", "tool-registry")
 """The request namespace's subscriptions only a store role may use: a tool service's role may consume requests, and
 could otherwise join the config store's shared subscription and swallow config requests."""
@@ -187,10 +188,12 @@ async def grant_service(
             raise ClusterAdminError(
                 f"{queue} is not in {topicspace}/request or {topicspace}/response: a service's queues live there"
             )
-    if request in {f"non-persistent://{topicspace}/request/{queue}" for queue in STORE_QUEUES}:
-        raise ClusterAdminError(
-            f"{request} is the store's or the registry's request queue, never a tool service's: choose another id"
-        )
+    for queue in (request, response):
+        name = queue.rpartition("/")[2]
+        if name in STORE_QUEUES or name.startswith("config:"):
+            raise ClusterAdminError(
+                f"{queue} is the store's or the registry's queue, never a tool service's: choose another id or queue"
+            )
     said = []
     for queue, actions in ((request, ("consume",)), (request + CANCEL_SUFFIX, ("consume",)), (response, ("produce",))):
         path = queue.replace("://", "/", 1)

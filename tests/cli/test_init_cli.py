@@ -200,6 +200,10 @@ async def test_init_per_service_takes_back_a_service_roles_queue_grants_and_gran
     assert apache_pulsar.admin("GET", f"non-persistent/{fresh}/response/joke-service/permissions")[service] == [
         "produce"
     ]
-    refused = await atoolreg("grant", "service", "config", "--role", service, *where, env=env)
-    line = refused.stderr.strip()
-    assert refused.returncode == 1 and "\n" not in line and "the store's or the registry's request queue" in line
+    for store_queue in (
+        ("config",),
+        ("maps", "--response-queue", f"non-persistent://{fresh}/response/config:research"),
+    ):
+        refused = await atoolreg("grant", "service", *store_queue, "--role", service, *where, env=env)
+        line = refused.stderr.strip()
+        assert refused.returncode == 1 and "\n" not in line and "the store's or the registry's queue" in line, line
