@@ -8,6 +8,11 @@ of the tool called in the `tool` property), bounds what one answer may bring
 in (`CallLimits.max_answer_bytes`), and counts the calls in flight, so a hot reload can retire a
 client without cutting a call in half.
 
+A service whose config carries `answer-key` has its answers checked: one its
+key did not sign (another process answering on its queues) is dropped,
+counted (`toolreg_bridge_dropped_answers`) and logged, and the call waits on
+for the genuine answer.
+
 A call that ends early (its timeout, too large an answer, or a caller that
 leaves the stream) tells the service at once, which stops the work.
 """
@@ -32,9 +37,11 @@ from toolservice_base.schemas import (
     plain_text,
     request_bytes,
 )
+from toolservice_base.signing import parse_public_key, public_key_text
 from toolservice_base.transport import Transport
 
 from .limits import CallLimits
+from .metrics import BridgeMetrics
 
 log = get_logger("agent_bridge.client")
 
@@ -44,15 +51,41 @@ DEFAULT_LIMITS = CallLimits()
 class ToolServiceClient:
     """Request/response with one tool service, shared by every tool it serves."""
 
-    def __init__(self, connection: Transport, service: ToolServiceDescriptor) -> None:
-        self.service = service
+    def __init__(
+        self, connection: Transport, service: ToolServiceDescriptor, metrics: BridgeMetrics | None = None
+    ) -> None:
+        self._metrics = metrics
         self._rpc = RequestClient(
-            connection, service.request_queue, service.response_queue, name=f"bridge-{service.id}", cancels=True
+            connection,
+            service.request_queue,
+            service.response_queue,
+            name=f"bridge-{service.id}",
+            cancels=True,
+            on_dropped=self._dropped,
         )
+        self.service = service
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = False
+
+    @property
+    def service(self) -> ToolServiceDescriptor:
+        return self._service
+
+    @service.setter
+    def service(self, service: ToolServiceDescriptor) -> None:
+        """A reload may hand a live client the service's new item (same id and queues): its `answer-key` goes with
+        it, so answers are checked against the key the registry accepted last."""
+        self._service = service
+        key = service.answer_key
+        if key != (None if self._rpc.answer_key is None else public_key_text(self._rpc.answer_key)):
+            self._rpc.answer_key = None if key is None else parse_public_key(key)
+
+    def _dropped(self, request_id: str, why: str) -> None:
+        """An answer on the service's queues its key did not sign: counted; the call waits for the genuine one, and
+        nothing is held against the service (its own answers were not the ones dropped)."""
+        (self._metrics or BridgeMetrics.default()).answer_dropped(self._service.id, why)
 
     def __repr__(self) -> str:
         return f"<ToolServiceClient {self.service.id} in_flight={self._in_flight}{' closed' if self._closed else ''}>"

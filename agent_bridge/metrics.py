@@ -118,6 +118,13 @@ class BridgeMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.dropped = Counter(
+            "toolreg_bridge_dropped_answers",
+            "Answers dropped because the key in the service's config (answer-key) did not sign them: another process"
+            " answering on the service's queues. reason: unsigned, forged (another key or a bad signature).",
+            ["service", "reason"],
+            registry=registry,
+        )
         self._children: dict[tuple[str, str], _Children] = {}
 
     @classmethod
@@ -137,6 +144,10 @@ class BridgeMetrics:
             if found is None:
                 found = self._children[(service, tool)] = _Children(self, service, tool)
         return found
+
+    def answer_dropped(self, service: str, why: str) -> None:
+        """Count an answer not signed by the service's key (`why`: what the check said), by `unsigned`/`forged`."""
+        self.dropped.labels(service, "unsigned" if why == "unsigned" else "forged").inc()
 
     def timed(self, service: str, tool: str) -> _Timed:
         """`with metrics.timed(service, tool):` around one call: counted, timed, and its error classified."""

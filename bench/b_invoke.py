@@ -15,6 +15,12 @@ its listener to an event loop that answers (`raw.loop_responder`): called by
 the same listener-bridged caller, the least any service whose handlers run on
 a loop costs, with no product code. The request bytes are the ones
 `ToolServiceClient` sends.
+
+Answer signing: a second echo service (`bench-echo-signed`) signs every
+answer with its key, and its config item carries the public key
+(`answer-key`), so the bridge checks every answer; its p50 and calls/s at 64
+in flight are taken in the same rounds as the unsigned echo's, and the bare
+cost of one signature and one check on the answer's bytes beside them.
 """
 
 from __future__ import annotations
@@ -26,8 +32,15 @@ import time
 from typing import Any
 
 from agent_bridge import ToolSet
-from toolservice_base import open_transport
+from toolservice_base import ConfigClient, Transport, open_transport
 from toolservice_base.schemas import ToolServiceRequest
+from toolservice_base.signing import (
+    answer_checker,
+    answer_signer,
+    generate_key_pair,
+    load_private_key,
+    public_key_text,
+)
 
 from . import raw
 from .b_death import Watch
@@ -41,6 +54,7 @@ from .common import (
     summary_ms,
     wait_for_line,
 )
+from .serve import echo_class
 
 NAME = "invoke"
 TARGET_RATIO = 1.5
@@ -56,6 +70,7 @@ LISTENER_RESPONSE = "non-persistent://tg/response/raw-listener-echo"
 LOOP_REQUEST = "non-persistent://tg/request/raw-loop-echo"
 LOOP_RESPONSE = "non-persistent://tg/response/raw-loop-echo"
 TEXT = "hello, tool"
+SIGNED = "bench-echo-signed"
 
 
 async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
@@ -88,31 +103,66 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
             stack.workdir / "raw-loop.log",
         )
         stack.processes["raw-loop"] = loop_responder
+        key_file, _ = generate_key_pair(stack.workdir / "answers.key")
+        signed = spawn(
+            ["-m", "bench.serve", "--id", SIGNED, "--no-announce"],
+            stack.env(TOOLREG_SIGNING_KEY=str(key_file)),
+            stack.workdir / "echo-signed.log",
+        )
+        stack.processes["echo-signed"] = signed
+        wait_for_line(stack.workdir / "echo-signed.log", "service.listening", signed)
         wait_for_line(stack.workdir / "raw.log", "raw responder ready", responder)
         wait_for_line(stack.workdir / "raw-async.log", "raw responder ready", async_responder)
         wait_for_line(stack.workdir / "raw-listener.log", "raw responder ready", listener_responder)
         wait_for_line(stack.workdir / "raw-loop.log", "raw responder ready", loop_responder)
         connection = await open_transport(stack.settings)
         try:
+            await _configure_signed(connection, key_file)
             async with ToolSet(settings=stack.settings, connection=connection) as tools:
-                await Watch(tools).listed(["bench-echo"])
-                return await _measure(stack.url, tools, quick, progress, service.pid)
+                await Watch(tools).listed(["bench-echo", SIGNED])
+                measured = await _measure(stack.url, tools, quick, progress, service.pid)
+                return _with_signing(measured, await _signing_cost(tools, quick, progress), key_file, quick)
         finally:
             await connection.close()
     finally:
         stack.stop()
 
 
-async def _ours_sequential(tools: ToolSet, count: int) -> list[float]:
+async def _configure_signed(connection: Transport, key_file: Any) -> None:
+    """The signed echo's items as the registry writes them for a service it accepted under a trust policy: with the
+    public key it signs its answers with."""
+    service = echo_class(SIGNED)(announce=False)
+    public = public_key_text(load_private_key(key_file).public_key())
+    item = service.service_descriptor.model_copy(update={"answer_key": public})
+    async with ConfigClient(connection, timeout=10) as config:
+        await config.put(
+            [("tool-service", SIGNED, item.to_json()), ("tool", SIGNED, service.tool_descriptors[0].to_json())]
+        )
+
+
+def _signing_micro(key_file: Any, rounds: int) -> dict[str, float]:
+    """Microseconds to sign one answer (the echo's bytes) and to check it, on this machine's CPU alone."""
+    key = load_private_key(key_file)
+    sign, check = answer_signer(key), answer_checker(key.public_key())
+    data = b'{"end_of_stream":true,"error":null,"response":"hello, tool"}'
+    started = time.perf_counter()
+    signatures = [sign(f"id{n}", data) for n in range(rounds)]
+    signed = time.perf_counter()
+    assert all(check(f"id{n}", data, signatures[n]) is None for n in range(rounds))
+    checked = time.perf_counter()
+    return {"sign_us": (signed - started) / rounds * 1e6, "check_us": (checked - signed) / rounds * 1e6}
+
+
+async def _ours_sequential(tools: ToolSet, count: int, tool: str = "bench-echo") -> list[float]:
     samples = []
     for _ in range(count):
         t0 = time.perf_counter()
-        await tools.invoke("bench-echo", {"text": TEXT})
+        await tools.invoke(tool, {"text": TEXT})
         samples.append(time.perf_counter() - t0)
     return samples
 
 
-async def _ours_concurrent(tools: ToolSet, concurrency: int, seconds: float) -> float:
+async def _ours_concurrent(tools: ToolSet, concurrency: int, seconds: float, tool: str = "bench-echo") -> float:
     loop = asyncio.get_running_loop()
     stop_at = loop.time() + seconds
     done = 0
@@ -120,7 +170,7 @@ async def _ours_concurrent(tools: ToolSet, concurrency: int, seconds: float) -> 
     async def worker() -> None:
         nonlocal done
         while loop.time() < stop_at:
-            await tools.invoke("bench-echo", {"text": TEXT})
+            await tools.invoke(tool, {"text": TEXT})
             done += 1
 
     started = loop.time()
@@ -296,3 +346,56 @@ async def _measure(url: str, tools: ToolSet, quick: bool, progress: Progress, se
             "payload_bytes": len(payload),
         },
     }
+
+
+async def _signing_cost(tools: ToolSet, quick: bool, progress: Progress) -> dict[str, Any]:
+    """Unsigned and signed echo, interleaved round by round: p50 of sequential calls, and calls/s at 64 in flight."""
+    count, seconds = (200, 1.0) if quick else (1000, 3.0)
+    await _ours_sequential(tools, 50, SIGNED)
+    samples: dict[str, list[float]] = {"unsigned": [], "signed": []}
+    rates: dict[str, list[float]] = {"unsigned": [], "signed": []}
+    for number in range(1, ROUNDS + 1):
+        progress.update(f"answer signing, round {number}/{ROUNDS}: unsigned and signed echo", force=True)
+        order = ("unsigned", "signed") if number % 2 else ("signed", "unsigned")
+        for which in order:
+            tool = SIGNED if which == "signed" else "bench-echo"
+            samples[which] += await _ours_sequential(tools, count // ROUNDS, tool)
+        if number <= 2:
+            for which in order:
+                tool = SIGNED if which == "signed" else "bench-echo"
+                rates[which].append(await _ours_concurrent(tools, 64, seconds, tool))
+    return {
+        "unsigned": summary_ms(samples["unsigned"]),
+        "signed": summary_ms(samples["signed"]),
+        "unsigned_calls_per_s_64": round(sum(rates["unsigned"]) / len(rates["unsigned"]), 1),
+        "signed_calls_per_s_64": round(sum(rates["signed"]) / len(rates["signed"]), 1),
+    }
+
+
+def _with_signing(result: dict[str, Any], cost: dict[str, Any], key_file: Any, quick: bool) -> dict[str, Any]:
+    """The invoke result with the answer-signing rows and data added."""
+    micro = _signing_micro(key_file, 500 if quick else 5000)
+    unsigned, signed = cost["unsigned"]["p50_ms"], cost["signed"]["p50_ms"]
+    rows = [
+        {
+            "figure": "answer signing: sequential calls, p50 (ours: signed and checked)",
+            "ours": signed,
+            "reference": unsigned,
+            "unit": "ms",
+        },
+        {
+            "figure": "answer signing: calls/s at 64 in flight (ours: signed and checked)",
+            "ours": cost["signed_calls_per_s_64"],
+            "reference": cost["unsigned_calls_per_s_64"],
+            "unit": "calls/s",
+        },
+        {
+            "figure": "answer signing: one signature / one check of an echo answer, CPU alone",
+            "ours": round(micro["sign_us"], 1),
+            "reference": round(micro["check_us"], 1),
+            "unit": "us",
+        },
+    ]
+    result["rows"] += rows
+    result["data"]["answer_signing"] = {**cost, **{k: round(v, 2) for k, v in micro.items()}}
+    return result

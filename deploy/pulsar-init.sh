@@ -14,6 +14,10 @@
 #                            tool-registry subscriptions
 #   TOOLREG_SERVICE_ROLE     tool services (toolreg serve, toolreg announce): consume requests, produce responses,
 #                            announce and hear probes
+#   TOOLREG_SERVICE_GRANTS   instead, each service its own queues (`toolreg init --per-service` and `toolreg grant
+#                            service`): SERVICE-ID=ROLE pairs, space-separated; each role may consume only that
+#                            service's request (and cancel) queue and produce only on its response queue, and
+#                            TOOLREG_SERVICE_ROLE keeps only discovery
 #   TOOLREG_AGENT_ROLE       agents and MCP fronts (a ToolSet, toolreg mcp, toolreg call): send requests, read
 #                            responses and config pushes, publish audit records
 #   TOOLREG_OPERATOR_ROLE    operators (toolreg config, tools, replicas, store export): an agent's rights but
@@ -53,8 +57,8 @@ admin() {
 actions() {
   case "$1/$2" in
     store/*) echo produce,consume ;;
-    service/request) echo consume ;;
-    service/response) echo produce ;;
+    service/request) [ -z "${TOOLREG_SERVICE_GRANTS:-}" ] && echo consume || echo "" ;;
+    service/response) [ -z "${TOOLREG_SERVICE_GRANTS:-}" ] && echo produce || echo "" ;;
     service/discovery) echo produce,consume ;;
     agent/request | operator/request) echo produce ;;
     agent/response | operator/response) echo produce,consume ;;
@@ -115,6 +119,36 @@ for name in $NAMESPACES; do
     fi
   done
 done
+
+# Each service its own queues: topic-level grants. Apache Pulsar grants on a topic only while it exists, and a
+# non-persistent topic exists only while in use, so each queue is made first (an existing one is kept); the grant
+# is kept in the namespace's policy and holds when the topic is made again.
+if [ -n "${TOOLREG_SERVICE_GRANTS:-}" ]; then
+  if [ -n "${TOOLREG_SERVICE_ROLE:-}" ]; then
+    for name in request response; do
+      admin namespaces revoke-permission "$TENANT/$name" --role "$TOOLREG_SERVICE_ROLE" >/dev/null 2>&1 || true
+      echo "namespace $TENANT/$name: role $TOOLREG_SERVICE_ROLE (service) may do nothing namespace-wide"
+    done
+  fi
+  for pair in $TOOLREG_SERVICE_GRANTS; do
+    service="${pair%%=*}"
+    role="${pair#*=}"
+    case "$service" in
+      config | config:* | tool-registry | "" | *=*)
+        echo "TOOLREG_SERVICE_GRANTS: '$pair' is not SERVICE-ID=ROLE for a tool service" >&2
+        exit 1
+        ;;
+    esac
+    for grant in "request/$service consume" "request/$service.cancel consume" "response/$service produce"; do
+      topic="non-persistent://$TENANT/${grant% *}"
+      admin topics create "$topic" >/dev/null 2>&1 || true
+      admin topics grant-permission "$topic" --role "$role" --actions "${grant##* }"
+      echo "topic $topic: role $role (service $service) may ${grant##* }"
+    done
+    admin namespaces grant-permission "$TENANT/discovery" --role "$role" --actions produce,consume
+    echo "namespace $TENANT/discovery: role $role (service $service) may produce,consume"
+  done
+fi
 
 # Only the store's role may consume through the store's and the registry's own subscriptions: another role
 # allowed to consume requests (a tool service's) could otherwise join them and swallow config requests.

@@ -75,7 +75,7 @@ from .schemas import (
     text_response_bytes,
 )
 from .settings import Settings
-from .signing import load_private_key
+from .signing import answer_signer, load_private_key
 from .tasks import gather_or_raise
 from .tool_contract import ToolContract, schema_of
 from .tool_labels import ToolLabels
@@ -423,6 +423,7 @@ class DynamicToolService:
                 max_backlog=type(self).max_backlog,
                 cancellable=True,
                 limit=self.__limit,
+                sign_answer=None if self.signing_key is None else answer_signer(self.signing_key),
             )
             stack.push_async_callback(server.stop)  # safe after a start that failed half-way
             announcer = None

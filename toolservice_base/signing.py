@@ -15,6 +15,13 @@ exactly one form (`read_config_signature`). A store whose trust policy covers
 the config queue takes writes of the items it guards only when an operator
 key of the policy signed them for its topicspace, before they expired
 (`check_expiry`), and takes each signed request once.
+
+A tool service's answer is signed too, when the service has a key: its
+`answer-signature` property (`<key-id>:<base64 signature>`) covers the
+request's id and the answer's bytes as sent (`answer_signed_bytes`). The
+registry copies the public key it accepted the service's announcement with
+into the service's config item (`answer-key`), and a caller that finds one
+there drops every answer the key did not sign.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar, cast
@@ -268,3 +276,46 @@ def check_expiry(expires: str, now: float | None = None, window: float = SIGNATU
             " machine's clock ahead?)"
         )
     return None
+
+
+ANSWER_DOMAIN = b"toolreg-answer-1\n"
+"""Bound into what an answer's signature covers, so bytes signed for anything else never check as an answer."""
+
+
+def answer_signed_bytes(request_id: str, data: bytes) -> bytes:
+    """What a service's signature on one answer covers: the request's id and the answer's bytes exactly as sent.
+
+    The id binds the answer to its call (a copy replayed to another call does
+    not check); the bytes are taken as they travel, so neither side encodes
+    the body again to sign or check it.
+    """
+    return b"".join((ANSWER_DOMAIN, request_id.encode(), b"\n", data))
+
+
+def answer_signer(key: Ed25519PrivateKey) -> Callable[[str, bytes], str]:
+    """`sign(request_id, data)`: the `answer-signature` property of one answer, `<key-id>:<base64 signature>`."""
+    prefix = key_id(key.public_key()) + ":"
+
+    def sign_answer(request_id: str, data: bytes) -> str:
+        return prefix + base64.b64encode(key.sign(answer_signed_bytes(request_id, data))).decode()
+
+    return sign_answer
+
+
+def answer_checker(public: Ed25519PublicKey) -> Callable[[str, bytes, str | None], str | None]:
+    """`check(request_id, data, signature)`: None if `public` signed this answer to this request, else why not."""
+    expected = key_id(public)
+
+    def check_answer(request_id: str, data: bytes, signature: str | None) -> str | None:
+        if not signature:
+            return "unsigned"
+        kid, _, encoded = signature.partition(":")
+        if kid != expected:
+            return f"signed by key {kid[:16]}, not the service's {expected}"
+        try:
+            public.verify(base64.b64decode(encoded, validate=True), answer_signed_bytes(request_id, data))
+        except (InvalidSignature, binascii.Error, ValueError):
+            return "bad signature"
+        return None
+
+    return check_answer

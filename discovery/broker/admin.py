@@ -54,13 +54,20 @@ class PulsarAdmin:
     async def get(self, path: str) -> Any:
         return await self._call("GET", path)
 
-    async def put(self, path: str, body: Any = None) -> Any:
-        return await self._call("PUT", path, body)
+    async def put(self, path: str, body: Any = None, *, exists_ok: bool = False) -> Any:
+        """`exists_ok`: a 409 (what `path` makes exists already) is no error."""
+        return await self._call("PUT", path, body, exists_ok=exists_ok)
 
     async def post(self, path: str, body: Any = None) -> Any:
         return await self._call("POST", path, body)
 
-    async def _call(self, method: str, path: str, body: Any = None) -> Any:
+    async def delete(self, path: str, *, missing_ok: bool = False) -> Any:
+        """`missing_ok`: a 404 (nothing there to delete) is no error."""
+        return await self._call("DELETE", path, missing_ok=missing_ok)
+
+    async def _call(
+        self, method: str, path: str, body: Any = None, *, exists_ok: bool = False, missing_ok: bool = False
+    ) -> Any:
         try:
             response = await self._http.request(method, path, json=body)
         except httpx.TimeoutException:
@@ -82,6 +89,8 @@ class PulsarAdmin:
                     else "it wants a superuser's token: give it in PULSAR_ADMIN_TOKEN_FILE"
                 )
             )
+        if (response.status_code == 409 and exists_ok) or (response.status_code == 404 and missing_ok):
+            return None
         if response.status_code >= 400:
             raise ClusterAdminError(
                 f"the admin API at {self.url} answered {method} {path} with HTTP {response.status_code}:"

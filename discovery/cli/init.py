@@ -14,7 +14,7 @@ import argparse
 from typing import Any
 
 from discovery.broker.admin import PulsarAdmin, admin_url_for
-from discovery.broker.topicspace import ALL_PROCESSES, DEFAULT_AUDIT_RETENTION, prepare
+from discovery.broker.topicspace import ALL_PROCESSES, DEFAULT_AUDIT_RETENTION, grant_service, prepare
 from toolservice_base.errors import SettingsError
 from toolservice_base.settings import ADMIN_TOKEN_FILE_ENV, ADMIN_URL_ENV, AUDIT_RETENTION_ENV, CLUSTER_ENV
 
@@ -53,6 +53,15 @@ def add_command(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     _add_role_options(init)
+    init.add_argument(
+        "--per-service",
+        action="store_true",
+        help=(
+            "grant the --service-role roles no namespace-wide consume on request nor produce on response (any tool"
+            " service could otherwise read and answer every other's calls, and the config store's): grant each service"
+            " its own queues with `toolreg grant service ID --role R`"
+        ),
+    )
     init.add_argument(
         "--audit-retention",
         default=None,
@@ -132,8 +141,57 @@ async def cmd_init(args: argparse.Namespace) -> int:
                 cluster=args.cluster or settings.cluster,
                 roles=roles_of(args),
                 audit_retention=args.audit_retention or settings.audit_retention or DEFAULT_AUDIT_RETENTION,
+                per_service=args.per_service,
             )
     for line in said:
         print(line)
     print(f"topicspace {settings.topicspace} ready on {url}", flush=True)
+    return 0
+
+
+def add_grant_command(sub: Any, common: argparse.ArgumentParser) -> None:
+    grant = sub.add_parser(
+        "grant",
+        parents=[common],
+        help="let a role serve exactly one tool service: its own queues, through topic-level grants",
+        description=(
+            "Grant ROLE what one tool service needs and nothing of any other's: consume on its request queue (and"
+            " its cancel queue), produce on its response queue, and announce on the discovery namespace. With"
+            " `toolreg init --per-service`, a service role may then neither read another service's calls (or the"
+            " config store's) nor answer them. Safe to run again."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "examples:\n"
+            "  toolreg grant service joke-service --role joke-team\n"
+            "  toolreg grant service maps --role maps --request-queue non-persistent://tg/request/maps-v2\n"
+        ),
+    )
+    grant.add_argument("what", choices=["service"], help="what the role is granted to serve")
+    grant.add_argument("service_id", metavar="SERVICE_ID", help="the service's id (its descriptor's `id`)")
+    grant.add_argument("--role", required=True, help="the role (a token's subject) the service runs as")
+    grant.add_argument("--request-queue", default=None, help="its request queue (default: request/SERVICE_ID)")
+    grant.add_argument("--response-queue", default=None, help="its response queue (default: response/SERVICE_ID)")
+    grant.add_argument("--admin-url", default=None, metavar="URL", help="the cluster's admin API (as toolreg init)")
+    grant.set_defaults(handler=cmd_grant)
+
+
+async def cmd_grant(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_of(args)
+    except SettingsError as exc:
+        raise CommandError(str(exc)) from None
+    url = admin_url(args)
+    async with PulsarAdmin(url, settings.admin_token or settings.auth_token) as admin:
+        with waiting_for(f"the admin API at {url}"):
+            said = await grant_service(
+                admin,
+                settings.topicspace,
+                args.service_id,
+                args.role,
+                request_queue=args.request_queue,
+                response_queue=args.response_queue,
+            )
+    for line in said:
+        print(line)
     return 0

@@ -2,6 +2,7 @@
 
     toolreg up                      broker (embedded unless PULSAR_URL) + config store + registry
     toolreg init                    prepare a topicspace on an Apache Pulsar cluster
+    toolreg grant service ID --role R   let a role serve exactly one tool service (its queues only)
     toolreg serve MODULE:CLASS      run a DynamicToolService subclass
     toolreg announce --service S --tools T   announce a service that cannot announce itself
     toolreg config put|get|list|delete
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_up(sub, common)
     cli_init.add_command(sub, common)
+    cli_init.add_grant_command(sub, common)
     _add_serve(sub, common)
     _add_config(sub, common)
     _add_call(sub, common)

@@ -28,7 +28,7 @@ from toolservice_base.announcer import bound_refusal
 from toolservice_base.call_stats import TOOL_STATS
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import Announcement
-from toolservice_base.signing import signature_key_id
+from toolservice_base.signing import public_key_text, signature_key_id
 from toolservice_base.transport import Envelope
 
 from .book import ServiceBook
@@ -279,8 +279,14 @@ class Intake:
         state = self._book.admit(key)
         known = announcement.digest in state.offers
         signer = signature_key_id(announcement) if self.options.trust is not None else None
+        trusted = self.options.trust.keys.get(signer) if self.options.trust is not None and signer else None
         state.offers[announcement.digest] = Offer(
-            announcement.service, tuple(announcement.tools), announcement.digest, announcement.version, signer
+            announcement.service,
+            tuple(announcement.tools),
+            announcement.digest,
+            announcement.version,
+            signer,
+            None if trusted is None else public_key_text(trusted.public_key),
         )
         if len(state.offers) > 2 * self.options.max_instances_per_service:
             self._forget_unused_offers(state, keep=announcement.digest)

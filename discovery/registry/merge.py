@@ -119,6 +119,9 @@ class Offer:
     version: str = ""
     signer: str | None = None
     """Key id that signed the announce, under a trust policy; None otherwise."""
+    answer_key: str | None = None
+    """The public key of `signer` (base64), written into the service's item as `answer-key` so callers check that
+    the service's answers are signed with it; None: none written, whatever the announcement said."""
 
     @cached_property
     def digests(self) -> dict[str, str]:
@@ -134,7 +137,10 @@ class Offer:
 
     def items(self) -> dict[Key, str]:
         """The spec's items, values exactly the descriptors' wire JSON; service first."""
-        items: dict[Key, str] = {("tool-service", self.service.id): self.service.to_json()}
+        service = self.service
+        if service.answer_key != self.answer_key:  # the registry's word on the key, never the service's own
+            service = service.model_copy(update={"answer_key": self.answer_key})
+        items: dict[Key, str] = {("tool-service", service.id): service.to_json()}
         for tool in sorted(self.tools, key=lambda t: t.name):
             items[("tool", tool.name)] = tool.to_json()
         return items

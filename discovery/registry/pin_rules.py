@@ -168,7 +168,9 @@ def hold(offers: Sequence[Offer], pins: Mapping[str, Pin], taken: Callable[[str]
     else:
         tools = tuple(candidate.tool for candidate in result.admitted.values())
         base = base or newest
-        result.offer = Offer(service, tools, descriptor_digest(service, list(tools)), base.version, base.signer)
+        result.offer = Offer(
+            service, tools, descriptor_digest(service, list(tools)), base.version, base.signer, base.answer_key
+        )
     return result
 
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal, Protocol
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import ValidationError
 
 from toolservice_base.announcer import replay_refusal, withdrawn_refusal
@@ -66,6 +67,11 @@ class NamedKey(Protocol):
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def public_key(self) -> Ed25519PublicKey:
+        """The key itself: the registry hands it to callers (a service's `answer-key`) to check its answers."""
+        ...
 
 
 class TrustCheck(Protocol):

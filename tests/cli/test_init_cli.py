@@ -171,3 +171,39 @@ def test_an_audit_retention_is_a_time_as_pulsar_admin_takes_it(tmp_path: Path) -
     ]
     bad = toolreg("init", "--admin-url", "http://127.0.0.1:1", "--audit-retention", "a month", env=init_env(tmp_path))
     assert bad.returncode == 1 and "audit retention 'a month' is not a time" in bad.stderr
+
+
+@pytest.mark.apache_pulsar
+async def test_init_per_service_takes_back_a_service_roles_queue_grants_and_grant_service_gives_it_its_own(
+    apache_pulsar: ApachePulsar, fresh: str, tmp_path: Path
+) -> None:
+    store, service = f"store-{uuid.uuid4().hex[:6]}", f"jokes-{uuid.uuid4().hex[:6]}"
+    env = init_env(tmp_path, PULSAR_ADMIN_TOKEN_FILE=str(apache_pulsar.data_dir / "auth" / "admin.token"))
+    where = ("--topicspace", fresh, "--admin-url", apache_pulsar.admin_url)
+    shared = await atoolreg("init", *where, "--store-role", store, "--service-role", service, env=env)
+    assert shared.returncode == 0, shared.stderr
+    assert service in apache_pulsar.admin("GET", f"namespaces/{fresh}/request/permissions")
+    own = await atoolreg("init", *where, "--per-service", "--store-role", store, "--service-role", service, env=env)
+    assert own.returncode == 0, own.stderr
+    for name, expected in (("request", None), ("response", None), ("discovery", ["consume", "produce"])):
+        granted = apache_pulsar.admin("GET", f"namespaces/{fresh}/{name}/permissions")
+        assert sorted(granted[service]) == expected if expected else service not in granted, (name, granted)
+    for _ in range(2):  # safe to run again
+        done = await atoolreg("grant", "service", "joke-service", "--role", service, *where, env=env)
+        assert done.returncode == 0, done.stderr
+    assert (
+        f"topic non-persistent://{fresh}/request/joke-service: role {service} (service joke-service) may consume"
+        in (done.stdout)
+    )
+    for queue, actions in (("request/joke-service", ["consume"]), ("request/joke-service.cancel", ["consume"])):
+        assert apache_pulsar.admin("GET", f"non-persistent/{fresh}/{queue}/permissions")[service] == actions
+    assert apache_pulsar.admin("GET", f"non-persistent/{fresh}/response/joke-service/permissions")[service] == [
+        "produce"
+    ]
+    for store_queue in (
+        ("config",),
+        ("maps", "--response-queue", f"non-persistent://{fresh}/response/config:research"),
+    ):
+        refused = await atoolreg("grant", "service", *store_queue, "--role", service, *where, env=env)
+        line = refused.stderr.strip()
+        assert refused.returncode == 1 and "\n" not in line and "the store's or the registry's queue" in line, line

@@ -562,6 +562,9 @@ case "$1 $2" in
   "namespaces set-retention") grep -qx "$3" "$STATE/namespaces" ;;
   "namespaces grant-permission") true ;;
   "namespaces grant-subscription-permission") true ;;
+  "namespaces revoke-permission") true ;;
+  "topics create") true ;;
+  "topics grant-permission") true ;;
   *) echo "unexpected: $*" >&2; exit 2 ;;
 esac
 """
@@ -649,6 +652,42 @@ def test_the_init_script_grants_each_kind_what_the_run_broker_grants_it(tmp_path
         ["tg/request", "--subscription", subscription, "--roles", roles["store"]]
         for subscription in RESERVED_SUBSCRIPTIONS
     ]
+
+
+def test_the_init_script_grants_each_service_its_own_queues_as_toolreg_grant_does(tmp_path: Path) -> None:
+    """TOOLREG_SERVICE_GRANTS: each service's role gets topic-level grants on its own queues (as `toolreg grant
+    service`), and TOOLREG_SERVICE_ROLE keeps only discovery (as `toolreg init --per-service`)."""
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "pulsar-admin"
+    fake.write_text(FAKE_ADMIN)
+    fake.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "PULSAR_HOME": str(tmp_path), "STATE": str(tmp_path)}
+    env.update(TOOLREG_SERVICE_ROLE="shared", TOOLREG_SERVICE_GRANTS="joke-service=jokes maps=maps-team")
+    result = subprocess.run(["sh", str(DEPLOY / "pulsar-init.sh")], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    namespaces = {tuple(c.split()[-5:]) for c in calls if " namespaces grant-permission " in c}
+    assert namespaces == {
+        ("tg/discovery", "--role", role, "--actions", "produce,consume") for role in ("shared", "jokes", "maps-team")
+    }
+    revoked = {tuple(c.split()[-3:]) for c in calls if " namespaces revoke-permission " in c}
+    assert revoked == {("tg/request", "--role", "shared"), ("tg/response", "--role", "shared")}
+    topics = [c.split()[-5:] for c in calls if " topics grant-permission " in c]
+    expected = [
+        [f"non-persistent://tg/{queue}", "--role", role, "--actions", action]
+        for service, role in (("joke-service", "jokes"), ("maps", "maps-team"))
+        for queue, action in (
+            (f"request/{service}", "consume"),
+            (f"request/{service}.cancel", "consume"),
+            (f"response/{service}", "produce"),
+        )
+    ]
+    assert topics == expected
+    created = [c.split()[-1] for c in calls if " topics create " in c]
+    assert created == [grant[0] for grant in expected], "each queue made before it is granted"
+    env.update(TOOLREG_SERVICE_GRANTS="config=evil")
+    refused = subprocess.run(["sh", str(DEPLOY / "pulsar-init.sh")], env=env, capture_output=True, text=True)
+    assert refused.returncode == 1 and "not SERVICE-ID=ROLE for a tool service" in refused.stderr
 
 
 def test_the_shell_scripts_parse() -> None:
@@ -855,7 +894,7 @@ def test_operator_docs_cover_every_setting_metric_and_topic() -> None:
     for metrics in (RegistryMetrics, ConfigStoreMetrics, ServiceMetrics, BridgeMetrics):
         metrics(registry)
     names = {family.name + ("_total" if family.type == "counter" else "") for family in registry.collect()}
-    assert len(names) == 19  # every family the four metric classes register
+    assert len(names) == 20  # every family the four metric classes register
     assert not [name for name in sorted(names) if f"`{name}`" not in docs], "a metric is not documented"
     for name, value in vars(topics).items():
         if name.isupper() and isinstance(value, str):

@@ -19,11 +19,13 @@ from support.trustgraph import shout_service, tool_watcher, trustgraph_tool_clie
 
 from agent_bridge import ToolSet
 from discovery.broker import EmbeddedBroker
-from discovery.registry.service import Registry
+from discovery.registry.service import Registry, RegistryOptions
+from discovery.registry.trust import TrustPolicy, trusted_key
 from discovery.store.service import ConfigStoreService
 from toolservice_base import ConfigClient, Settings, Transport, topics
 from toolservice_base.examples.countdown import CountdownService
 from toolservice_base.examples.joke import JokeService
+from toolservice_base.signing import Ed25519PrivateKey, public_key_text
 
 
 def shout_descriptor(topic: str) -> dict[str, object]:
@@ -131,3 +133,30 @@ async def test_toolreg_announce_makes_a_stock_trustgraph_service_discoverable_an
                 sidecar.wait()
     output = log.read_text()
     assert "announcing shout (shout) in workspace 'default'" in output and "withdrawn shout" in output
+
+
+async def test_a_service_whose_answers_are_signed_is_called_by_trustgraph_as_before_and_checked_by_our_toolset(
+    broker: EmbeddedBroker, settings: Settings, connection: Transport, config_store: ConfigStoreService
+) -> None:
+    """Its item carries `answer-key` and each answer an `answer-signature` property: TrustGraph's agent loads the
+    item and takes the answers as before; our `ToolSet` checks them and takes them."""
+    key = Ed25519PrivateKey.generate()
+    policy = TrustPolicy()
+    policy.add(trusted_key("jokes", public_key_text(key.public_key()), ["joke-*"], ["tell-*"]))
+    async with (
+        Registry(connection, options=RegistryOptions(sweep_interval=0.1, trust=policy)),
+        JokeService(settings=settings, signing_key=key),
+        tool_watcher(broker.url) as agent,
+    ):
+        await eventually(lambda: "tell-joke" in agent.names(), timeout=10)
+        joke = agent.services["default"]["joke-service"]
+        assert joke["answer-key"] == public_key_text(key.public_key())
+        client = await trustgraph_tool_client(agent, joke["request-queue"], joke["response-queue"])
+        try:
+            answer = await client.call(config={"style": "pun"}, arguments={"topic": "penguins"}, timeout=10)
+        finally:
+            await client.close()
+        assert "penguins" in answer
+        async with ToolSet(settings=settings, connection=connection) as tools:
+            await tools.wait_for(lambda t: "tell-joke" in t.names(), timeout=10)
+            assert "otters" in await tools.invoke("tell-joke", {"topic": "otters"})

@@ -19,7 +19,7 @@ from discovery.registry.trust import TrustPolicy, trusted_key
 from discovery.store.service import ConfigStoreService
 from toolservice_base import ConfigClient, Settings, Transport
 from toolservice_base.examples.joke import JokeService
-from toolservice_base.schemas import Announcement, Probe
+from toolservice_base.schemas import Announcement, Probe, descriptor_digest
 from toolservice_base.signing import Ed25519PrivateKey, public_key_text, sign
 
 pytestmark = pytest.mark.contract
@@ -227,3 +227,19 @@ def test_a_captured_signed_message_cannot_be_replayed_even_after_a_restart() -> 
     future = signed(TEAM, service_id="joke-service", tools=("tell-joke",), ttl=15, sent_at=sent + 3600)
     with pytest.raises(Rejected, match="ahead of the registry's clock"):
         AnnouncementValidator().check(future, sent, authorize)  # a pre-dated recording is refused, not saved for later
+
+
+async def test_the_key_a_service_was_accepted_with_is_written_into_its_item_for_callers_to_check_its_answers(
+    connection: Transport, config_client: ConfigClient, guarded: Registry
+) -> None:
+    """`answer-key` is the registry's word: the key that signed the accepted announcement, never one the
+    service's descriptor names itself."""
+    message = announcement(service_id="calc-svc", tools=("calc",), instance="calc-1", ttl=30.0)
+    assert message.service is not None and message.tools is not None
+    claims = message.service.model_copy(update={"answer_key": public_key_text(ROGUE.public_key())})
+    message = message.model_copy(update={"service": claims, "digest": descriptor_digest(claims, list(message.tools))})
+    publisher = await connection.publisher(connection.topics.tool_descriptors)
+    await publisher.send(sign(message, CALC).to_json().encode())
+    await eventually(lambda: config_client.list("tool-service"), timeout=2.0)
+    [item] = (await config_client.getvalues("tool-service")).values()
+    assert json.loads(item)["answer-key"] == public_key_text(CALC.public_key())

@@ -18,6 +18,12 @@ request (`timeout-ms`) so the server stops work nobody waits for. A client
 made with `cancels=True` also says so at once when it gives up early (left the
 stream, took too much): it publishes the request's id on the service's cancel
 queue (`rpc_wire.cancel_queue`).
+
+A client given the service's `answer_key` takes an answer only if that key
+signed it (`answer-signature`, over the request's id and the answer's
+bytes): anyone who may publish on the response queue could otherwise answer
+another's calls first. A dropped answer is logged and reported; the call
+waits on for the genuine one.
 """
 
 from __future__ import annotations
@@ -29,15 +35,17 @@ import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, Self
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel
 
 from toolservice_base.errors import RequestTimeout, TransportError
 from toolservice_base.logs import get_logger
+from toolservice_base.signing import answer_checker
 from toolservice_base.tasks import close_when_granted
 from toolservice_base.transport import Envelope, Publisher, Subscription, Transport, unique_name
 
 from .inbox import Inbox, time_is_up
-from .wire import ID, REPLY_TO, TIMEOUT_MS, cancel_queue, private_queue, timeout_ms
+from .wire import ANSWER_SIGNATURE, ID, REPLY_TO, TIMEOUT_MS, cancel_queue, private_queue, timeout_ms
 
 log = get_logger("toolservice_base.rpc")
 
@@ -59,8 +67,17 @@ class RequestClient:
         name: str = "client",
         bulk: bool = False,
         cancels: bool = False,
+        answer_key: Ed25519PublicKey | None = None,
+        on_dropped: Callable[[str, str], None] | None = None,
     ) -> None:
-        """`bulk=True` when responses can exceed 64 KiB (see `Transport.subscribe`); `cancels=True` to send cancels."""
+        """`bulk=True` when responses can exceed 64 KiB (see `Transport.subscribe`); `cancels=True` to send cancels.
+
+        `answer_key`: the service's public key, when its config carries one; an answer it did not sign is dropped
+        (the call goes on waiting for the genuine one) and reported to `on_dropped(request_id, why)`."""
+        self._check_answer: Callable[[str, bytes, str | None], str | None] | None = None
+        self._on_dropped = on_dropped
+        self._pings: set[str] = set()
+        self.answer_key = answer_key
         self.cancel_queue = cancel_queue(request_queue) if cancels else None
         self._cancel_publisher: Publisher | None = None
         self._cancel_lock = asyncio.Lock()
@@ -86,6 +103,16 @@ class RequestClient:
     @property
     def in_flight(self) -> int:
         return len(self._pending)
+
+    @property
+    def answer_key(self) -> Ed25519PublicKey | None:
+        """The key the service's answers must be signed with (None: any answer with a pending id is taken)."""
+        return self._answer_key
+
+    @answer_key.setter
+    def answer_key(self, key: Ed25519PublicKey | None) -> None:
+        self._answer_key = key
+        self._check_answer = None if key is None else answer_checker(key)
 
     async def start(self) -> "RequestClient":
         async with self._start_lock:
@@ -165,6 +192,7 @@ class RequestClient:
         """
         ping_id = f"ready-{uuid.uuid4().hex}"
         arrived = self._pending[ping_id] = Inbox()
+        self._pings.add(ping_id)  # our own message, never the service's: not signed
         loop = asyncio.get_running_loop()
         try:
             for _ in range(READY_ATTEMPTS):
@@ -174,13 +202,20 @@ class RequestClient:
             log.warning("client.not_confirmed", queue=queue, waited=READY_ATTEMPTS * READY_INTERVAL)
         finally:
             self._pending.pop(ping_id, None)
+            self._pings.discard(ping_id)
 
     def _on_response(self, message: Envelope) -> None:
         """Inline on the loop as each response arrives: it wakes the call waiting for it, with no task step between."""
         request_id = message.properties.get("id")
         answers = self._pending.get(request_id) if request_id else None
-        if answers is None:
+        if answers is None or request_id is None:
             return  # another client's response, or one that arrived after its timeout
+        check = self._check_answer
+        if check is not None and request_id not in self._pings:
+            why = check(request_id, message.data, message.properties.get(ANSWER_SIGNATURE))
+            if why is not None:
+                self._dropped(request_id, why, message)
+                return
         try:
             body = json.loads(message.data)
         except (ValueError, UnicodeDecodeError, RecursionError):
@@ -191,6 +226,20 @@ class RequestClient:
                 "end_of_stream": True,
             }
         answers.put(body)
+
+    def _dropped(self, request_id: str, why: str, message: Envelope) -> None:
+        """An answer the service's key did not sign: not the service's, so not the caller's either. The call waits
+        on for the genuine answer, until its deadline."""
+        log.warning(
+            "response.dropped_unsigned" if why == "unsigned" else "response.dropped_forged",
+            queue=self.response_queue,
+            topic=message.topic,
+            id=request_id,
+            reason=why,
+            hint="an answer on this queue was not signed by the key the registry accepted the service with",
+        )
+        if self._on_dropped is not None:
+            self._on_dropped(request_id, why)
 
     @staticmethod
     async def _next(answers: Inbox, loop: asyncio.AbstractEventLoop, until: float) -> bool:

@@ -36,7 +36,7 @@ from toolservice_base.transport import (
 from .answers import Body, answer_too_large, error_body, request_deadline
 from .eager import start_now
 from .expiry import Expiry
-from .wire import ID, REPLY_TO, caller_timeout, cancel_queue, reply_queue
+from .wire import ANSWER_SIGNATURE, ID, REPLY_TO, caller_timeout, cancel_queue, reply_queue
 
 log = get_logger("toolservice_base.rpc")
 
@@ -83,6 +83,10 @@ class RequestServer:
     An answer the broker refuses as too large is replaced by `too_large(reason)`
     (default: an `answer-too-large` error), so the caller hears at once.
 
+    `sign_answer(request_id, data)`, if given, makes each answer's
+    `answer-signature` property, so a caller can tell this service's answers
+    from anyone else's on the response queue.
+
     `cancellable=True` honours the callers' deadlines and cancels (see the
     module); `limit(message)` is the server's own limit on one request, in
     seconds (None: no limit). A request that reaches the server's limit is
@@ -105,8 +109,11 @@ class RequestServer:
         cancellable: bool = False,
         limit: Callable[[Envelope], float | None] | None = None,
         cancel_grace: float = CANCEL_GRACE,
+        sign_answer: Callable[[str, bytes], str] | None = None,
     ) -> None:
         self._connection = connection
+        self._sign_answer = sign_answer
+        """Signs each answer (`signing.answer_signer`), for callers that check who answered; None: unsigned."""
         self.request_queue = request_queue
         self.response_queue = response_queue
         self._handle = handle
@@ -385,7 +392,7 @@ class RequestServer:
         try:
             # Unconfirmed: a failure found later is logged as it was (`_lost`); one over 64 KiB is confirmed.
             lost = partial(_lost, publisher.topic, request_id)
-            await publisher.send(data, properties={ID: request_id}, confirm=False, on_failure=lost)
+            await publisher.send(data, properties=self._properties(request_id, data), confirm=False, on_failure=lost)
         except MessageTooLarge:
             # The caller would wait for its timeout and then blame the service: tell it now, in a message that fits.
             log.warning("response.too_large", queue=publisher.topic, id=request_id, bytes=len(data))
@@ -394,11 +401,18 @@ class RequestServer:
                 f"broker sets another) on {self.request_queue}"
             )
             try:
-                await publisher.send(encode(self._too_large(reason)), properties={ID: request_id})
+                refusal = encode(self._too_large(reason))
+                await publisher.send(refusal, properties=self._properties(request_id, refusal))
             except TransportError as exc:
                 log.warning("response.send_failed", queue=publisher.topic, id=request_id, error=str(exc))
         except TransportError as exc:
             log.warning("response.send_failed", queue=publisher.topic, id=request_id, error=str(exc))
+
+    def _properties(self, request_id: str, data: bytes) -> dict[str, str]:
+        """An answer's properties: the request's id, and the answer's signature when the server signs."""
+        if self._sign_answer is None:
+            return {ID: request_id}
+        return {ID: request_id, ANSWER_SIGNATURE: self._sign_answer(request_id, data)}
 
     def _open_reply_publisher(self, queue: str) -> Publisher | None:
         """The producer for a client's private queue if it is open already (every answer but a caller's first): taken

@@ -12,6 +12,9 @@ body schema, so a caller may always send them.
 stops work past it |
 | `tool` | the agent bridge | the name of the tool called, for a service that serves several (and its metrics and spans)
 |
+| `answer-signature` | a service with a signing key, on each answer | its signature over the request's id and the
+answer's bytes (`signing.answer_signed_bytes`); a caller whose config for the service carries `answer-key` drops an
+answer without a good one |
 | `traceparent`, `tracestate` | our callers, when tracing | the W3C trace context of the caller's span, the parent of
 the service's (see `tracing`) |
 """
@@ -27,6 +30,7 @@ ID = "id"
 REPLY_TO = "reply-to"
 TIMEOUT_MS = "timeout-ms"
 TOOL = "tool"
+ANSWER_SIGNATURE = "answer-signature"
 
 MAX_TOPIC_LOCAL_NAME = 200
 _REPLY_SUFFIX = re.compile(r"^[A-Za-z0-9_-]{1,40}$")

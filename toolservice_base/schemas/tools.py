@@ -3,6 +3,7 @@ arguments, and what MCP says of a tool beyond them (title, annotations, input an
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from typing import Any, Literal
 
@@ -48,6 +49,22 @@ class ToolServiceDescriptor(WireModel):
     request_queue: str
     response_queue: str
     config_params: list[ConfigParam] = Field(default_factory=list, max_length=MAX_CONFIG_PARAMS)
+    answer_key: str | None = None
+    """Beyond the spec: the Ed25519 public key (base64 of its 32 bytes) the service signs its answers with. The
+    registry writes it, from the key it accepted the service's announcement with; a caller that finds it drops
+    answers the key did not sign. Left off, answers are taken unsigned (a static item, an unsigned service)."""
+
+    @field_validator("answer_key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                raw = base64.b64decode(value, validate=True)
+            except ValueError:
+                raw = b""
+            if len(raw) != 32:
+                raise ValueError("answer-key must be an Ed25519 public key: base64 of its 32 bytes")
+        return value
 
     @field_validator("request_queue", "response_queue")
     @classmethod
