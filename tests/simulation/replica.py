@@ -29,7 +29,6 @@ from discovery.replicas.core import (
     TryLock,
     WriteMarker,
     WriteSnapshot,
-    authenticate,
 )
 from discovery.replicas.groupkey import GroupKey
 from discovery.replicas.records import sign
@@ -49,8 +48,13 @@ APPEND_TIMEOUT = 1.0
 RETRY_DELAY = 0.5
 
 
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+"""One encoder for every record (`json.dumps` with separators builds a new one per call)."""
+
+
 def record(key: GroupKey | None, kind: str, topic: str, body: dict[str, Any], producer: str) -> Record:
-    data = json.dumps(body, separators=(",", ":")).encode()
+    """A record as a replica writes it: its body's JSON, signed once here (`records.sign`, the product's own)."""
+    data = _encode(body).encode()
     return Record(data, sign(key, kind, topic, data), producer, body)
 
 
@@ -168,7 +172,7 @@ class SimReplica:
         if not snapshots:
             return
         last = snapshots[-1]
-        seen = authenticate(self.key, last.properties, "manifest", "snapshots", last.data)
+        seen = last.authenticated(self.key, "manifest", "snapshots")
         self.core.saw(seen, "snapshots")
         if not seen.accepted:
             return
@@ -185,7 +189,7 @@ class SimReplica:
             entry = log[self.log_at]
             at_snapshot = self.log_at == self.snapshot_position
             self.log_at += 1
-            seen = authenticate(self.key, entry.properties, "entry", "log", entry.data)
+            seen = entry.authenticated(self.key, "entry", "log")
             self.core.saw(seen, "log")
             body = entry.body
             decision = self.world.variants.entry(self, seen, body, at_snapshot)
@@ -208,7 +212,7 @@ class SimReplica:
         while self.markers_at < len(markers):
             marker = markers[self.markers_at]
             self.markers_at += 1
-            seen = authenticate(self.key, marker.properties, "marker", "lock", marker.data)
+            seen = marker.authenticated(self.key, "marker", "lock")
             self.core.saw(seen, "lock")
             if seen.accepted and isinstance(marker.body.get("term"), int):
                 self.core.on_marker(str(marker.body.get("replica")), marker.body["term"])
@@ -229,7 +233,7 @@ class SimReplica:
         self.later(STATUS_INTERVAL, self.publish)
 
     def heard(self, status: Record) -> None:
-        seen = authenticate(self.key, status.properties, "status", "members", status.data)
+        seen = status.authenticated(self.key, "status", "members")
         if not seen.accepted:
             return
         body, now = status.body, self.clock()
