@@ -11,6 +11,7 @@ The store is a versioned map of keys, each write one log entry.
 
 from __future__ import annotations
 
+import heapq
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -104,7 +105,10 @@ class SimReplica:
         return self.offset + self.world.now * self.rate
 
     def later(self, delay: float, step: Any, *args: Any) -> None:
-        self.world.later(delay, step, *args, owner=self, generation=self.generation)
+        """`World.later` for this replica's own steps (they die with its generation, wait out its freeze)."""
+        world = self.world
+        at = world.now + delay if delay > 0.0 else world.now
+        heapq.heappush(world._heap, (at, next(world._seq), self, self.generation, step, args))
 
     def start(self) -> None:
         """A new generation: restore from the log alone, then compete (as `ReplicatedStore._generation`)."""

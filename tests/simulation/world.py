@@ -137,7 +137,7 @@ class World:
     # --- links ---------------------------------------------------------------------------------
 
     def reaches(self, replica: SimReplica, direction: str) -> bool:
-        return replica.alive and direction not in self.down.get(replica.name, set())
+        return replica.alive and direction not in self.down.get(replica.name, ())
 
     def receipt_lost(self) -> bool:
         return self.rng.random() < self.lost_receipts
