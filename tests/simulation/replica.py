@@ -188,19 +188,19 @@ class SimReplica:
 
     def read_log(self) -> None:
         """Read the log to its end (when this replica can hear the broker): apply what the core says."""
-        log = self.world.broker.topics["log"]
+        log, decide, core, key = self.world.broker.topics["log"], self.world.variants.entry, self.core, self.key
         while self.log_at < len(log):
             entry = log[self.log_at]
             at_snapshot = self.log_at == self.snapshot_position
             self.log_at += 1
-            seen = entry.authenticated(self.key, "entry", "log")
-            self.core.saw(seen, "log")
+            seen = entry.authenticated(key, "entry", "log")
+            core.saw(seen, "log")
             body = entry.body
-            decision = self.world.variants.entry(self, seen, body, at_snapshot)
-            if isinstance(decision, Stop):
-                return self.stop(decision.reason)
+            decision = decide(self, seen, body, at_snapshot)
             if isinstance(decision, Apply):
                 self.apply(body)
+            elif isinstance(decision, Stop):
+                return self.stop(decision.reason)
 
     def apply(self, body: dict[str, Any]) -> None:
         for key, value in body["puts"]:
