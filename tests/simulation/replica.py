@@ -25,6 +25,7 @@ from discovery.replicas.core import (
     NotHolding,
     ReadMarkers,
     ReplicaCore,
+    StandbyLook,
     StepDown,
     Stop,
     TryLock,
@@ -292,13 +293,13 @@ class SimReplica:
     def look(self) -> None:
         if self.core.role != "standby" or self.lock is not None:
             return
-        decision = self.world.variants.standby_look(self)
-        while isinstance(decision, ReadMarkers):
+        look = StandbyLook(lambda: self.world.variants.standby_look(self))
+        for _ in look:  # the core asked for the markers first: `Election`'s order, from the same place
             if self.world.reaches(self, "in"):
                 self.read_markers()
             else:
                 self.core.on_markers_read(self.clock())
-            decision = self.world.variants.standby_look(self)
+        decision = look.decision
         if isinstance(decision, Stop):
             return self.stop(decision.reason)
         if isinstance(decision, TryLock):
