@@ -52,6 +52,7 @@ from .core import (
     NotHolding,
     ReadMarkers,
     ReplicaCore,
+    StandbyLook,
     StepDown,
     Stop,
     TryLock,
@@ -349,11 +350,11 @@ class Election:
                         return attempt.result(), "wait"
                     except ProducerBusy:
                         continue  # one wait ended (the client's operation timeout): wait again at once
-                decision = self.core.standby_look(time.monotonic(), self._heard())
-                while isinstance(decision, ReadMarkers):
+                look = StandbyLook(lambda: self.core.standby_look(time.monotonic(), self._heard()))
+                for _ in look:  # the core asked for the markers first
                     await self._read_markers()
                     self._marks.unconfirmed(self._claim(), self.replica_id)
-                    decision = self.core.standby_look(time.monotonic(), self._heard())
+                decision = look.decision
                 self._carry_out_stop(decision)
                 if isinstance(decision, TryLock):
                     silent = self.core.silent_for(time.monotonic(), self._heard())

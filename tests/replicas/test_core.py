@@ -14,6 +14,7 @@ from discovery.replicas.core import (
     ReadMarkers,
     ReplicaCore,
     Seen,
+    StandbyLook,
     StepDown,
     Stop,
     TryLock,
@@ -86,6 +87,23 @@ def test_a_standby_fences_a_silent_holder_after_reading_the_markers_once_more() 
     heard = Heard({"a": 1.0}, 1.0, echo_at=4.5, hearing_since=0.5)
     assert isinstance(core.standby_look(4.5, heard), ReadMarkers)
     assert core.standby_look(4.5, heard) == TryLock("fence")
+
+
+def test_a_standby_look_has_the_markers_read_each_time_the_core_asks_and_ends_on_what_it_decides() -> None:
+    """The order every driver (`Election`, the simulator) feeds a look in, from one place: the fence comes only after
+    the markers were read to their end, and reading them names the new holder, whose silence starts then."""
+    core, heard, reads = standby(), Heard({"a": 1.0}, 1.0, echo_at=4.5, hearing_since=0.5), []
+    look = StandbyLook(lambda: core.standby_look(4.5, heard))
+    for asked in look:
+        reads.append(asked)
+        core.on_markers_read(4.5)
+    assert len(reads) == 1 and look.decision == TryLock("fence")
+    core = standby()
+    look = StandbyLook(lambda: core.standby_look(4.5, heard))
+    for _ in look:
+        core.on_marker("c", 2)  # the markers name a newer holder, just heard of
+        core.on_markers_read(4.5)
+    assert isinstance(look.decision, Wait)
 
 
 def test_silence_counts_only_up_to_the_standbys_own_echo_and_only_while_it_could_hear() -> None:

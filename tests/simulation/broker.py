@@ -30,18 +30,36 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from discovery.replicas.core import Seen, authenticate
+from discovery.replicas.groupkey import GroupKey
+
 KEEPALIVE = 1.5
 """Seconds after which the broker drops a client it no longer hears (its producers and consumers go)."""
 
 
-@dataclass
+@dataclass(eq=False, slots=True)
 class Record:
-    """A message on a persistent topic: its JSON body as bytes, its properties (the MAC), who sent it."""
+    """A message on a persistent topic: its JSON body as bytes, its properties (the MAC), who sent it.
+
+    Written once and never changed (a replayed record is a copy), so the verdict of the real rule
+    (`core.keys.authenticate`) on it under one key is the same at every read: `seen` keeps it, by key, and a record
+    read by three replicas over several generations is checked once per key instead of at every read."""
 
     data: bytes
     properties: dict[str, str]
     producer: str
     body: dict[str, Any] = field(default_factory=dict)
+    seen: dict[tuple[int, str], tuple[GroupKey | None, Seen]] = field(default_factory=dict)
+    """(id of the reader's key, kind) -> (that key, the verdict): the key is kept so its id is never reused."""
+
+    def authenticated(self, key: GroupKey | None, kind: str, topic: str) -> Seen:
+        """The real rule's verdict on this record, read as `kind` from `topic` by a replica holding `key`."""
+        cached = self.seen.get((id(key), kind))
+        if cached is not None and cached[0] is key:
+            return cached[1]
+        seen = authenticate(key, self.properties, kind, topic, self.data)
+        self.seen[(id(key), kind)] = (key, seen)
+        return seen
 
 
 @dataclass(eq=False)

@@ -11,6 +11,7 @@ The store is a versioned map of keys, each write one log entry.
 
 from __future__ import annotations
 
+import heapq
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,12 +25,12 @@ from discovery.replicas.core import (
     NotHolding,
     ReadMarkers,
     ReplicaCore,
+    StandbyLook,
     StepDown,
     Stop,
     TryLock,
     WriteMarker,
     WriteSnapshot,
-    authenticate,
 )
 from discovery.replicas.groupkey import GroupKey
 from discovery.replicas.records import sign
@@ -49,8 +50,13 @@ APPEND_TIMEOUT = 1.0
 RETRY_DELAY = 0.5
 
 
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+"""One encoder for every record (`json.dumps` with separators builds a new one per call)."""
+
+
 def record(key: GroupKey | None, kind: str, topic: str, body: dict[str, Any], producer: str) -> Record:
-    data = json.dumps(body, separators=(",", ":")).encode()
+    """A record as a replica writes it: its body's JSON, signed once here (`records.sign`, the product's own)."""
+    data = _encode(body).encode()
     return Record(data, sign(key, kind, topic, data), producer, body)
 
 
@@ -100,7 +106,10 @@ class SimReplica:
         return self.offset + self.world.now * self.rate
 
     def later(self, delay: float, step: Any, *args: Any) -> None:
-        self.world.later(delay, step, *args, owner=self, generation=self.generation)
+        """`World.later` for this replica's own steps (they die with its generation, wait out its freeze)."""
+        world = self.world
+        at = world.now + delay if delay > 0.0 else world.now
+        heapq.heappush(world._heap, (at, next(world._seq), self, self.generation, step, args))
 
     def start(self) -> None:
         """A new generation: restore from the log alone, then compete (as `ReplicatedStore._generation`)."""
@@ -168,7 +177,7 @@ class SimReplica:
         if not snapshots:
             return
         last = snapshots[-1]
-        seen = authenticate(self.key, last.properties, "manifest", "snapshots", last.data)
+        seen = last.authenticated(self.key, "manifest", "snapshots")
         self.core.saw(seen, "snapshots")
         if not seen.accepted:
             return
@@ -180,19 +189,19 @@ class SimReplica:
 
     def read_log(self) -> None:
         """Read the log to its end (when this replica can hear the broker): apply what the core says."""
-        log = self.world.broker.topics["log"]
+        log, decide, core, key = self.world.broker.topics["log"], self.world.variants.entry, self.core, self.key
         while self.log_at < len(log):
             entry = log[self.log_at]
             at_snapshot = self.log_at == self.snapshot_position
             self.log_at += 1
-            seen = authenticate(self.key, entry.properties, "entry", "log", entry.data)
-            self.core.saw(seen, "log")
+            seen = entry.authenticated(key, "entry", "log")
+            core.saw(seen, "log")
             body = entry.body
-            decision = self.world.variants.entry(self, seen, body, at_snapshot)
-            if isinstance(decision, Stop):
-                return self.stop(decision.reason)
+            decision = decide(self, seen, body, at_snapshot)
             if isinstance(decision, Apply):
                 self.apply(body)
+            elif isinstance(decision, Stop):
+                return self.stop(decision.reason)
 
     def apply(self, body: dict[str, Any]) -> None:
         for key, value in body["puts"]:
@@ -208,7 +217,7 @@ class SimReplica:
         while self.markers_at < len(markers):
             marker = markers[self.markers_at]
             self.markers_at += 1
-            seen = authenticate(self.key, marker.properties, "marker", "lock", marker.data)
+            seen = marker.authenticated(self.key, "marker", "lock")
             self.core.saw(seen, "lock")
             if seen.accepted and isinstance(marker.body.get("term"), int):
                 self.core.on_marker(str(marker.body.get("replica")), marker.body["term"])
@@ -229,7 +238,7 @@ class SimReplica:
         self.later(STATUS_INTERVAL, self.publish)
 
     def heard(self, status: Record) -> None:
-        seen = authenticate(self.key, status.properties, "status", "members", status.data)
+        seen = status.authenticated(self.key, "status", "members")
         if not seen.accepted:
             return
         body, now = status.body, self.clock()
@@ -284,13 +293,13 @@ class SimReplica:
     def look(self) -> None:
         if self.core.role != "standby" or self.lock is not None:
             return
-        decision = self.world.variants.standby_look(self)
-        while isinstance(decision, ReadMarkers):
+        look = StandbyLook(lambda: self.world.variants.standby_look(self))
+        for _ in look:  # the core asked for the markers first: `Election`'s order, from the same place
             if self.world.reaches(self, "in"):
                 self.read_markers()
             else:
                 self.core.on_markers_read(self.clock())
-            decision = self.world.variants.standby_look(self)
+        decision = look.decision
         if isinstance(decision, Stop):
             return self.stop(decision.reason)
         if isinstance(decision, TryLock):

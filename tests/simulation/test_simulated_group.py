@@ -2,7 +2,7 @@
 
 Each schedule runs three replicas of the real `ReplicaCore` for 20 virtual
 seconds under faults drawn from its seed, with five clients, then judges
-the history (`check`). A failure names the seed and the one command that
+the history (`check`): the fixed ones cover every kind of fault. A failure names the seed and the one command that
 replays it step by step.
 """
 
@@ -19,8 +19,9 @@ from faults.build import build
 from . import Verdict, run
 from .check import linearizable
 from .variants import VARIANTS
+from .world import FAULTS
 
-FIXED = range(1, 101)
+FIXED = range(1, 201)
 """The schedules every run checks (and that each bad variant must fail among)."""
 FRESH_SECONDS = 20.0
 """How long a run spends on schedules drawn fresh (their seeds printed), after the fixed ones."""
@@ -35,20 +36,27 @@ def said(verdict: Verdict, variant: str | None = None) -> str:
 
 
 def test_every_fixed_schedule_keeps_every_promise() -> None:
-    failed = [said(verdict) for seed in FIXED if not (verdict := run(seed)[0]).ok]
+    verdicts = [run(seed)[0] for seed in FIXED]
+    combinations = {verdict.faults for verdict in verdicts}
+    print(f"{len(verdicts)} fixed schedules, {len(combinations)} distinct fault combinations")
+    failed = [said(verdict) for verdict in verdicts if not verdict.ok]
     assert failed == [], "\n".join(failed)
+    drawn = {part for combination in combinations for part in combination.split("+")}
+    assert drawn >= {*FAULTS, "rotation", "wrong-key", "unkeyed"}, "a kind of fault no fixed schedule draws"
 
 
 def test_fresh_schedules_keep_every_promise() -> None:
     """Seeds no run has tried before (printed, so a failure is replayed with its seed)."""
     first = int(os.environ.get("SIMULATION_SEED", random.SystemRandom().randrange(10**6, 10**9)))
     print(f"fresh schedules from seed {first}")
-    deadline, seed, failed = time.monotonic() + FRESH_SECONDS, first, []
+    deadline, seed, failed, combinations = time.monotonic() + FRESH_SECONDS, first, [], set()
     while time.monotonic() < deadline:
         verdict, _ = run(seed)
+        combinations.add(verdict.faults)
         if not verdict.ok:
             failed.append(said(verdict))
         seed += 1
+    print(f"{seed - first} fresh schedules, {len(combinations)} distinct fault combinations")
     assert seed > first, "no fresh schedule ran"
     assert failed == [], "\n".join(failed)
 

@@ -47,6 +47,10 @@ FAULTS = (
 """The kinds of fault a schedule may draw (`rotation` and `wrong-key` are schedules of their own)."""
 
 
+Step = tuple[float, int, "SimReplica | None", int, Callable[..., Any], tuple[Any, ...]]
+"""A timed step on the heap: (when, order, the replica it belongs to, its generation, what to call, with what)."""
+
+
 @dataclass
 class Request:
     id: str
@@ -59,8 +63,6 @@ class Request:
     reserved: bool = False
     record: Op | None = None
     done: bool = False
-    then: Callable[[], None] | None = None
-    """What the client does once it has the answer (or gave up)."""
 
 
 @dataclass
@@ -84,7 +86,7 @@ class World:
         self.rng = random.Random(seed)
         self.seconds = seconds
         self.now = 0.0
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._heap: list[Step] = []
         self._seq = itertools.count()
         self.broker = Broker()
         self.variants = Variants(variant)
@@ -110,7 +112,7 @@ class World:
         """(when, who, whether it still held the lock and the log's writer at the broker, why) of each step-down."""
         self.unhealthy: dict[str, list[tuple[float, float]]] = {}
         """Replica -> windows in which it was dead, frozen or cut off (what makes a takeover of it justified)."""
-        self._parked: dict[str, list[Callable[[], None]]] = {}
+        self._parked: dict[str, list[Step]] = {}
         """A frozen replica's steps, run in order once it thaws."""
         self.faults = self.draw_faults()
         self.healed_at = seconds * 0.75
@@ -121,21 +123,12 @@ class World:
         self, delay: float, step: Callable[..., Any], *args: Any, owner: SimReplica | None = None, generation: int = 0
     ) -> None:
         """Run `step(*args)` `delay` virtual seconds from now; a replica's steps die with its generation and wait out
-        its freeze."""
-
-        def run() -> None:
-            if owner is not None:
-                if not owner.alive or owner.generation != generation:
-                    return
-                if owner.frozen:
-                    self._parked.setdefault(owner.name, []).append(run)
-                    return
-            step(*args)
-
-        heapq.heappush(self._heap, (self.now + max(0.0, delay), next(self._seq), run))
+        its freeze (`run` judges that as it pops the step: no closure per step)."""
+        at = self.now + delay if delay > 0.0 else self.now
+        heapq.heappush(self._heap, (at, next(self._seq), owner, generation, step, args))
 
     def delay(self) -> float:
-        return self.rng.uniform(*NET)
+        return NET[0] + (NET[1] - NET[0]) * self.rng.random()  # `uniform(*NET)`, draw for draw, without its call
 
     def event(self, replica: SimReplica, what: str) -> None:
         self.events.append((self.now, replica.name, what))
@@ -144,7 +137,7 @@ class World:
     # --- links ---------------------------------------------------------------------------------
 
     def reaches(self, replica: SimReplica, direction: str) -> bool:
-        return replica.alive and direction not in self.down.get(replica.name, set())
+        return replica.alive and direction not in self.down.get(replica.name, ())
 
     def receipt_lost(self) -> bool:
         return self.rng.random() < self.lost_receipts
@@ -173,7 +166,9 @@ class World:
                 self.broker.close(lock)
             return
         if replica.frozen:  # handed over while frozen: it takes it once it runs again
-            self._parked.setdefault(replica.name, []).append(lambda: self._granted(replica, generation, lock))
+            self._parked.setdefault(replica.name, []).append(
+                (self.now, 0, None, 0, self._granted, (replica, generation, lock))
+            )
             return
         replica.granted(lock)
 
@@ -224,8 +219,7 @@ class World:
             if op.op == "read":
                 op.values = dict(outcome["values"])
         self.ops.append(op)
-        if request.then is not None:
-            request.then()
+        self._pause(request.client)
 
     def _give_up(self, request: Request) -> None:
         if request.done or request.record is None:
@@ -234,20 +228,21 @@ class World:
         request.record.return_ = self._ns()
         request.record.status, request.record.error = "unknown", "timed out"
         self.ops.append(request.record)
-        if request.then is not None:
-            request.then()
+        self._pause(request.client)
 
     def _ns(self) -> int:
         return int(self.now * 1e9)
 
-    def client(self, number: int, count: itertools.count[int]) -> None:
+    def client(self, number: int) -> None:
         """One client: an operation, its answer (or its timeout), a pause, the next; as an operator's client does."""
         if self.now < self.seconds + 3.0:
-            self._issue(
-                number, next(count), lambda: self.later(self.rng.uniform(0.01, 0.1), self.client, number, count)
-            )
+            self._issue(number, next(self._counts[number]))
 
-    def _issue(self, number: int, n: int, then: Callable[[], None]) -> None:
+    def _pause(self, number: int) -> None:
+        """A client has its answer (or gave up): its next operation after a pause."""
+        self.later(self.rng.uniform(0.01, 0.1), self.client, number)
+
+    def _issue(self, number: int, n: int) -> None:
         rid = f"c{number}-{n}"
         roll = self.rng.random()
         shared = f"k{self.rng.randrange(3)}"
@@ -276,7 +271,7 @@ class World:
                 deletes=list(deletes),
                 expect=[{"key": k, "value": v} for k, v in expect],
             )
-        request.record, request.then = op, then
+        request.record = op
         self.request(request)
 
     # --- faults ----------------------------------------------------------------------------
@@ -365,8 +360,8 @@ class World:
 
     def _thaw(self, replica: SimReplica) -> None:
         replica.frozen = False
-        for step in self._parked.pop(replica.name, []):
-            heapq.heappush(self._heap, (self.now, next(self._seq), step))
+        for _, _, owner, generation, step, args in self._parked.pop(replica.name, []):
+            heapq.heappush(self._heap, (self.now, next(self._seq), owner, generation, step, args))
 
     def _keepalive(self, replica: SimReplica) -> None:
         if "out" in self.down.get(replica.name, set()):
@@ -437,15 +432,37 @@ class World:
         for replica in self.replicas:
             self.later(self.rng.uniform(0, 0.3), self._start, replica)
         self.plan()
+        self._counts = [itertools.count() for _ in range(CLIENTS)]
         for number in range(CLIENTS):
-            self.later(0.5 + 0.1 * number, self.client, number, itertools.count())
+            self.later(0.5 + 0.1 * number, self.client, number)
         self.later(self.healed_at, self._heal_all)
         end = self.seconds + 6.0
-        while self._heap and self._heap[0][0] <= end:
-            self.now, _, step = heapq.heappop(self._heap)
-            step()
+        heap, pop, parked = self._heap, heapq.heappop, self._parked
+        while heap and heap[0][0] <= end:
+            entry = pop(heap)
+            self.now, _, owner, generation, step, args = entry
+            if owner is not None:
+                if not owner.alive or owner.generation != generation:
+                    continue
+                if owner.frozen:
+                    parked.setdefault(owner.name, []).append(entry)
+                    continue
+            step(*args)
         self.now = end
+        self._tear_down()
         return self
+
+    def _tear_down(self) -> None:
+        """Drop what only the run needed (steps not run, callbacks waiting at the broker, the replicas' link back to
+        this world): they tie the schedule's objects in cycles, which wait for the cyclic garbage collector, whose
+        full passes walk every such schedule kept alive; without them a schedule goes with its last reference. What
+        the checks read stays."""
+        self._heap.clear()
+        self._parked.clear()
+        for slot in self.broker.exclusive.values():
+            slot.waiting.clear()
+        for replica in self.replicas:
+            del replica.world
 
     def _heal_all(self) -> None:
         self.trace.append(f"{self.now:9.4f} every fault healed")

@@ -4,7 +4,7 @@ No await, no clock, no broker in here: `Election`, `ReplicatedLog`,
 `Membership` and the store service feed it what they read, with the time,
 and do what it answers. Because it is pure, a deterministic simulator runs
 the very same rules over thousands of schedules of faults a minute
-(`tests/replicas/simulation`), and any failing seed replays step by step.
+(`tests/simulation`), and any failing seed replays step by step.
 """
 
 from .effects import (
@@ -29,6 +29,7 @@ from .effects import (
 )
 from .keys import KeyWitness, Seen, Verdict, authenticate
 from .replica import RECHECK, Heard, ReplicaCore
+from .turns import StandbyLook
 from .wholeness import Finding, Wholeness
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "Refuse",
     "ReplicaCore",
     "Seen",
+    "StandbyLook",
     "StepDown",
     "Stop",
     "TryLock",

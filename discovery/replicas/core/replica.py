@@ -8,7 +8,7 @@ what happened and `now` (monotonic seconds, the driver's clock or the
 simulator's) and answers an effect (`effects`). The drivers are `Election`
 (the lock and its markers), `ReplicatedLog` (entries, appends, snapshots),
 `Membership` (statuses) and the store service around each request; the
-simulator (`tests/replicas/simulation`) drives this same class.
+simulator (`tests/simulation`) drives this same class.
 
 Each rule is written once, here, with the failure it prevents.
 """
