@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 from ..logs import get_logger
-from .index import Ranker, ToolIndex
+from .hybrid import ranker_for
+from .index import Ranker
 from .text import SearchDoc
 
 S = TypeVar("S")
@@ -38,9 +39,9 @@ class LiveIndex(Generic[S]):
     searched, and runs in a worker thread. A mapping handed over must not be changed afterwards (each swap, each
     read, is a new mapping)."""
 
-    def __init__(self, document: Callable[[str, S], SearchDoc], ranker: Callable[[], Ranker] = ToolIndex) -> None:
+    def __init__(self, document: Callable[[str, S], SearchDoc], ranker: Callable[[], Ranker] | None = None) -> None:
         self._document = document
-        self._make = ranker
+        self._make = ranker or ranker_for()
         self._ranker: Ranker | None = None
         self._held: Mapping[str, S] = {}
         """The set the ranker holds (what was last written to it)."""
