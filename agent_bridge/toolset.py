@@ -34,7 +34,7 @@ from toolservice_base.metrics import OTHER_TOOL
 from toolservice_base.schemas import TextContent, ToolResult, ToolServiceDescriptor, check_name
 from toolservice_base.schemas.content import merge
 from toolservice_base.schemas.tools import definition_digest
-from toolservice_base.search import Health, Match, Ranker, ToolIndex
+from toolservice_base.search import Health, Match, Ranker, ranker_for
 from toolservice_base.settings import Settings
 from toolservice_base.transport import Transport, open_transport
 
@@ -96,14 +96,15 @@ class ToolSet:
         close_timeout: float = 30.0,
         metrics: BridgeMetrics | None = None,
         limits: CallLimits | None = None,
-        ranker: Callable[[], Ranker] = ToolIndex,
+        ranker: Callable[[], Ranker] | None = None,
     ) -> None:
         """`call_timeout` bounds each whole call, a streamed answer included; `idle_timeout` (off unless
         given) also bounds each wait for the next chunk; `max_answer_bytes` bounds what one answer
         may bring in. Past a timeout a call raises `RequestTimeout`, past the size `AnswerTooLarge`,
         and the service is told to stop. `limits` gives the three as one `CallLimits` (then the three
-        arguments are not read). `ranker` makes the ranker `search` uses (BM25 over tantivy by default; an
-        embedding ranker of your own goes behind the same `Ranker` interface)."""
+        arguments are not read). `ranker` makes the ranker `search` uses (by default BM25 fused with the
+        embedder `settings.search_embedder` names, `toolservice_base.search.hybrid`; a ranker of your own goes behind
+        the same `Ranker` interface)."""
         self.workspace = check_name(workspace, "workspace")
         self._settings = settings or Settings.from_env(data_dir=data_dir, pulsar_url=pulsar_url)
         self._pulsar_url = pulsar_url
@@ -123,7 +124,9 @@ class ToolSet:
         self.close_timeout = close_timeout
         self.metrics = metrics or BridgeMetrics.default()
         self._reload = Reloader(self, factories or {})
-        self._search = ToolSearch(ranker)
+        self._search = ToolSearch(
+            ranker or ranker_for(self._settings.search_embedder, self._settings.search_embedder_key)
+        )
         self._reload.swap_hooks.append(self._search.swap)
         self._closed = False
 

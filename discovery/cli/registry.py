@@ -137,6 +137,8 @@ def registry_options(args: argparse.Namespace) -> RegistryOptions:
             pin_definitions=pin or (trust is not None and trust.pin_definitions),
             auto_approve=trust.auto_approve if trust is not None else None,
             follow_audit=settings.mcp_audit_topic,
+            search_embedder=settings.search_embedder,
+            search_embedder_key=settings.search_embedder_key,
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from None

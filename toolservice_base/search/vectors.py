@@ -72,9 +72,8 @@ class VectorTable:
 
     def cosines(self, query: np.ndarray) -> np.ndarray:
         """The query's cosine with every row; 0 for free rows (never returned: they have no name)."""
-        np = self._np
-        scores: np.ndarray = self.matrix @ query
-        return np.where(self.live, scores, 0.0)
+        scores: np.ndarray = self._np.where(self.live, self.matrix @ query, 0.0)
+        return scores
 
 
 class TermTable:
