@@ -20,7 +20,9 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def corpus(name: str) -> tuple[list[dict[str, object]], list[dict[str, str]]]:
-    return json.loads((BENCH / name / "tools.json").read_text()), json.loads((BENCH / name / "queries.json").read_text())
+    return json.loads((BENCH / name / "tools.json").read_text()), json.loads(
+        (BENCH / name / "queries.json").read_text()
+    )
 
 
 def indexed(tools: list[dict[str, object]]) -> HybridIndex:

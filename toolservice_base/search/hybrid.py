@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING
 
 from ..logs import get_logger
 from ..settings import DEFAULT_EMBEDDER, WORDS_ONLY
-from .embedding import Embedder, load
+from .embedding import BATCH, Embedder, load
 from .index import ToolIndex
-from .text import SearchDoc, analyzer, clean, query_terms
+from .text import SearchDoc, analyzer, query_terms
 from .vectors import TermTable, VectorTable
 
 if TYPE_CHECKING:
@@ -58,9 +58,8 @@ LEXICAL_WINDOW = 100
 alone (its lexical bonus would be a small share of the best's in any case)."""
 
 
-def meaning_text(doc: SearchDoc) -> str:
-    """What of a tool is embedded: the fields BM25 searches, as one text."""
-    fields = doc.fields()
+def meaning_text(fields: Mapping[str, str]) -> str:
+    """What of a tool is embedded: the fields BM25 searches (`SearchDoc.fields`), as one text."""
     return f"{fields['name']}. {fields['title']}. {fields['description']} {fields['arguments']}".strip()
 
 
@@ -88,16 +87,24 @@ class HybridIndex:
         changed = self.words.stage(upserts, removals)
         if self._vectors is not None and self.embedder is not None:
             names = list(upserts)
-            if names:
-                vectors = self.embedder.embed([meaning_text(upserts[n]) for n in names])
-                self._vectors.stage(dict(zip(names, vectors, strict=True)), removals)
-            else:
-                self._vectors.stage({}, removals)
+            fields = [upserts[name].fields() for name in names]
+            vectors = self._embed([meaning_text(f) for f in fields])
+            self._vectors.stage(dict(zip(names, vectors, strict=True)), removals)
             words = analyzer()
             self._terms.stage(
-                {n: frozenset(words.analyze(clean(" ".join(upserts[n].fields().values())))) for n in names}, removals
+                {name: frozenset(words.analyze(" ".join(f.values()))) for name, f in zip(names, fields, strict=True)},
+                removals,
             )
         return changed
+
+    def _embed(self, texts: list[str]) -> list[np.ndarray]:
+        """Vectors of `texts`, `BATCH` at a time: the embedder may hold the GIL for a whole call, and the event loop
+        waits on the GIL while a worker thread builds the index."""
+        assert self.embedder is not None
+        rows: list[np.ndarray] = []
+        for start in range(0, len(texts), BATCH):
+            rows.extend(self.embedder.embed(texts[start : start + BATCH]))
+        return rows
 
     def commit(self) -> None:
         self.words.commit()
@@ -128,7 +135,8 @@ class HybridIndex:
             return lexical[:limit]
         import numpy as np
 
-        relevance = np.maximum(vectors.cosines(meant), 0.0)
+        relevance = vectors.cosines(meant)
+        np.maximum(relevance, 0.0, out=relevance)
         if lexical:
             weights = self._terms.weights(query_terms(query))
             best = lexical[0][1] or 1.0
@@ -155,8 +163,8 @@ class HybridIndex:
 
         assert self._vectors is not None
         names = self._vectors.names
-        live = self._vectors.live
-        relevance = np.where(live, relevance, -1.0)
+        live = self._vectors.live[: len(relevance)]
+        relevance[~live] = -1.0
         count = min(limit, len(self._vectors))
         if count < len(relevance):
             top = np.argpartition(-relevance, count - 1)[:count]

@@ -29,6 +29,8 @@ class VectorTable:
         self.rows: dict[str, int] = {}
         self.names: list[str | None] = []
         self._free: list[int] = []
+        self.used = 0
+        """Rows up to the last one ever taken (free rows are taken lowest first, so they stay packed)."""
         self._pending: dict[str, np.ndarray | None] = {}
 
     def __len__(self) -> int:
@@ -52,6 +54,7 @@ class VectorTable:
             if row is None:
                 row = self._take(len(vector))
                 self.rows[name], self.names[row], self.live[row] = row, name, True
+                self.used = max(self.used, row + 1)
             self.matrix[row] = vector
 
     def _take(self, dim: int) -> int:
@@ -71,8 +74,13 @@ class VectorTable:
         return size
 
     def cosines(self, query: np.ndarray) -> np.ndarray:
-        """The query's cosine with every row; 0 for free rows (never returned: they have no name)."""
-        scores: np.ndarray = self._np.where(self.live, self.matrix @ query, 0.0)
+        """The query's cosine with every row up to the last taken; 0 for free rows (never returned: they have no
+        name). `einsum`, not `@`: a matrix-vector product through BLAS wakes its thread pool at every call, which on
+        a busy machine cost 10 to 20 ms a search where one thread's pass over 10,000 rows takes 0.4 ms."""
+        np = self._np
+        used = self.used
+        scores: np.ndarray = np.einsum("ij,j->i", self.matrix[:used], query)
+        scores[~self.live[:used]] = 0.0
         return scores
 
 
