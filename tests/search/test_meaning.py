@@ -138,3 +138,53 @@ def test_an_agent_that_never_searches_loads_neither_numpy_nor_the_model() -> Non
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+class Embeddings:
+    """An OpenAI-compatible `/embeddings` endpoint on loopback, answering with `Letters`' vectors."""
+
+    def __init__(self) -> None:
+        import threading
+
+        import uvicorn
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+
+        self.seen: list[tuple[str | None, str]] = []
+
+        async def embeddings(request: Request) -> JSONResponse:
+            body = await request.json()
+            self.seen.append((request.headers.get("authorization"), body["model"]))
+            rows = Letters().embed(body["input"]).tolist()
+            return JSONResponse(
+                {"data": [{"index": i, "embedding": row} for i, row in reversed(list(enumerate(rows)))]}
+            )
+
+        app = Starlette(routes=[Route("/v1/embeddings", embeddings, methods=["POST"])])
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        import time
+
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=5)
+
+
+def test_an_openai_compatible_endpoint_embeds_with_its_key_and_its_order_kept() -> None:
+    endpoint = Embeddings()
+    with endpoint as url:
+        index = ranker_for(f"openai:letters@{url}", key="s3cret")()
+        assert index.built_with == f"openai:letters@{url}"
+        index.update({"weather.now": SearchDoc("weather.now", "Weather now"), "fax.send": SearchDoc("fax.send", "Fax")})
+        assert [name for name, _ in index.search("wheather", 1)] == ["weather.now"]
+    assert set(endpoint.seen) == {("Bearer s3cret", "letters")}
