@@ -231,14 +231,15 @@ class ToolSet:
     # --- search --------------------------------------------------------------
 
     async def search(self, query: str, limit: int = 10) -> list[Match]:
-        """The `limit` tools that best match `query`, best first: BM25 over their names, titles, descriptions and
-        arguments, adjusted by health (`toolservice_base.search.health`): a tool the registry reports `held` or
+        """The `limit` tools that best match `query`, best first: by what their names, titles, descriptions and
+        arguments mean and the words they share with the query (`toolservice_base.search.hybrid`), adjusted by
+        health (`toolservice_base.search.health`): a tool the registry reports `held` or
         `unavailable` is never returned; one failing most of its calls ranks below a healthy one that matches as
         well. Health comes from this set's own calls, and from `report_health` if the application feeds it.
 
         `describe([m.name for m in matches])` gives their definitions. The index is built in a worker thread when
-        the first search asks for it (about half a second for 10,000 tools, while the event loop runs on; a set
-        that is never searched never builds one), then fed at every reload with what changed. `BadQuery` (one
+        the first search asks for it (the embedder loaded, each tool embedded: seconds for 10,000 tools, while the
+        event loop runs on; a set that is never searched never builds one, nor imports numpy), then fed at every reload with what changed. `BadQuery` (one
         line, at once) for a query with no words, one over `MAX_QUERY_CHARS`, or a limit outside 1 to `MAX_LIMIT`.
         """
         return await self._search.search(query, limit, self._state.entries)

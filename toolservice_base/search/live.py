@@ -8,9 +8,10 @@ never the whole set again.
 
 Off the loop: making documents, staging and committing run in a worker thread; the event loop only compares
 (about a millisecond over 10,000 tools) and makes the result visible. The first build is the one large write
-(about half a second at 10,000 tools): it happens when the ranker is first asked for, not before, because an
-agent that never searches would otherwise pay for it (`python -m bench --only search`: about 12 MB resident and
-seven threads for an agent of 50 tools, 17 MB at 10,000, and 0.02 to 0.3 s of CPU). Who asks first waits for
+(the embedder loaded and every tool embedded: seconds at 10,000 tools): it happens when the ranker is first asked
+for, not before, because an agent that never searches would otherwise pay for it (`python -m bench --only
+search`: about 97 MB resident and ten threads for an agent of 50 tools, most of it the model and numpy, 165 MB at
+10,000, and 0.35 to 2.4 s of CPU). Who asks first waits for
 it without holding the loop up; everyone asking meanwhile waits for the same build.
 
 One writer at a time: writes queue behind one lock, each in a task of its own, so a caller that gives up
