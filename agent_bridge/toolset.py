@@ -239,8 +239,9 @@ class ToolSet:
 
         `describe([m.name for m in matches])` gives their definitions. The index is built in a worker thread when
         the first search asks for it (the embedder loaded, each tool embedded: seconds for 10,000 tools, while the
-        event loop runs on; a set that is never searched never builds one, nor imports numpy), then fed at every reload with what changed. `BadQuery` (one
-        line, at once) for a query with no words, one over `MAX_QUERY_CHARS`, or a limit outside 1 to `MAX_LIMIT`.
+        event loop runs on; a set that is never searched never builds one, nor imports numpy), then fed at every
+        reload with what changed. `BadQuery` (one line, at once) for a query with no words, one over
+        `MAX_QUERY_CHARS`, or a limit outside 1 to `MAX_LIMIT`.
         """
         return await self._search.search(query, limit, self._state.entries)
 
