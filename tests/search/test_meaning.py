@@ -188,3 +188,30 @@ def test_an_openai_compatible_endpoint_embeds_with_its_key_and_its_order_kept() 
         index.update({"weather.now": SearchDoc("weather.now", "Weather now"), "fax.send": SearchDoc("fax.send", "Fax")})
         assert [name for name, _ in index.search("wheather", 1)] == ["weather.now"]
     assert set(endpoint.seen) == {("Bearer s3cret", "letters")}
+
+
+CALLS = {"flaky": 0}
+
+
+def flaky_letters() -> Letters:
+    """A plug-in embedder whose first load fails, as an endpoint that is down at the first search would."""
+    CALLS["flaky"] += 1
+    if CALLS["flaky"] == 1:
+        raise ConnectionError("embeddings endpoint refused the connection")
+    return Letters()
+
+
+async def test_an_index_built_by_words_while_its_embedder_was_down_is_rebuilt_with_it_once_it_loads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("toolservice_base.search.embedding.RETRY_AFTER", 0.0)  # try again at the next search
+    tools = {"weather.now": ToolDescriptor(name="weather.now", description="Weather now", service="s")}
+    live: LiveIndex[ToolDescriptor] = LiveIndex(
+        lambda name, tool: SearchDoc.of(tool), ranker_for("tests.search.test_meaning:flaky_letters")
+    )
+    first = await live.sync(tools)
+    assert getattr(first, "built_with") == "bm25" and rank(first, "wheather", 1) == []
+    second = await live.sync(tools)
+    assert getattr(second, "built_with") == "letters-64" and live.builds == 2
+    assert [m.name for m in rank(second, "wheather", 1)] == ["weather.now"], "by its letters, not its words"
+    assert await live.sync(tools) is second, "built with what a build would use now: kept"

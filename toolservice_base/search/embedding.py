@@ -16,15 +16,19 @@
   its bearer token).
 - `<module>:<attribute>`: an object of your own: a callable returning an `Embedder`.
 
-Each embedder says what it is (`Embedder.name`), and an index records the name it was built with: an index made
-with another embedder is rebuilt, never mixed. One that cannot be loaded (a package missing, an endpoint down) is
-logged once, as one warning line, and search goes on by words alone (`load`).
+Each embedder says what it is (`Embedder.name`), and an index records the name it was built with
+(`HybridIndex.built_with`): an index made with another embedder than a build now would use is rebuilt whole, never
+mixed (`hybrid.Rankers.stale`, checked by `LiveIndex` at each search). One that cannot be loaded (a package
+missing, an endpoint down) is logged once, as one warning line, and search goes on by words alone (`load`); a
+build `RETRY_AFTER` seconds later tries again, and the index is rebuilt with it once it loads.
 """
 
 from __future__ import annotations
 
 import importlib
+import math
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -171,25 +175,51 @@ def make(spec: str, key: str | None = None) -> Embedder:
     raise ValueError(f"{spec!r} names no embedder")
 
 
-_loaded: dict[tuple[str, str | None], Embedder | None] = {}
+RETRY_AFTER = 300.0
+"""Seconds after a failed load before the next index build tries again (an endpoint that was down may be up)."""
+
+_loaded: dict[tuple[str, str | None], Embedder] = {}
+_failed: dict[tuple[str, str | None], float] = {}
+"""(spec, key) -> when loading it last failed."""
 _loading = threading.Lock()
 
 
 def load(spec: str, key: str | None = None) -> Embedder | None:
     """The embedder `spec` names, loaded once per process and shared by every index; None for `bm25`, or when it
-    cannot be loaded: then one warning says why, once, and searches rank by words alone."""
+    cannot be loaded: then one warning says why (once, however often it is tried again), and searches rank by words
+    alone until a build `RETRY_AFTER` seconds later loads it (`expected` tells an index it is due)."""
     if spec == WORDS_ONLY:
         return None
     with _loading:
-        if (spec, key) not in _loaded:
-            try:
-                _loaded[spec, key] = make(spec, key)
-            except Exception as exc:  # noqa: BLE001 - any failure to load leaves search to words, said once
+        if (spec, key) in _loaded:
+            return _loaded[spec, key]
+        if time.monotonic() - _failed.get((spec, key), -math.inf) < RETRY_AFTER:
+            return None
+        try:
+            _loaded[spec, key] = made = make(spec, key)
+        except Exception as exc:  # noqa: BLE001 - any failure to load leaves search to words, said once
+            if (spec, key) not in _failed:
                 log.warning(
                     "search.embedder_unavailable",
                     embedder=spec,
                     error=f"{type(exc).__name__}: {exc}",
                     fallback="BM25 alone",
                 )
-                _loaded[spec, key] = None
-        return _loaded[spec, key]
+            _failed[spec, key] = time.monotonic()
+            return None
+        if _failed.pop((spec, key), None) is not None:
+            log.info("search.embedder_loaded", embedder=made.name)
+        return made
+
+
+def expected(spec: str, key: str | None = None) -> str | None:
+    """What an index built now would be built with, without loading anything: the loaded embedder's name, `bm25`
+    (words only, or a failed load not yet due for another try), or None when only loading can tell."""
+    if spec == WORDS_ONLY:
+        return WORDS_ONLY
+    with _loading:
+        if (spec, key) in _loaded:
+            return _loaded[spec, key].name
+        if time.monotonic() - _failed.get((spec, key), -math.inf) < RETRY_AFTER:
+            return WORDS_ONLY
+        return None

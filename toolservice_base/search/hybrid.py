@@ -27,13 +27,12 @@ Without an embedder (`TOOLREG_SEARCH_EMBEDDER=bm25`, or one that failed to load)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from functools import partial
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..logs import get_logger
 from ..settings import DEFAULT_EMBEDDER, WORDS_ONLY
-from .embedding import BATCH, Embedder, load
+from .embedding import BATCH, Embedder, expected, load
 from .index import ToolIndex
 from .text import SearchDoc, analyzer, query_terms
 from .vectors import TermTable, VectorTable
@@ -176,12 +175,24 @@ class HybridIndex:
         return [(name, score) for name, score in found[:count] if name is not None and score >= floor]
 
 
-def ranker_for(embedder: str = DEFAULT_EMBEDDER, key: str | None = None) -> Callable[[], HybridIndex]:
+def ranker_for(embedder: str = DEFAULT_EMBEDDER, key: str | None = None) -> Rankers:
     """What makes a search's ranker (`LiveIndex` calls it in a worker thread, at the first search): a
     `HybridIndex` with the embedder `embedder` names (`Settings.search_embedder`), loaded there and then, once per
     process; BM25 alone for `bm25`, or when it cannot be loaded."""
-    return partial(_made, embedder, key)
+    return Rankers(embedder, key)
 
 
-def _made(embedder: str, key: str | None) -> HybridIndex:
-    return HybridIndex(load(embedder, key))
+class Rankers:
+    """`ranker_for`'s factory: `HybridIndex`es with one embedder, and whether an index was built with what a build
+    now would use (`stale`): one built by words alone while the embedder could not be loaded is rebuilt once it
+    may load, never patched with vectors of another embedder."""
+
+    def __init__(self, embedder: str, key: str | None) -> None:
+        self.embedder, self.key = embedder, key
+
+    def __call__(self) -> HybridIndex:
+        return HybridIndex(load(self.embedder, self.key))
+
+    def stale(self, ranker: object) -> bool:
+        """Whether `ranker` (one of ours) was built with another embedder than a build now would be."""
+        return getattr(ranker, "built_with", None) != expected(self.embedder, self.key)

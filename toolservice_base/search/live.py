@@ -63,9 +63,15 @@ class LiveIndex(Generic[S]):
         """The ranker, holding `items`: built over them the first time, then fed what differs. Waits for writes
         queued before this one; never holds the event loop up."""
         ranker = self._ranker
-        if ranker is not None and items is self._held:
+        if ranker is not None and items is self._held and not self._stale(ranker):
             return ranker
         return await asyncio.shield(self._start(items))
+
+    def _stale(self, ranker: Ranker) -> bool:
+        """Whether the ranker was built with another embedder than a build now would use (`Rankers.stale`): then
+        it is built again, whole."""
+        stale = getattr(self._make, "stale", None)
+        return bool(stale(ranker)) if stale is not None else False
 
     def follow(self, items: Mapping[str, S]) -> None:
         """Feed the ranker `items` in the background, if it is built (nothing otherwise: it is built when asked
@@ -90,10 +96,10 @@ class LiveIndex(Generic[S]):
     async def _write(self, items: Mapping[str, S]) -> Ranker:
         async with self._lock:
             ranker, held = self._ranker, self._held
-            if ranker is not None and items is held:
+            if ranker is not None and items is held and not self._stale(ranker):
                 return ranker
             try:
-                if ranker is None:
+                if ranker is None or self._stale(ranker):
                     ranker = await asyncio.to_thread(self._build, dict(items))
                     self.builds += 1
                 else:
