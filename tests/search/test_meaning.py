@@ -210,8 +210,8 @@ async def test_an_index_built_by_words_while_its_embedder_was_down_is_rebuilt_wi
         lambda name, tool: SearchDoc.of(tool), ranker_for("tests.search.test_meaning:flaky_letters")
     )
     first = await live.sync(tools)
-    assert getattr(first, "built_with") == "bm25" and rank(first, "wheather", 1) == []
+    assert isinstance(first, HybridIndex) and first.built_with == "bm25" and rank(first, "wheather", 1) == []
     second = await live.sync(tools)
-    assert getattr(second, "built_with") == "letters-64" and live.builds == 2
+    assert isinstance(second, HybridIndex) and second.built_with == "letters-64" and live.builds == 2
     assert [m.name for m in rank(second, "wheather", 1)] == ["weather.now"], "by its letters, not its words"
     assert await live.sync(tools) is second, "built with what a build would use now: kept"
