@@ -36,7 +36,6 @@ from toolservice_base.search import (
     Match,
     Ranker,
     SearchDoc,
-    ToolIndex,
     check_limit,
     combine,
     query_terms,
@@ -130,7 +129,7 @@ class _Counting:
 class ToolSearch:
     """One `ToolSet`'s index, kept in step at each swap, and the health it ranks by."""
 
-    def __init__(self, ranker: Callable[[], Ranker] = ToolIndex) -> None:
+    def __init__(self, ranker: Callable[[], Ranker] | None = None) -> None:
         self.outcomes = CallOutcomes()
         self.reported: Mapping[str, Health] = {}
         self.index: LiveIndex[Entry] = LiveIndex(_document, ranker)

@@ -32,7 +32,7 @@ from toolservice_base.logs import get_logger
 from toolservice_base.metrics import OTHER_TOOL
 from toolservice_base.schemas import TextContent, ToolResult, check_name
 from toolservice_base.schemas.content import merge
-from toolservice_base.search import Health, Match, Ranker, ToolIndex
+from toolservice_base.search import Health, Match, Ranker, ranker_for
 from toolservice_base.settings import Settings
 from toolservice_base.transport import Transport, open_transport
 
@@ -71,14 +71,15 @@ class ToolSet:
         close_timeout: float = 30.0,
         metrics: BridgeMetrics | None = None,
         limits: CallLimits | None = None,
-        ranker: Callable[[], Ranker] = ToolIndex,
+        ranker: Callable[[], Ranker] | None = None,
     ) -> None:
         """`call_timeout` bounds each whole call, a streamed answer included; `idle_timeout` (off unless
         given) also bounds each wait for the next chunk; `max_answer_bytes` bounds what one answer
         may bring in. Past a timeout a call raises `RequestTimeout`, past the size `AnswerTooLarge`,
         and the service is told to stop. `limits` gives the three as one `CallLimits` (then the three
-        arguments are not read). `ranker` makes the ranker `search` uses (BM25 over tantivy by default; an
-        embedding ranker of your own goes behind the same `Ranker` interface)."""
+        arguments are not read). `ranker` makes the ranker `search` uses (by default BM25 fused with the
+        embedder `settings.search_embedder` names, `toolservice_base.search.hybrid`; a ranker of your own goes behind
+        the same `Ranker` interface)."""
         self.workspace = check_name(workspace, "workspace")
         self._settings = settings or Settings.from_env(data_dir=data_dir, pulsar_url=pulsar_url)
         self._pulsar_url = pulsar_url
@@ -98,7 +99,9 @@ class ToolSet:
         self.close_timeout = close_timeout
         self.metrics = metrics or BridgeMetrics.default()
         self._reload = Reloader(self, factories or {})
-        self._search = ToolSearch(ranker)
+        self._search = ToolSearch(
+            ranker or ranker_for(self._settings.search_embedder, self._settings.search_embedder_key)
+        )
         self._reload.swap_hooks.append(self._search.swap)
         self._closed = False
 
@@ -209,15 +212,17 @@ class ToolSet:
     # --- search --------------------------------------------------------------
 
     async def search(self, query: str, limit: int = 10) -> list[Match]:
-        """The `limit` tools that best match `query`, best first: BM25 over their names, titles, descriptions and
-        arguments, adjusted by health (`toolservice_base.search.health`): a tool the registry reports `held` or
+        """The `limit` tools that best match `query`, best first: by what their names, titles, descriptions and
+        arguments mean and the words they share with the query (`toolservice_base.search.hybrid`), adjusted by
+        health (`toolservice_base.search.health`): a tool the registry reports `held` or
         `unavailable` is never returned; one failing most of its calls ranks below a healthy one that matches as
         well. Health comes from this set's own calls, and from `report_health` if the application feeds it.
 
         `describe([m.name for m in matches])` gives their definitions. The index is built in a worker thread when
-        the first search asks for it (about half a second for 10,000 tools, while the event loop runs on; a set
-        that is never searched never builds one), then fed at every reload with what changed. `BadQuery` (one
-        line, at once) for a query with no words, one over `MAX_QUERY_CHARS`, or a limit outside 1 to `MAX_LIMIT`.
+        the first search asks for it (the embedder loaded, each tool embedded: seconds for 10,000 tools, while the
+        event loop runs on; a set that is never searched never builds one, nor imports numpy), then fed at every
+        reload with what changed. `BadQuery` (one line, at once) for a query with no words, one over
+        `MAX_QUERY_CHARS`, or a limit outside 1 to `MAX_LIMIT`.
         """
         return await self._search.search(query, limit, self._state.entries)
 

@@ -42,6 +42,8 @@ MCP_TOKEN_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "E
 """Asymmetric JWS algorithms only: a key published in a JWKS is public, so an HMAC (`HS*`) token checked against one
 could be forged by anyone, and `none` is no signature."""
 MCP_CLOCK_SKEW = 30.0
+DEFAULT_EMBEDDER = "wordllama"
+WORDS_ONLY = "bm25"
 MAX_MCP_CLOCK_SKEW = 300.0
 
 
@@ -143,6 +145,12 @@ class Settings:
     change_window_keys: int = 100_000
     """TOOLREG_CHANGE_WINDOW_KEYS: changed keys the config store's change feed remembers; a reader further behind
     reads everything (its tools, not the whole store) once."""
+    search_embedder: str = "wordllama"
+    """TOOLREG_SEARCH_EMBEDDER: what search embeds tools and queries with (`toolservice_base.search.embedding`):
+    `wordllama` (shipped in its wheel, offline), `bm25` (words only), `sentence-transformers:<model>`,
+    `fastembed:<model>`, `openai:<model>@<base-url>` or `<module>:<attribute>`."""
+    search_embedder_key: str | None = None
+    """TOOLREG_SEARCH_EMBEDDER_KEY: the bearer token an `openai:` embeddings endpoint is sent."""
     change_window_bytes: int = 16 * 1024 * 1024
     """TOOLREG_CHANGE_WINDOW_BYTES: about how many bytes of key names the change feed keeps, whichever bound is hit
     first."""
@@ -158,6 +166,7 @@ class Settings:
             raise SettingsError(f"{MCP_MAX_SESSIONS_ENV}={self.mcp_max_sessions!r}: give at least 1")
         if self.mcp_max_message is not None and self.mcp_max_message < 1024:
             raise SettingsError(f"{MCP_MAX_MESSAGE_ENV}={self.mcp_max_message!r}: give at least 1024 bytes")
+        check_embedder(self.search_embedder)
         if min(self.change_window_keys, self.change_window_bytes) < 1:
             raise SettingsError(f"{CHANGE_WINDOW_KEYS_ENV} and {CHANGE_WINDOW_BYTES_ENV} must be at least 1")
 
@@ -180,6 +189,8 @@ class Settings:
             topicspace=space,
             store=os.environ.get("TOOLREG_STORE", "").strip() or None,
             group_key_file=Path(key) if (key := _env(GROUP_KEY_ENV)) else None,
+            search_embedder=_env(SEARCH_EMBEDDER_ENV) or DEFAULT_EMBEDDER,
+            search_embedder_key=_env(SEARCH_EMBEDDER_KEY_ENV),
             **_change_window_env(),
             **_serving_env(),
             **_registry_env(),
@@ -257,6 +268,8 @@ ADMIN_TOKEN_FILE_ENV = "PULSAR_ADMIN_TOKEN_FILE"
 CLUSTER_ENV = "PULSAR_CLUSTER"
 AUDIT_RETENTION_ENV = "TOOLREG_AUDIT_RETENTION"
 GROUP_KEY_ENV = "TOOLREG_GROUP_KEY"
+SEARCH_EMBEDDER_ENV = "TOOLREG_SEARCH_EMBEDDER"
+SEARCH_EMBEDDER_KEY_ENV = "TOOLREG_SEARCH_EMBEDDER_KEY"
 MCP_SESSION_IDLE_ENV = "TOOLREG_MCP_SESSION_IDLE"
 MCP_MAX_SESSIONS_ENV = "TOOLREG_MCP_MAX_SESSIONS"
 MCP_MAX_MESSAGE_ENV = "TOOLREG_MCP_MAX_MESSAGE"
@@ -276,6 +289,18 @@ MCP_RATE_LIMIT_ENV = "TOOLREG_MCP_RATE_LIMIT"
 MCP_AUDIT_TOPIC_ENV = "TOOLREG_MCP_AUDIT_TOPIC"
 MCP_AUDIT_ARGUMENTS_ENV = "TOOLREG_MCP_AUDIT_ARGUMENTS"
 MCP_AUDIT_KEY_ENV = "TOOLREG_MCP_AUDIT_KEY"
+
+
+def check_embedder(spec: str) -> str:
+    """`spec` if it has the form of an embedder's name (`toolservice_base.search.embedding`), else one line saying
+    which forms do."""
+    kind, _, rest = spec.partition(":")
+    if spec in (DEFAULT_EMBEDDER, WORDS_ONLY) or (rest and (kind != "openai" or "@" in rest)):
+        return spec
+    raise SettingsError(
+        f"{SEARCH_EMBEDDER_ENV}={spec!r} is not an embedder; use wordllama, bm25, sentence-transformers:<model>,"
+        " fastembed:<model>, openai:<model>@<base-url> or <module>:<attribute>"
+    )
 
 
 def _env(name: str) -> str | None:

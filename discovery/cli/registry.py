@@ -138,6 +138,8 @@ def registry_options(args: argparse.Namespace) -> RegistryOptions:
             auto_approve=trust.auto_approve if trust is not None else None,
             follow_audit=settings.mcp_audit_topic,
             audit_fronts=trust.front_keys() if trust is not None else {},
+            search_embedder=settings.search_embedder,
+            search_embedder_key=settings.search_embedder_key,
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from None

@@ -1,8 +1,9 @@
 """`toolreg tools --search QUERY`: a workspace's tools, best match first, as an agent's search ranks them.
 
-The tools are read from the config store (what agents load), ranked by BM25 over their names, titles,
-descriptions and arguments, and by what the registry says of them: a `held` or `unavailable` tool is left out, a
-tool whose heartbeats count mostly errors comes after a healthy one that matches as well
+The tools are read from the config store (what agents load), ranked as agents rank them: by what their names,
+titles, descriptions and arguments mean and the words they share with the query (`toolservice_base.search.hybrid`,
+the embedder `TOOLREG_SEARCH_EMBEDDER` names), and by what the registry says of them: a `held` or `unavailable`
+tool is left out, a tool whose heartbeats count mostly errors comes after a healthy one that matches as well
 (`toolservice_base.search.health`). A registry that does not answer leaves the ranking to text alone, and a
 line on stderr says so.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 
 from discovery.errors import RegistryUnavailable
@@ -20,9 +22,9 @@ from discovery.registry.protocol import ToolStatus
 from toolservice_base.configclient import ConfigClient
 from toolservice_base.errors import BadQuery, RequestTimeout
 from toolservice_base.schemas import ToolDescriptor, validate_config_item
-from toolservice_base.search import UNKNOWN, Match, SearchDoc, ToolIndex, check_limit, query_terms, rank
+from toolservice_base.search import UNKNOWN, Match, Ranker, SearchDoc, check_limit, query_terms, rank, ranker_for
 
-from .common import CommandError, Deadline, connect, opened, waiting_for
+from .common import CommandError, Deadline, connect, opened, settings_of, waiting_for
 from .output import Column, render
 from .search_health import reports
 
@@ -58,12 +60,21 @@ async def cmd_search(args: argparse.Namespace) -> int:
             statuses = {}
             print("toolreg: the registry did not answer: ranked by text alone, statuses unknown", file=sys.stderr)
     tools = _parse(items.get("tool", {}))
-    index = ToolIndex()
-    index.update({name: SearchDoc.of(tool) for name, tool in tools.items()})
+    settings = settings_of(args)
+    index = await asyncio.to_thread(_indexed, ranker_for(settings.search_embedder, settings.search_embedder_key), tools)
     health = reports(statuses.values())
     matches = rank(index, args.search, args.limit, health_of=lambda name: health.get(name, UNKNOWN))
     _print(args, matches, tools, statuses)
     return 0
+
+
+def _indexed(make: Callable[[], Ranker], tools: dict[str, ToolDescriptor]) -> Ranker:
+    """In a worker thread: the embedder loaded, the tools indexed."""
+    index = make()
+    index.stage({name: SearchDoc.of(tool) for name, tool in tools.items()})
+    index.commit()
+    index.refresh()
+    return index
 
 
 def _parse(raw: dict[str, str]) -> dict[str, ToolDescriptor]:

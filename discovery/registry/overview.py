@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from toolservice_base.configclient import ConfigClient, apply_changes
 from toolservice_base.errors import ChangesUnavailable
 from toolservice_base.schemas import ToolAnnotations, ToolDescriptor
-from toolservice_base.search import Match
+from toolservice_base.search import Match, Ranker
 
 from .callers import CallerBook, CallerView
 from .leases import Lease, LeaseTable, ServiceKey
@@ -224,6 +224,7 @@ class Overview:
         pending: Callable[[], list[PendingChange]] | None = None,
         trust: TrustView | None = None,
         callers: CallerBook | None = None,
+        ranker: Callable[[], Ranker] | None = None,
     ) -> None:
         self._services = services
         self._leases = leases
@@ -245,7 +246,7 @@ class Overview:
         """The newest store version seen (pushes and our reads); None until the first."""
         self._static: dict[str, tuple[int, Mapping[str, Mapping[str, str]]]] = {}
         """Workspace -> (version, {"tool": items, "tool-service": items}) as last read."""
-        self.finder = ToolFinder(self.tool_sources)
+        self.finder = ToolFinder(self.tool_sources, ranker)
         """The registry's index of its tools, for the page's search (`search`)."""
 
     def observe(self, version: int) -> None:

@@ -20,7 +20,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from toolservice_base.schemas import ToolDescriptor, validate_config_item
-from toolservice_base.search import Health, LiveIndex, Match, SearchDoc, check_limit, query_terms, rank, share_of
+from toolservice_base.search import (
+    Health,
+    LiveIndex,
+    Match,
+    Ranker,
+    SearchDoc,
+    check_limit,
+    query_terms,
+    rank,
+    share_of,
+)
 
 from .usage import ToolUsage
 
@@ -73,9 +83,11 @@ class ToolFinder:
     """The registry's index of its tools, fed from `sources` (every tool the page lists, by `search_key`) at each
     search."""
 
-    def __init__(self, sources: Callable[[], Awaitable[Mapping[str, ToolSource]]]) -> None:
+    def __init__(
+        self, sources: Callable[[], Awaitable[Mapping[str, ToolSource]]], ranker: Callable[[], Ranker] | None = None
+    ) -> None:
         self._sources = sources
-        self.index: LiveIndex[ToolSource] = LiveIndex(document)
+        self.index: LiveIndex[ToolSource] = LiveIndex(document, ranker)
 
     async def search(self, query: str, limit: int, shown: Mapping[str, Health]) -> list[Match]:
         """The tools of `shown` (what the page shows, by `search_key`, with the health it shows) that best match

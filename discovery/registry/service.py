@@ -42,6 +42,7 @@ from toolservice_base.errors import ConfigError, RequestTimeout
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import RequestServer, error_body
 from toolservice_base.schemas import ConfigPush, ConfigRequest
+from toolservice_base.search import ranker_for
 from toolservice_base.transport import Subscription, Transport, unique_name
 
 from .book import ServiceBook
@@ -213,6 +214,7 @@ class Registry:
             workspace_default=self.workspace_default,
             pending=self.queries.pending if self.pins is not None else None,
             trust=trust_view(self.options.trust),
+            ranker=ranker_for(self.options.search_embedder, self.options.search_embedder_key),
             callers=self.callers if self.options.follow_audit else None,
         )
 

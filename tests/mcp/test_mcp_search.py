@@ -86,8 +86,9 @@ async def test_bad_searches_and_calls_are_error_results_saying_what_would_do(
         for case, (arguments, message) in cases.items():
             result = await session.call_tool("search_tools", arguments)
             assert result.is_error is True and message in text_of(result), case
-        nothing = found(await session.call_tool("search_tools", {"query": "zzyzx qwertyuiop"}))
-        assert nothing == []
+        # No tool shares a word with it: what comes back (if anything) is ranked by meaning alone, never an error.
+        gibberish = await session.call_tool("search_tools", {"query": "zzyzx qwertyuiop", "limit": 3})
+        assert gibberish.is_error is not True and len(found(gibberish)) <= 3
         unicode = found(await session.call_tool("search_tools", {"query": "wetter für München 🌦 forecast"}))
         assert unicode and unicode[0]["name"].startswith("weather_forecast")
 

@@ -80,7 +80,7 @@ async def test_the_registry_searches_its_tools_and_feeds_its_index_only_what_cha
     await announce(
         connection, registry, offering("weather", WEATHER, kind="withdraw", sequence=2), "weather.now", False
     )
-    assert await search(overview, "weather") == []
+    assert "default/weather.now" not in await search(overview, "weather")
     assert (index.builds, index.updates, index.last_changed) == (1, 2, 1)
 
     for query, limit in (("the", 5), ("x" * 10_000, 5), ("jira", 0), ("jira", 101)):
@@ -110,7 +110,8 @@ async def test_what_the_page_shows_of_a_tools_health_ranks_it(
 
     failing = ToolUsage(calls_per_s=10.0, errors_per_s=9.0)
     ranked = await overview.search("archive jira ticket", 5, with_health(shown, **{"archive.one": {"usage": failing}}))
-    assert keys(ranked) == ["default/archive.two", "default/archive.one"] and ranked[0].relevance == ranked[1].relevance
+    assert keys(ranked) == ["default/archive.two", "default/archive.one"]
+    assert ranked[0].relevance == pytest.approx(ranked[1].relevance, rel=0.01), "twins but for their names"
     held = with_health(shown, **{"archive.two": {"status": "held"}})
     assert keys(await overview.search("archive jira ticket", 5, held)) == ["default/archive.one"]
     gone = shown.model_copy(update={"tools": [t for t in shown.tools if t.name != "archive.one"]})

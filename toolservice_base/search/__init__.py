@@ -5,11 +5,13 @@
     for match in rank(index, "open a bug", 5, health_of=lambda name: Health()):
         print(match.name, match.score)
 
-`ToolIndex` (`index`) ranks by BM25 over four fields (`text`); `rank` applies the health rules (`health`):
+`ToolIndex` (`index`) ranks by BM25 over four fields (`text`); `HybridIndex` (`hybrid`) fuses it with what tools
+and queries mean, by an `Embedder` (`embedding`: WordLlama's, shipped in its wheel, unless a setting names
+another); `rank` applies the health rules (`health`):
 excluded tools dropped, failing ones lowered; `LiveIndex` (`live`) keeps a ranker in step with a live set, built
 and fed off the event loop. `agent_bridge`'s `ToolSet.search`, `toolreg mcp --search`, `toolreg tools --search`
-and the registry page's search box all rank this way. A `Ranker` of your own (an embedding model's, say) goes
-behind the same interface.
+and the registry page's search box all rank this way (`ranker_for(Settings.search_embedder)`). A `Ranker` of your
+own goes behind the same interface.
 """
 
 from __future__ import annotations
@@ -17,13 +19,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .embedding import Embedder
 from .health import EXCLUDED, FAILING_WEIGHT, HEALTHY_SHARE, UNKNOWN, Health, combine, share_of
+from .hybrid import LEXICAL_WEIGHT, HybridIndex, ranker_for
 from .index import Ranker, ToolIndex
 from .live import LiveIndex
 from .text import BOOSTS, MAX_LIMIT, MAX_QUERY_CHARS, SearchDoc, arguments_text, check_limit, query_terms
 
 __all__ = [
     "BOOSTS",
+    "LEXICAL_WEIGHT",
+    "Embedder",
+    "HybridIndex",
+    "ranker_for",
     "EXCLUDED",
     "FAILING_WEIGHT",
     "HEALTHY_SHARE",

@@ -8,9 +8,10 @@ never the whole set again.
 
 Off the loop: making documents, staging and committing run in a worker thread; the event loop only compares
 (about a millisecond over 10,000 tools) and makes the result visible. The first build is the one large write
-(about half a second at 10,000 tools): it happens when the ranker is first asked for, not before, because an
-agent that never searches would otherwise pay for it (`python -m bench --only search`: about 12 MB resident and
-seven threads for an agent of 50 tools, 17 MB at 10,000, and 0.02 to 0.3 s of CPU). Who asks first waits for
+(the embedder loaded and every tool embedded: seconds at 10,000 tools): it happens when the ranker is first asked
+for, not before, because an agent that never searches would otherwise pay for it (`python -m bench --only
+search`: about 97 MB resident and ten threads for an agent of 50 tools, most of it the model and numpy, 165 MB at
+10,000, and 0.35 to 2.4 s of CPU). Who asks first waits for
 it without holding the loop up; everyone asking meanwhile waits for the same build.
 
 One writer at a time: writes queue behind one lock, each in a task of its own, so a caller that gives up
@@ -25,7 +26,8 @@ from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 from ..logs import get_logger
-from .index import Ranker, ToolIndex
+from .hybrid import ranker_for
+from .index import Ranker
 from .text import SearchDoc
 
 S = TypeVar("S")
@@ -38,9 +40,9 @@ class LiveIndex(Generic[S]):
     searched, and runs in a worker thread. A mapping handed over must not be changed afterwards (each swap, each
     read, is a new mapping)."""
 
-    def __init__(self, document: Callable[[str, S], SearchDoc], ranker: Callable[[], Ranker] = ToolIndex) -> None:
+    def __init__(self, document: Callable[[str, S], SearchDoc], ranker: Callable[[], Ranker] | None = None) -> None:
         self._document = document
-        self._make = ranker
+        self._make = ranker or ranker_for()
         self._ranker: Ranker | None = None
         self._held: Mapping[str, S] = {}
         """The set the ranker holds (what was last written to it)."""
@@ -61,9 +63,15 @@ class LiveIndex(Generic[S]):
         """The ranker, holding `items`: built over them the first time, then fed what differs. Waits for writes
         queued before this one; never holds the event loop up."""
         ranker = self._ranker
-        if ranker is not None and items is self._held:
+        if ranker is not None and items is self._held and not self._stale(ranker):
             return ranker
         return await asyncio.shield(self._start(items))
+
+    def _stale(self, ranker: Ranker) -> bool:
+        """Whether the ranker was built with another embedder than a build now would use (`Rankers.stale`): then
+        it is built again, whole."""
+        stale = getattr(self._make, "stale", None)
+        return bool(stale(ranker)) if stale is not None else False
 
     def follow(self, items: Mapping[str, S]) -> None:
         """Feed the ranker `items` in the background, if it is built (nothing otherwise: it is built when asked
@@ -88,10 +96,10 @@ class LiveIndex(Generic[S]):
     async def _write(self, items: Mapping[str, S]) -> Ranker:
         async with self._lock:
             ranker, held = self._ranker, self._held
-            if ranker is not None and items is held:
+            if ranker is not None and items is held and not self._stale(ranker):
                 return ranker
             try:
-                if ranker is None:
+                if ranker is None or self._stale(ranker):
                     ranker = await asyncio.to_thread(self._build, dict(items))
                     self.builds += 1
                 else:
