@@ -36,6 +36,7 @@ from toolservice_base.errors import (
     ToolError,
     UnknownToolError,
 )
+from toolservice_base.rpc import CallLimits
 from toolservice_base.schemas import ToolResult
 
 from .client import ToolServiceClient
@@ -47,7 +48,6 @@ from .impls import (
     arguments_schema,
     register_tool_type,
 )
-from .limits import CallLimits
 from .static import StaticDirError, load_static_dir
 from .toolset import ToolSet
 

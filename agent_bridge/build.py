@@ -24,6 +24,7 @@ from functools import cached_property, lru_cache, partial
 import immutables
 
 from toolservice_base.logs import get_logger
+from toolservice_base.rpc import CallLimits
 from toolservice_base.schemas import (
     ToolDescriptor,
     ToolServiceDescriptor,
@@ -34,7 +35,6 @@ from toolservice_base.transport import Transport
 from .arguments import ArgumentCheck
 from .client import ToolServiceClient
 from .impls import CallsForUser, Tool, ToolContext, ToolFactory
-from .limits import CallLimits
 
 log = get_logger("agent_bridge.build")
 

@@ -27,7 +27,7 @@ from typing import Any, Self
 from toolservice_base import tracing
 from toolservice_base.errors import AnswerTooLarge, ToolError
 from toolservice_base.logs import get_logger
-from toolservice_base.rpc import TOOL, RequestClient
+from toolservice_base.rpc import DEFAULT_LIMITS, TOOL, CallLimits, RequestClient
 from toolservice_base.schemas import (
     ToolResult,
     ToolServiceDescriptor,
@@ -40,12 +40,9 @@ from toolservice_base.schemas import (
 from toolservice_base.signing import parse_public_key, public_key_text
 from toolservice_base.transport import Transport
 
-from .limits import CallLimits
 from .metrics import BridgeMetrics
 
 log = get_logger("agent_bridge.client")
-
-DEFAULT_LIMITS = CallLimits()
 
 
 class ToolServiceClient:
@@ -190,8 +187,7 @@ class ToolServiceClient:
                 responses = self._rpc.stream(
                     request,
                     is_last=is_last_response,
-                    timeout=limits.timeout,
-                    idle_timeout=limits.idle_timeout,
+                    limits=limits,
                     properties=span.properties or None,
                 )
                 checked = _Checked(self.service.id, limits.max_answer_bytes, tool)
@@ -241,8 +237,7 @@ class ToolServiceClient:
             request,
             each,
             is_last=is_last_response,
-            timeout=limits.timeout,
-            idle_timeout=limits.idle_timeout,
+            limits=limits,
             properties=properties,
         )
 

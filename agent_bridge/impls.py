@@ -19,6 +19,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from toolservice_base.rpc import CallLimits
 from toolservice_base.schemas import (
     ToolDescriptor,
     ToolResult,
@@ -29,7 +30,6 @@ from toolservice_base.schemas import (
 from toolservice_base.transport import Transport
 
 from .client import ToolServiceClient
-from .limits import CallLimits
 
 
 @runtime_checkable

@@ -38,6 +38,7 @@ from toolservice_base.configclient import ConfigClient, apply_changes, watch_con
 from toolservice_base.errors import BrokerUnreachable, ChangesUnavailable, ConfigError, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.names import openai_names
+from toolservice_base.rpc import CallLimits
 from toolservice_base.schemas import CHANGES_TOO_OLD, ConfigPush
 from toolservice_base.tasks import cancel_and_wait
 from toolservice_base.transport import Subscription, Transport
@@ -45,7 +46,6 @@ from toolservice_base.transport import Subscription, Transport
 from .build import TYPES, Built, Entry, Items, Touched, build, one_line
 from .client import ToolServiceClient
 from .impls import ToolFactory, registered_factories
-from .limits import CallLimits
 from .snapshot import Deployment, SnapshotWriter
 
 log = get_logger("agent_bridge.toolset")

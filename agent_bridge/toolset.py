@@ -30,6 +30,7 @@ from toolservice_base.errors import (
 )
 from toolservice_base.logs import get_logger
 from toolservice_base.metrics import OTHER_TOOL
+from toolservice_base.rpc import DEFAULT_LIMITS, CallLimits
 from toolservice_base.schemas import TextContent, ToolResult, check_name
 from toolservice_base.schemas.content import merge
 from toolservice_base.search import Health, Match, Ranker, ranker_for
@@ -38,7 +39,6 @@ from toolservice_base.transport import Transport, open_transport
 
 from .build import Entry, one_line
 from .impls import PartsForUser, StreamsForUser, Tool, ToolFactory
-from .limits import DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_ANSWER_BYTES, CallLimits
 from .metrics import BridgeMetrics
 from .reload import ChangeCallback, Reloader, State
 from .search import ToolSearch
@@ -65,19 +65,16 @@ class ToolSet:
         user: str = "",
         poll_interval: float = 2.0,
         store_timeout: float = 3.0,
-        call_timeout: float = DEFAULT_CALL_TIMEOUT,
-        idle_timeout: float | None = None,
-        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        limits: CallLimits | float = DEFAULT_LIMITS,
         close_timeout: float = 30.0,
         metrics: BridgeMetrics | None = None,
-        limits: CallLimits | None = None,
         ranker: Callable[[], Ranker] | None = None,
     ) -> None:
-        """`call_timeout` bounds each whole call, a streamed answer included; `idle_timeout` (off unless
-        given) also bounds each wait for the next chunk; `max_answer_bytes` bounds what one answer
-        may bring in. Past a timeout a call raises `RequestTimeout`, past the size `AnswerTooLarge`,
-        and the service is told to stop. `limits` gives the three as one `CallLimits` (then the three
-        arguments are not read). `ranker` makes the ranker `search` uses (by default BM25 fused with the
+        """`limits` bound each call through the set (`CallLimits`, or a number: the whole call's timeout):
+        `timeout` the whole call, a streamed answer included (30 s by default); `idle_timeout` (off unless
+        given) each wait for the next chunk; `max_answer_bytes` what one answer may bring in. Past a timeout
+        a call raises `RequestTimeout`, past the size `AnswerTooLarge`, and the service is told to stop.
+        `ranker` makes the ranker `search` uses (by default BM25 fused with the
         embedder `settings.search_embedder` names, `toolservice_base.search.hybrid`; a ranker of your own goes behind
         the same `Ranker` interface)."""
         self.workspace = check_name(workspace, "workspace")
@@ -94,7 +91,7 @@ class ToolSet:
         self.user = user
         self.poll_interval = poll_interval
         self.store_timeout = store_timeout
-        self.limits = limits or CallLimits(call_timeout, idle_timeout, max_answer_bytes)
+        self.limits = CallLimits.of(limits)
         """The bounds of each call through this set (`CallLimits`)."""
         self.close_timeout = close_timeout
         self.metrics = metrics or BridgeMetrics.default()
@@ -278,7 +275,7 @@ class ToolSet:
         its chunks joined in order, with nothing between them. Raises
         `ToolError` if the service answered with an error (`BadArguments` and
         `AnswerTooLarge` are ToolErrors too), `RequestTimeout` past
-        `call_timeout` (or `idle_timeout`), `UnknownToolError` for a name the
+        `limits.timeout` (or `limits.idle_timeout`), `UnknownToolError` for a name the
         set does not hold. Counted and timed per tool in the bridge's metrics.
         """
         labels = self._labels(name)
@@ -336,7 +333,7 @@ class ToolSet:
         other errors are those of `invoke`, raised from the loop. Empty
         chunks are skipped, so `"".join` of the chunks is what `invoke`
         returns. A tool that cannot stream yields its whole answer once.
-        `call_timeout` bounds the whole stream; leaving the loop early (use
+        `limits.timeout` bounds the whole stream; leaving the loop early (use
         `contextlib.aclosing` to leave at once) tells the service to stop.
         Counted and timed per tool in the bridge's metrics, from the first read to the last chunk.
         """

@@ -17,7 +17,7 @@ from typing import Any
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from agent_bridge import ToolSet
+from agent_bridge import CallLimits, ToolSet
 from toolservice_base import open_transport
 from toolservice_base.schemas import ImageContent
 
@@ -43,7 +43,9 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         )
         try:
             async with (
-                ToolSet(settings=stack.settings, connection=connection, max_answer_bytes=4 * IMAGE_BYTES) as tools,
+                ToolSet(
+                    settings=stack.settings, connection=connection, limits=CallLimits(max_answer_bytes=4 * IMAGE_BYTES)
+                ) as tools,
                 Client(server, mode="legacy") as client,
             ):
                 await Watch(tools).listed([TOOL])

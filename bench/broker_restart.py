@@ -141,7 +141,7 @@ async def deployment_with_caller(root: Path) -> AsyncIterator[tuple[Deployment, 
     try:
         await deployment.up("up")
         deployment.start("joke", "serve", "toolservice_base.examples.joke:JokeService")
-        async with ToolSet(settings=Settings.from_env(data_dir=deployment.data_dir), call_timeout=CALL_LIMIT) as tools:
+        async with ToolSet(settings=Settings.from_env(data_dir=deployment.data_dir), limits=CALL_LIMIT) as tools:
             await tools.wait_for(lambda t: "tell-joke" in t.names(), timeout=30)
             caller = Caller(tools)
             task = asyncio.create_task(caller.run())

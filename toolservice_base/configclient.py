@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from .errors import ChangesUnavailable, ConfigConflict, ConfigError, ConfigRefused, RequestTimeout
 from .logs import get_logger
-from .rpc import DEFAULT_TIMEOUT, RequestClient
+from .rpc import DEFAULT_CALL_TIMEOUT, RequestClient
 from .schemas import (
     CHANGES_OPERATION,
     CHANGES_TOO_OLD,
@@ -116,7 +116,7 @@ class ConfigClient:
         connection: Transport,
         *,
         workspace: str = "default",
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: float = DEFAULT_CALL_TIMEOUT,
         requests: Requests | None = None,
         sign: Callable[[ConfigRequest], ConfigRequest] | None = None,
     ) -> None:

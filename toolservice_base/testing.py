@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from .errors import UnknownToolError
-from .rpc import TOOL, RequestClient
+from .rpc import TOOL, CallLimits, RequestClient
 from .schemas import ToolDescriptor, ToolServiceRequest, is_last_response, response_chunk
 from .service import DynamicToolService
 from .settings import Settings
@@ -114,7 +114,7 @@ class ServiceHarness(Generic[S]):
             user=user, config=json.dumps(descriptor.config_values), arguments=json.dumps(dict(arguments or {}))
         )
         responses = self._client.stream(
-            request, is_last=is_last_response, timeout=self.timeout, properties={TOOL: tool}
+            request, is_last=is_last_response, limits=CallLimits(self.timeout), properties={TOOL: tool}
         )
         async with aclosing(responses) as bodies:
             async for body in bodies:

@@ -15,8 +15,6 @@ from toolservice_base import RequestTimeout, configure_logging
 
 from .common import CommandError, fail, settings_of, waiting_for
 
-DEFAULT_TIMEOUT = 30.0
-"""Seconds `toolreg call` waits for the whole answer (the agent bridge's own default per call)."""
 STORE_WAIT = 3.0
 """Seconds it waits for the config store before it loads the snapshot or --static-dir (the ToolSet's default)."""
 SUGGESTIONS = 5
@@ -108,7 +106,7 @@ async def cmd_call(args: argparse.Namespace) -> int:
         settings=settings,
         static_dir=static_dir,
         store_timeout=min(STORE_WAIT, timeout),
-        call_timeout=timeout,
+        limits=timeout,
     )
     try:
         with waiting_for(f"the tools of workspace {args.workspace!r} from the config store"):

@@ -27,6 +27,7 @@ from typing import Any
 
 from toolservice_base import ToolDiscoveryError, configure_logging
 from toolservice_base.logs import get_logger
+from toolservice_base.rpc import DEFAULT_CALL_TIMEOUT
 from toolservice_base.settings import event_loop
 
 from . import announce as cli_announce
@@ -349,11 +350,11 @@ def _add_call(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
     call.add_argument(
         "--timeout",
         type=float,
-        default=30.0,
+        default=DEFAULT_CALL_TIMEOUT,
         metavar="SECONDS",
         help=(
-            "the longest to wait for the tool's answer (default 30); before the call, the config store "
-            "is waited for at most 3 s (less if SECONDS is), then the snapshot or --static-dir is used"
+            f"the longest to wait for the tool's answer (default {DEFAULT_CALL_TIMEOUT:g}); before the call, the config"
+            " store is waited for at most 3 s (less if SECONDS is), then the snapshot or --static-dir is used"
         ),
     )
     call.add_argument(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolservice_base.logs import get_logger
+from toolservice_base.rpc import DEFAULT_CALL_TIMEOUT
 from toolservice_base.schemas import check_name
 from toolservice_base.settings import (
     MCP_AUDIT_KEY_ENV,
@@ -89,9 +90,9 @@ def add_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
     mcp.add_argument(
         "--call-timeout",
         type=float,
-        default=30.0,
+        default=DEFAULT_CALL_TIMEOUT,
         metavar="SECONDS",
-        help="seconds to wait for each answer of a tool service (default 30)",
+        help=f"seconds to wait for each answer of a tool service (default {DEFAULT_CALL_TIMEOUT:g})",
     )
     mcp.add_argument("--static-dir", default=None, help="fallback directory of tool-service/*.json and tool/*.json")
     _add_access_options(mcp)
@@ -297,7 +298,7 @@ async def _open_toolset(stack: contextlib.AsyncExitStack, args: argparse.Namespa
                 workspace=args.workspace,
                 settings=settings,
                 user=args.user,
-                call_timeout=args.call_timeout,
+                limits=args.call_timeout,
                 static_dir=Path(args.static_dir) if args.static_dir else None,
             )
         )

@@ -105,7 +105,7 @@ async def tools(deployment: Deployment) -> AsyncIterator[ToolSet]:
     await deployment.up()
     deployment.start("joke", "serve", JOKE, "--ttl", "3")
     settings = Settings.from_env(data_dir=deployment.data_dir)
-    async with ToolSet(settings=settings, poll_interval=3600, call_timeout=2.0) as toolset:
+    async with ToolSet(settings=settings, poll_interval=3600, limits=2.0) as toolset:
         await toolset.wait_for(lambda t: "tell-joke" in t.names(), timeout=START)
         assert await call(toolset) is True
         yield toolset

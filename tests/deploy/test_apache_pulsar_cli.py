@@ -165,7 +165,7 @@ async def test_after_the_broker_restarts_the_service_and_an_agent_call_again_una
         auth_token=apache_pulsar.token,
     )
     async with ToolSet(
-        settings=settings, poll_interval=3600, call_timeout=2.0
+        settings=settings, poll_interval=3600, limits=2.0
     ) as tools:  # pushes only: the watch must recover
         await tools.wait_for(lambda t: "tell-joke" in t.names(), timeout=60)
         assert await _call(tools)

@@ -22,7 +22,7 @@ from toolservice_base import Settings, Transport
 @pytest.fixture
 async def live_toolset(connection: Transport, settings: Settings, registry: Any) -> AsyncIterator[ToolSet]:
     """A live ToolSet on the test's store, with a registry merging announcements into it (empty at first)."""
-    async with ToolSet(connection=connection, settings=settings, poll_interval=60, call_timeout=CALL_TIMEOUT) as tools:
+    async with ToolSet(connection=connection, settings=settings, poll_interval=60, limits=CALL_TIMEOUT) as tools:
         yield tools
 
 

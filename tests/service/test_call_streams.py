@@ -152,14 +152,14 @@ async def test_toolset_call_timeout_and_answer_size_bound_an_endless_tool(
 ) -> None:
     async with Endless(settings=settings, announce=False) as svc:
         await config_client.put(static_items(svc))
-        async with ToolSet(connection=connection, settings=settings, call_timeout=1.0, poll_interval=60) as tools:
+        async with ToolSet(connection=connection, settings=settings, limits=1.0, poll_interval=60) as tools:
             started = time.monotonic()
             with pytest.raises(RequestTimeout):
                 await asyncio.wait_for(tools.invoke("endless"), 10)
             assert time.monotonic() - started < 2.0
             await stopped_producing(svc)
         async with ToolSet(
-            connection=connection, settings=settings, max_answer_bytes=20_000, poll_interval=60
+            connection=connection, settings=settings, limits=CallLimits(max_answer_bytes=20_000), poll_interval=60
         ) as tools:
             with pytest.raises(AnswerTooLarge):
                 await asyncio.wait_for(tools.invoke("endless"), 10)

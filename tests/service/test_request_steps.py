@@ -20,7 +20,7 @@ import pytest
 from support import eventually
 
 from toolservice_base import RequestClient, RequestTimeout, Transport
-from toolservice_base.rpc import RequestServer
+from toolservice_base.rpc import CallLimits, RequestServer
 from toolservice_base.rpc.eager import start_now
 from toolservice_base.transport import Envelope
 
@@ -121,7 +121,9 @@ async def test_a_handler_that_answered_once_and_waits_is_stopped_by_its_callers_
     requests, responses = _pair(connection, "rpc-steps-cancel")
     server = RequestServer(connection, requests, responses, handle, subscription="rpc-steps-cancel", cancellable=True)
     async with server, RequestClient(connection, requests, responses, cancels=True) as client:
-        stream = client.stream({"text": "x"}, is_last=lambda body: body.get("end_of_stream", True), timeout=30)
+        stream = client.stream(
+            {"text": "x"}, is_last=lambda body: body.get("end_of_stream", True), limits=CallLimits(30)
+        )
         first = await anext(stream)
         await stream.aclose()  # leaves after the first part: the service is told
         assert first["part"] == 1

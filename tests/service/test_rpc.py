@@ -11,7 +11,7 @@ import pytest
 from support import eventually
 
 from toolservice_base import ConfigClient, RequestClient, Transport, TransportError
-from toolservice_base.rpc import REPLY_TO, RequestServer, reply_queue
+from toolservice_base.rpc import REPLY_TO, CallLimits, RequestServer, reply_queue
 from toolservice_base.rpc.wire import ID
 from toolservice_base.transport import Envelope
 
@@ -291,7 +291,7 @@ async def test_a_handler_that_raises_has_its_caller_answered_with_an_error_and_t
         streamed = [
             body
             async for body in client.stream(
-                {"text": "stream then fail"}, is_last=lambda body: body.get("end_of_stream", True), timeout=5
+                {"text": "stream then fail"}, is_last=lambda body: body.get("end_of_stream", True), limits=CallLimits(5)
             )
         ]
         assert [body.get("chunk") for body in streamed] == ["first", None]

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from support import static_items
 
-from agent_bridge import BadArguments, ToolError, ToolSet, UnknownToolError
+from agent_bridge import BadArguments, CallLimits, ToolError, ToolSet, UnknownToolError
 from agent_bridge.metrics import ERROR_TYPES, BridgeMetrics
 from toolservice_base import ConfigClient, DynamicToolService, Settings, Transport
 from toolservice_base.examples.calculator import CalculatorService
@@ -91,7 +91,7 @@ async def test_a_service_counts_a_tool_it_does_not_declare_under_other(
         request: dict[str, Any] = {"user": "", "config": "{}", "arguments": '{"topic": "x"}'}
 
         async def ask(**properties: str) -> dict[str, Any]:
-            async for body in client.stream(request, timeout=5, properties=properties):
+            async for body in client.stream(request, limits=CallLimits(5), properties=properties):
                 return body
             raise AssertionError("no answer")
 
@@ -142,7 +142,11 @@ async def test_deadlines_size_limits_and_refused_arguments_are_counted_per_tool_
         await config_client.put(static_items(service))
         metrics = BridgeMetrics(bridge_side)
         async with ToolSet(
-            connection=connection, settings=settings, poll_interval=60.0, metrics=metrics, max_answer_bytes=5000
+            connection=connection,
+            settings=settings,
+            poll_interval=60.0,
+            metrics=metrics,
+            limits=CallLimits(max_answer_bytes=5000),
         ) as tools:
             with pytest.raises(ToolError) as caught:
                 await tools.invoke("unruly", {"mode": "hang"})  # the service's 0.3 s limit ends it

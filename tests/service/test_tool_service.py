@@ -12,6 +12,7 @@ import structlog
 from toolservice_base import RequestClient, ServiceDefinitionError, Settings, Transport
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.countdown import CountdownService
+from toolservice_base.rpc import CallLimits
 from toolservice_base.service import DynamicToolService
 
 pytestmark = pytest.mark.contract
@@ -127,7 +128,7 @@ async def test_streaming_delivers_every_chunk_in_order(settings: Settings, conne
         chunks = [
             body
             async for body in client.stream(
-                request({"start": 50}, {"delay": 0}), is_last=lambda b: b["end_of_stream"], timeout=5
+                request({"start": 50}, {"delay": 0}), is_last=lambda b: b["end_of_stream"], limits=CallLimits(5)
             )
         ]
         assert [c["response"] for c in chunks[:-1]] == [f"{n}\n" for n in range(50, -1, -1)]
@@ -217,7 +218,7 @@ async def test_the_tool_property_names_the_tool_and_a_request_without_it_still_w
         client = await client_for(connection, several)
         # A caller that does not send `tool` (a TrustGraph agent, an older bridge) is answered as before.
         assert (await client.request(request({}), timeout=5))["response"] == "(not said)"
-        named = [body async for body in client.stream(request({}), timeout=5, properties={"tool": "second"})]
+        named = [body async for body in client.stream(request({}), limits=CallLimits(5), properties={"tool": "second"})]
         assert named[0]["response"] == "second"
         # A service with one tool knows which one it is without being told.
         assert (await (await client_for(connection, one)).request(request({}), timeout=5))["response"] == "only"

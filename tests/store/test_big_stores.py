@@ -160,7 +160,7 @@ async def test_an_answer_too_large_for_the_broker_is_an_error_at_once_not_a_time
 ) -> None:
     async with Huge(settings=settings, announce=False) as huge:
         await config_client.put(static_items(huge))
-        async with ToolSet(connection=connection, settings=settings, call_timeout=30) as tools:
+        async with ToolSet(connection=connection, settings=settings, limits=30) as tools:
             started = time.monotonic()
             with pytest.raises(ToolError) as caught:
                 await tools.invoke("answer", {"size": 10_000_000})

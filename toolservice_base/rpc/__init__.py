@@ -8,12 +8,16 @@ message properties, the private reply queues and the cancel queue).
 from __future__ import annotations
 
 from .answers import error_body
-from .client import DEFAULT_TIMEOUT, RequestClient
+from .client import RequestClient
+from .limits import DEFAULT_CALL_TIMEOUT, DEFAULT_LIMITS, DEFAULT_MAX_ANSWER_BYTES, CallLimits
 from .server import MAX_REPLY_QUEUES, RequestServer
 from .wire import REPLY_TO, TIMEOUT_MS, TOOL, cancel_queue, private_queue, reply_queue
 
 __all__ = [
-    "DEFAULT_TIMEOUT",
+    "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_LIMITS",
+    "DEFAULT_MAX_ANSWER_BYTES",
+    "CallLimits",
     "MAX_REPLY_QUEUES",
     "REPLY_TO",
     "TIMEOUT_MS",

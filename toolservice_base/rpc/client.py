@@ -45,11 +45,11 @@ from toolservice_base.tasks import close_when_granted
 from toolservice_base.transport import Envelope, Publisher, Subscription, Transport, unique_name
 
 from .inbox import Inbox, time_is_up
+from .limits import DEFAULT_CALL_TIMEOUT, DEFAULT_LIMITS, CallLimits
 from .wire import ANSWER_SIGNATURE, ID, REPLY_TO, TIMEOUT_MS, cancel_queue, private_queue, timeout_ms
 
 log = get_logger("toolservice_base.rpc")
 
-DEFAULT_TIMEOUT = 30.0
 READY_INTERVAL = 0.05
 READY_ATTEMPTS = 40
 CANCEL_CLOSE_WAIT = 1.0
@@ -267,15 +267,14 @@ class RequestClient:
         request: BaseModel | dict[str, Any] | bytes,
         *,
         is_last: Callable[[dict[str, Any]], bool] = lambda body: True,
-        timeout: float = DEFAULT_TIMEOUT,
-        idle_timeout: float | None = None,
+        limits: CallLimits = DEFAULT_LIMITS,
         properties: Mapping[str, str] | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Yield each response to `request` until `is_last` says it was the last.
 
-        `timeout` bounds the whole exchange, from the send to the last
-        response, however steadily a stream moves; `idle_timeout`, if given,
-        also bounds each wait for the next response. Past either,
+        `limits.timeout` bounds the whole exchange, from the send to the last
+        response, however steadily a stream moves; `limits.idle_timeout`, if
+        given, also bounds each wait for the next response. Past either,
         `RequestTimeout`. `properties` are sent with the request, beside `id`,
         `reply-to` and `timeout-ms` (the time left, so the server can stop
         when the caller stops waiting). A request the broker never took raises
@@ -283,7 +282,7 @@ class RequestClient:
         """
         if self._publisher is None:
             await self.start()
-        call = _Call(self, timeout, idle_timeout)
+        call = _Call(self, limits.timeout, limits.idle_timeout)
         try:
             await call.send(request, properties)
             while True:
@@ -301,8 +300,7 @@ class RequestClient:
         each: Callable[[dict[str, Any]], None],
         *,
         is_last: Callable[[dict[str, Any]], bool] = lambda body: True,
-        timeout: float = DEFAULT_TIMEOUT,
-        idle_timeout: float | None = None,
+        limits: CallLimits = DEFAULT_LIMITS,
         properties: Mapping[str, str] | None = None,
         request_id: str | None = None,
     ) -> None:
@@ -311,7 +309,7 @@ class RequestClient:
         is told to stop (if that was not the last response)."""
         if self._publisher is None:
             await self.start()
-        call = _Call(self, timeout, idle_timeout, request_id)
+        call = _Call(self, limits.timeout, limits.idle_timeout, request_id)
         try:
             await call.send(request, properties)
             while True:
@@ -375,13 +373,14 @@ class RequestClient:
         self,
         request: BaseModel | dict[str, Any] | bytes,
         *,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: float = DEFAULT_CALL_TIMEOUT,
         request_id: str | None = None,
     ) -> dict[str, Any]:
-        """One request, one response. `request_id`: the id to send it under, for a resend of a request that went
-        unanswered (`new_id`), so a server that got both can tell; a new one if not given."""
+        """One request, one response, within `timeout` seconds (the only bound one answer has). `request_id`: the
+        id to send it under, for a resend of a request that went unanswered (`new_id`), so a server that got both
+        can tell; a new one if not given."""
         bodies: list[dict[str, Any]] = []
-        await self.exchange(request, bodies.append, timeout=timeout, request_id=request_id)
+        await self.exchange(request, bodies.append, limits=CallLimits(timeout), request_id=request_id)
         return bodies[0]
 
     async def __aenter__(self) -> Self:

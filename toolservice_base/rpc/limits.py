@@ -1,17 +1,18 @@
-"""What one call of a tool may take: `CallLimits`, one object from the `ToolSet` down to the client.
+"""What one call may take: `CallLimits`, one object from the caller down to the request client.
 
 As httpx passes a `Timeout` and `Limits` rather than loose numbers, the
-bounds of one call travel together: the `ToolSet` holds them, its reloads
-hand them to every tool they build (`ToolContext.limits`), and each call
-gives them to its `ToolServiceClient`. A bound added later reaches every
-layer without a new argument at each.
+bounds of one call travel together: a `ToolSet` holds them, its reloads
+hand them to every tool they build (`ToolContext.limits`), each call gives
+them to its `ToolServiceClient`, and that to the `RequestClient` that waits
+for the answers. A bound added later reaches every layer without a new
+argument at each, and each default is written here once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_CALL_TIMEOUT", "DEFAULT_MAX_ANSWER_BYTES", "CallLimits"]
+__all__ = ["DEFAULT_CALL_TIMEOUT", "DEFAULT_LIMITS", "DEFAULT_MAX_ANSWER_BYTES", "CallLimits"]
 
 DEFAULT_CALL_TIMEOUT = 30.0
 """Seconds a whole call may take, a streamed answer included."""
@@ -34,3 +35,7 @@ class CallLimits:
         """`limits` as they are, or a number of seconds as the whole call's timeout, the other bounds by default (as
         httpx takes `timeout=5.0` or a `Timeout`)."""
         return limits if isinstance(limits, CallLimits) else cls(timeout=float(limits))
+
+
+DEFAULT_LIMITS = CallLimits()
+"""The bounds of a call that names none."""
