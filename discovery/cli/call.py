@@ -8,35 +8,18 @@ import json
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 from agent_bridge import BadArguments, BridgeUnavailable, ToolError, ToolServiceImpl, ToolSet
 from toolservice_base import RequestTimeout, configure_logging
 
 from .common import CommandError, fail, settings_of, waiting_for
+from .tool_arguments import argument_kinds, read_arguments, usage
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds `toolreg call` waits for the whole answer (the agent bridge's own default per call)."""
 STORE_WAIT = 3.0
 """Seconds it waits for the config store before it loads the snapshot or --static-dir (the ToolSet's default)."""
 SUGGESTIONS = 5
-
-
-def parse_arguments(pairs: list[str], types: dict[str, str]) -> dict[str, Any]:
-    """`key=value` pairs; a value is JSON unless the tool declares the argument a string."""
-    result: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise CommandError(f"arguments are key=value, got {pair!r}")
-        if types.get(key, "string") == "string":
-            result[key] = raw
-            continue
-        try:
-            result[key] = json.loads(raw)
-        except ValueError:
-            raise CommandError(f"argument {key!r} is declared {types[key]} but {raw!r} is not JSON") from None
-    return result
 
 
 def resolve(tools: ToolSet, name: str) -> str:
@@ -137,8 +120,7 @@ async def cmd_call(args: argparse.Namespace) -> int:
 
 async def _call(args: argparse.Namespace, tools: ToolSet, name: str) -> int:
     spec = next(d for d in tools.describe() if d["name"] == name)
-    types = {arg: prop.get("type", "string") for arg, prop in spec["parameters"]["properties"].items()}
-    arguments = parse_arguments(args.arguments, types)
+    arguments = read_arguments(args.arguments, spec["parameters"])
     chunks: list[str] = []
     try:
         with ExitStack() as notice:
@@ -150,8 +132,7 @@ async def _call(args: argparse.Namespace, tools: ToolSet, name: str) -> int:
                     sys.stdout.write(chunk)
                     sys.stdout.flush()
     except BadArguments as exc:
-        usage = " ".join(f"{arg}=<{kind}>" for arg, kind in types.items()) or "no arguments"
-        return fail(f"{exc.message}; it takes: {usage}")
+        return fail(f"{exc.message}; it takes: {usage(argument_kinds(spec['parameters']))}")
     except ToolError as exc:
         if chunks and not args.json:
             print()  # end the partial observation's line before the error's
