@@ -6,13 +6,16 @@ import argparse
 import difflib
 import json
 import sys
-from contextlib import ExitStack
+from contextlib import ExitStack, aclosing
 from pathlib import Path
+from typing import Any
 
 from agent_bridge import BadArguments, BridgeUnavailable, ToolError, ToolServiceImpl, ToolSet
 from toolservice_base import RequestTimeout, configure_logging
+from toolservice_base.schemas.content import ToolResult, merge
 
 from .common import CommandError, fail, settings_of, waiting_for
+from .saved import Saver
 from .tool_arguments import argument_kinds, read_arguments, usage
 
 DEFAULT_TIMEOUT = 30.0
@@ -121,30 +124,46 @@ async def cmd_call(args: argparse.Namespace) -> int:
 async def _call(args: argparse.Namespace, tools: ToolSet, name: str) -> int:
     spec = next(d for d in tools.describe() if d["name"] == name)
     arguments = read_arguments(args.arguments, spec["parameters"])
+    saver = Saver(Path(args.save), name) if args.save else None
+    parts: list[ToolResult] = []
     chunks: list[str] = []
     try:
         with ExitStack() as notice:
             notice.enter_context(waiting_for(_what_answers(tools, name)))
-            async for chunk in tools.stream(name, arguments, user=args.user):
-                notice.close()  # it answers: nothing more to wait for
-                chunks.append(chunk)
-                if not args.json:
+            async with aclosing(tools.parts(name, arguments, user=args.user)) as each:  # type: ignore[type-var]
+                async for part in each:
+                    notice.close()  # it answers: nothing more to wait for
+                    parts.append(part)
+                    if args.json:
+                        continue
+                    chunk = part.text if saver is None else "\n".join(saver.said(b) for b in part.content)
+                    chunks.append(chunk)
                     sys.stdout.write(chunk)
                     sys.stdout.flush()
     except BadArguments as exc:
         return fail(f"{exc.message}; it takes: {usage(argument_kinds(spec['parameters']))}")
     except ToolError as exc:
-        if chunks and not args.json:
+        if chunks:
             print()  # end the partial observation's line before the error's
         return fail(f"{name} failed: {exc}")
     except RequestTimeout as exc:
-        if chunks and not args.json:
+        if chunks:
             print()
         if exc.received:  # it answers, and was still answering at the deadline: say so, not that it may be gone
             return fail(f"{name}: {exc}")
         return fail(f"{name}: no answer from its service within {args.timeout:g}s; is it running (toolreg serve ...)?")
     if args.json:
-        print(json.dumps({"tool": name, "workspace": args.workspace, "observation": "".join(chunks)}))
+        print(json.dumps(_as_json(args, name, merge(parts), saver)))
     else:
         print()
     return 0
+
+
+def _as_json(args: argparse.Namespace, name: str, result: ToolResult, saver: Saver | None) -> dict[str, Any]:
+    """What `--json` prints: the observation a text-only caller reads, and the result's blocks as MCP writes them
+    (each binary one's bytes as a path under `--save DIR`, when given)."""
+    body: dict[str, Any] = {"tool": name, "workspace": args.workspace, "observation": result.text}
+    body["content"] = [b.to_wire() if saver is None else saver.wire(b) for b in result.content]
+    if result.structured is not None:
+        body["structuredContent"] = result.structured
+    return body

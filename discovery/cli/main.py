@@ -334,6 +334,7 @@ def _add_call(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
         **_examples(
             "toolreg call tell-joke topic=cats",
             "toolreg call calculate expression='2 * (3 + 4)' --json",
+            "toolreg call swatch rgb=9,9,9 --save ./out   # images and files written, their paths printed",
             "toolreg call tell-joke topic=cats --timeout 5 --static-dir ./tools   # works with no config store",
         ),
     )
@@ -355,7 +356,16 @@ def _add_call(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
     call.add_argument(
         "--json",
         action="store_true",
-        help='print {"tool", "workspace", "observation"} as one JSON object once the answer is whole',
+        help=(
+            'print {"tool", "workspace", "observation", "content"} as one JSON object once the answer is whole: '
+            '"content" is the result\'s blocks (text, images, audio, resources), "structuredContent" too if it has one'
+        ),
+    )
+    call.add_argument(
+        "--save",
+        default=None,
+        metavar="DIR",
+        help="write each image, audio or file of the result to DIR and print its path where the block would be",
     )
     call.set_defaults(handler=lazy("call", "cmd_call"))
     call.hint = _tool_arguments_hint
