@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolservice_base import ToolDiscoveryError, configure_logging
+from toolservice_base.errors import NotAuthorized
 from toolservice_base.logs import get_logger
 from toolservice_base.settings import event_loop
 
@@ -38,6 +39,7 @@ from . import store as cli_store
 from . import trust as cli_trust
 from .common import Handler, fail, lazy
 from .completion import SHELLS, script
+from .kinds import role_refusal
 from .otel import configure_tracing
 from .output import screened
 from .parsing import Parser, parent, subcommands
@@ -456,6 +458,8 @@ def run(handler: Handler, args: argparse.Namespace) -> int:
     with screened():  # what strangers wrote reaches the terminal as visible escapes, not as control sequences
         try:
             return run_loop(handler, args)
+        except NotAuthorized as exc:  # said for the kind of process the command runs as (`kinds`)
+            return fail(role_refusal(getattr(args, "command", ""), exc) or str(exc))
         except ToolDiscoveryError as exc:
             return fail(str(exc))
         except KeyboardInterrupt:
