@@ -28,6 +28,7 @@ from toolservice_base import ToolDiscoveryError, configure_logging
 from toolservice_base.errors import NotAuthorized
 from toolservice_base.logs import get_logger
 from toolservice_base.settings import event_loop
+from toolservice_base.settings import log_level as log_level_setting
 
 from . import announce as cli_announce
 from . import init as cli_init
@@ -447,13 +448,27 @@ def run_loop(handler: Handler, args: argparse.Namespace) -> int:
     return asyncio.run(handler(args))
 
 
+SERVING = frozenset({"up", "serve", "registry", "announce", "mcp", "demo"})
+"""Commands that run until stopped: their events (info and up) are what an operator watches, so they log at info."""
+
+
+def log_level(args: argparse.Namespace) -> str | None:
+    """The level a command logs at: `--log-level`, else TOOLREG_LOG_LEVEL, else info for a command that serves and
+    warning for one that answers and exits, whose output is its answer (`toolreg store export` printed its reader's
+    info events, JSON off a terminal, around it)."""
+    given: str | None = getattr(args, "log_level", None)
+    if given is not None or log_level_setting() is not None:
+        return given
+    return None if getattr(args, "command", None) in SERVING else "warning"
+
+
 def run(handler: Handler, args: argparse.Namespace) -> int:
     """Run one command; the one place an error becomes a line on stderr and exit code 1.
 
     Every error of the product (`ToolDiscoveryError`) already says what went
     wrong and what to do, so it is printed as is, without a traceback.
     """
-    configure_logging(getattr(args, "log_level", None))
+    configure_logging(log_level(args))
     configure_tracing(f"toolreg-{getattr(args, 'command', 'command')}")
     with screened():  # what strangers wrote reaches the terminal as visible escapes, not as control sequences
         try:
