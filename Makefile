@@ -8,13 +8,9 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test docs bench clean
 
-# pip (26.3 here) repeats a local project's build-backend warnings even with --quiet. Two are noise here, and only those
-# two are filtered (any other warning still shows): setuptools' notice that an editable install is one, and its
-# deprecation of the `project.license` table. The SPDX string (license = "Apache-2.0") would need setuptools>=77
-# wherever the project is built, and a Python 3.11 venv's own setuptools (65.5), which tests/deploy/test_deploy.py
-# builds the image's sdist with, refuses it; so the table stays until that setuptools is gone.
-PIP_INSTALL := $(BIN)/python -W 'ignore:`project.license` as a TOML table:UserWarning' \
-	-W 'ignore:Editable installation:UserWarning' -m pip install --quiet
+# pip (26.3 here) repeats a local project's build-backend warnings even with --quiet. One is noise here, and only that
+# one is filtered (any other warning still shows): setuptools' notice that an editable install is one.
+PIP_INSTALL := $(BIN)/python -W 'ignore:Editable installation:UserWarning' -m pip install --quiet
 
 # `make test` needs the test extra (linters, TrustGraph, a browser driver, the agent frameworks: about 578 MB); `make
 # demo` needs the product alone, so it installs only that (the test install includes it, and stamps it too).

@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import Protocol
 
 from toolservice_base.configclient import ConfigClient, apply_changes, watch_config
-from toolservice_base.errors import BrokerUnreachable, ChangesUnavailable, ConfigError, TransportError
+from toolservice_base.errors import (
+    AuthenticationFailed,
+    BrokerUnreachable,
+    ChangesUnavailable,
+    ConfigError,
+    TransportError,
+)
 from toolservice_base.logs import get_logger
 from toolservice_base.names import openai_names
 from toolservice_base.rpc import CallLimits
@@ -166,7 +172,8 @@ class Reloader:
     # --- lifecycle ---------------------------------------------------------
 
     async def load(self, connection: Transport, fallback: Callable[[BaseException], Awaitable[None]]) -> None:
-        """The first load: from the store, or `fallback(error)` if it does not answer within `store_timeout`."""
+        """The first load: from the store, or `fallback(error)` if it does not answer within `store_timeout`; a broker
+        that refuses our token or role raises that refusal (no fallback hides it)."""
         owner = self._owner
         self._connection = connection
         self._config = ConfigClient(connection, workspace=owner.workspace, timeout=owner.store_timeout)
@@ -184,8 +191,8 @@ class Reloader:
         if done and error is None:
             version, items = first.result()
             await self.apply(version, items, "store")
-        elif error is not None and not isinstance(error, STORE_ERRORS):
-            raise error
+        elif error is not None and (not isinstance(error, STORE_ERRORS) or isinstance(error, AuthenticationFailed)):
+            raise error  # a refused token or role is no store outage: a snapshot would hide it until someone acts
         else:
             down = await connection.unreachable()
             if down is not None:

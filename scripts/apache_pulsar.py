@@ -77,11 +77,19 @@ KIND_GRANTS: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 """What each kind of process may do on each namespace: what deploy/pulsar-init.sh grants TOOLREG_<KIND>_ROLE."""
+KIND_PROCESSES = {
+    "store": "toolreg up, toolreg registry",
+    "service": "toolreg serve, toolreg announce",
+    "agent": "toolreg call, toolreg mcp, a ToolSet",
+    "operator": "toolreg config, tools, replicas, store export",
+}
+"""What runs as each kind's role: said beside each token `start --auth` makes."""
 RESERVED_SUBSCRIPTIONS = ("config-store", "tool-registry")
 """Subscriptions of the request namespace only the store's role may use (deploy/pulsar-init.sh reserves them)."""
 DEFAULT_TOPICSPACE = "tg"
 """The tenant every toolreg process uses unless TOOLREG_TOPICSPACE names another."""
 TOPICSPACE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}$")
+ROLE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$")
 """What toolreg accepts as a topicspace (toolservice_base.topics.check_topicspace): a Pulsar tenant name."""
 SUPERUSER = "admin"
 START_TIMEOUT = 180.0
@@ -674,6 +682,24 @@ class ApachePulsar:
                 self.admin("POST", path, [roles["store"]])
         return {kind: self.mint_token(role) for kind, role in roles.items()}
 
+    def token_file(self, role: str) -> Path:
+        """A token of `role` in the data directory (`auth/<role>.token`), minted once with this broker's key."""
+        if not ROLE_NAME.match(role):
+            raise PulsarError(f"{role!r} is not a role name (letters, digits, '-', '_', '.')")
+        path = self.data_dir / "auth" / f"{role}.token"
+        if not path.exists():
+            path.write_text(self.mint_token(role) + "\n")
+            path.chmod(0o600)
+        return path
+
+    def kind_tokens(self, topicspaces: Iterable[str]) -> dict[str, Path]:
+        """One role per kind of process (named for its kind: store, service, agent, operator), granted what its kind
+        needs on each of `topicspaces` (`grant_kinds`), and a token file of each: kind -> its path."""
+        roles = {kind: kind for kind in KIND_GRANTS}
+        for name in topicspaces:
+            self.grant_kinds(name, roles)
+        return {kind: self.token_file(role) for kind, role in roles.items()}
+
     def delete_tenant(self, name: str) -> None:
         """Delete a tenant with its namespaces and topics (the broker allows forced deletes)."""
         self.admin("DELETE", f"tenants/{name}?force=true")
@@ -710,6 +736,18 @@ def _resolve_dir(given: str | None) -> Path:
         raise PulsarError("no Apache Pulsar started here; run `scripts/apache-pulsar start` or pass --dir") from None
 
 
+def _say_kind_tokens(broker: ApachePulsar, topicspaces: list[str]) -> None:
+    """`start --auth`: where each kind of process's token is, and how a process runs with it (on stderr: stdout stays
+    `export`-able)."""
+    files = broker.kind_tokens(topicspaces)
+    granted = f"granted on {', '.join(topicspaces)}" if topicspaces else "granted nothing yet (no --topicspace)"
+    progress(f"a role per kind of process, {granted}; each one's token:")
+    for kind, path in files.items():
+        progress(f"  {kind:<8} {path}   ({KIND_PROCESSES[kind]})")
+    progress(f"run each with its own: PULSAR_AUTH_TOKEN_FILE={files['store']} toolreg up")
+    progress("the superuser's token is PULSAR_AUTH_TOKEN below (toolreg init); another role's: token --role NAME")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="apache-pulsar",
@@ -719,7 +757,7 @@ def main(argv: list[str] | None = None) -> int:
             '(a broker without the topicspace\'s namespaces makes toolreg stop with "no namespace tg/notify").'
         ),
     )
-    parser.add_argument("command", choices=["fetch", "start", "stop", "status", "env"])
+    parser.add_argument("command", choices=["fetch", "start", "stop", "status", "env", "token"])
     parser.add_argument("--dir", help="data directory (default: a temporary one, removed on stop)")
     parser.add_argument("--auth", action="store_true", help="token authentication and authorization on (start)")
     parser.add_argument(
@@ -733,7 +771,12 @@ def main(argv: list[str] | None = None) -> int:
             " unless TOOLREG_TOPICSPACE names another"
         ),
     )
+    parser.add_argument(
+        "--role", metavar="NAME", help="with token: print the path of a token of role NAME (made once, in --dir)"
+    )
     args = parser.parse_args(argv)
+    if (args.role is None) != (args.command != "token"):
+        parser.error("token takes --role NAME (and only token does)")
     if args.topicspace and args.command != "start":
         parser.error("--topicspace goes with start")
     bad = [name for name in args.topicspace if not TOPICSPACE_NAME.match(name)]
@@ -750,11 +793,17 @@ def main(argv: list[str] | None = None) -> int:
             for name in dict.fromkeys(args.topicspace):
                 for line in broker.ensure_topicspace(name):
                     progress(line)
+            if args.auth:
+                _say_kind_tokens(broker, list(dict.fromkeys(args.topicspace)))
             print("\n".join(f"{k}={v}" for k, v in broker.env().items()))
         else:
             broker = ApachePulsar.attach(_resolve_dir(args.dir))
             if args.command == "env":
                 print("\n".join(f"{k}={v}" for k, v in broker.env().items()))
+            elif args.command == "token":
+                if not (broker.data_dir / "auth" / "secret.key").exists():
+                    raise PulsarError(f"the Apache Pulsar in {broker.data_dir} runs without --auth: it takes no token")
+                print(broker.token_file(args.role))
             elif args.command == "status":
                 ready = broker.running() and "public/default" in broker.namespaces("public", quiet=True)
                 print(

@@ -2,12 +2,13 @@
 //
 //   OIDC_PROVIDER_HOME=<dir with node_modules/oidc-provider> node oauth-server.mjs CONFIG.json
 //
-// CONFIG: {"issuer": "http://127.0.0.1:PORT", "port": PORT, "jwks": {"keys": [private JWKs]},
+// CONFIG: {"issuer": "http://127.0.0.1:PORT", "port": PORT, "jwks": {"keys": [private JWKs]} (none: a fresh RSA key),
 //          "clients": [oidc-provider client metadata], "grants": {client_id: "scopes it may get at any resource"},
 //          "claims": {client_id: {extra access-token claims}}, "ttl": {client_id: seconds},
 //          "opaque": [client ids whose access tokens are opaque (introspection only)]}
 // Client credentials grant, resource indicators (RFC 8707: the token's audience is the resource asked for) and
 // introspection (RFC 7662) are on. Prints "ready <issuer>" once listening; SIGTERM stops it.
+import { generateKeyPairSync } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -16,6 +17,10 @@ const config = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const home = process.env.OIDC_PROVIDER_HOME;
 const { default: Provider } = await import(pathToFileURL(join(home, 'node_modules', 'oidc-provider', 'lib', 'index.js')));
 
+const jwks = config.jwks ?? {
+  keys: [{ ...generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ format: 'jwk' }),
+    kid: 'local', alg: 'RS256', use: 'sig' }],
+};
 const grants = config.grants ?? {};
 const claims = config.claims ?? {};
 const ttl = config.ttl ?? {};
@@ -23,7 +28,7 @@ const opaque = new Set(config.opaque ?? []);
 
 const provider = new Provider(config.issuer, {
   clients: config.clients,
-  jwks: config.jwks,
+  jwks,
   features: {
     devInteractions: { enabled: false },
     clientCredentials: { enabled: true },

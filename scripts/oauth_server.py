@@ -11,6 +11,12 @@ against Keycloak's ~200 MB distribution, a Java 21 runtime and a start of
 many seconds.
 
     python scripts/oauth_server.py fetch      # install once, into the cache; print where it is
+    python scripts/oauth_server.py serve      # a local issuer to try `toolreg mcp --oauth-issuer` with
+
+`serve` runs one on 127.0.0.1 (`--port`, 9000 unless told) with one client
+(`--client`, `--scopes`) and a fresh signing key, prints the issuer, the
+client, and the commands that get a token and start the MCP front against
+it, and serves until Ctrl-C.
 
 Installed with the machine's `npm` into
 `~/.cache/tool-discovery/oidc-provider-<version>` (or
@@ -24,12 +30,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import selectors
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -149,8 +158,49 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("fetch", help="install oidc-provider (and the Node.js 22 it runs on) into the cache")
-    parser.parse_args(argv)
+    serve = commands.add_parser("serve", help="run a local authorization server until Ctrl-C; print how to use it")
+    serve.add_argument("--port", type=int, default=9000, help="its port on 127.0.0.1 (default 9000)")
+    serve.add_argument("--client", default="agent", help="the client id it knows (default agent)")
+    serve.add_argument("--scopes", default="mcp", help='scopes the client may get (default "mcp")')
+    serve.add_argument(
+        "--resource", default="http://127.0.0.1:8765/mcp", help="the MCP front's URL: the tokens' audience"
+    )
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
     print(f"node={mcp_conformance.fetch().node} oidc-provider={home()}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """One authorization server in the foreground, and the lines a newcomer needs to use it."""
+    secret = secrets.token_urlsafe(24)
+    client = {
+        "client_id": args.client,
+        "client_secret": secret,
+        "grant_types": ["client_credentials"],
+        "redirect_uris": [],
+        "response_types": [],
+        "token_endpoint_auth_method": "client_secret_basic",
+    }
+    server = AuthorizationServer({"clients": [client], "grants": {args.client: args.scopes}}, port=args.port)
+    server.start()
+    listen = args.resource.split("://", 1)[-1].split("/", 1)[0]
+    print(
+        f"issuer:   {server.issuer}\n"
+        f"client:   {args.client}, secret {secret} (client credentials; scopes: {args.scopes})\n"
+        f"token:    curl -s -u {args.client}:{secret} -d grant_type=client_credentials -d 'scope={args.scopes}'"
+        f" -d resource={args.resource} {server.issuer}/token\n"
+        f"front:    toolreg mcp --http {listen} --resource {args.resource} --oauth-issuer {server.issuer}\n"
+        "then call the front with: Authorization: Bearer <the access_token>; Ctrl-C stops this server",
+        flush=True,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.is_set() and server.process is not None and server.process.poll() is None:
+        stop.wait(0.5)
+    server.stop()
     return 0
 
 

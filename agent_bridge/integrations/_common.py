@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
@@ -15,6 +16,15 @@ from toolservice_base.errors import (
     ToolDiscoveryError,
     ToolError,
     UnknownToolError,
+)
+from toolservice_base.schemas.content import (
+    AudioContent,
+    ContentBlock,
+    EmbeddedResource,
+    ImageContent,
+    TextContent,
+    ToolResult,
+    render,
 )
 from toolservice_base.search import MAX_QUERY_CHARS, query_terms
 
@@ -97,6 +107,50 @@ class SpecCache:
         """The current specs of the tools the ToolSet calls `names` (its own names), in that order."""
         self.current()
         return [self._own[name] for name in names if name in self._own]
+
+
+@dataclass(frozen=True)
+class Binary:
+    """One binary block of a result, as each framework's own form of it is built from: an image, audio, or a file
+    (an embedded resource's blob), its bytes base64 as they came."""
+
+    kind: str
+    """"image", "audio" or "file"."""
+    data: str
+    mime_type: str
+    name: str | None = None
+
+    @property
+    def bytes(self) -> bytes:
+        return base64.b64decode(self.data)
+
+    @property
+    def data_url(self) -> str:
+        return f"data:{self.mime_type};base64,{self.data}"
+
+
+def model_parts(result: ToolResult) -> list[str | Binary] | None:
+    """A result as text and binary parts for a framework that carries binary content to the model; None for one
+    with only text (the adapter answers with `result.text`, as a text-only caller reads it).
+
+    Without this, an image reached the model as its rendering (`[image: image/png, 71 bytes]`): the model was
+    told an image exists and never shown it.
+    """
+    if all(isinstance(block, TextContent) for block in result.content):
+        return None
+    return [_part(block) for block in result.content]
+
+
+def _part(block: ContentBlock) -> str | Binary:
+    if isinstance(block, ImageContent):
+        return Binary("image", block.data, block.mime_type)
+    if isinstance(block, AudioContent):
+        return Binary("audio", block.data, block.mime_type)
+    if isinstance(block, EmbeddedResource) and block.resource.blob is not None:
+        contents = block.resource
+        name = contents.uri.rstrip("/").rpartition("/")[2] or None
+        return Binary("file", contents.blob or "", contents.mime_type or "application/octet-stream", name)
+    return render(block)  # text, a text resource, a resource link: the text the model reads
 
 
 SEARCH_TOOL = "search_tools"

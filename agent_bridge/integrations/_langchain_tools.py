@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from pydantic import Field
 
 from toolservice_base.errors import ToolDiscoveryError
+from toolservice_base.schemas.content import ToolResult, merge
 
-from ._common import Spec, SpecCache, for_model, require
+from ._common import Binary, Spec, SpecCache, for_model, model_parts, require
 
 require("langchain_core", "langchain", "langchain-core")  # before the imports below: one line if it is missing
 
@@ -35,7 +36,7 @@ _EMPTY: dict[str, Any] = {"type": "object", "properties": {}, "required": [], "a
 
 
 class LiveTool(StructuredTool):
-    """A `StructuredTool` that calls one tool of a `ToolSet` (through `ToolSet.invoke`) by its OpenAI-safe name.
+    """A `StructuredTool` that calls one tool of a `ToolSet` (through `ToolSet.call`) by its OpenAI-safe name.
 
     The model's arguments reach the ToolSet as one dict, whatever their names
     (an argument called `config` or `callbacks` is the tool's, not LangChain's).
@@ -84,21 +85,23 @@ class CurrentTools:
 def live_tool(toolset: ToolSet, spec: Spec, user: str, loop: asyncio.AbstractEventLoop | None) -> LiveTool:
     name = spec.name
 
-    async def acall(arguments: dict[str, Any]) -> str:
+    async def acall(arguments: dict[str, Any]) -> str | list[dict[str, Any]]:
         try:
             writer = _tool_output_writer()
             if writer is None:
-                return await toolset.invoke(name, arguments, user=user)
-            parts: list[str] = []  # LangGraph streams this call's output: pass each chunk on as it comes
-            async with aclosing(cast(AsyncGenerator[str, None], toolset.stream(name, arguments, user=user))) as chunks:
-                async for chunk in chunks:
-                    writer(chunk)
-                    parts.append(chunk)
-            return "".join(parts)
+                return _content(await toolset.call(name, arguments, user=user))
+            parts: list[ToolResult] = []  # LangGraph streams this call's output: pass each part's text on as it comes
+            async with aclosing(
+                cast(AsyncGenerator[ToolResult, None], toolset.parts(name, arguments, user=user))
+            ) as each:
+                async for part in each:
+                    writer(part.text)
+                    parts.append(part)
+            return _content(merge(parts))
         except ToolDiscoveryError as exc:
             raise ToolException(for_model(name, exc)) from exc
 
-    def call(arguments: dict[str, Any]) -> str:
+    def call(arguments: dict[str, Any]) -> str | list[dict[str, Any]]:
         return on_loop(loop, lambda: acall(arguments), f"tool {name!r}")
 
     return LiveTool(
@@ -111,6 +114,25 @@ def live_tool(toolset: ToolSet, spec: Spec, user: str, loop: asyncio.AbstractEve
         toolset=toolset,
         metadata=_metadata(spec),
     )
+
+
+def _content(result: ToolResult) -> str | list[dict[str, Any]]:
+    """A result as a `ToolMessage`'s content: its text, or, with images, audio or files, LangChain's standard content
+    blocks (`text`, `image`, `file`), which each chat model integration sends on as its provider takes them."""
+    parts = model_parts(result)
+    if parts is None:
+        return result.text
+    return [_block(part) for part in parts]
+
+
+def _block(part: str | Binary) -> dict[str, Any]:
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    kind = "image" if part.kind == "image" else "file"  # a tool message takes no audio block: it goes as a file
+    block: dict[str, Any] = {"type": kind, "base64": part.data, "mime_type": part.mime_type}
+    if part.name:
+        block["extras"] = {"filename": part.name}
+    return block
 
 
 def _metadata(spec: Spec) -> dict[str, Any] | None:

@@ -27,7 +27,10 @@ this run, or else the run's last user message), ranked by `ToolSet.search`
 the others are disabled for that turn (`is_enabled`). Build it for each run,
 as above: what the model searched for is kept for the run.
 
-Calls go through `ToolSet.invoke` (a streamed answer arrives joined). Errors
+Calls go through `ToolSet.call` (a streamed answer arrives joined). A result
+with images, audio or files reaches the model as the SDK's own tool outputs
+(`ToolOutputText`, `ToolOutputImage`, `ToolOutputFileContent`); a text result
+is its text. Errors
 (bad arguments, a service's error, a timeout, a tool gone since) come back
 to the model as the tool's output, one line saying what went wrong, as the
 SDK expects of a tool that failed: the run goes on.
@@ -40,11 +43,21 @@ from typing import TYPE_CHECKING, Any
 
 from toolservice_base.errors import ToolDiscoveryError
 
-from ._common import SEARCH_PARAMETERS, SEARCH_TOOL, Focus, Spec, SpecCache, for_model, require
+from ._common import (
+    SEARCH_PARAMETERS,
+    SEARCH_TOOL,
+    Binary,
+    Focus,
+    Spec,
+    SpecCache,
+    for_model,
+    model_parts,
+    require,
+)
 
 require("agents", "openai-agents", "openai-agents")  # before the imports below: one line if it is missing
 
-from agents import FunctionTool
+from agents import FunctionTool, ToolOutputFileContent, ToolOutputImage, ToolOutputText
 from agents.run_context import RunContextWrapper
 from agents.tool_context import ToolContext
 
@@ -131,7 +144,7 @@ def _last_user_text(items: list[Any]) -> str | None:
 def _function_tool(toolset: ToolSet, spec: Spec, user: str, turns: _Turns | None = None) -> FunctionTool:
     name = spec.name
 
-    async def invoke(ctx: ToolContext[Any], input: str) -> str:
+    async def invoke(ctx: ToolContext[Any], input: str) -> str | list[ToolOutputItem]:
         try:
             arguments = json.loads(input) if input.strip() else {}
         except ValueError:
@@ -139,9 +152,11 @@ def _function_tool(toolset: ToolSet, spec: Spec, user: str, turns: _Turns | None
         if not isinstance(arguments, dict):
             return f"bad-arguments: tool {name!r}: the arguments must be a JSON object"
         try:
-            return await toolset.invoke(name, arguments, user=user)
+            result = await toolset.call(name, arguments, user=user)
         except ToolDiscoveryError as exc:
             return for_model(name, exc)
+        parts = model_parts(result)
+        return result.text if parts is None else [_output(part) for part in parts]
 
     return FunctionTool(
         name=name,
@@ -151,3 +166,16 @@ def _function_tool(toolset: ToolSet, spec: Spec, user: str, turns: _Turns | None
         strict_json_schema=strict_compatible(spec.parameters),
         is_enabled=True if turns is None else turns.enabled(name),
     )
+
+
+ToolOutputItem = ToolOutputText | ToolOutputImage | ToolOutputFileContent
+
+
+def _output(part: str | Binary) -> ToolOutputItem:
+    """A part of a result as the SDK's own tool output: text, an image, or a file (audio goes as a file: the SDK has
+    no audio output), each binary as a data URL the Responses API takes inline."""
+    if isinstance(part, str):
+        return ToolOutputText(text=part)
+    if part.kind == "image":
+        return ToolOutputImage(image_url=part.data_url)
+    return ToolOutputFileContent(file_data=part.data_url, filename=part.name or f"{part.kind}")

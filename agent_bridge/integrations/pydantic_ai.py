@@ -13,8 +13,10 @@ The agent asks the toolset for its tools at every step of every run, and
 is offered from the next step on, one that stops is not offered any more. No
 restart, no rebuilt agent.
 
-Calls go through `ToolSet.invoke` (a streamed answer arrives joined). Errors
-go back to the model, never out of the run:
+Calls go through `ToolSet.call` (a streamed answer arrives joined). A result
+with images, audio or files reaches the model as text and `BinaryContent`
+parts in the tool's return, where pydantic-ai carries them natively; a text
+result is its text. Errors go back to the model, never out of the run:
 
 - arguments that break the tool's schema (`BadArguments`) and a tool that
   left the set since the step began (`UnknownToolError`) raise `ModelRetry`:
@@ -36,13 +38,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._common import SEARCH_PARAMETERS, SEARCH_TOOL, Focus, Spec, SpecCache, for_model, is_retry, require
+from ._common import (
+    SEARCH_PARAMETERS,
+    SEARCH_TOOL,
+    Binary,
+    Focus,
+    Spec,
+    SpecCache,
+    for_model,
+    is_retry,
+    model_parts,
+    require,
+)
 
 require("pydantic_ai", "pydantic-ai", "pydantic-ai-slim")  # before the imports below: one line if it is missing
 
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ModelRetry, ToolFailed
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, UserPromptPart
+from pydantic_ai.messages import BinaryContent, ModelMessage, ModelRequest, ModelResponse, ToolCallPart, UserPromptPart
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
@@ -122,17 +135,26 @@ class LiveToolset(AbstractToolset[Any]):
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
-    ) -> str:
+    ) -> str | list[str | BinaryContent]:
         if self._focus is not None and name == SEARCH_TOOL:
             return await self._focus.answer(tool_args.get("query"))
         user = self.user if isinstance(self.user, str) else self.user(ctx)
         try:
-            return await self.toolset.invoke(name, tool_args, user=user)
+            result = await self.toolset.call(name, tool_args, user=user)
         except ToolDiscoveryError as exc:
             message = for_model(name, exc)
             if is_retry(exc):
                 raise ModelRetry(message) from exc
             raise ToolFailed(message) from exc
+        parts = model_parts(result)
+        if parts is None:
+            return result.text
+        return [_binary(part) if isinstance(part, Binary) else part for part in parts]
+
+
+def _binary(part: Binary) -> BinaryContent:
+    """A binary block as pydantic-ai carries one in a tool's return: natively, to a model that takes it there."""
+    return BinaryContent(data=part.bytes, media_type=part.mime_type, identifier=part.name)
 
 
 def _step_query(messages: list[ModelMessage]) -> str | None:

@@ -6,35 +6,21 @@ import argparse
 import difflib
 import json
 import sys
-from contextlib import ExitStack
+from contextlib import ExitStack, aclosing
 from pathlib import Path
 from typing import Any
 
 from agent_bridge import BadArguments, BridgeUnavailable, ToolError, ToolServiceImpl, ToolSet
 from toolservice_base import RequestTimeout, configure_logging
+from toolservice_base.schemas.content import ToolResult, merge
 
 from .common import CommandError, fail, settings_of, waiting_for
+from .saved import Saver
+from .tool_arguments import argument_kinds, read_arguments, usage
 
 STORE_WAIT = 3.0
 """Seconds it waits for the config store before it loads the snapshot or --static-dir (the ToolSet's default)."""
 SUGGESTIONS = 5
-
-
-def parse_arguments(pairs: list[str], types: dict[str, str]) -> dict[str, Any]:
-    """`key=value` pairs; a value is JSON unless the tool declares the argument a string."""
-    result: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise CommandError(f"arguments are key=value, got {pair!r}")
-        if types.get(key, "string") == "string":
-            result[key] = raw
-            continue
-        try:
-            result[key] = json.loads(raw)
-        except ValueError:
-            raise CommandError(f"argument {key!r} is declared {types[key]} but {raw!r} is not JSON") from None
-    return result
 
 
 def resolve(tools: ToolSet, name: str) -> str:
@@ -135,33 +121,47 @@ async def cmd_call(args: argparse.Namespace) -> int:
 
 async def _call(args: argparse.Namespace, tools: ToolSet, name: str) -> int:
     spec = next(d for d in tools.describe() if d["name"] == name)
-    types = {arg: prop.get("type", "string") for arg, prop in spec["parameters"]["properties"].items()}
-    arguments = parse_arguments(args.arguments, types)
+    arguments = read_arguments(args.arguments, spec["parameters"])
+    saver = Saver(Path(args.save), name) if args.save else None
+    parts: list[ToolResult] = []
     chunks: list[str] = []
     try:
         with ExitStack() as notice:
             notice.enter_context(waiting_for(_what_answers(tools, name)))
-            async for chunk in tools.stream(name, arguments, user=args.user):
-                notice.close()  # it answers: nothing more to wait for
-                chunks.append(chunk)
-                if not args.json:
+            async with aclosing(tools.parts(name, arguments, user=args.user)) as each:  # type: ignore[type-var]
+                async for part in each:
+                    notice.close()  # it answers: nothing more to wait for
+                    parts.append(part)
+                    if args.json:
+                        continue
+                    chunk = part.text if saver is None else "\n".join(saver.said(b) for b in part.content)
+                    chunks.append(chunk)
                     sys.stdout.write(chunk)
                     sys.stdout.flush()
     except BadArguments as exc:
-        usage = " ".join(f"{arg}=<{kind}>" for arg, kind in types.items()) or "no arguments"
-        return fail(f"{exc.message}; it takes: {usage}")
+        return fail(f"{exc.message}; it takes: {usage(argument_kinds(spec['parameters']))}")
     except ToolError as exc:
-        if chunks and not args.json:
+        if chunks:
             print()  # end the partial observation's line before the error's
         return fail(f"{name} failed: {exc}")
     except RequestTimeout as exc:
-        if chunks and not args.json:
+        if chunks:
             print()
         if exc.received:  # it answers, and was still answering at the deadline: say so, not that it may be gone
             return fail(f"{name}: {exc}")
         return fail(f"{name}: no answer from its service within {args.timeout:g}s; is it running (toolreg serve ...)?")
     if args.json:
-        print(json.dumps({"tool": name, "workspace": args.workspace, "observation": "".join(chunks)}))
+        print(json.dumps(_as_json(args, name, merge(parts), saver)))
     else:
         print()
     return 0
+
+
+def _as_json(args: argparse.Namespace, name: str, result: ToolResult, saver: Saver | None) -> dict[str, Any]:
+    """What `--json` prints: the observation a text-only caller reads, and the result's blocks as MCP writes them
+    (each binary one's bytes as a path under `--save DIR`, when given)."""
+    body: dict[str, Any] = {"tool": name, "workspace": args.workspace, "observation": result.text}
+    body["content"] = [b.to_wire() if saver is None else saver.wire(b) for b in result.content]
+    if result.structured is not None:
+        body["structuredContent"] = result.structured
+    return body

@@ -26,9 +26,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolservice_base import ToolDiscoveryError, configure_logging
+from toolservice_base.errors import NotAuthorized
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import DEFAULT_CALL_TIMEOUT
 from toolservice_base.settings import event_loop
+from toolservice_base.settings import log_level as log_level_setting
 
 from . import announce as cli_announce
 from . import audit as cli_audit
@@ -41,6 +43,7 @@ from . import store as cli_store
 from . import trust as cli_trust
 from .common import Handler, fail, lazy
 from .completion import SHELLS, script
+from .kinds import role_refusal
 from .otel import configure_tracing
 from .output import screened
 from .parsing import Parser, parent, subcommands
@@ -339,6 +342,7 @@ def _add_call(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
         **_examples(
             "toolreg call tell-joke topic=cats",
             "toolreg call calculate expression='2 * (3 + 4)' --json",
+            "toolreg call swatch rgb=9,9,9 --save ./out   # images and files written, their paths printed",
             "toolreg call tell-joke topic=cats --timeout 5 --static-dir ./tools   # works with no config store",
         ),
     )
@@ -360,7 +364,16 @@ def _add_call(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) 
     call.add_argument(
         "--json",
         action="store_true",
-        help='print {"tool", "workspace", "observation"} as one JSON object once the answer is whole',
+        help=(
+            'print {"tool", "workspace", "observation", "content"} as one JSON object once the answer is whole: '
+            '"content" is the result\'s blocks (text, images, audio, resources), "structuredContent" too if it has one'
+        ),
+    )
+    call.add_argument(
+        "--save",
+        default=None,
+        metavar="DIR",
+        help="write each image, audio or file of the result to DIR and print its path where the block would be",
     )
     call.set_defaults(handler=lazy("call", "cmd_call"))
     call.hint = _tool_arguments_hint
@@ -440,17 +453,33 @@ def run_loop(handler: Handler, args: argparse.Namespace) -> int:
     return asyncio.run(handler(args))
 
 
+SERVING = frozenset({"up", "serve", "registry", "announce", "mcp", "demo"})
+"""Commands that run until stopped: their events (info and up) are what an operator watches, so they log at info."""
+
+
+def log_level(args: argparse.Namespace) -> str | None:
+    """The level a command logs at: `--log-level`, else TOOLREG_LOG_LEVEL, else info for a command that serves and
+    warning for one that answers and exits, whose output is its answer (`toolreg store export` printed its reader's
+    info events, JSON off a terminal, around it)."""
+    given: str | None = getattr(args, "log_level", None)
+    if given is not None or log_level_setting() is not None:
+        return given
+    return None if getattr(args, "command", None) in SERVING else "warning"
+
+
 def run(handler: Handler, args: argparse.Namespace) -> int:
     """Run one command; the one place an error becomes a line on stderr and exit code 1.
 
     Every error of the product (`ToolDiscoveryError`) already says what went
     wrong and what to do, so it is printed as is, without a traceback.
     """
-    configure_logging(getattr(args, "log_level", None))
+    configure_logging(log_level(args))
     configure_tracing(f"toolreg-{getattr(args, 'command', 'command')}")
     with screened():  # what strangers wrote reaches the terminal as visible escapes, not as control sequences
         try:
             return run_loop(handler, args)
+        except NotAuthorized as exc:  # said for the kind of process the command runs as (`kinds`)
+            return fail(role_refusal(getattr(args, "command", ""), exc) or str(exc))
         except ToolDiscoveryError as exc:
             return fail(str(exc))
         except KeyboardInterrupt:

@@ -249,9 +249,20 @@ async def _replicated_store(
     print(f"config store  {replicated.describe()}; {args.store_protocol} protocol")
     print(f"state         {protection_line(key, f'{connection.topics.topicspace}/state')}")
     if not args.no_registry:
-        print(f"registry      on the active replica; listening on {connection.topics.tool_descriptors}")
+        print(f"registry      {registry_line(replicated.role, connection.topics.tool_descriptors)}")
         print(f"trust         {cli_registry.trust_line(options)}")
     return asyncio.ensure_future(replicated.wait_failed())
+
+
+def registry_line(role: str, topic: str) -> str:
+    """Where the registry of a replicated store runs, as this replica's start says it: here (the active replica), or
+    on the active one, this one being a standby (it runs here if this replica becomes the active one)."""
+    if role == "active":
+        return f"runs here (this replica is the active one); listening on {topic}"
+    return (
+        f"runs on the active replica, not here: this one is a {role} (it runs the registry if it becomes the active"
+        f" one); announcements go to {topic}"
+    )
 
 
 async def cmd_registry(args: argparse.Namespace) -> int:

@@ -95,6 +95,10 @@ class FakeBroker:
     def env(self) -> dict[str, str]:
         return {"PULSAR_URL": "pulsar://127.0.0.1:1", "PULSAR_ADMIN_URL": "http://127.0.0.1:2"}
 
+    def kind_tokens(self, topicspaces: list[str]) -> dict[str, Path]:
+        self.granted = list(topicspaces)
+        return {kind: self.data_dir / "auth" / f"{kind}.token" for kind in ("store", "service", "agent", "operator")}
+
 
 def test_start_creates_each_topicspace_named_once_and_says_so_on_stderr(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -113,10 +117,31 @@ def test_start_creates_each_topicspace_named_once_and_says_so_on_stderr(
     assert "apache-pulsar: tenant tg: created" in err and "apache-pulsar: tenant team-a: created" in err
 
 
+def test_start_with_auth_says_where_each_kinds_token_is(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    FakeBroker.made.clear()
+    monkeypatch.setattr(script, "ApachePulsar", FakeBroker)
+    monkeypatch.setattr(script, "cache_dir", lambda: tmp_path)
+    assert script.main(["start", "--auth", "--topicspace", "tg"]) == 0
+    (broker,) = FakeBroker.made
+    assert broker.auth and broker.granted == ["tg"]
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == "PULSAR_URL=pulsar://127.0.0.1:1"  # stdout still `export`-able
+    for kind, runs in [("store", "toolreg up"), ("service", "toolreg serve"), ("agent", "toolreg call")]:
+        assert any(
+            f"{kind}" in line and f"/nowhere/auth/{kind}.token" in line and runs in line for line in err.splitlines()
+        )
+    assert "/nowhere/auth/operator.token" in err
+    assert "PULSAR_AUTH_TOKEN_FILE=/nowhere/auth/store.token toolreg up" in err and "token --role NAME" in err
+
+
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
         (["stop", "--topicspace", "tg"], "--topicspace goes with start"),
+        (["token"], "token takes --role NAME"),
+        (["env", "--role", "x"], "token takes --role NAME"),
         (["start", "--topicspace", "a/b"], "'a/b' is not a valid Pulsar tenant name"),
     ],
 )

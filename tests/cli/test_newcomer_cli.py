@@ -301,6 +301,7 @@ async def test_call_accepts_the_mapped_name_prints_json_and_suggests_the_closest
             "tool": "acme.search",
             "workspace": "default",
             "observation": "found dogs",
+            "content": [{"type": "text", "text": "found dogs"}],
         }
         typo = await atoolreg("call", "acme.serch", env=env)
         assert typo.returncode == 1 and typo.stderr.count("\n") == 1

@@ -765,7 +765,12 @@ def test_the_image_builds_from_exactly_what_it_copies(tmp_path: Path) -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     include = project["tool"]["setuptools"]["packages"]["find"]["include"]
     assert sorted(p.rstrip("*") for p in include) == sorted(PACKAGES)
-    assert set(sources) == {"pyproject.toml", project["project"]["readme"], *PACKAGES}
+    assert set(sources) == {
+        "pyproject.toml",
+        project["project"]["readme"],
+        *project["project"]["license-files"],
+        *PACKAGES,
+    }
     ignore = (DEPLOY / "Containerfile.dockerignore").read_text()
     for source in sources:
         assert f"!{source}" in ignore or f"!{source}/**" in ignore, f"{source} is filtered out of the build context"

@@ -9,6 +9,7 @@ was sent, so each test fails if the live set, the answers or the error path brok
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib
 import itertools
 import sys
@@ -25,7 +26,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
-from support.live import NapService, Services
+from support.live import REPORT, SWATCH, NapService, Services, SwatchService
 
 from agent_bridge import ToolSet
 from agent_bridge.integrations.langchain import LiveTool, as_langchain_tools, live_tools_middleware
@@ -54,9 +55,10 @@ class Script:
         self.plan: list[Step] = []
         self.offered: list[list[str]] = []
         self.told: list[tuple[str, str]] = []  # (status, content) of each tool message the model was sent
+        self.received: list[Any] = []  # the content of each of those, as it is
 
     def run(self, *plan: Step) -> None:
-        self.plan, self.offered, self.told = list(plan), [], []
+        self.plan, self.offered, self.told, self.received = list(plan), [], [], []
 
     async def respond(self, messages: list[BaseMessage], bound: list[str]) -> AIMessage:
         self.offered.append(bound)
@@ -66,6 +68,7 @@ class Script:
                 break
             fresh.insert(0, message)
         self.told += [(m.status, str(m.content)) for m in fresh]
+        self.received += [m.content for m in fresh]
         step = self.plan.pop(0)
         return step if isinstance(step, AIMessage) else await step()
 
@@ -212,6 +215,34 @@ async def test_structured_tools_have_the_schemas_and_errors_go_back_to_the_model
     assert await turn(echo_leaves_first, say("it left")) == "it left"
     [(status, text)] = script.told
     assert status == "error" and text.startswith("no tool named 'echo'")
+
+
+async def test_an_image_and_a_file_reach_the_model_as_content_blocks(
+    script: Script, live_toolset: ToolSet, live_services: Services
+) -> None:
+    await live_services.start(SwatchService)
+    script.run(call("swatch", rgb="9,9,9"), say("seen"))
+    agent = create_agent(ScriptedChatModel(script=script), as_langchain_tools(live_toolset))
+    await agent.ainvoke({"messages": [("user", "go")]})
+    [content] = script.received
+    assert content == [
+        {"type": "text", "text": "swatch 9,9,9"},
+        {"type": "image", "base64": base64.b64encode(SWATCH).decode(), "mime_type": "image/png"},
+        {
+            "type": "file",
+            "base64": base64.b64encode(REPORT).decode(),
+            "mime_type": "application/pdf",
+            "extras": {"filename": "report.pdf"},
+        },
+    ]
+    [swatch] = as_langchain_tools(live_toolset)
+    assert (
+        await swatch.ainvoke({"rgb": "1,2,3"})
+        == [  # outside an agent too: the same blocks
+            {"type": "text", "text": "swatch 1,2,3"},
+            *content[1:],
+        ]
+    )
 
 
 def test_a_missing_framework_is_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ answers or the error path broke.
 
 from __future__ import annotations
 
+import base64
 import importlib
 import itertools
 import sys
@@ -18,7 +19,7 @@ import pytest
 from agents import Agent, FunctionTool, RunConfig, Runner
 from agents.items import TResponseOutputItem
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
-from support.live import NapService, Services
+from support.live import REPORT, SWATCH, NapService, Services, SwatchService
 
 from agent_bridge import ToolSet
 from agent_bridge.integrations.openai_agents import as_function_tools, strict_compatible
@@ -63,10 +64,11 @@ class Script:
     def __init__(self) -> None:
         self.offered: list[list[str]] = []
         self.told: list[str] = []
+        self.received: list[Any] = []
         self._seen: set[str] = set()
 
     async def run(self, agent: Agent[Any], *plan: Step) -> str:
-        self.offered, self.told, steps = [], [], list(plan)
+        self.offered, self.told, self.received, steps = [], [], [], list(plan)
 
         async def respond(call: ModelCall) -> Output:
             self.offered.append(sorted(t.name for t in call.tools if isinstance(t, FunctionTool)))
@@ -78,6 +80,7 @@ class Script:
                 ):
                     self._seen.add(item["call_id"])
                     self.told.append(str(item["output"]))
+                    self.received.append(item["output"])
             step = steps.pop(0)
             return step if isinstance(step, list) else await step()
 
@@ -166,6 +169,20 @@ async def test_strict_schemas_where_allowed_and_errors_go_back_to_the_model(
     assert await script.run(agent, echo_leaves_first, say("it left")) == "it left"
     assert script.told[0] == "bad-arguments: tool 'echo': the arguments are not JSON"
     assert script.told[1].startswith("no tool named 'echo'")
+
+
+async def test_an_image_and_a_file_reach_the_model_as_the_sdks_image_and_file_outputs(
+    script: Script, live_toolset: ToolSet, live_services: Services
+) -> None:
+    await live_services.start(SwatchService)
+    agent: Agent[Any] = Agent(name="assistant", tools=as_function_tools(live_toolset))
+    assert await script.run(agent, call("swatch", rgb="9,9,9"), say("seen")) == "seen"
+    [output] = script.received
+    assert output[0] == {"type": "input_text", "text": "swatch 9,9,9"}
+    assert output[1]["type"] == "input_image"
+    assert output[1]["image_url"] == "data:image/png;base64," + base64.b64encode(SWATCH).decode()
+    assert output[2]["type"] == "input_file" and output[2]["filename"] == "report.pdf"
+    assert output[2]["file_data"] == "data:application/pdf;base64," + base64.b64encode(REPORT).decode()
 
 
 def test_a_missing_framework_is_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

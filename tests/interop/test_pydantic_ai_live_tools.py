@@ -17,9 +17,17 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import (
+    BinaryContent,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from support.live import NapService, Services
+from support.live import REPORT, SWATCH, NapService, Services, SwatchService
 
 from agent_bridge import ToolSet
 from agent_bridge.integrations.pydantic_ai import LiveToolset
@@ -45,15 +53,17 @@ class Script:
         self.plan: list[Step] = []
         self.offered: list[list[str]] = []
         self.told: list[tuple[str, str]] = []  # (outcome, text) of each tool result the model received
+        self.received: list[Any] = []  # the content of each tool result, as the model received it
 
     def run(self, *plan: Step) -> None:
-        self.plan, self.offered, self.told = list(plan), [], []
+        self.plan, self.offered, self.told, self.received = list(plan), [], [], []
 
     async def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         self.offered.append(sorted(t.name for t in info.function_tools))
         last = messages[-1]
         assert isinstance(last, ModelRequest)
         self.told += [(p.outcome, str(p.content)) for p in last.parts if isinstance(p, ToolReturnPart)]
+        self.received += [p.content for p in last.parts if isinstance(p, ToolReturnPart)]
         step = self.plan.pop(0)
         return step if isinstance(step, ModelResponse) else await step()
 
@@ -146,6 +156,23 @@ async def test_bad_arguments_a_vanished_tool_and_a_timeout_go_back_to_the_model(
     assert script.offered == [["acme_nap", "echo"], ["acme_nap"]]
     [(outcome, text)] = script.told
     assert outcome == "retried" and "no tool named 'echo'" in text
+
+
+async def test_an_image_and_a_file_reach_the_model_as_binary_content_in_the_tool_return(
+    ask: Callable[..., Awaitable[str]], script: Script, live_services: Services
+) -> None:
+    await live_services.start(SwatchService)
+    await ask(call("swatch", rgb="9,9,9"), say("seen"))
+    [content] = script.received
+    assert content[0] == "swatch 9,9,9"
+    assert isinstance(content[1], BinaryContent) and content[1].is_image
+    assert (content[1].data, content[1].media_type) == (SWATCH, "image/png")
+    assert isinstance(content[2], BinaryContent) and content[2].is_document
+    assert (content[2].data, content[2].media_type) == (REPORT, "application/pdf")
+
+    await live_services.start(EchoService)  # a text result stays text
+    await ask(call("echo", text="plain"), say("ok"))
+    assert script.received == ["plain"]
 
 
 def test_importing_the_bridge_loads_no_framework() -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from typing import Any
 
 from agent_bridge import ToolSet
 from toolservice_base import DynamicToolService, Settings
+from toolservice_base.schemas import EmbeddedResource, ImageContent, ResourceContents, TextContent
 
 CALL_TIMEOUT = 1.0
 """The ToolSet's bound on one call: `acme.nap` sleeps past it."""
@@ -54,3 +56,35 @@ class Services:
         for service in self.running.values():
             await service.stop()
         self.running.clear()
+
+
+SWATCH = b"\x89PNG\r\n\x1a\n" + bytes(range(63))
+"""The bytes of the swatch's image (71 of them): what a model must be handed, not a line saying they exist."""
+REPORT = b"%PDF-1.4 swatch report"
+
+
+class SwatchService(DynamicToolService):
+    """A tool whose result is text, an image and a file: what each framework must carry to its model as its own
+    kind of content."""
+
+    descriptor = {"id": "swatches"}
+    tools = [
+        {
+            "name": "swatch",
+            "description": "A colour swatch as an image, with its report",
+            "arguments": [{"name": "rgb", "type": "string", "description": "r,g,b"}],
+        }
+    ]
+
+    async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any]) -> Any:
+        return [
+            TextContent(text=f"swatch {arguments['rgb']}"),
+            ImageContent.of(SWATCH, "image/png"),
+            EmbeddedResource(
+                resource=ResourceContents(
+                    uri="file:///swatches/report.pdf",
+                    mime_type="application/pdf",
+                    blob=base64.b64encode(REPORT).decode(),
+                )
+            ),
+        ]

@@ -111,10 +111,11 @@ def token_refused(
 ) -> AuthenticationFailed:
     """The broker refused our token at the handshake: none sent, expired (by its own `exp`), or not valid."""
     where = f" while {doing}" if doing else ""
+    fix = f"set {TOKEN_FIX} to a token of the role this kind of process runs as"
     if not token:
         return AuthenticationFailed(
-            f"the broker at {url} requires a token and we sent none{where} (it said {said}): set {TOKEN_FIX} to a token"
-            " of a role allowed on the topicspace"
+            f"the broker at {url} refused the token in PULSAR_AUTH_TOKEN{where} (none set, so no role; it said {said}):"
+            f" {fix}"
         )
     claims = Claims.of(token)
     role = f"role {claims.role}" if claims.role else "it names no role"
@@ -126,7 +127,7 @@ def token_refused(
         )
     return AuthenticationFailed(
         f"the broker at {url} refused the token in PULSAR_AUTH_TOKEN{where} ({role}; it said {said}): it is not signed "
-        "with this cluster's key, or is malformed; set PULSAR_AUTH_TOKEN to a valid token"
+        f"with this cluster's key, or is malformed; {fix}"
     )
 
 
