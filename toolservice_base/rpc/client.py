@@ -1,4 +1,4 @@
-"""The caller's side of request/response: `RequestClient`.
+"""The caller's side of request/response: `RequestClient`, and each call it makes (`_Call`, its `Inbox`).
 
 It subscribes to the response queue *before* it sends anything: on a
 non-persistent topic a response published before the subscription exists is
@@ -32,6 +32,7 @@ import asyncio
 import itertools
 import json
 import uuid
+from collections import deque
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, Self
 
@@ -44,7 +45,6 @@ from toolservice_base.signing import answer_checker
 from toolservice_base.tasks import close_when_granted
 from toolservice_base.transport import Envelope, Publisher, Subscription, Transport, unique_name
 
-from .inbox import Inbox, time_is_up
 from .limits import DEFAULT_CALL_TIMEOUT, DEFAULT_LIMITS, CallLimits
 from .wire import ANSWER_SIGNATURE, ID, REPLY_TO, TIMEOUT_MS, cancel_queue, private_queue, timeout_ms
 
@@ -197,7 +197,7 @@ class RequestClient:
         try:
             for _ in range(READY_ATTEMPTS):
                 await publisher.send(b"{}", properties={"id": ping_id})
-                if await self._next(arrived, loop, loop.time() + READY_INTERVAL):
+                if await arrived.wait_until(loop, loop.time() + READY_INTERVAL):
                     return
             log.warning("client.not_confirmed", queue=queue, waited=READY_ATTEMPTS * READY_INTERVAL)
         finally:
@@ -240,27 +240,6 @@ class RequestClient:
         )
         if self._on_dropped is not None:
             self._on_dropped(request_id, why)
-
-    @staticmethod
-    async def _next(answers: Inbox, loop: asyncio.AbstractEventLoop, until: float) -> bool:
-        """Wait until a response is there (True) or the loop's clock reaches `until` (False); also False at once
-        when the request's send failed (`answers.failure`).
-
-        One future and one timer per wait: `asyncio.timeout_at` around a queue's get
-        cost a task lookup, a loop lookup and a rescheduled timer on every answer.
-        """
-        if answers.bodies:
-            return True
-        if answers.failure is not None:
-            return False
-        waiter = answers.waiter = loop.create_future()
-        timer = loop.call_at(until, time_is_up, waiter)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-            answers.waiter = None
-        return bool(answers.bodies)
 
     async def stream(
         self,
@@ -419,6 +398,70 @@ def _cancel_lost(error: TransportError) -> None:
     log.debug("request.cancel_failed", error=str(error))
 
 
+class Inbox:
+    """One call's responses as they arrive, and the call waiting for the next.
+
+    Lighter than an `asyncio.Queue` per call (which looks the running loop up on
+    every get and put): responses are appended by the subscription's handler and
+    wake the one waiter directly. `fail` is the request's send failing after it
+    was handed over (`Publisher.send(confirm=False)`): the call raises that.
+    """
+
+    __slots__ = ("bodies", "waiter", "failure")
+
+    def __init__(self) -> None:
+        self.bodies: deque[dict[str, Any]] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.failure: TransportError | None = None
+
+    def put(self, body: dict[str, Any]) -> None:
+        self.bodies.append(body)
+        self.wake()
+
+    def fail(self, error: TransportError) -> None:
+        self.failure = error
+        self.wake()
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Until `wake` (no timer: the caller's own wakes it at its deadline)."""
+        waiter = self.waiter = loop.create_future()
+        try:
+            await waiter
+        finally:
+            self.waiter = None
+
+    async def wait_until(self, loop: asyncio.AbstractEventLoop, until: float) -> bool:
+        """Wait until a response is there (True) or the loop's clock reaches `until` (False); also False at once
+        when the request's send failed (`failure`).
+
+        One future and one timer per wait: `asyncio.timeout_at` around a queue's get
+        cost a task lookup, a loop lookup and a rescheduled timer on every answer.
+        """
+        if self.bodies:
+            return True
+        if self.failure is not None:
+            return False
+        waiter = self.waiter = loop.create_future()
+        timer = loop.call_at(until, time_is_up, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self.waiter = None
+        return bool(self.bodies)
+
+
+def time_is_up(waiter: asyncio.Future[None]) -> None:
+    """A wait's time is up: the waiter wakes to find nothing new."""
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class _Call:
     """One request in flight: registered for its answers, sent, waited on, and let go (`end`).
 
@@ -501,7 +544,7 @@ class _Call:
             else:
                 idle_until = self._loop.time() + idle_timeout
                 idle_binds = idle_until < self.deadline
-                await RequestClient._next(answers, self._loop, min(idle_until, self.deadline))
+                await answers.wait_until(self._loop, min(idle_until, self.deadline))
         if answers.bodies:
             self.received += 1
             return answers.bodies.popleft()
