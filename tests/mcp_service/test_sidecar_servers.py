@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from mcp import Client, StdioServerParameters
-from support.mcp_sidecar import ROOT, env_of, everything, free_port, http_story, kill, sidecar
+from support.mcp_sidecar import ROOT, env_of, everything, free_port, http_story, kill, sidecar, story
 
 from agent_bridge import ToolSet
 from discovery.registry.service import Registry
@@ -121,3 +121,18 @@ async def test_a_tool_the_server_adds_reaches_an_agent_and_an_http_server_comes_
         async with http_story("subscriptions", port, tmp_path / "story-again.log"):
             await tools.wait_for(_has("edit_note", "enable_search"), timeout=20)  # reconnected
             assert "search" not in tools.names()  # what the restarted server offers, not what it offered
+
+
+async def test_a_command_server_that_exits_is_said_to_have_exited(
+    settings: Settings, registry: Registry, tmp_path: Path
+) -> None:
+    """A modern server run by command (the SDK's subscriptions story over stdio): its process killed, the sidecar's
+    log says the process exited, not that a server "dropped its subscriptions/listen stream"."""
+    async with sidecar(settings, tmp_path / "sidecar.log", "--mcp", "--", *story("subscriptions"), ttl=TTL) as car:
+        async with ToolSet(settings=settings, data_dir=tmp_path / "agent") as tools:
+            await tools.wait_for(_has("edit_note"), timeout=15)
+            kill(car.server_pids())
+            await tools.wait_for(_lacks("edit_note"), timeout=TTL + 5)
+    log = car.log_text()
+    assert '"event": "mcp.server_lost"' in log and "exited: its output closed" in log, log[-2000:]
+    assert "dropped its subscriptions/listen stream" not in log

@@ -295,12 +295,19 @@ class Upstream:
         try:
             async for _ in subscription:
                 self._on_tools_changed()
-            self.why = f"the MCP server {self.server} ended its subscriptions/listen stream"
+            self.why = self._gone(f"the MCP server {self.server} ended its subscriptions/listen stream")
         except SubscriptionLost as exc:
-            self.why = f"the MCP server {self.server} dropped its subscriptions/listen stream ({exc})"
+            self.why = self._gone(f"the MCP server {self.server} dropped its subscriptions/listen stream ({exc})")
         except Exception as exc:
             self.why = f"the MCP server {self.server}'s subscriptions/listen stream failed: {_why(exc, self.server)}"
         self.lost.set()
+
+    def _gone(self, otherwise: str) -> str:
+        """Why the stream ended, as the operator would say it: a command's stream ends when its process does (its
+        output closes with it; the SDK's stdio client keeps the process, and so its exit code, to itself)."""
+        if isinstance(self.server, McpCommand):
+            return f"the MCP server process ({self.server}) exited: its output closed"
+        return otherwise
 
     async def __aexit__(self, *exc: object) -> None:
         self._client = None
