@@ -27,11 +27,14 @@ PAGES = [
     GUIDE / "operating.md",
     GUIDE / "contributing.md",
 ]
-"""The order a reader takes them in, and the session runs them in."""
+"""The order a newcomer takes them in, and the session runs them in."""
+REFERENCE_PAGES = [ROOT / "docs" / "operators.md", ROOT / "deploy" / "README.md", ROOT / "docs" / "architecture.md"]
+"""The site's other written pages, run after them: each block runs, or says above itself why it cannot (a cluster,
+a container engine, what a command prints, a diagram). The CLI and API references are generated, not written."""
 
 
-def every_block() -> list[Block]:
-    return [block for page in PAGES for block in blocks(page.read_text(), str(page.relative_to(ROOT)))]
+def every_block(pages: list[Path] = PAGES) -> list[Block]:
+    return [block for page in pages for block in blocks(page.read_text(), str(page.relative_to(ROOT)))]
 
 
 def test_every_guide_page_is_run() -> None:
@@ -39,9 +42,30 @@ def test_every_guide_page_is_run() -> None:
     assert set(GUIDE.glob("*.md")) == set(PAGES[1:])
 
 
+def test_every_written_page_of_the_site_is_run() -> None:
+    """Every page in the site's navigation (mkdocs.yml) is one whose blocks the session runs, but the generated
+    references; the home page is README.md and "Deploying" deploy/README.md (docs/hooks/repository_pages.py)."""
+    import yaml
+
+    def leaves(nav: object) -> list[str]:
+        if isinstance(nav, str):
+            return [nav]
+        if isinstance(nav, dict):
+            return [leaf for value in nav.values() for leaf in leaves(value)]
+        assert isinstance(nav, list)
+        return [leaf for item in nav for leaf in leaves(item)]
+
+    outside = {"index.md": README, "deploy.md": ROOT / "deploy" / "README.md"}
+    site = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    pages = [page for page in leaves(site["nav"]) if not page.startswith("reference/")]
+    written = {outside.get(page, ROOT / "docs" / page) for page in pages}
+    assert written == set(PAGES) | set(REFERENCE_PAGES)
+
+
 @pytest.mark.timeout(300)  # about 20 s; each command is bounded on its own (support.readme)
 def test_the_readme_and_the_guide_run_as_written(tmp_path: Path) -> None:
     found = every_block()
+    reference = every_block(REFERENCE_PAGES)
     run = tmp_path / "run"
     run.mkdir()
     pointing = ("PULSAR_", "TOOLREG_", "PYTHON", "PYTEST_", "VIRTUAL_ENV")
@@ -50,9 +74,10 @@ def test_the_readme_and_the_guide_run_as_written(tmp_path: Path) -> None:
     session = Session(run, env, tmp_path / "session.log")
     try:
         skipped = run_blocks(found, session)
+        run_blocks(reference, session)
     finally:
         session.close()
-    assert len(skipped) < len(found) / 2, skipped  # most of it runs
+    assert len(skipped) < len(found) / 2, skipped  # most of what a newcomer reads runs
     said = (tmp_path / "session.log").read_text()
     # the README: its first call, its service, and its agent's call once the calculator arrived
     assert "I would tell you a joke about cats" in said and "A groan-worthy pun about brokers" in said
@@ -92,6 +117,12 @@ def test_the_runner_reads_markers_commands_and_here_documents() -> None:
     ]
     script = "toolreg up &   # comment\n# only a comment\ncat > f <<'EOF'\n{\n}\nEOF\nls \\\n  -l\n"
     assert commands(script) == ["toolreg up &   # comment", "cat > f <<'EOF'\n{\n}\nEOF", "ls \\\n  -l"]
+    quoted = 'toolreg config put tool/x --value \'{"a": 1,\n  "b": 2}\'\necho done   # the store\'s own quote\nls\n'
+    assert commands(quoted) == [
+        'toolreg config put tool/x --value \'{"a": 1,\n  "b": 2}\'',  # a value over two lines is one command
+        "echo done   # the store's own quote",  # a quote in a comment opens nothing
+        "ls",
+    ]
 
 
 def test_a_skip_marker_without_a_reason_is_refused(tmp_path: Path) -> None:

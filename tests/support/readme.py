@@ -91,8 +91,9 @@ def commands(script: str) -> list[str]:
         index += 1
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        while line.endswith("\\") and index < len(lines):
-            line = line + "\n" + lines[index]  # the backslash kept: bash joins the lines, as it does pasted
+        while (line.endswith("\\") or _open_quote(line)) and index < len(lines):
+            # The backslash kept: bash joins the lines, as it does pasted; a quote left open goes on to its close.
+            line = line + "\n" + lines[index]
             index += 1
         heredoc = HEREDOC.search(line)
         if heredoc is not None:
@@ -104,6 +105,15 @@ def commands(script: str) -> list[str]:
             index += 1
         found.append(line)
     return found
+
+
+def _open_quote(line: str) -> bool:
+    """Whether `line` leaves a quoted string open (a value written over several lines), as bash reads it."""
+    try:
+        shlex.split(line, comments=True)
+    except ValueError:
+        return True
+    return False
 
 
 class Session:
