@@ -50,6 +50,7 @@ from .core import (
     Confirmed,
     Heard,
     NotHolding,
+    Promotion,
     ReadMarkers,
     ReplicaCore,
     StandbyLook,
@@ -427,22 +428,25 @@ class Election:
 
     async def _serve(self, lock: ExclusivePublisher, mode: ExclusiveMode) -> None:
         """Hold the lock: promote, stay active until a sign of deposition (or closing), step down."""
+        promotion = Promotion(self.core, mode)
         try:
-            self._carry_out_stop(self.core.granted(mode))
-            await self._read_markers()
-            marker = self.core.promotion_marker()
-            await self._marks.write(lock, self.replica_id, marker.term, marker.mode)
+            for step in promotion:
+                if isinstance(step, ReadMarkers):
+                    await self._read_markers()
+                else:
+                    await self._marks.write(lock, self.replica_id, step.term, step.mode)
+            self._carry_out_stop(promotion.stop)
         except TransportError as exc:  # fenced the moment it was granted, say: a standby again
             log.warning("election.promotion_failed", lock=self.lock_topic, replica=self.replica_id, error=str(exc))
-            self.core.promotion_failed()
+            promotion.failed()
             await self._transport.close_publisher(lock)
             await asyncio.sleep(self._retry_delay)
             return
         except ReplicationError:  # a `Stop` of the core
-            self.core.promotion_failed()
+            promotion.failed()
             await self._transport.close_publisher(lock)
             raise
-        self.core.on_promoted(marker.term, time.monotonic())
+        promotion.promoted(time.monotonic())
         self._lock = lock
         self._lost.clear()
         self._set_role("active", f"took the lock ({mode})")

@@ -11,6 +11,7 @@ from discovery.replicas.core import (
     Heard,
     Lost,
     NotHolding,
+    Promotion,
     ReadMarkers,
     ReplicaCore,
     Seen,
@@ -104,6 +105,27 @@ def test_a_standby_look_has_the_markers_read_each_time_the_core_asks_and_ends_on
         core.on_marker("c", 2)  # the markers name a newer holder, just heard of
         core.on_markers_read(4.5)
     assert isinstance(look.decision, Wait)
+
+
+def test_a_promotion_reads_the_markers_before_it_asks_for_its_term_and_is_active_only_once_written() -> None:
+    """`Promotion`, the order every driver takes the lock in: the marker's term is asked for after the markers were
+    read to their end (a newer term read there moves it up), and the replica is active only once it was written."""
+    core = ReplicaCore("a", now=0.0)
+    assert isinstance(core.first_attempt(), TryLock)
+    promotion, steps = Promotion(core, "exclusive"), []
+    for step in promotion:
+        steps.append(step)
+        if isinstance(step, ReadMarkers):
+            core.on_marker("b", 6)  # the lock's last marker, read now: term 6 was somebody's
+            core.on_markers_read(1.0)
+            assert core.role == "standby"
+    assert [type(step) for step in steps] == [ReadMarkers, WriteMarker] and steps[1] == WriteMarker(7, "exclusive")
+    assert promotion.stop is None and promotion.promoted(1.5).term == 7 and core.role == "active"
+
+    stranger = ReplicaCore("stranger", key=OTHER)
+    stranger.saw(entry_seen(OTHER, GROUP), "log")
+    refused = Promotion(stranger, "fence")
+    assert list(refused) == [] and isinstance(refused.stop, Stop) and refused.stop.cause == "key"
 
 
 def test_silence_counts_only_up_to_the_standbys_own_echo_and_only_while_it_could_hear() -> None:

@@ -23,6 +23,7 @@ from discovery.replicas.core import (
     Confirmed,
     Heard,
     NotHolding,
+    Promotion,
     ReadMarkers,
     ReplicaCore,
     StandbyLook,
@@ -318,22 +319,24 @@ class SimReplica:
         self.later(CHECK_INTERVAL, self.look)
 
     def serve(self, lock: Producer, mode: str) -> None:
-        decision = self.core.granted(mode)  # type: ignore[arg-type]
-        if isinstance(decision, Stop):
+        promotion = Promotion(self.core, mode)  # type: ignore[arg-type]
+        for step in promotion:
+            if isinstance(step, ReadMarkers):
+                self.read_markers()
+                continue
+            body = {"term": step.term, "replica": self.name, "mode": mode}
+            sent = self.world.broker.send(lock, record(self.key, "marker", "lock", body, self.name))
+            if isinstance(sent, str):
+                promotion.failed()
+                self.world.broker.close(lock)
+                self.later(RETRY_DELAY, self.acquire)
+                return
+        if promotion.stop is not None:
             self.world.broker.close(lock)
-            return self.stop(decision.reason)
-        self.read_markers()
-        marker = self.core.promotion_marker()
-        body = {"term": marker.term, "replica": self.name, "mode": mode}
-        sent = self.world.broker.send(lock, record(self.key, "marker", "lock", body, self.name))
-        if isinstance(sent, str):
-            self.core.promotion_failed()
-            self.world.broker.close(lock)
-            self.later(RETRY_DELAY, self.acquire)
-            return
+            return self.stop(promotion.stop.reason)
         self.lock = lock
-        self.core.on_promoted(marker.term, self.clock())
-        self.world.promoted(self, marker.term)
+        term = promotion.promoted(self.clock()).term
+        self.world.promoted(self, term)
         self.writer = self.world.broker.open(self.name, "log", "fence", lambda _: None)
         self.read_log()
         if self.core.role != "active":

@@ -29,7 +29,7 @@ from .effects import (
 )
 from .keys import KeyWitness, Seen, Verdict, authenticate
 from .replica import RECHECK, Heard, ReplicaCore
-from .turns import StandbyLook
+from .turns import Promotion, StandbyLook
 from .wholeness import Finding, Wholeness
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "Refuse",
     "ReplicaCore",
     "Seen",
+    "Promotion",
     "StandbyLook",
     "StepDown",
     "Stop",
