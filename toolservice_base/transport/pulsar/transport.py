@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
@@ -13,7 +13,6 @@ import pulsar.asyncio as pulsar_asyncio
 from ...errors import (
     AuthenticationFailed,
     BrokerUnreachable,
-    NotAuthorized,
     ProducerBusy,
     TransportError,
 )
@@ -33,23 +32,21 @@ from ..base import (
 )
 from .batches import BatchedSubscription
 from .bridge import LoopBridge
+from .broker_questions import BrokerQuestions
 from .client_log import client_logger
 from .consumer_ids import subscribe_shifted
-from .diagnosis import Action, Claims, TopicWatch, handshake, subscription_reserved, token_refused
-from .errors import HELD, broker_errors, result_name, translate
+from .diagnosis import TopicWatch
+from .errors import HELD, broker_errors
 from .handles import PulsarExclusivePublisher, PulsarReader
 from .native import native_client
 from .publisher import PulsarPublisher
 from .subscription import PulsarSubscription, subscribe_listening
 
 log = get_logger("toolservice_base.transport")
-T = TypeVar("T")
 
 PRODUCER_QUEUE = 20_000
 SEND_TIMEOUT_MS = 10_000
 
-LOOKUP_TIMEOUT = 2.0
-"""Seconds a diagnostic lookup of a topic may take; a broker that lets us in answers one in milliseconds."""
 _ACCESS_MODES = {
     "exclusive": pulsar.ProducerAccessMode.Exclusive,
     "wait": pulsar.ProducerAccessMode.WaitForExclusive,
@@ -61,7 +58,7 @@ class PulsarTransport(OpenedResources):
     """A Pulsar client plus everything opened on it, closed in the safe order.
 
     Its `TopicWatch` looks after the consumers and producers it opened: one
-    that stays disconnected is diagnosed (`diagnose`), the reason logged and
+    that stays disconnected is diagnosed (`BrokerQuestions.diagnose`), the reason logged and
     kept for `problem`, while pulsar-client goes on reconnecting.
     """
 
@@ -75,17 +72,16 @@ class PulsarTransport(OpenedResources):
         token: str | None = None,
     ) -> None:
         super().__init__()
-        self._token = token
-        self._claims = Claims.of(token)
-        self._watch = TopicWatch(url, self._watched, self._broker_problem, self._ask)
         self._client = client
+        self._abandoned: set[asyncio.Future[Any]] = set()
+        self._questions = BrokerQuestions(client, url, token, self._abandoned)
+        self._watch = TopicWatch(url, self._watched, self._questions.broker_problem, self._questions.ask)
         self.topics = topics
         self._client_options = client_options
         self._capabilities = capabilities
         self._shared_client: pulsar_asyncio.Client | None = None
         self._bulk_client: pulsar_asyncio.Client | None = None
         self._shift_subscription = unique_name("consumer-id-shift")
-        self._abandoned: set[asyncio.Future[Any]] = set()
         self.url = url
         self._bridge = LoopBridge(asyncio.get_running_loop(), self._loop_gone)
         self._closed_off_loop = threading.Lock()
@@ -93,9 +89,6 @@ class PulsarTransport(OpenedResources):
         self._shut_off_loop = False
         self._clients_closed = False
         self._guard = asyncio.ensure_future(self._close_when_the_loop_ends())
-        # The broker's verdict on our token, asked at once: a refused (or missing) token is then said within
-        # milliseconds of the refusal, where pulsar-client retries it until its operation timeout (`_unless_refused`).
-        self._verdict = asyncio.ensure_future(handshake(url, token))
 
     @classmethod
     async def open(cls, settings: Settings | None = None, *, url: str | None = None) -> "PulsarTransport":
@@ -145,103 +138,6 @@ class PulsarTransport(OpenedResources):
         rules)."""
         return [p for p in self._publishers if type(p) is PulsarPublisher] + list(self._subscriptions)
 
-    async def diagnose(
-        self, topic: str, doing: str | None = None, action: Action | None = None
-    ) -> TransportError | None:
-        """Why `topic` cannot be used now, as the broker tells it; None if it lets us use it.
-
-        Asks whether the broker is reachable, whether it accepts our token (a
-        handshake of our own), whether it lets our role look the topic up and,
-        given an `action`, whether it lets it produce or consume there: each
-        answers in milliseconds, where pulsar-client would only say `Timeout`
-        (see `diagnosis`).
-        """
-        return await self._broker_problem(doing) or await self._ask(topic, action, doing)
-
-    async def _broker_problem(self, doing: str | None = None) -> TransportError | None:
-        down = await broker_unreachable(self.url)
-        if down is not None:
-            return BrokerUnreachable(down)
-        answer = await handshake(self.url, self._token)
-        if answer.accepted is False:
-            return token_refused(self.url, self._token, answer.said, doing=doing)
-        if (
-            answer.accepted is None and self._claims.expired()
-        ):  # no verdict (TLS, say), and the token's own exp has passed
-            return token_refused(self.url, self._token, f"no verdict ({answer.said})", doing=doing)
-        if answer.silent:
-            return TransportError(
-                f"the broker at {self.url} accepts connections but {answer.said}"
-                f"{f' ({doing})' if doing else ''}: is it a Pulsar broker, and is it overloaded?"
-            )
-        return None
-
-    async def _ask(self, topic: str, action: Action | None, doing: str | None = None) -> TransportError | None:
-        """Look `topic` up, then try `action` there once: a lookup needs only one of produce and consume (measured).
-
-        A consume try is a reader at the latest message: it needs the same
-        permission as a subscription and leaves no durable subscription behind,
-        even on a persistent topic. What a try opens is closed at once; one
-        the broker grants after we stopped waiting is closed when it comes.
-        """
-        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
-            (f"looking up {topic}", lambda: self._client.get_topic_partitions(topic))
-        ]
-        if action == "produce":
-            steps.append((f"producing on {topic}", lambda: self._client.create_producer(topic, batching_enabled=False)))
-        elif action == "consume":
-            steps.append(
-                (
-                    f"consuming from {topic}",
-                    lambda: self._client.create_reader(topic, pulsar.MessageId.latest, receiver_queue_size=1),
-                )
-            )
-        for trying, call in steps:
-            attempt = asyncio.ensure_future(call())
-            done, _ = await asyncio.wait({attempt}, timeout=LOOKUP_TIMEOUT)
-            if not done:
-                close_when_granted(attempt, lambda opened: self._undo(opened, topic), self._abandoned)
-                return TransportError(
-                    f"the broker at {self.url} accepts our token but gave no answer within {LOOKUP_TIMEOUT:g}s while"
-                    f" {trying}{f' ({doing})' if doing else ''}; it may be overloaded or still starting"
-                )
-            with broker_errors(keep=True) as asking:
-                await self._undo(attempt.result(), topic)
-            if asking.error is not None:
-                return translate(asking.error, doing or trying, self.url, topic, role=self._claims.role)
-        return None
-
-    async def _unless_refused(self, attempt: asyncio.Future[T], doing: str) -> T:
-        """What `attempt` opens, unless the broker refuses our token first: then that refusal, at once.
-
-        Measured on Apache Pulsar 4.0.8: a missing or wrong token makes
-        pulsar-client retry a creation until its operation timeout (10 s by
-        default) and say "Timeout", while the broker refuses our own handshake
-        in milliseconds. The caller closes what the attempt may still open
-        (`close_when_granted`): this only stops waiting for it.
-        """
-        either: set[asyncio.Future[Any]] = {attempt, self._verdict}
-        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        refused = None if attempt.done() else self._refused(doing)
-        if refused is not None:
-            raise refused
-        return await attempt
-
-    def _refused(self, doing: str) -> AuthenticationFailed | None:
-        """The broker's refusal of our token at the handshake `open` began, once it has answered; else None."""
-        verdict = self._verdict
-        if not verdict.done() or verdict.cancelled() or verdict.exception() is not None:
-            return None
-        answer = verdict.result()
-        return token_refused(self.url, self._token, answer.said, doing=doing) if answer.accepted is False else None
-
-    @staticmethod
-    async def _undo(opened: Any, topic: str) -> None:
-        """Close the producer or reader a diagnosis opened; a lookup's answer needs nothing."""
-        with broker_errors(log="diagnosis.undo_failed", topic=topic):
-            if isinstance(opened, pulsar_asyncio.Producer | pulsar_asyncio.Reader):
-                await opened.close()
-
     async def publisher(self, topic: str) -> PulsarPublisher:
         self._check_open()
         doing = f"opening a producer on {topic}"
@@ -254,9 +150,9 @@ class PulsarTransport(OpenedResources):
             )
         )
         try:
-            async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic)):
+            async with broker_errors(explain=lambda exc: self._questions.explain(exc, doing, topic)):
                 # Shielded: cancelled or refused, the producer is closed when it comes.
-                producer = await self._unless_refused(asyncio.shield(creating), doing)
+                producer = await self._questions.unless_refused(asyncio.shield(creating), doing)
         except (asyncio.CancelledError, AuthenticationFailed):
             close_when_granted(creating, lambda opened: self._close_quietly(opened, topic), self._abandoned)
             raise
@@ -266,7 +162,7 @@ class PulsarTransport(OpenedResources):
             self.url,
             self._bridge,
             queue=PRODUCER_QUEUE,
-            explain=lambda exc, doing, on: self._explain(exc, doing, on, "produce"),
+            explain=lambda exc, doing, on: self._questions.explain(exc, doing, on, "produce"),
             refused=self._watch.refusal,
         )
         self._publishers.append(publisher)
@@ -303,10 +199,10 @@ class PulsarTransport(OpenedResources):
                 )
             )
             try:
-                async with broker_errors(refine=held, explain=lambda exc: self._explain(exc, doing, topic)):
+                async with broker_errors(refine=held, explain=lambda exc: self._questions.explain(exc, doing, topic)):
                     # Shielded: cancelling the native creation would not withdraw it, and a producer the broker
                     # grants afterwards would hold the topic for nobody. `close_when_granted` closes it instead.
-                    return await self._unless_refused(asyncio.shield(creating), doing)
+                    return await self._questions.unless_refused(asyncio.shield(creating), doing)
             except (asyncio.CancelledError, AuthenticationFailed):
                 close_when_granted(creating, lambda opened: self._close_quietly(opened, topic), self._abandoned)
                 raise
@@ -356,10 +252,10 @@ class PulsarTransport(OpenedResources):
             )
         )
         try:
-            async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic)):
-                native = await self._unless_refused(asyncio.shield(creating), doing)
+            async with broker_errors(explain=lambda exc: self._questions.explain(exc, doing, topic)):
+                native = await self._questions.unless_refused(asyncio.shield(creating), doing)
         except (asyncio.CancelledError, AuthenticationFailed):
-            close_when_granted(creating, lambda opened: self._undo(opened, topic), self._abandoned)
+            close_when_granted(creating, lambda opened: self._questions.undo(opened, topic), self._abandoned)
             raise
         reader = PulsarReader(native, topic, self.url)
         self._readers.append(reader)
@@ -396,7 +292,7 @@ class PulsarTransport(OpenedResources):
             else PulsarSubscription(topic, handler, self._bridge, **options)
         )
         reserved = name if shared else ""
-        async with broker_errors(explain=lambda exc: self._explain(exc, doing, topic, "consume", reserved)):
+        async with broker_errors(explain=lambda exc: self._questions.explain(exc, doing, topic, "consume", reserved)):
             listener = None if isinstance(sub, BatchedSubscription) else sub.on_message
             queue = sub.client_queue if isinstance(sub, BatchedSubscription) else receiver_queue
             if shared:
@@ -408,7 +304,7 @@ class PulsarTransport(OpenedResources):
             # (`subscribe_listening`); refused, nothing is granted (the broker closed the connection).
             attempt = asyncio.ensure_future(creating)
             try:
-                consumer = await self._unless_refused(attempt, doing)
+                consumer = await self._questions.unless_refused(attempt, doing)
             except (asyncio.CancelledError, AuthenticationFailed):
                 attempt.cancel()
                 raise
@@ -416,32 +312,6 @@ class PulsarTransport(OpenedResources):
         self._subscriptions.append(sub)
         self._watch.start()
         return sub
-
-    async def _explain(
-        self, exc: BaseException, doing: str, topic: str, action: Action | None = None, subscription: str = ""
-    ) -> TransportError:
-        """`translate`, and for a timeout, why: asked of the broker (`diagnose`). A shared `subscription` refused to a
-        role that may consume there is reserved for other roles by the namespace (Pulsar's subscription permissions).
-
-        Apache Pulsar drops a connection whose token is missing, wrong or
-        expired, and closes the producers and consumers of a role whose
-        permission is revoked or whose namespace is deleted; pulsar-client
-        retries until its operation (or send) timeout, then says only
-        "Timeout". The broker's own answer names the cause; only if it lets
-        us in and looks the topic up is the timeout the broker's slowness.
-        """
-        if result_name(exc) != "Timeout":
-            error = translate(exc, doing, self.url, topic, role=self._claims.role)
-            if subscription and isinstance(error, NotAuthorized) and await self._ask(topic, "consume") is None:
-                return subscription_reserved(self.url, error.namespace, subscription, self._claims.role)
-            return error
-        found = await self.diagnose(topic, doing, action)
-        if found is not None:
-            return found
-        return TransportError(
-            f"the broker at {self.url} accepts our token and lets us use {topic}, but did not complete {doing} in time "
-            "(Timeout); it may be overloaded: try again"
-        )
 
     def _bulk(self) -> pulsar_asyncio.Client:
         if self._bulk_client is None:
@@ -492,7 +362,7 @@ class PulsarTransport(OpenedResources):
         if guard is not asyncio.current_task() and not guard.done():
             guard.cancel()
         await self._watch.stop()
-        self._verdict.cancel()
+        self._questions.close()
         if not await self._close_opened():
             return
         for client in (self._shared_client, self._bulk_client, self._client):
