@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from toolservice_base.schemas.json_schema import json_type
+
 from .common import CommandError
 
 KINDS = ("object", "array", "string", "integer", "number", "boolean", "null")
@@ -57,27 +59,12 @@ def _kinds_of(root: dict[str, Any], schema: Any, seen: frozenset[str] = frozense
         for member in schema.get(key) or []:
             found |= _kinds_of(root, member, seen)
     values = [*schema.get("enum", []), *([schema["const"]] if "const" in schema else [])]
-    found.update(_json_kind(value) for value in values)
+    found.update(json_type(value) for value in values)
     if not found and "properties" in schema:
         found.add("object")
     if not found and "items" in schema:
         found.add("array")
     return found
-
-
-def _json_kind(value: Any) -> str:
-    """The JSON type of a parsed value (a bool is a boolean, not an integer)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
 
 
 def argument_kinds(schema: dict[str, Any]) -> dict[str, list[str]]:
@@ -97,7 +84,7 @@ def usage(kinds: dict[str, list[str]]) -> str:
 
 
 def _fits(value: Any, kinds: list[str]) -> bool:
-    kind = _json_kind(value)
+    kind = json_type(value)
     return kind in kinds or (kind == "integer" and "number" in kinds)
 
 

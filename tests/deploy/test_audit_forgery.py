@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
-from apache_pulsar import KIND_GRANTS, ApachePulsar
+from apache_pulsar import ApachePulsar
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from support import eventually
 from support.registry import FAST
+from support.roles import kind_settings
 
 from discovery.audit_chain import AuditChain
 from discovery.cli.main import build_parser
@@ -53,25 +53,13 @@ class Deployment:
 async def deployment(
     apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Deployment:
-    suffix = uuid.uuid4().hex[:6]
-    tokens = apache_pulsar.grant_kinds(tenant, {kind: f"{kind}-{suffix}" for kind in KIND_GRANTS})
-    settings = {
-        kind: Settings(
-            data_dir=tmp_path / kind,
-            pulsar_url=apache_pulsar.url,
-            broker="apache-pulsar",
-            topicspace=tenant,
-            auth_token=token,
-            operation_timeout=5,
-        )
-        for kind, token in tokens.items()
-    }
+    settings = kind_settings(apache_pulsar, tenant, tmp_path)
     key, public = generate_key_pair(tmp_path / "front.key")
     policy = tmp_path / "trust.json"
     assert await toolreg("trust", "add-front", "front-eu", "--public-key", str(public), "--policy", str(policy)) == 0
     for name, value in (
         ("PULSAR_URL", apache_pulsar.url),
-        ("PULSAR_AUTH_TOKEN", tokens["operator"]),  # `toolreg audit verify` reads the trail as an operator
+        ("PULSAR_AUTH_TOKEN", str(settings["operator"].auth_token)),  # `audit verify` reads the trail as an operator
         ("TOOLREG_BROKER", "apache-pulsar"),
         ("TOOLREG_TOPICSPACE", tenant),
     ):

@@ -13,13 +13,13 @@ operator may do what an agent does, and read the state.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
 from apache_pulsar import KIND_GRANTS, ApachePulsar
+from support.roles import kind_settings
 
 from discovery.replicas import Election
 from discovery.replicas.markers import lock_holder
@@ -94,20 +94,7 @@ JOBS: dict[str, tuple[Callable[[Settings], Awaitable[None]], set[str]]] = {
 async def granted(apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path) -> AsyncIterator[dict[str, Settings]]:
     """Each kind's settings (its own role's token) on a tenant granted as deploy/pulsar-init.sh grants; the store
     running under its role, so that other kinds' requests are answered."""
-    suffix = uuid.uuid4().hex[:6]
-    roles = {kind: f"{kind}-{suffix}" for kind in KINDS}
-    tokens = apache_pulsar.grant_kinds(tenant, roles)
-    settings = {
-        kind: Settings(
-            data_dir=tmp_path / kind,
-            pulsar_url=apache_pulsar.url,
-            broker="apache-pulsar",
-            topicspace=tenant,
-            auth_token=token,
-            operation_timeout=5,
-        )
-        for kind, token in tokens.items()
-    }
+    settings = kind_settings(apache_pulsar, tenant, tmp_path, KINDS)
     async with AsyncExitStack() as stack:
         connection = await stack.enter_async_context(await open_transport(settings["store"]))
         await stack.enter_async_context(ConfigStoreService(connection, ConfigStore.in_memory("store")))

@@ -25,6 +25,7 @@ from support import atoolreg, eventually
 from support.pins import ARG, LEAK, Sender, announce, service, tool
 from support.registry import TOPICSPACE
 from support.replicas import Cluster
+from support.roles import kind_settings
 from support.signed import capturing, guard_for, guarded_policy, operator, padding_bits_changed, replaying, signer
 
 from discovery.errors import RegistryQueryError
@@ -71,21 +72,7 @@ class Insider:
 async def insider(apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path) -> AsyncIterator[Insider]:
     """Three replicas under the store's role with a group key, on a policy with `config-writes signed` (operator
     alice), pinning, and one announcing key (`jokes`)."""
-    suffix = uuid.uuid4().hex[:6]
-    tokens = apache_pulsar.grant_kinds(
-        tenant, {kind: f"{kind}-{suffix}" for kind in ("store", "service", "agent", "operator")}
-    )
-    roles = {
-        kind: Settings(
-            data_dir=tmp_path / kind,
-            pulsar_url=apache_pulsar.url,
-            broker="apache-pulsar",
-            topicspace=tenant,
-            auth_token=token,
-            operation_timeout=5,
-        )
-        for kind, token in tokens.items()
-    }
+    roles = kind_settings(apache_pulsar, tenant, tmp_path, ("store", "service", "agent", "operator"))
     alice = operator(tmp_path, "alice")
     path = guarded_policy(tmp_path / "trust.json", {"alice": alice}, pin=True)
     announcer = generate_key_pair(tmp_path / "jokes.key")[1]
@@ -97,7 +84,8 @@ async def insider(apache_pulsar: ApachePulsar, tenant: str, tmp_path: Path) -> A
     before, TOPICSPACE[0] = TOPICSPACE[0], tenant
     try:
         for name in REPLICAS:
-            cluster.extra_env[name] = {"PULSAR_AUTH_TOKEN": tokens["store"], "TOOLREG_GROUP_KEY": str(key)}
+            token = str(roles["store"].auth_token)
+            cluster.extra_env[name] = {"PULSAR_AUTH_TOKEN": token, "TOOLREG_GROUP_KEY": str(key)}
             await cluster.start(name, "--trust-policy", str(path))
         await cluster.active()
         yield Insider(cluster, roles, tmp_path)

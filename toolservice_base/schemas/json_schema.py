@@ -226,7 +226,7 @@ def _flat_type(prop: Mapping[str, Any], root: Mapping[str, Any], hops: int = 0) 
     values: list[Any] = enum if isinstance(enum, list) else [prop["const"]] if "const" in prop else []
     for value in values:
         if value is not None:
-            return _json_type(value)
+            return json_type(value)
     for key in ("anyOf", "oneOf"):
         branches = prop.get(key)
         if isinstance(branches, list) and hops < 8:
@@ -240,16 +240,19 @@ def _flat_type(prop: Mapping[str, Any], root: Mapping[str, Any], hops: int = 0) 
     return "string"
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """The JSON Schema type a JSON value is (`null` for None; `integer` before `number`, a bool before both)."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
         return "integer"
     if isinstance(value, float):
         return "number"
-    if isinstance(value, dict):
-        return "object"
-    return "array" if isinstance(value, list) else "string"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 def arguments_schema(arguments: list[dict[str, str]]) -> dict[str, Any]:
