@@ -134,6 +134,8 @@ class BrokerQuestions:
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         refused = None if attempt.done() else self.refused(doing)
         if refused is not None:
+            # Nobody awaits the attempt now: its own failure, when the client gives up on it, is expected.
+            attempt.add_done_callback(_retrieved)
             raise refused
         return await attempt
 
@@ -177,3 +179,9 @@ class BrokerQuestions:
             f"the broker at {self.url} accepts our token and lets us use {topic}, but did not complete {doing} in time "
             "(Timeout); it may be overloaded: try again"
         )
+
+
+def _retrieved(attempt: asyncio.Future[Any]) -> None:
+    """Take an abandoned attempt's outcome, so that its failure is not reported as never retrieved."""
+    if not attempt.cancelled():
+        attempt.exception()
