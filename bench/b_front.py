@@ -5,13 +5,15 @@ Ours: `toolreg mcp --http 127.0.0.1:PORT` in a process of its own, an echo servi
 each `tools/call` crosses the front, the broker and the service and back. Reference: `bench.front_reference`, the
 SDK's low-level `Server` answering `echo` from memory in a process of its own. The client is the SDK's `Client`
 (streamable HTTP, the protocol it negotiates) in this process: sequential calls in interleaved rounds (p50, p99),
-then calls/s with `SESSIONS` sessions each keeping `IN_FLIGHT` calls going. The difference is the price of the
+then calls/s with `SESSIONS` sessions each keeping `IN_FLIGHT` calls going, in interleaved bursts (the median
+burst of each). The difference is the price of the
 front: its guards, the audit record, the bus round trip and the service.
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from typing import Any
 
@@ -31,7 +33,7 @@ RATE_TARGET = 0.9
 async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     progress = Progress(NAME)
     count = 100 if quick else 500
-    burst = 400 if quick else 3200
+    burst = 400 if quick else 4000
     stack = Stack(work.make(NAME)).start()
     try:
         stack.processes["echo"] = spawn(["-m", "bench.serve", "--id", "echo"], stack.env(), stack.workdir / "echo.log")
@@ -55,9 +57,13 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
                 progress.update(f"round {number}/{ROUNDS}: the front and the bare SDK server", force=True)
                 ours += await _sequential(front, count // ROUNDS)
                 theirs += await _sequential(reference, count // ROUNDS)
-        progress.update(f"{burst} calls, {SESSIONS} sessions x {IN_FLIGHT} in flight, each server", force=True)
-        front_rate = await _rate(front_url, burst)
-        reference_rate = await _rate(reference_url, burst)
+        front_rates: list[float] = []
+        reference_rates: list[float] = []
+        for number in range(1, ROUNDS + 1):  # interleaved too: the machine's other load falls on both alike
+            progress.update(f"burst {number}/{ROUNDS}: {SESSIONS} sessions x {IN_FLIGHT} in flight, each", force=True)
+            front_rates.append(await _rate(front_url, burst // ROUNDS))
+            reference_rates.append(await _rate(reference_url, burst // ROUNDS))
+        front_rate, reference_rate = statistics.median(front_rates), statistics.median(reference_rates)
     finally:
         stack.stop()
     o, r = summary_ms(ours), summary_ms(theirs)
@@ -110,7 +116,7 @@ async def _rate(url: str, total: int) -> float:
 
             await asyncio.gather(*(one() for _ in range(per_session)))
 
-        await asyncio.gather(*(session(client) for client in clients))  # warm-up: every session, a round each
+        await asyncio.gather(*(client.call_tool("echo", {"text": TEXT}) for client in clients))  # each session up
         t0 = time.perf_counter()
         await asyncio.gather(*(session(client) for client in clients))
         return per_session * len(clients) / (time.perf_counter() - t0)
