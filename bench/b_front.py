@@ -1,4 +1,4 @@
-"""17. The MCP front over streamable HTTP: `toolreg mcp --http` in front of an echo service on the bus, against a
+"""13. The MCP front over streamable HTTP: `toolreg mcp --http` in front of an echo service on the bus, against a
 bare streamable-HTTP server of the official SDK with the same tool, driven by the same SDK client, same run.
 
 Ours: `toolreg mcp --http 127.0.0.1:PORT` in a process of its own, an echo service (`bench.serve`) in another;

@@ -1,4 +1,4 @@
-"""The reference of benchmark 17: a bare streamable-HTTP MCP server of the official SDK with one echo tool,
+"""The reference of benchmark 13 (`front`): a bare streamable-HTTP MCP server of the official SDK with one echo tool,
 `python -m bench.front_reference --port N`.
 
 The SDK's low-level `Server` (what `toolreg mcp` builds on, and the cheapest server the SDK offers: no argument
