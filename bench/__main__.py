@@ -48,6 +48,7 @@ BENCHMARKS: dict[str, str] = {
     "stages": "bench.b_stages",
     "rich": "bench.b_rich",
     "sidecar": "bench.b_sidecar",
+    "front": "bench.b_front",
     "search": "bench.b_search",
     "deltas": "bench.b_deltas",
 }

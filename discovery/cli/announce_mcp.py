@@ -22,7 +22,7 @@ from toolservice_base.schemas import check_name
 from toolservice_base.signing import load_private_key
 from toolservice_base.transport import open_transport
 
-from .common import CommandError, settings_of, wait_for_signal
+from .common import CommandError, settings_of, settle_heap, wait_for_signal
 
 
 def _pairs(values: list[str], option: str, separator: str = "=") -> dict[str, str]:
@@ -86,6 +86,7 @@ async def cmd_announce_mcp(args: argparse.Namespace) -> int:
             exclude=args.exclude,
         )
         async with sidecar:
+            settle_heap()
             signalled = asyncio.ensure_future(wait_for_signal())
             await asyncio.sleep(0)  # its handlers are in place before the line that tells a supervisor we run
             offer = sidecar.offer

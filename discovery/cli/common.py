@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import fcntl
+import gc
 import importlib
 import math
 import os
@@ -106,6 +107,18 @@ async def opened(start: Awaitable[Any], url: str, queues: str, deadline: Deadlin
                 f"the broker at {url} accepts connections but did not open {queues} within {deadline.seconds:g}s; "
                 "is it a Pulsar broker, and is it overloaded or refusing our token (PULSAR_AUTH_TOKEN)?"
             ) from None
+
+
+def settle_heap() -> None:
+    """Once a long-running command serves: what its start built (imported modules, the MCP SDK and pydantic's
+    validators, connections) lives as long as the process, so it is moved out of the cyclic collector's reach.
+
+    Why: a full collection otherwise walks those ~100,000 objects each time, 60 to 90 ms during which nothing is
+    served, several times a minute under load (measured in `toolreg announce --mcp`, where after this a full
+    collection takes under 1 ms). What becomes garbage after this is collected as before.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 async def wait_for_signal(*watched: asyncio.Future[Any]) -> None:

@@ -36,7 +36,7 @@ from toolservice_base.settings import (
 )
 from toolservice_base.transport import broker_unreachable
 
-from .common import CommandError, settings_of, wait_for_signal
+from .common import CommandError, settings_of, settle_heap, wait_for_signal
 
 if TYPE_CHECKING:
     from agent_bridge import ToolSet
@@ -435,6 +435,7 @@ async def _serve(args: argparse.Namespace) -> int:
         front = await _front(stack, args, settings, tools, gate)
 
         def serving(**where: str) -> None:  # said once it does: for HTTP, after the port is bound
+            settle_heap()
             log.info(
                 "mcp.serving",
                 workspace=tools.workspace,

@@ -46,7 +46,14 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from discovery.web.hardening import HEADER_TIMEOUT, MAX_CONNECTIONS, WRITE_TIMEOUT, BoundedServer, bounded_config
+from discovery.web.hardening import (
+    HEADER_TIMEOUT,
+    MAX_CONNECTIONS,
+    WRITE_TIMEOUT,
+    BoundedServer,
+    bounded_config,
+    tcp_listener,
+)
 from discovery.web.health import is_loopback_host, split_host
 from toolservice_base.logs import get_logger
 from toolservice_base.settings import Settings
@@ -393,9 +400,8 @@ def _is_ip(name: str) -> bool:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        return socket.create_server((host, port), family=family)
+        return tcp_listener(host, port)
     except OSError as exc:
         raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --http address") from None
 

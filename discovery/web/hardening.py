@@ -343,6 +343,25 @@ def bounded_config(
     )
 
 
+def tcp_listener(host: str, port: int, backlog: int | None = None) -> socket.socket:
+    """A listening TCP socket on `host:port` (IPv6 where `host` has a colon) whose connections send at once.
+
+    Why `TCP_NODELAY` here: asyncio turns Nagle off only on sockets whose `proto` is TCP, and a socket of
+    `socket.create_server` (protocol 0), and every connection accepted from it, is not one of them. An answer
+    written in two parts (an SSE event, then the stream's end; headers, then a body) then waits for the client's
+    delayed acknowledgement: 40 ms a call, measured on the MCP front (48 ms against 2 ms for the same answer without
+    it). Accepted connections inherit the option from the listener. OSError as `socket.create_server` raises it.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=backlog)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 LISTEN_QUEUE = 1024
 """Connections the kernel holds for us to accept. Deep, so a probe behind a flood waits milliseconds, not a SYN
 retry."""

@@ -48,6 +48,7 @@ from .hardening import (
     BoundedServer,
     Watchdog,
     bounded_config,
+    tcp_listener,
 )
 
 log = get_logger("discovery.web")
@@ -206,9 +207,8 @@ class HealthServer:
     def start(self) -> HealthServer:
         """Bind now (a taken port is a `HealthError` here, not later), then serve on the running loop."""
         loop = asyncio.get_running_loop()
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         try:
-            sock = socket.create_server((self.host, self.requested_port), family=family, backlog=128)
+            sock = tcp_listener(self.host, self.requested_port, backlog=128)
         except OSError as exc:
             raise HealthError(
                 f"cannot serve health and metrics on {self.host}:{self.requested_port}: {exc.strerror}"
