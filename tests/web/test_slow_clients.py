@@ -244,3 +244,27 @@ def test_repeated_log_records_are_held_back_and_counted() -> None:
         logger.name, logging.ERROR, __file__, 1, "socket.accept() out of system resource\nsocket: %s", ("x",), None
     )
     assert limit.filter(later) and "995 more like this" in later.getMessage()
+
+
+def test_connections_accepted_by_the_products_listeners_send_at_once_without_waiting_for_an_ack() -> None:
+    """`tcp_listener`, what the health port and the MCP front bind with: Nagle off on the listener and so on every
+    connection it accepts. Without it an answer written in two parts waited for the client's delayed ACK (about 40 ms
+    a call on the MCP front, `bench --only front`)."""
+    import socket
+
+    from discovery.web.hardening import tcp_listener
+
+    listener = tcp_listener("127.0.0.1", 0)
+    try:
+        assert listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        with socket.create_connection(listener.getsockname()[:2], timeout=5):
+            accepted, _ = listener.accept()
+            with accepted:
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        listener.close()
+    plain = socket.create_server(("127.0.0.1", 0))  # what the servers bound with before: Nagle on
+    try:
+        assert not plain.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        plain.close()
