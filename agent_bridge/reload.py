@@ -393,16 +393,18 @@ class Reloader:
         new = State(version, source, items, built)
         self.state = new  # the one swap
         self._after_swap(old, built)
+        # Saved with the swap, before anything awaits: `version` is visible from here on, and a caller that saw it
+        # and closes the set at once (cancelling this task in a hook) must find it in the snapshot.
+        if source == "store" and (version != old.version or old.source != "store"):
+            if self._snapshot is None:
+                self._snapshot = SnapshotWriter(owner.snapshot_path, owner.deployment, owner.workspace)
+            self._snapshot.save(old.version, version, items, touched if old.source == "store" else None)
         for hook in self.swap_hooks:
             await hook(old.entries, new.entries)
         async with self.swapped:
             self.swapped.notify_all()
 
         added, removed, changed = _differences(old.entries, new.entries, built.examined)
-        if source == "store" and (version != old.version or old.source != "store"):
-            if self._snapshot is None:
-                self._snapshot = SnapshotWriter(owner.snapshot_path, owner.deployment, owner.workspace)
-            self._snapshot.save(old.version, version, items, touched if old.source == "store" else None)
         ms = round((time.perf_counter() - started) * 1000, 2)
         if old.source == "none":
             log.info(
