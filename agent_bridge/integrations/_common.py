@@ -87,19 +87,11 @@ class SpecCache:
     def current(self) -> tuple[Spec, ...]:
         key = self.key()
         if key != self._key:
-            described = self.toolset.describe()  # in the same order as as_openai_tools(), which names them
+            specs = self.toolset.specs()  # each tool's definition and the OpenAI-safe name invoke takes back
             self._specs = tuple(
-                Spec(
-                    f["name"],
-                    f["description"],
-                    f["parameters"],
-                    spec.get("title"),
-                    spec.get("annotations"),
-                    spec.get("output_schema"),
-                )
-                for f, spec in zip((t["function"] for t in self.toolset.as_openai_tools()), described)
+                Spec(s.openai_name, s.description, s.parameters, s.title, s.annotations, s.output_schema) for s in specs
             )
-            self._own = {spec["name"]: found for spec, found in zip(described, self._specs)}
+            self._own = {spec.name: found for spec, found in zip(specs, self._specs, strict=True)}
             self._key = key
         return self._specs
 
