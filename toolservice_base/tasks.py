@@ -80,3 +80,14 @@ def close_when_granted(
         closing.add_done_callback(keep.discard)
 
     opening.add_done_callback(granted)
+
+
+def retrieve_outcome(future: asyncio.Future[Any]) -> None:
+    """Take `future`'s outcome, so that a failure nobody awaits is not logged by asyncio as never retrieved.
+
+    For a future its caller stopped waiting for on purpose (an attempt
+    abandoned, a write whose failure is reported elsewhere): add it as a done
+    callback.
+    """
+    if not future.cancelled():
+        future.exception()

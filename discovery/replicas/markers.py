@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 from toolservice_base.logs import get_logger
+from toolservice_base.tasks import retrieve_outcome
 from toolservice_base.transport import Envelope, ExclusiveMode, ExclusivePublisher, Reader, Transport, encode
 
 from .core import ReplicaCore
@@ -111,7 +112,7 @@ class Markers:
         sending = asyncio.ensure_future(self.write(lock, replica, term, lock.mode, held=True))
         done, _ = await asyncio.wait({sending}, timeout=grace)
         if not done:
-            sending.add_done_callback(lambda late: late.cancelled() or late.exception())
+            sending.add_done_callback(retrieve_outcome)
             return f"the broker did not take a marker within {grace:g}s"
         failure = sending.exception()
         return None if failure is None else str(failure)

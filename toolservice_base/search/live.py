@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 from ..logs import get_logger
+from ..tasks import retrieve_outcome
 from .hybrid import ranker_for
 from .index import Ranker
 from .text import SearchDoc
@@ -78,7 +79,7 @@ class LiveIndex(Generic[S]):
         for). For a swap, which must not wait for the index: a search that comes before it is written waits for
         it in `sync`."""
         if self._ranker is not None and items is not self._held:
-            self._start(items).add_done_callback(_retrieve)
+            self._start(items).add_done_callback(retrieve_outcome)  # a failure was logged where it happened
 
     async def close(self) -> None:
         """Stop the writes under way (a worker thread finishes the step it is in) and let the ranker go."""
@@ -137,10 +138,3 @@ class LiveIndex(Generic[S]):
 
 def _same(old: object, new: object) -> bool:
     return old is new or (old is not _ABSENT and old == new)
-
-
-def _retrieve(task: asyncio.Task[Ranker]) -> None:
-    """A background write's failure was logged where it happened; reading it here keeps asyncio from logging it
-    again as never retrieved."""
-    if not task.cancelled():
-        task.exception()

@@ -20,7 +20,7 @@ import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
 from ...errors import AuthenticationFailed, BrokerUnreachable, NotAuthorized, TransportError
-from ...tasks import close_when_granted
+from ...tasks import close_when_granted, retrieve_outcome
 from ..base import broker_unreachable
 from .diagnosis import Action, Claims, handshake, subscription_reserved, token_refused
 from .errors import broker_errors, result_name, translate
@@ -135,7 +135,7 @@ class BrokerQuestions:
         refused = None if attempt.done() else self.refused(doing)
         if refused is not None:
             # Nobody awaits the attempt now: its own failure, when the client gives up on it, is expected.
-            attempt.add_done_callback(_retrieved)
+            attempt.add_done_callback(retrieve_outcome)
             raise refused
         return await attempt
 
@@ -179,9 +179,3 @@ class BrokerQuestions:
             f"the broker at {self.url} accepts our token and lets us use {topic}, but did not complete {doing} in time "
             "(Timeout); it may be overloaded: try again"
         )
-
-
-def _retrieved(attempt: asyncio.Future[Any]) -> None:
-    """Take an abandoned attempt's outcome, so that its failure is not reported as never retrieved."""
-    if not attempt.cancelled():
-        attempt.exception()
