@@ -12,11 +12,15 @@ with 32 calls in flight on each path, and on the SDK's fastest call (`ClientSess
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -24,7 +28,7 @@ from agent_bridge import ToolSet
 from toolservice_base import open_transport
 
 from .b_death import Watch
-from .common import Progress, Stack, Workdirs, spawn, summary_ms
+from .common import Progress, Stack, Workdirs, profiling, sampled, spawn, summary_ms
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import mcp_servers  # noqa: E402  (scripts/ is not a package)
@@ -62,10 +66,17 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
                     bus += await _bus(tools, count // ROUNDS)
                     sdk += await _sdk(client, count // ROUNDS)
                 progress.update(f"{burst} calls, {IN_FLIGHT} in flight, each path", force=True)
-                bus_rate = await _rate(lambda: tools.invoke("echo", ARGUMENTS), burst)
-                sdk_rate = await _rate(lambda: client.call_tool("echo", ARGUMENTS), burst)
+                broker = stack.broker.pid if stack.broker is not None else None
+                with _cpu_per_call(burst, stack.processes["sidecar"].pid, broker) as bus_cpu:
+                    bus_rate = await _rate(lambda: tools.invoke("echo", ARGUMENTS), burst)
+                with _cpu_per_call(burst, stack.processes["sidecar"].pid, broker) as sdk_cpu:
+                    sdk_rate = await _rate(lambda: client.call_tool("echo", ARGUMENTS), burst)
                 # The SDK's fastest call: its session's, without `Client`'s input-required and re-list rounds.
                 session_rate = await _rate(lambda: client.session.call_tool("echo", ARGUMENTS), burst)
+                if profiling():  # an extra, untimed burst with py-spy on the caller (this process) and the sidecar
+                    progress.update(f"profiled: {burst} calls, {IN_FLIGHT} in flight", force=True)
+                    with sampled(os.getpid(), "sidecar-caller"), sampled(stack.processes["sidecar"].pid, "sidecar"):
+                        await _rate(lambda: tools.invoke("echo", ARGUMENTS), burst)
         finally:
             await connection.close()
     finally:
@@ -85,7 +96,41 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         }
     )
     result["data"]["sdk_session_calls_per_s"] = session_rate
+    result["data"]["cpu_us_per_call"] = {"bus": bus_cpu, "mcp_sdk": sdk_cpu}
+    progress.done(f"CPU per call, us: through the bus {bus_cpu}; the SDK directly {sdk_cpu}")
     return result
+
+
+@contextlib.contextmanager
+def _cpu_per_call(calls: int, sidecar: int, broker: int | None) -> Iterator[dict[str, float]]:
+    """CPU time per call (microseconds, all threads) of each process on the paths during the block: this process
+    (the caller), the sidecar, the servers (the sidecar's child and this process's own) and the broker."""
+    me = psutil.Process()
+
+    def roles() -> dict[str, psutil.Process]:
+        found = {"caller": me}
+        for child in me.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if child.pid == sidecar:
+                    found["sidecar"] = child
+                elif child.ppid() == sidecar:
+                    found["server (the sidecar's)"] = child
+                elif child.ppid() == me.pid and "node" in child.name():
+                    found["server (called directly)"] = child
+                elif child.pid == broker:
+                    found["broker"] = child
+        return found
+
+    def cpu(process: psutil.Process) -> float:
+        times = process.cpu_times()
+        return float(times.user + times.system)
+
+    processes = roles()
+    before = {role: cpu(process) for role, process in processes.items()}
+    figures: dict[str, float] = {}
+    yield figures
+    for role, process in processes.items():
+        figures[role] = round(1e6 * (cpu(process) - before[role]) / calls)
 
 
 async def _bus(tools: ToolSet, count: int) -> list[float]:
