@@ -299,6 +299,20 @@ async def test_a_key_rotated_at_the_issuer_is_followed(
             assert dropped.status_code == 401 and "not signed by a key" in dropped.json()["error_description"]
 
 
+async def test_a_token_accepted_before_is_refused_once_it_has_expired(
+    serve: Serve, issuer: AuthorizationServer
+) -> None:
+    async with serve() as url, httpx2.AsyncClient(timeout=10) as http:
+        short = await token(issuer.issuer, "short-agent", url, "mcp tools:calc")  # valid for 1 s
+        assert (await raw_call(http, url, short)).status_code == 200
+        assert (await raw_call(http, url, short)).status_code == 200  # the same bytes again, still valid
+        expires = jwt.decode(short, options={"verify_signature": False})["exp"]
+        await asyncio.sleep(max(0.0, expires - time.time()) + 1.1)
+        late = await raw_call(http, url, short)
+        assert late.status_code == 401 and "has expired" in late.json()["error_description"]
+    assert Counted.calls == [("calculate", "short-agent")] * 2
+
+
 async def test_made_up_key_ids_cost_the_issuer_one_request_per_interval_and_no_memory(
     issuer: AuthorizationServer,
 ) -> None:

@@ -234,6 +234,10 @@ class JwksCache:
         await asyncio.wait({self._refetch()}, timeout=self.key_wait)  # never cancels the fetch: others may wait
         return self._lookup(kid)
 
+    def current(self, kid: str | None) -> dict[str, Any] | None:
+        """The JWK held now for `kid` (as `key` finds it), without fetching: None if none is held."""
+        return self._lookup(kid)
+
     def _lookup(self, kid: str | None) -> dict[str, Any] | None:
         if kid is None:
             return next(iter(self.keys.values())) if len(self.keys) == 1 else None
