@@ -34,19 +34,19 @@ from typing import Any, TextIO, cast
 
 import httpx2
 import mcp_types as types
-from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import Subscription, SubscriptionLost
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import TypeAdapter
+from pydantic import RootModel
 
 from ..errors import McpServerError, ToolError
 from ..logs import get_logger
 from ..tasks import cancel_and_wait
 from .bounded import DEFAULT_MAX_MESSAGE, BoundedReads
+from .stdio import command_streams
 
 log = get_logger("toolservice_base.mcp_service")
 
@@ -228,13 +228,9 @@ class Upstream:
                 relay = _StderrRelay(self.server)
                 stack.push_async_callback(relay.close)
                 await relay.start()
-                params = StdioServerParameters(
-                    command=self.server.command,
-                    args=list(self.server.args),
-                    env=dict(self.server.env),
-                    cwd=self.server.cwd,
+                transport: Any = command_streams(
+                    self.server.command, list(self.server.args), self.server.env, self.server.cwd, relay.write
                 )
-                transport: Any = stdio_client(params, errlog=relay.write)
             else:
                 http = httpx2.AsyncClient(
                     headers=dict(self.server.headers),
@@ -381,7 +377,7 @@ class Upstream:
         session = self.client.session
         try:
             try:
-                result = await session.send_request(request, _AS_SENT, progress_callback=progress)
+                result = (await session.send_request(request, _AsChecked, progress_callback=progress)).root
             except MCPError as exc:
                 if exc.code != types.HEADER_MISMATCH or not self.modern:
                     raise
@@ -409,5 +405,6 @@ class Upstream:
         return result
 
 
-_AS_SENT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
-"""A result kept as the JSON object `send_request` checked it to be (against the negotiated revision's schema)."""
+class _AsChecked(RootModel[dict[str, Any]]):
+    """A result kept as the JSON object `send_request` checked it to be (against the negotiated revision's schema):
+    its top level copied, nothing in it parsed again."""
