@@ -61,6 +61,9 @@ class _McpTools(DynamicToolService):
     upstream: Upstream
     mcp_names: dict[str, str]
     ask_now: asyncio.Event
+    loop: asyncio.AbstractEventLoop
+    """The loop it serves on, kept: on Python 3.11 each `get_running_loop()` is a `getpid()` system call, which the
+    sidecar's profile showed on every call."""
 
     async def invoke(self, user: str, config: dict[str, Any], arguments: dict[str, Any], *, tool: str = "") -> Any:
         """One answer when the result comes before any progress notification (most calls: one response, not a
@@ -68,9 +71,7 @@ class _McpTools(DynamicToolService):
         message, or `done/total`), then the result. Leaving early (a deadline, the caller gone) cancels the call at
         the server."""
         steps = _Steps()
-        call = asyncio.get_running_loop().create_task(
-            self.upstream.call(self.mcp_names.get(tool, tool), arguments, steps.progress)
-        )
+        call = self.loop.create_task(self.upstream.call(self.mcp_names.get(tool, tool), arguments, steps.progress))
         try:
             first = await steps.next(call)
             if first is None:
@@ -150,7 +151,7 @@ class _Steps:
             return self._items.popleft()
         if call.done():
             return None
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = call.get_loop().create_future()
         call.add_done_callback(self._wake)
         try:
             await self._waiter
@@ -327,6 +328,7 @@ class McpToolService:
         )
         assert isinstance(service, _McpTools)
         service.upstream, service.mcp_names, service.ask_now = upstream, dict(offer.mcp_names), asyncio.Event()
+        service.loop = asyncio.get_running_loop()
         return service
 
     async def _follow(self, upstream: Upstream, service: _McpTools, changed: asyncio.Event) -> None:
