@@ -7,6 +7,11 @@ which calls the server over stdio and sends the answer back. Reference: the SDK'
 over stdio and calling `echo`, as an MCP host does. Sequential calls (p50, p99), interleaved rounds; then calls/s
 with 32 calls in flight on each path, and on the SDK's fastest call (`ClientSession.call_tool`, without
 `Client`'s input-required and re-list rounds). The difference is the price of putting the server on the bus.
+
+The CPU each process on a path spends per call (all its threads, from `/proc`) is read over each path's burst:
+the caller, the broker, the sidecar and its server against the SDK's client and its server. Under `python -m bench
+--profile DIR` an extra, untimed burst through the bus is sampled with py-spy in the caller (`sidecar-caller.txt`)
+and the sidecar (`sidecar.txt`); `python -m bench.profile_summary DIR/sidecar.txt --thread MainThread --layers`.
 """
 
 from __future__ import annotations

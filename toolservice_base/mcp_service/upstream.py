@@ -1,7 +1,7 @@
 """One connection to an MCP server, through the official MCP SDK's client: from the handshake to its end.
 
-The server is a command spoken to over stdio (`McpCommand`: the SDK starts it
-and stops it) or a streamable-HTTP endpoint (`McpUrl`, with headers such as
+The server is a command spoken to over stdio (`McpCommand`: started and
+stopped as the SDK does, several requests written at once: `stdio`) or a streamable-HTTP endpoint (`McpUrl`, with headers such as
 `Authorization`). The SDK client negotiates the protocol: a server of the
 2026-07-28 revision is spoken to in it (its tool changes heard on a
 `subscriptions/listen` stream, whose drop also tells that the server went;
