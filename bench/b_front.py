@@ -16,6 +16,7 @@ service (and with OAuth, each request's token checked).
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -28,7 +29,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from .common import Progress, Stack, Workdirs, free_port, spawn, summary_ms
+from .common import CpuPerCall, Progress, Stack, Workdirs, free_port, spawn, summary_ms
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from oauth_server import AuthorizationServer  # noqa: E402  (scripts/ is not a package)
@@ -105,10 +106,13 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
                 for name, client in clients.items():
                     samples[name] += await _sequential(client, count // ROUNDS)
         rates: dict[str, list[float]] = {name: [] for name in paths}
+        meters = _meters(stack)
         for number in range(1, ROUNDS + 1):  # interleaved too: the machine's other load falls on each alike
             progress.update(f"burst {number}/{ROUNDS}: {SESSIONS} sessions x {IN_FLIGHT} in flight, each", force=True)
             for name, connect in paths.items():
-                rates[name].append(await _rate(connect, burst // ROUNDS))
+                with meters[name].over(burst // ROUNDS):
+                    rates[name].append(await _rate(connect, burst // ROUNDS))
+        cpu = {name: meter.figures() for name, meter in meters.items()}
     finally:
         stack.stop()
         issuer.stop()
@@ -119,7 +123,24 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         f"with OAuth p50 {a['p50_ms']:.2f} ms, {rate['oauth']:.0f} calls/s ({rate['oauth'] / rate['reference']:.2f}x); "
         f"bare SDK server p50 {r['p50_ms']:.2f} ms, {rate['reference']:.0f} calls/s"
     )
-    return _result(o, a, r, len(samples["front"]), rate, rates)
+    progress.done(f"CPU per call, us: {cpu}")
+    result = _result(o, a, r, len(samples["front"]), rate, rates)
+    result["data"]["cpu_us_per_call"] = cpu
+    return result
+
+
+def _meters(stack: Stack) -> dict[str, CpuPerCall]:
+    """CPU per call of each process on each path: the client (this process), the server, and for the fronts the echo
+    service and the broker behind them."""
+    me = os.getpid()
+    behind = {"echo service": stack.processes["echo"].pid}
+    if stack.broker is not None and stack.broker.pid is not None:
+        behind["broker"] = stack.broker.pid
+    return {
+        "front": CpuPerCall({"client": me, "front": stack.processes["front"].pid, **behind}),
+        "oauth": CpuPerCall({"client": me, "front": stack.processes["oauth-front"].pid, **behind}),
+        "reference": CpuPerCall({"client": me, "server": stack.processes["reference"].pid}),
+    }
 
 
 def _connect(url: str, token: str | None = None) -> Connect:

@@ -17,11 +17,9 @@ and the sidecar (`sidecar.txt`); `python -m bench.profile_summary DIR/sidecar.tx
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +31,7 @@ from agent_bridge import ToolSet
 from toolservice_base import open_transport
 
 from .b_death import Watch
-from .common import Progress, Stack, Workdirs, profiling, sampled, spawn, summary_ms
+from .common import CpuPerCall, Progress, Stack, Workdirs, profiling, sampled, spawn, summary_ms
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import mcp_servers  # noqa: E402  (scripts/ is not a package)
@@ -71,10 +69,10 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
                     bus += await _bus(tools, count // ROUNDS)
                     sdk += await _sdk(client, count // ROUNDS)
                 progress.update(f"{burst} calls, {IN_FLIGHT} in flight, each path", force=True)
-                broker = stack.broker.pid if stack.broker is not None else None
-                with _cpu_per_call(burst, stack.processes["sidecar"].pid, broker) as bus_cpu:
+                bus_meter, sdk_meter = _meters(stack)
+                with bus_meter.over(burst):
                     bus_rate = await _rate(lambda: tools.invoke("echo", ARGUMENTS), burst)
-                with _cpu_per_call(burst, stack.processes["sidecar"].pid, broker) as sdk_cpu:
+                with sdk_meter.over(burst):
                     sdk_rate = await _rate(lambda: client.call_tool("echo", ARGUMENTS), burst)
                 # The SDK's fastest call: its session's, without `Client`'s input-required and re-list rounds.
                 session_rate = await _rate(lambda: client.session.call_tool("echo", ARGUMENTS), burst)
@@ -101,41 +99,22 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         }
     )
     result["data"]["sdk_session_calls_per_s"] = session_rate
+    bus_cpu, sdk_cpu = bus_meter.figures(), sdk_meter.figures()
     result["data"]["cpu_us_per_call"] = {"bus": bus_cpu, "mcp_sdk": sdk_cpu}
     progress.done(f"CPU per call, us: through the bus {bus_cpu}; the SDK directly {sdk_cpu}")
     return result
 
 
-@contextlib.contextmanager
-def _cpu_per_call(calls: int, sidecar: int, broker: int | None) -> Iterator[dict[str, float]]:
-    """CPU time per call (microseconds, all threads) of each process on the paths during the block: this process
-    (the caller), the sidecar, the servers (the sidecar's child and this process's own) and the broker."""
-    me = psutil.Process()
-
-    def roles() -> dict[str, psutil.Process]:
-        found = {"caller": me}
-        for child in me.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if child.pid == sidecar:
-                    found["sidecar"] = child
-                elif child.ppid() == sidecar:
-                    found["server (the sidecar's)"] = child
-                elif child.ppid() == me.pid and "node" in child.name():
-                    found["server (called directly)"] = child
-                elif child.pid == broker:
-                    found["broker"] = child
-        return found
-
-    def cpu(process: psutil.Process) -> float:
-        times = process.cpu_times()
-        return float(times.user + times.system)
-
-    processes = roles()
-    before = {role: cpu(process) for role, process in processes.items()}
-    figures: dict[str, float] = {}
-    yield figures
-    for role, process in processes.items():
-        figures[role] = round(1e6 * (cpu(process) - before[role]) / calls)
+def _meters(stack: Stack) -> tuple[CpuPerCall, CpuPerCall]:
+    """CPU per call of each process on the bus's path (the caller, this process; the broker; the sidecar and the
+    server it started) and on the SDK's (this process and the server its client started)."""
+    me, sidecar = psutil.Process(), stack.processes["sidecar"].pid
+    servers = {child.pid for child in me.children() if "node" in child.name()}
+    started = [child.pid for child in psutil.Process(sidecar).children() if "node" in child.name()]
+    bus = {"caller": me.pid, "sidecar": sidecar, "server": started[0]}
+    if stack.broker is not None and stack.broker.pid is not None:
+        bus["broker"] = stack.broker.pid
+    return CpuPerCall(bus), CpuPerCall({"caller": me.pid, "server": servers.pop()})
 
 
 async def _bus(tools: ToolSet, count: int) -> list[float]:
