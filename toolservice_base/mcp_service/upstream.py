@@ -1,9 +1,10 @@
 """One connection to an MCP server, through the official MCP SDK's client: from the handshake to its end.
 
 The server is a command spoken to over stdio (`McpCommand`: started and
-stopped as the SDK does, several requests written at once: `stdio`) or a streamable-HTTP endpoint (`McpUrl`, with headers such as
-`Authorization`). The SDK client negotiates the protocol: a server of the
-2026-07-28 revision is spoken to in it (its tool changes heard on a
+stopped as the SDK does, several requests written at once: `stdio`) or a
+streamable-HTTP endpoint (`McpUrl`, with headers such as `Authorization`).
+The SDK client negotiates the protocol: a server of the 2026-07-28
+revision is spoken to in it (its tool changes heard on a
 `subscriptions/listen` stream, whose drop also tells that the server went;
 liveness asked with `server/discover`), an older one with the handshake
 (`initialize`; `notifications/tools/list_changed`; `ping`).
@@ -369,10 +370,11 @@ class Upstream:
         server (`notifications/cancelled`). ToolError when the server answers with a protocol error.
 
         Sent with the session's `send_request` and the result kept as the JSON it checked against the negotiated
-        revision: `Client.call_tool` would parse it into a `CallToolResult` again and this would dump it back, a
-        third and fourth pass over every answer (a quarter of the sidecar's own time per call, profiled). What
-        `Client.call_tool` adds is kept where it can apply: the output schema checked against structured content,
-        and on a 2026-07-28 connection the re-listing and one resend after `HEADER_MISMATCH`."""
+        revision: `Client.call_tool` would parse it into a `CallToolResult` again and this would dump it back, two
+        more passes over every answer. What `Client.call_tool` adds is kept where it can apply: the output schema
+        checked against structured content; on a 2026-07-28 connection the re-listing and one resend after
+        `HEADER_MISMATCH`, and a call the server asks to be made again with its state (input it needs from a
+        client, which the sidecar declares it cannot give, is an `mcp-error`)."""
         request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
         session = self.client.session
         try:
@@ -385,6 +387,14 @@ class Upstream:
                 dumped: dict[str, Any] = called.model_dump(by_alias=True, mode="json", exclude_none=True)
                 return dumped
             if result.get("resultType", "complete") != "complete":
+                state = result.get("requestState")
+                if result.get("resultType") == "input_required" and not result.get("inputRequests") and state:
+                    # Only to be called again with its state: `Client.call_tool` drives that, from this state.
+                    called = await self.client.call_tool(
+                        name, arguments, progress_callback=progress, request_state=str(state)
+                    )
+                    again: dict[str, Any] = called.model_dump(by_alias=True, mode="json", exclude_none=True)
+                    return again
                 raise ToolError(
                     "mcp-error",
                     f"tool {name!r} of the MCP server asked for input ({result['resultType']}), "
