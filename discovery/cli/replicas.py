@@ -22,7 +22,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import CommandError, Deadline, connect, lazy, opened, settings_of
+from .common import CommandError, Deadline, connect, lazy, opened
 from .output import Column, add_output_options, output_format, render
 
 if TYPE_CHECKING:
@@ -122,9 +122,10 @@ async def cmd_replicas(args: argparse.Namespace) -> int:
     from discovery.replicas import group_key_from
     from discovery.replicas.membership import STATUS_KIND, ReplicaStatus
     from discovery.replicas.records import RecordCheck
+    from discovery.replicas.settings import ReplicaSettings
     from toolservice_base import Envelope
 
-    key = group_key_from(settings_of(args).group_key_file)
+    key = group_key_from(ReplicaSettings.from_env().group_key_file)
     heard: dict[tuple[str, str], ReplicaStatus] = {}
     unsigned: set[str] = set()
     chosen = output_format(args)

@@ -6,21 +6,21 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from discovery.registry.settings import RegistrySettings
 from discovery.registry.trust import CONFIG_WRITES, PolicyError, TrustedKey, TrustPolicy, operator_key, trusted_key
-from toolservice_base.settings import TRUST_POLICY_ENV
 from toolservice_base.signing import (
     generate_key_pair,
     load_private_key,
     public_key_text,
 )
 
-from .common import fail, settings_of
+from .common import fail
 from .output import Column, add_output_options, render
 from .parsing import Parser, subcommands
 
 
 def policy_path(args: argparse.Namespace) -> Path:
-    return Path(args.policy or settings_of(args).trust_policy or "trust.json")
+    return Path(args.policy or RegistrySettings.variable("trust_policy").read() or "trust.json")
 
 
 async def cmd_keygen(args: argparse.Namespace) -> int:
@@ -262,7 +262,9 @@ def _add_trust_command(sub: argparse._SubParsersAction, common: argparse.Argumen
     """`toolreg trust add|remove|list`: edit the trust policy file."""
     policy = Parser(add_help=False)
     policy.add_argument(
-        "--policy", default=None, help=f"the policy file (env {TRUST_POLICY_ENV}, default ./trust.json)"
+        "--policy",
+        default=None,
+        help=f"the policy file (env {RegistrySettings.env('trust_policy')}, default ./trust.json)",
     )
     trust = sub.add_parser(
         "trust",

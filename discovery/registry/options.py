@@ -13,7 +13,7 @@ from typing import Literal
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from toolservice_base.schemas import check_namespace
-from toolservice_base.settings import DEFAULT_EMBEDDER
+from toolservice_base.search.settings import DEFAULT_EMBEDDER
 
 from .validation import DEFAULT_MAX_SKEW, TrustCheck
 

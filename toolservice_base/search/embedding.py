@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..logs import get_logger
-from ..settings import DEFAULT_EMBEDDER as DEFAULT
-from ..settings import WORDS_ONLY
+from .settings import DEFAULT_EMBEDDER as DEFAULT
+from .settings import WORDS_ONLY
 
 if TYPE_CHECKING:
     import numpy as np

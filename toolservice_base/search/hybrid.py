@@ -32,9 +32,9 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..logs import get_logger
-from ..settings import DEFAULT_EMBEDDER, WORDS_ONLY
 from .embedding import BATCH, Embedder, expected, load
 from .index import ToolIndex
+from .settings import DEFAULT_EMBEDDER, WORDS_ONLY
 from .text import SearchDoc, analyzer, query_terms
 from .vectors import TermTable, VectorTable
 
