@@ -33,7 +33,7 @@ from toolservice_base.metrics import OTHER_TOOL
 from toolservice_base.rpc import DEFAULT_LIMITS, CallLimits
 from toolservice_base.schemas import TextContent, ToolResult, check_name
 from toolservice_base.schemas.content import merge
-from toolservice_base.search import Health, Match, Ranker
+from toolservice_base.search import Health, Match, Ranker, ranker_for
 from toolservice_base.search.settings import SearchSettings
 from toolservice_base.settings import Settings
 from toolservice_base.transport import Transport, open_transport
@@ -48,6 +48,12 @@ from .specs import ToolSpec
 from .static import StaticDirError, load_static_dir
 
 log = get_logger("agent_bridge.toolset")
+
+
+def _configured_ranker() -> Callable[[], Ranker]:
+    """BM25 fused with the embedder the environment names (`SearchSettings`), read when no ranker is given."""
+    search = SearchSettings.from_env()
+    return ranker_for(search.embedder, search.embedder_key)
 
 
 class ToolSet:
@@ -76,7 +82,7 @@ class ToolSet:
         given) each wait for the next chunk; `max_answer_bytes` what one answer may bring in. Past a timeout
         a call raises `RequestTimeout`, past the size `AnswerTooLarge`, and the service is told to stop.
         `ranker` makes the ranker `search` uses (by default BM25 fused with the embedder
-        `TOOLREG_SEARCH_EMBEDDER` names, `SearchSettings.ranker`; a ranker of your own goes behind the same `Ranker`
+        `TOOLREG_SEARCH_EMBEDDER` names, `SearchSettings`; a ranker of your own goes behind the same `Ranker`
         interface)."""
         self.workspace = check_name(workspace, "workspace")
         self._settings = settings or Settings.from_env(data_dir=data_dir, pulsar_url=pulsar_url)
@@ -97,7 +103,7 @@ class ToolSet:
         self.close_timeout = close_timeout
         self.metrics = metrics or BridgeMetrics.default()
         self._reload = Reloader(self, factories or {})
-        self._search = ToolSearch(ranker or SearchSettings.from_env().ranker())
+        self._search = ToolSearch(ranker or _configured_ranker())
         self._reload.swap_hooks.append(self._search.swap)
         self._closed = False
 

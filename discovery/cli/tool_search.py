@@ -22,7 +22,7 @@ from discovery.registry.protocol import ToolStatus
 from toolservice_base.configclient import ConfigClient
 from toolservice_base.errors import BadQuery, RequestTimeout
 from toolservice_base.schemas import ToolDescriptor, validate_config_item
-from toolservice_base.search import UNKNOWN, Match, Ranker, SearchDoc, check_limit, query_terms, rank
+from toolservice_base.search import UNKNOWN, Match, Ranker, SearchDoc, check_limit, query_terms, rank, ranker_for
 from toolservice_base.search.settings import SearchSettings
 
 from .common import CommandError, Deadline, connect, opened, waiting_for
@@ -61,7 +61,8 @@ async def cmd_search(args: argparse.Namespace) -> int:
             statuses = {}
             print("toolreg: the registry did not answer: ranked by text alone, statuses unknown", file=sys.stderr)
     tools = _parse(items.get("tool", {}))
-    index = await asyncio.to_thread(_indexed, SearchSettings.from_env().ranker(), tools)
+    search = SearchSettings.from_env()
+    index = await asyncio.to_thread(_indexed, ranker_for(search.embedder, search.embedder_key), tools)
     health = reports(statuses.values())
     matches = rank(index, args.search, args.limit, health_of=lambda name: health.get(name, UNKNOWN))
     _print(args, matches, tools, statuses)

@@ -61,7 +61,7 @@ class RegistryOptions:
     the pinned one, under a higher service version. None: every change waits for an operator."""
 
     search_embedder: str = DEFAULT_EMBEDDER
-    """What the page's search embeds tools and queries with (`Settings.search_embedder`)."""
+    """What the page's search embeds tools and queries with (`SearchSettings.embedder`)."""
     search_embedder_key: str | None = None
 
     def __post_init__(self) -> None:

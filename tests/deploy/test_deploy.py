@@ -155,8 +155,8 @@ def _string_value(node: ast.AST, constants: dict[str, str]) -> str | None:
 
 
 def env_vars_read_by_the_package() -> set[str]:
-    """Names passed to os.environ.get / os.getenv / os.environ[...] or declared (`variables.setting`, `Variable`) anywhere in the three
-    packages (constants resolved)."""
+    """Names passed to os.environ.get / os.getenv / os.environ[...] or declared (`variables.setting`, `Variable`)
+    anywhere in the three packages (constants resolved)."""
     names: set[str] = set()
     for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):

@@ -179,7 +179,7 @@ class HybridIndex:
 
 def ranker_for(embedder: str = DEFAULT_EMBEDDER, key: str | None = None) -> Rankers:
     """What makes a search's ranker (`LiveIndex` calls it in a worker thread, at the first search): a
-    `HybridIndex` with the embedder `embedder` names (`Settings.search_embedder`), loaded there and then, once per
+    `HybridIndex` with the embedder `embedder` names (`SearchSettings.embedder`), loaded there and then, once per
     process; BM25 alone for `bm25`, or when it cannot be loaded."""
     return Rankers(embedder, key)
 

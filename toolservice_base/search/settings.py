@@ -4,13 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..errors import SettingsError
 from ..variables import FromEnv, setting, text
-
-if TYPE_CHECKING:
-    from .hybrid import Rankers
 
 DEFAULT_EMBEDDER = "wordllama"
 WORDS_ONLY = "bm25"
@@ -44,9 +40,3 @@ class SearchSettings(FromEnv):
 
     def __post_init__(self) -> None:
         check_embedder(self.embedder)
-
-    def ranker(self) -> Rankers:
-        """The ranker these settings name: BM25 fused with `embedder` (`hybrid.ranker_for`)."""
-        from .hybrid import ranker_for  # imported here: hybrid takes its defaults from this module
-
-        return ranker_for(self.embedder, self.embedder_key)
