@@ -103,23 +103,54 @@ def test_one_variable_is_read_alone_by_a_part_that_needs_only_it() -> None:
         McpSettings.from_env(broken_front)
 
 
+REFUSALS = [
+    (HttpSettings, "TOOLREG_METRICS_PORT", "nine", r"is not a whole number \(a port\)$"),
+    (RegistrySettings, "TOOLREG_MAX_INSTANCES", "lots", r"is not a whole number of instances$"),
+    (RegistrySettings, "TOOLREG_MAX_CLOCK_SKEW", "soon", r"is not a number of seconds$"),
+    (McpSettings, "TOOLREG_MCP_CLOCK_SKEW", "400", r"is out of range: use 0 to 300 seconds$"),
+    (McpSettings, "TOOLREG_MCP_RATE_LIMIT", "nan", r"is out of range: use 0\.001 to 1e\+06 calls per second$"),
+    (McpSettings, "TOOLREG_MCP_MAX_SESSIONS", "many", r"is not a whole number of sessions$"),
+    (SearchSettings, "TOOLREG_SEARCH_EMBEDDER", "openai:small", r"is not an embedder; use wordllama, bm25, "),
+]
+"""(class, variable, value, the rest of the line after `VARIABLE='value' `)."""
+
+
+@pytest.mark.parametrize(("cls", "name", "value", "rest"), REFUSALS)
+def test_a_value_that_cannot_be_read_is_one_line_naming_the_variable_and_what_it_takes(
+    cls: Any, name: str, value: str, rest: str
+) -> None:
+    with pytest.raises(SettingsError, match=f"^{name}='{re.escape(value)}' {rest}"):
+        cls.from_env({name: value})
+
+
 @pytest.mark.parametrize(
     ("cls", "environ", "message"),
     [
-        (HttpSettings, {"TOOLREG_METRICS_PORT": "nine"}, r"^TOOLREG_METRICS_PORT='nine' is not a whole number \(a port\)$"),
-        (RegistrySettings, {"TOOLREG_MAX_INSTANCES": "lots"}, r"^TOOLREG_MAX_INSTANCES='lots' is not a whole number of instances$"),
-        (RegistrySettings, {"TOOLREG_MAX_CLOCK_SKEW": "soon"}, r"^TOOLREG_MAX_CLOCK_SKEW='soon' is not a number of seconds$"),
-        (McpSettings, {"TOOLREG_MCP_CLOCK_SKEW": "400"}, r"^TOOLREG_MCP_CLOCK_SKEW='400' is out of range: use 0 to 300 seconds$"),
-        (McpSettings, {"TOOLREG_MCP_RATE_LIMIT": "nan"}, r"^TOOLREG_MCP_RATE_LIMIT='nan' is out of range: use 0\.001 to 1e\+06 calls per second$"),
-        (McpSettings, {"TOOLREG_MCP_TOKEN_ALGORITHMS": "RS256,HS256,none"}, r"^TOOLREG_MCP_TOKEN_ALGORITHMS names HS256, none: access tokens are checked against the issuer's public keys, so only RS256, .*EdDSA may be allowed$"),
         (McpSettings, {"TOOLREG_MCP_MAX_SESSIONS": "0"}, r"^TOOLREG_MCP_MAX_SESSIONS=0: give at least 1$"),
-        (McpSettings, {"TOOLREG_MCP_MAX_SESSIONS": "many"}, r"^TOOLREG_MCP_MAX_SESSIONS='many' is not a whole number of sessions$"),
-        (SidecarSettings, {"TOOLREG_MCP_MAX_MESSAGE": "512"}, r"^TOOLREG_MCP_MAX_MESSAGE=512: give at least 1024 bytes$"),
-        (StoreSettings, {"TOOLREG_CHANGE_WINDOW_BYTES": "0"}, r"^TOOLREG_CHANGE_WINDOW_KEYS and TOOLREG_CHANGE_WINDOW_BYTES must be at least 1$"),
-        (SearchSettings, {"TOOLREG_SEARCH_EMBEDDER": "openai:small"}, r"^TOOLREG_SEARCH_EMBEDDER='openai:small' is not an embedder; use wordllama, bm25, "),
-        (AdminSettings, {"PULSAR_ADMIN_TOKEN_FILE": "/nonexistent/admin.token"}, r"^cannot read PULSAR_ADMIN_TOKEN_FILE '/nonexistent/admin.token': No such file or directory; fix the path or unset it$"),
+        (
+            SidecarSettings,
+            {"TOOLREG_MCP_MAX_MESSAGE": "512"},
+            r"^TOOLREG_MCP_MAX_MESSAGE=512: give at least 1024 bytes$",
+        ),
+        (
+            StoreSettings,
+            {"TOOLREG_CHANGE_WINDOW_BYTES": "0"},
+            r"^TOOLREG_CHANGE_WINDOW_KEYS and TOOLREG_CHANGE_WINDOW_BYTES must be at least 1$",
+        ),
+        (
+            McpSettings,
+            {"TOOLREG_MCP_TOKEN_ALGORITHMS": "RS256,HS256,none"},
+            r"^TOOLREG_MCP_TOKEN_ALGORITHMS names HS256, none: access tokens are checked against the issuer's public"
+            r" keys, so only RS256, .*EdDSA may be allowed$",
+        ),
+        (
+            AdminSettings,
+            {"PULSAR_ADMIN_TOKEN_FILE": "/nonexistent/admin.token"},
+            r"^cannot read PULSAR_ADMIN_TOKEN_FILE '/nonexistent/admin.token': No such file or directory; fix the path"
+            r" or unset it$",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_value_that_cannot_be_used_is_one_line_naming_the_variable(
     cls: Any, environ: dict[str, str], message: str
 ) -> None:
