@@ -107,6 +107,7 @@ REFUSALS = [
     (HttpSettings, "TOOLREG_METRICS_PORT", "nine", r"is not a whole number \(a port\)$"),
     (RegistrySettings, "TOOLREG_MAX_INSTANCES", "lots", r"is not a whole number of instances$"),
     (RegistrySettings, "TOOLREG_MAX_CLOCK_SKEW", "soon", r"is not a number of seconds$"),
+    (RegistrySettings, "TOOLREG_MAX_CLOCK_SKEW", "nan", r"is not a number of seconds$"),
     (McpSettings, "TOOLREG_MCP_CLOCK_SKEW", "400", r"is out of range: use 0 to 300 seconds$"),
     (McpSettings, "TOOLREG_MCP_RATE_LIMIT", "nan", r"is out of range: use 0\.001 to 1e\+06 calls per second$"),
     (McpSettings, "TOOLREG_MCP_MAX_SESSIONS", "many", r"is not a whole number of sessions$"),

@@ -135,6 +135,8 @@ def number(what: str, low: float = -math.inf, high: float = math.inf) -> Parse[f
             number = float(value)
         except ValueError:
             raise SettingsError(f"{name}={value!r} is not a number of {what}") from None
+        if math.isnan(number) and math.isinf(low) and math.isinf(high):
+            raise SettingsError(f"{name}={value!r} is not a number of {what}")
         if not low <= number <= high:  # NaN fails this too
             raise SettingsError(f"{name}={value!r} is out of range: use {low:g} to {high:g} {what}")
         return number
