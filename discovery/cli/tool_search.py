@@ -38,6 +38,7 @@ async def cmd_search(args: argparse.Namespace) -> int:
         query_terms(args.search)
     except BadQuery as exc:
         raise CommandError(f"--search: {exc}") from None
+    search = SearchSettings.from_env()  # so is an embedder that cannot be named
     deadline = Deadline(args.timeout)
     async with AsyncExitStack() as stack:
         connection = await connect(args, deadline)
@@ -61,7 +62,6 @@ async def cmd_search(args: argparse.Namespace) -> int:
             statuses = {}
             print("toolreg: the registry did not answer: ranked by text alone, statuses unknown", file=sys.stderr)
     tools = _parse(items.get("tool", {}))
-    search = SearchSettings.from_env()
     index = await asyncio.to_thread(_indexed, ranker_for(search.embedder, search.embedder_key), tools)
     health = reports(statuses.values())
     matches = rank(index, args.search, args.limit, health_of=lambda name: health.get(name, UNKNOWN))
