@@ -26,7 +26,7 @@ from .common import CommandError, Deadline, connect, lazy, opened, settings_of
 from .output import Column, add_output_options, output_format, render
 
 if TYPE_CHECKING:
-    from discovery.replicas.membership import ReplicaStatus
+    from discovery.replicas.status import ReplicaStatus
     from toolservice_base.transport import Transport
 
 LISTEN = 2.5
@@ -120,8 +120,8 @@ async def cmd_group_key_rotate(args: argparse.Namespace) -> int:
 
 async def cmd_replicas(args: argparse.Namespace) -> int:
     from discovery.replicas import group_key_from
-    from discovery.replicas.membership import STATUS_KIND, ReplicaStatus
     from discovery.replicas.records import RecordCheck
+    from discovery.replicas.status import STATUS_KIND, ReplicaStatus
     from toolservice_base import Envelope
 
     key = group_key_from(settings_of(args).group_key_file)
