@@ -266,29 +266,11 @@ class DynamicToolService:
         try:
             user, config, arguments = _parse_request(message.data, type(self).max_request_bytes)
             if tool == OTHER_TOOL and TOOL not in message.properties:
-                tool = self._labels.of(
-                    message.properties, config
-                )  # a caller that does not name it: its config values may
+                tool = self._labels.of(message.properties, config)  # a caller that does not name it: its config may
                 if span is not None:
                     span.set("tool.name", tool)
                     span.rename(f"serve {tool}")
-            called = self.tool_called(message)
-            contract = self.__contracts.get(called)
-            if contract is not None and called in self.__checks_input:
-                contract.check_arguments(arguments)
-            if self.__pass_tool:
-                result = self.invoke(user, config, arguments, tool=called)  # type: ignore[call-arg]
-            else:
-                result = self.invoke(user, config, arguments)
-            if inspect.isawaitable(result):
-                result = await result
-            if inspect.isasyncgen(result):
-                await stream_responses(result, reply, contract)
-                return
-            if isinstance(result, str):  # most answers: their bytes at once, no model built and dumped
-                await reply(text_response_bytes(result))
-                return
-            await reply(response_for(result, contract))
+            await self.__invoke(message, reply, user, config, arguments)
         except BadRequest as exc:
             error = "bad-request"
             log.warning("request.rejected", service=self.id, reason=str(exc))
@@ -314,6 +296,29 @@ class DynamicToolService:
             took = time.perf_counter() - started
             self.metrics.observe(took, error, tool)
             self.call_stats.record(tool, took, error is not None)
+
+    async def __invoke(
+        self, message: Envelope, reply: Any, user: str, config: dict[str, Any], arguments: dict[str, Any]
+    ) -> None:
+        """Check the arguments against the tool's input schema, call `invoke`, and answer in the form it returned: a
+        stream part by part, text as its bytes at once, anything else as a checked response. What it raises is for
+        `__serve` to answer and count."""
+        called = self.tool_called(message)
+        contract = self.__contracts.get(called)
+        if contract is not None and called in self.__checks_input:
+            contract.check_arguments(arguments)
+        if self.__pass_tool:
+            result = self.invoke(user, config, arguments, tool=called)  # type: ignore[call-arg]
+        else:
+            result = self.invoke(user, config, arguments)
+        if inspect.isawaitable(result):
+            result = await result
+        if inspect.isasyncgen(result):
+            await stream_responses(result, reply, contract)
+        elif isinstance(result, str):  # most answers: their bytes at once, no model built and dumped
+            await reply(text_response_bytes(result))
+        else:
+            await reply(response_for(result, contract))
 
     async def start(self) -> None:
         """Subscribe to requests, then (and only then) announce.
