@@ -38,6 +38,11 @@ LOCKS = {"config-store": "state_lock", "registry": "registry_lock"}
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    _add_replicas_command(sub, common)
+    _add_group_key_command(sub, common)
+
+
+def _add_replicas_command(sub: Any, common: argparse.ArgumentParser) -> None:
     replicas = sub.add_parser(
         "replicas",
         parents=[common],
@@ -61,6 +66,8 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     replicas.set_defaults(handler=lazy("replicas", "cmd_replicas"))
 
+
+def _add_group_key_command(sub: Any, common: argparse.ArgumentParser) -> None:
     group_key = sub.add_parser(
         "group-key",
         parents=[common],

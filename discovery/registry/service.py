@@ -259,6 +259,10 @@ class Registry:
             self._running = True
             await self._prober.probe(None, "registry started")
             self._resources = stack.pop_all()
+        self._log_started()
+
+    def _log_started(self) -> None:
+        """What it started with, and whether it checks who signed an announcement (a warning if not)."""
         warm = None if self._heard is None else sum(1 for lease in self.leases if not lease.grace)
         log.info(
             "registry.started",
