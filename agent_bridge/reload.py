@@ -46,7 +46,7 @@ from toolservice_base.logs import get_logger
 from toolservice_base.names import openai_names
 from toolservice_base.rpc import CallLimits
 from toolservice_base.schemas import CHANGES_TOO_OLD, ConfigPush
-from toolservice_base.tasks import cancel_and_wait
+from toolservice_base.tasks import cancel_and_wait, wait_event
 from toolservice_base.transport import Subscription, Transport
 
 from .build import TYPES, Built, Entry, Items, Touched, build, one_line
@@ -316,11 +316,7 @@ class Reloader:
             wait = retry_interval if failing or self.state.source != "store" else owner.poll_interval
             pushed = self._dirty.is_set()
             if not pushed:
-                try:
-                    await asyncio.wait_for(self._dirty.wait(), wait)
-                    pushed = True
-                except TimeoutError:
-                    pass
+                pushed = await wait_event(self._dirty, wait)
             self._dirty.clear()
             noted, self._noted = self._noted, None
             try:

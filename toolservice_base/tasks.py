@@ -40,8 +40,8 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
         pass
 
 
-async def wait_event(event: asyncio.Event, timeout: float) -> bool:
-    """Whether `event` was set within `timeout` seconds.
+async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """Whether `event` was set within `timeout` seconds (`None`: however long it takes).
 
     Not `asyncio.wait_for(event.wait(), timeout)`: on Python 3.11 that swallows
     a cancellation arriving as the event is set (seen in the replicas: a
