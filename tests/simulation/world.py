@@ -1,7 +1,8 @@
 """A seeded world: a virtual clock, the model broker, replicas running the real core, clients, and faults.
 
-One thread, one heap of timed steps, one `random.Random(seed)`: the same
-seed replays the same schedule step by step (`python -m simulation --seed N
+One thread, one heap of timed steps (the clients' timeouts in a queue beside
+it, taken in the same order), one `random.Random(seed)`: the same seed
+replays the same schedule step by step (`python -m simulation --seed N
 --trace`). Faults are drawn from the seed too (`Faults`): kills and
 restarts, freezes, partitions both ways and one way, a broker restart, lost
 receipts, clock rates, forged and replayed records, a group-key rotation,
