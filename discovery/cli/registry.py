@@ -334,6 +334,7 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
     _add_registry_command(subparsers, common_parent)
     _add_tools_command(subparsers, query)
     _add_report_commands(subparsers, query)
+    _add_release_command(subparsers, query)
 
 
 def query_parent(common_parent: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -428,7 +429,7 @@ def _add_tools_command(subparsers: Any, query: argparse.ArgumentParser) -> None:
 
 
 def _add_report_commands(subparsers: Any, query: argparse.ArgumentParser) -> None:
-    """`rejections`, `conflicts`, `release`: what the registry refused, and the removals it holds."""
+    """`rejections`, `conflicts`: what the registry refused, and why."""
     rejections = subparsers.add_parser(
         "rejections",
         parents=[query],
@@ -470,6 +471,9 @@ def _add_report_commands(subparsers: Any, query: argparse.ArgumentParser) -> Non
     conflicts.add_argument("--workspace", default=None, help="only the conflicts in this workspace (default: all)")
     conflicts.set_defaults(handler=cmd_conflicts)
 
+
+def _add_release_command(subparsers: Any, query: argparse.ArgumentParser) -> None:
+    """`release`: confirm the removals self-preservation holds."""
     release = subparsers.add_parser(
         "release",
         parents=[query],

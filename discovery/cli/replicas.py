@@ -26,7 +26,7 @@ from .common import CommandError, Deadline, connect, lazy, opened
 from .output import Column, add_output_options, output_format, render
 
 if TYPE_CHECKING:
-    from discovery.replicas.membership import ReplicaStatus
+    from discovery.replicas.status import ReplicaStatus
     from toolservice_base.transport import Transport
 
 LISTEN = 2.5
@@ -38,6 +38,11 @@ LOCKS = {"config-store": "state_lock", "registry": "registry_lock"}
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    _add_replicas_command(sub, common)
+    _add_group_key_command(sub, common)
+
+
+def _add_replicas_command(sub: Any, common: argparse.ArgumentParser) -> None:
     replicas = sub.add_parser(
         "replicas",
         parents=[common],
@@ -61,6 +66,8 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     replicas.set_defaults(handler=lazy("replicas", "cmd_replicas"))
 
+
+def _add_group_key_command(sub: Any, common: argparse.ArgumentParser) -> None:
     group_key = sub.add_parser(
         "group-key",
         parents=[common],
@@ -120,9 +127,9 @@ async def cmd_group_key_rotate(args: argparse.Namespace) -> int:
 
 async def cmd_replicas(args: argparse.Namespace) -> int:
     from discovery.replicas import group_key_from
-    from discovery.replicas.membership import STATUS_KIND, ReplicaStatus
     from discovery.replicas.records import RecordCheck
     from discovery.replicas.settings import ReplicaSettings
+    from discovery.replicas.status import STATUS_KIND, ReplicaStatus
     from toolservice_base import Envelope
 
     key = group_key_from(ReplicaSettings.from_env().group_key_file)

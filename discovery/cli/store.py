@@ -242,6 +242,12 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
         ),
     )
     actions = subcommands(store, dest="store_command", metavar="ACTION", required=True)
+    _add_file_commands(actions, common_parent)
+    _add_transfer_commands(actions, common_parent)
+
+
+def _add_file_commands(actions: Any, common_parent: argparse.ArgumentParser) -> None:
+    """`toolreg store check`, `backup` and `restore`: the SQLite file looked after directly, with no broker."""
     check = actions.add_parser(
         "check",
         parents=[common_parent],
@@ -284,7 +290,6 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
         help="restore a backup of another store (another store id) than the one in this data directory",
     )
     restore.set_defaults(handler=cmd_store_restore)
-    _add_transfer_commands(actions, common_parent)
 
 
 def _add_transfer_commands(actions: Any, common_parent: argparse.ArgumentParser) -> None:
