@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import re
 from collections import Counter
 from pathlib import Path
@@ -26,7 +27,7 @@ from discovery.web.settings import HttpSettings
 from toolservice_base.errors import NoBrokerError, SettingsError, ToolDiscoveryError
 from toolservice_base.mcp_service.settings import SidecarSettings
 from toolservice_base.search.settings import SearchSettings
-from toolservice_base.settings import Settings, event_loop
+from toolservice_base.settings import MOVED, Settings, event_loop
 from toolservice_base.variables import DECLARED, Variable, variables
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -227,3 +228,14 @@ def test_the_operators_guide_describes_every_variable_with_the_default_the_code_
         for variable in variables(cls).values():
             if variable.default not in (None, False, "", ()):
                 assert shown(variable.default) in documented[variable.name], (variable.name, variable.default)
+
+
+@pytest.mark.parametrize("name", sorted(MOVED))
+def test_a_field_that_left_settings_says_in_one_line_which_class_reads_it_now(name: str) -> None:
+    with pytest.raises(AttributeError) as raised:
+        getattr(Settings(), name)
+    assert str(raised.value) == f"Settings.{name} moved: read it with {MOVED[name]} (same environment variable)"
+    owner, field = MOVED[name].split(".from_env().")
+    module, cls = owner.rsplit(".", 1)
+    read = getattr(importlib.import_module(module), cls).from_env({})
+    assert hasattr(read, field), f"{MOVED[name]} names no field of {owner}"

@@ -44,6 +44,46 @@ AUTH_TOKEN_FILE = Variable(
 )
 
 
+MOVED: dict[str, str] = {
+    "mcp_token": "discovery.mcp.settings.McpSettings.from_env().token",
+    "mcp_oauth_issuer": "discovery.mcp.settings.McpSettings.from_env().oauth_issuer",
+    "mcp_resource": "discovery.mcp.settings.McpSettings.from_env().resource",
+    "mcp_jwks_uri": "discovery.mcp.settings.McpSettings.from_env().jwks_uri",
+    "mcp_introspection_client": "discovery.mcp.settings.McpSettings.from_env().introspection_client",
+    "mcp_introspection_secret": "discovery.mcp.settings.McpSettings.from_env().introspection_secret",
+    "mcp_token_algorithms": "discovery.mcp.settings.McpSettings.from_env().token_algorithms",
+    "mcp_clock_skew": "discovery.mcp.settings.McpSettings.from_env().clock_skew",
+    "mcp_policy": "discovery.mcp.settings.McpSettings.from_env().policy",
+    "mcp_rate_limit": "discovery.mcp.settings.McpSettings.from_env().rate_limit",
+    "mcp_audit_topic": "discovery.mcp.settings.McpSettings.from_env().audit_topic",
+    "mcp_audit_arguments": "discovery.mcp.settings.McpSettings.from_env().audit_arguments",
+    "mcp_audit_key": "discovery.mcp.settings.McpSettings.from_env().audit_key",
+    "mcp_session_idle": "discovery.mcp.settings.McpSettings.from_env().session_idle",
+    "mcp_max_sessions": "discovery.mcp.settings.McpSettings.from_env().max_sessions",
+    "trust_policy": "discovery.registry.settings.RegistrySettings.from_env().trust_policy",
+    "allowed_namespaces": "discovery.registry.settings.RegistrySettings.from_env().allowed_namespaces",
+    "max_clock_skew": "discovery.registry.settings.RegistrySettings.from_env().max_clock_skew",
+    "max_instances": "discovery.registry.settings.RegistrySettings.from_env().max_instances",
+    "pin_definitions": "discovery.registry.settings.RegistrySettings.from_env().pin_definitions",
+    "store": "discovery.store.settings.StoreSettings.from_env().backend",
+    "change_window_keys": "discovery.store.settings.StoreSettings.from_env().change_window_keys",
+    "change_window_bytes": "discovery.store.settings.StoreSettings.from_env().change_window_bytes",
+    "group_key_file": "discovery.replicas.settings.ReplicaSettings.from_env().group_key_file",
+    "metrics_port": "discovery.web.settings.HttpSettings.from_env().metrics_port",
+    "metrics_host": "discovery.web.settings.HttpSettings.from_env().metrics_host",
+    "http_token": "discovery.web.settings.HttpSettings.from_env().http_token",
+    "admin_url": "discovery.broker.settings.AdminSettings.from_env().admin_url",
+    "admin_token": "discovery.broker.settings.AdminSettings.from_env().admin_token",
+    "cluster": "discovery.broker.settings.AdminSettings.from_env().cluster",
+    "audit_retention": "discovery.broker.settings.AdminSettings.from_env().audit_retention",
+    "search_embedder": "toolservice_base.search.settings.SearchSettings.from_env().embedder",
+    "search_embedder_key": "toolservice_base.search.settings.SearchSettings.from_env().embedder_key",
+    "mcp_max_message": "toolservice_base.mcp_service.settings.SidecarSettings.from_env().max_message",
+}
+"""Where each field `Settings` held before it kept only the broker's went: a part's own settings class, read as
+given here. The environment variables did not change; only who reads them."""
+
+
 @dataclass(frozen=True)
 class Settings:
     """Where the data lives and how to reach the broker: what every process reads."""
@@ -94,6 +134,15 @@ class Settings:
                 "topicspace": space,
             }
         )
+
+    def __getattr__(self, name: str) -> object:
+        """A field that moved to its part's settings says where it went, in one line, instead of a bare
+        AttributeError."""
+        if name in MOVED:
+            raise AttributeError(
+                f"Settings.{name} moved: read it with {MOVED[name]} (same environment variable)", name=name, obj=self
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
     @property
     def topics(self) -> Topics:
