@@ -31,12 +31,17 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(BIN)/toolreg demo
 
+# The suite spends most of its time waiting on brokers and processes, not on a core: it runs on TEST_WORKERS pytest
+# workers. Every test that reaches Apache Pulsar is in one group, on one worker (tests/conftest.py, `--dist
+# loadgroup`), so a run still starts one Apache Pulsar and a test that restarts it stops no other test's broker.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy toolservice_base discovery agent_bridge
 	$(MKDOCS) build --strict
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The documentation site (mkdocs.yml): docs/, with README.md as its home page, into site/ (git-ignored). `make test`
 # builds it too, with --strict. Material's banner about MkDocs 2 is not ours to act on: it is turned off.

@@ -212,18 +212,7 @@ async def build(
     entries, problems, pending = _carry_over(items.get("tool", {}), names, raw_services, previous.entries, pool)
     context = ToolContext(workspace, user, limits, connection, services, service_problems, pool.get)
     try:
-        for tool, signature in pending:
-            factory = factories.get(tool.type)
-            if factory is None:
-                problems[tool.name] = (
-                    f"no factory for tool type {tool.type!r}; register one with "
-                    f"agent_bridge.register_tool_type({tool.type!r}, factory)"
-                )
-                continue
-            try:
-                entries[tool.name] = await _make_entry(tool, signature, factory, pool, context)
-            except Exception as exc:
-                problems[tool.name] = one_line(exc)
+        await _make_pending(pending, factories, pool, context, entries, problems)
         for name, entry in entries.items():
             users.update(c.service.id for c in entry.clients)
             kept[name] = entry
@@ -307,6 +296,30 @@ def _carry_over(
         assert isinstance(tool, ToolDescriptor)
         pending.append((tool, (text, raw_services.get(tool.service) if tool.service else None)))
     return kept, problems, pending
+
+
+async def _make_pending(
+    pending: list[tuple[ToolDescriptor, Signature]],
+    factories: Mapping[str, ToolFactory],
+    pool: _ClientPool,
+    context: ToolContext,
+    entries: dict[str, Entry],
+    problems: dict[str, str],
+) -> None:
+    """Make each tool `_carry_over` could not keep, by its type's factory, into `entries`; one that cannot be made is
+    a problem of its own (`problems`, with why), never a failure of the build: a bad tool never empties the set."""
+    for tool, signature in pending:
+        factory = factories.get(tool.type)
+        if factory is None:
+            problems[tool.name] = (
+                f"no factory for tool type {tool.type!r}; register one with "
+                f"agent_bridge.register_tool_type({tool.type!r}, factory)"
+            )
+            continue
+        try:
+            entries[tool.name] = await _make_entry(tool, signature, factory, pool, context)
+        except Exception as exc:
+            problems[tool.name] = one_line(exc)
 
 
 async def _make_entry(

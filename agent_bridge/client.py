@@ -38,6 +38,7 @@ from toolservice_base.schemas import (
     request_bytes,
 )
 from toolservice_base.signing import parse_public_key, public_key_text
+from toolservice_base.tasks import wait_event
 from toolservice_base.transport import Transport
 
 from .metrics import BridgeMetrics
@@ -272,10 +273,7 @@ class ToolServiceClient:
             if remaining is not None and remaining <= 0:
                 log.warning("client.close_forced", service=self.service.id, in_flight=self._in_flight)
                 break
-            try:
-                await asyncio.wait_for(self._idle.wait(), remaining)
-            except TimeoutError:
-                continue
+            await wait_event(self._idle, remaining)
         await self.close()
 
     async def __aenter__(self) -> Self:

@@ -46,7 +46,7 @@ from toolservice_base.logs import get_logger
 from toolservice_base.names import openai_names
 from toolservice_base.rpc import CallLimits
 from toolservice_base.schemas import CHANGES_TOO_OLD, ConfigPush
-from toolservice_base.tasks import cancel_and_wait
+from toolservice_base.tasks import cancel_and_wait, wait_event
 from toolservice_base.transport import Subscription, Transport
 
 from .build import TYPES, Built, Entry, Items, Touched, build, one_line
@@ -316,11 +316,7 @@ class Reloader:
             wait = retry_interval if failing or self.state.source != "store" else owner.poll_interval
             pushed = self._dirty.is_set()
             if not pushed:
-                try:
-                    await asyncio.wait_for(self._dirty.wait(), wait)
-                    pushed = True
-                except TimeoutError:
-                    pass
+                pushed = await wait_event(self._dirty, wait)
             self._dirty.clear()
             noted, self._noted = self._noted, None
             try:
@@ -396,15 +392,26 @@ class Reloader:
         # Saved with the swap, before anything awaits: `version` is visible from here on, and a caller that saw it
         # and closes the set at once (cancelling this task in a hook) must find it in the snapshot.
         if source == "store" and (version != old.version or old.source != "store"):
-            if self._snapshot is None:
-                self._snapshot = SnapshotWriter(owner.snapshot_path, owner.deployment, owner.workspace)
-            self._snapshot.save(old.version, version, items, touched if old.source == "store" else None)
+            self._save(old, new, touched)
         for hook in self.swap_hooks:
             await hook(old.entries, new.entries)
         async with self.swapped:
             self.swapped.notify_all()
+        return self._change(old, new, started)
 
-        added, removed, changed = _differences(old.entries, new.entries, built.examined)
+    def _save(self, old: State, new: State, touched: Touched | None) -> None:
+        """Write the store's state to the snapshot (only what `touched` names when the one before was the store's
+        too)."""
+        owner = self._owner
+        if self._snapshot is None:
+            self._snapshot = SnapshotWriter(owner.snapshot_path, owner.deployment, owner.workspace)
+        self._snapshot.save(old.version, new.version, new.items, touched if old.source == "store" else None)
+
+    def _change(self, old: State, new: State, started: float) -> Change | None:
+        """What the swap from `old` to `new` changed, logged (`toolset.loaded` the first time, then
+        `toolset.reloaded`); None for the first load, or when no tool changed."""
+        owner, source, version = self._owner, new.source, new.version
+        added, removed, changed = _differences(old.entries, new.entries, new.built.examined)
         ms = round((time.perf_counter() - started) * 1000, 2)
         if old.source == "none":
             log.info(

@@ -2,9 +2,9 @@
 
 A tool is described to four audiences: `ToolSet.describe()` (plain dicts, the bridge's own shape), OpenAI function
 calling (`as_openai_tools`), MCP's `tools/list` (`as_mcp_tools`, the MCP front) and the framework adapters. Each used
-to build its own dict and spell the same fields its own way (`output_schema`, `outputSchema`, `output-schema`); the
-spec is built once per tool, and each shape is a method of it, with MCP's names taken from the one table of them
-(`toolservice_base.schemas.tools.MCP_NAMES`).
+to build its own dict and spell the same fields its own way (`output_schema`, `outputSchema`, `output-schema`), and the
+adapters kept a twin of the spec of their own; the spec is built once per tool, the adapters read it as it is, and each
+shape is a method of it, with MCP's names taken from the one table of them (`toolservice_base.schemas.tools.MCP_NAMES`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,13 @@ class ToolSpec:
     title: str | None = None
     annotations: dict[str, Any] | None = None
     output_schema: dict[str, Any] | None = None
+
+    @classmethod
+    def synthetic(cls, name: str, description: str, parameters: dict[str, Any]) -> ToolSpec:
+        """A tool no service declared, which an adapter offers the model itself: the top-k mode's `search_tools`, or a
+        name the set no longer holds (calling it tells the model so). `name` is already one OpenAI accepts; there is
+        no stored definition, so no digest."""
+        return cls(name=name, openai_name=name, description=description, parameters=parameters, digest="")
 
     @classmethod
     def of(cls, name: str, openai_name: str, entry: Entry) -> ToolSpec:

@@ -34,6 +34,7 @@ from toolservice_base.rpc import DEFAULT_LIMITS, CallLimits
 from toolservice_base.schemas import TextContent, ToolResult, check_name
 from toolservice_base.schemas.content import merge
 from toolservice_base.search import Health, Match, Ranker, ranker_for
+from toolservice_base.search.settings import SearchSettings
 from toolservice_base.settings import Settings
 from toolservice_base.transport import Transport, open_transport
 
@@ -47,6 +48,12 @@ from .specs import ToolSpec
 from .static import StaticDirError, load_static_dir
 
 log = get_logger("agent_bridge.toolset")
+
+
+def _configured_ranker() -> Callable[[], Ranker]:
+    """BM25 fused with the embedder the environment names (`SearchSettings`), read when no ranker is given."""
+    search = SearchSettings.from_env()
+    return ranker_for(search.embedder, search.embedder_key)
 
 
 class ToolSet:
@@ -74,9 +81,9 @@ class ToolSet:
         `timeout` the whole call, a streamed answer included (30 s by default); `idle_timeout` (off unless
         given) each wait for the next chunk; `max_answer_bytes` what one answer may bring in. Past a timeout
         a call raises `RequestTimeout`, past the size `AnswerTooLarge`, and the service is told to stop.
-        `ranker` makes the ranker `search` uses (by default BM25 fused with the
-        embedder `settings.search_embedder` names, `toolservice_base.search.hybrid`; a ranker of your own goes behind
-        the same `Ranker` interface)."""
+        `ranker` makes the ranker `search` uses (by default BM25 fused with the embedder
+        `TOOLREG_SEARCH_EMBEDDER` names, `SearchSettings`; a ranker of your own goes behind the same `Ranker`
+        interface)."""
         self.workspace = check_name(workspace, "workspace")
         self._settings = settings or Settings.from_env(data_dir=data_dir, pulsar_url=pulsar_url)
         self._pulsar_url = pulsar_url
@@ -96,9 +103,7 @@ class ToolSet:
         self.close_timeout = close_timeout
         self.metrics = metrics or BridgeMetrics.default()
         self._reload = Reloader(self, factories or {})
-        self._search = ToolSearch(
-            ranker or ranker_for(self._settings.search_embedder, self._settings.search_embedder_key)
-        )
+        self._search = ToolSearch(ranker or _configured_ranker())
         self._reload.swap_hooks.append(self._search.swap)
         self._closed = False
 

@@ -18,7 +18,9 @@ Pulsar) in this process, on one core:
 - the time the core takes to decide one event (p50, p99), over every call
   the drivers made in a few schedules;
 - where a schedule's time goes, by part (a profile of a few schedules, its
-  shares applied to the unprofiled CPU time of one).
+  shares applied to the unprofiled CPU time of one), and the steps it runs,
+  by kind (what the clock jumps to: a client's operation, a delivery, a
+  replica's poll of the log, a look, a status).
 
 No broker, no network: a pure CPU figure.
 """
@@ -111,10 +113,15 @@ PARTS = {
 }
 
 
-def breakdown(simulation: Any, seeds: range, ms_each: float) -> dict[str, float]:
+RUN_ITSELF = {"later", "plan", "_tear_down", "<listcomp>"}
+"""What `World.run` calls to set a schedule up and tear it down: not steps."""
+
+
+def breakdown(simulation: Any, seeds: range, ms_each: float) -> tuple[dict[str, float], dict[str, float]]:
     """Where a schedule's CPU time goes: each part's share of a profile of `seeds` (time in a function itself,
     grouped by the file it is in; a builtin's by its callers'), applied to `ms_each`, the unprofiled time of one
-    schedule."""
+    schedule; and the steps a schedule runs, by kind (the calls `World.run` makes, each a step the clock jumped to,
+    per schedule)."""
     import cProfile
     import pstats
 
@@ -122,19 +129,32 @@ def breakdown(simulation: Any, seeds: range, ms_each: float) -> dict[str, float]
     profile.runcall(lambda: [simulation.run(seed) for seed in seeds])
     stats: dict[Any, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
     parts: Counter[str] = Counter()
+    steps: Counter[str] = Counter()
 
     def part_of(path: str, function: str) -> str:
         where = f"{path}:{function}"
         return next((name for name, marks in PARTS.items() if any(m in where for m in marks)), "the rest")
 
     for (path, _, function), (_, _, own, _, callers) in stats.items():
+        for (caller_path, _, caller), (calls, *_) in callers.items():
+            if (
+                "/simulation/" in path
+                and function not in RUN_ITSELF
+                and caller_path.endswith("simulation/world.py")
+                and caller == "run"
+            ):
+                steps[function] += calls
         if path != "~":
             parts[part_of(path, function)] += own
             continue
         for (caller_path, _, caller), (_, _, spent, _) in callers.items():  # a builtin: its callers' part
             parts[part_of(caller_path, caller)] += spent
     total = sum(parts.values()) or 1.0
-    return {part: round(ms_each * 1000 * spent / total) for part, spent in parts.most_common()}
+    per = len(seeds) or 1
+    return (
+        {part: round(ms_each * 1000 * spent / total) for part, spent in parts.most_common()},
+        {kind: round(count / per, 1) for kind, count in steps.most_common()},
+    )
 
 
 def porcupine(simulation: Any, first: int, count: int) -> dict[str, Any]:
@@ -218,7 +238,7 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     decided = decision_times(simulation, range(1, 4 if quick else 11))
     checked = porcupine(simulation, 300_000, 20 if quick else 200)
     replay = replay_time(simulation)
-    parts = breakdown(simulation, range(400_000, 400_000 + (5 if quick else 30)), full["ms_each"])
+    parts, steps = breakdown(simulation, range(400_000, 400_000 + (5 if quick else 30)), full["ms_each"])
     rows: list[dict[str, Any]] = [
         {
             "figure": "simulated schedules a minute, one core, by CPU time (20 virtual s + 6 s tail, 3 replicas,"
@@ -284,6 +304,11 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
             {"figure": f"one 20 s schedule's CPU time in {part}", "ours": spent, "unit": "us"}
             for part, spent in parts.items()
         ),
+        {
+            "figure": "steps one 20 s schedule runs, by kind (each a call the clock jumped to)",
+            "ours": f"{round(sum(steps.values())):,}: "
+            + ", ".join(f"{kind} {count:,}" for kind, count in list(steps.items())[:10]),
+        },
     ]
     return {
         "name": NAME,

@@ -68,6 +68,28 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
 
 
+APACHE_GROUP = "apache-pulsar"
+"""The `xdist_group` of every test that reaches Apache Pulsar: `make test` runs the suite on several workers
+(`--dist loadgroup`), and this group on one of them, so the run still starts one Apache Pulsar, and a test that
+restarts it never pulls the broker from under another test."""
+
+
+def reaches_apache_pulsar(item: pytest.Item) -> bool:
+    """Whether a test uses the run's Apache Pulsar or starts one: the fixture (directly or through `tenant`,
+    `cluster`), an `apache-pulsar` parameter (`settings` asks for the fixture only when the test runs), or the
+    marker a module that starts its own standalone carries."""
+    if item.get_closest_marker("apache_pulsar") is not None or "apache_pulsar" in getattr(item, "fixturenames", ()):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "apache-pulsar" in callspec.params.values()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if reaches_apache_pulsar(item):
+            item.add_marker(pytest.mark.xdist_group(APACHE_GROUP))
+
+
 @pytest.fixture(scope="session")
 def apache_pulsar() -> Iterator[ApachePulsar]:
     """One Apache Pulsar standalone for the whole run, token authentication on; its start is in the first user's

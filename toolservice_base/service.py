@@ -31,7 +31,8 @@ or the service's own limit, `call_timeout` or a tool's entry in
 Queues left out of `descriptor` default to `non-persistent://<topicspace>/request/<id>`
 and `non-persistent://<topicspace>/response/<id>` (topicspace `tg` unless
 `TOOLREG_TOPICSPACE` says otherwise); `type` and `service` left out of a tool
-default to `tool-service` and the service's id.
+default to `tool-service` and the service's id (`declaration` fills and checks what
+the author declared; this module serves it).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import inspect
 import json
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, ClassVar
@@ -56,20 +57,17 @@ from toolservice_base.rpc.wire import TOOL
 from . import tracing
 from .announcer import Announcer, new_instance_id
 from .call_stats import CallStats
-from .errors import BadRequest, ServiceDefinitionError, ToolError
+from .declaration import build_descriptors, call_limits
+from .errors import BadRequest, ToolError
 from .logs import get_logger
 from .metrics import OTHER_TOOL, ServiceMetrics
 from .results import response_for, stream_responses
 from .schemas import (
     DEFAULT_TTL,
-    MAX_MESSAGE_BYTES,
     MAX_REQUEST_BYTES,
     ErrorBody,
     ToolDescriptor,
-    ToolServiceDescriptor,
     ToolServiceResponse,
-    canonical_json,
-    check_tool_against_service,
     describe_validation_error,
     request_fields,
     text_response_bytes,
@@ -77,76 +75,16 @@ from .schemas import (
 from .settings import Settings
 from .signing import answer_signer, load_private_key
 from .tasks import gather_or_raise
-from .tool_contract import ToolContract, schema_of
+from .tool_contract import ToolContract
 from .tool_labels import ToolLabels
 from .topics import DEFAULT as DEFAULT_TOPICS
-from .topics import Topics
 from .transport import Envelope, Transport, open_transport
 
 log = get_logger("toolservice_base.service")
 
 
-ANNOUNCE_OVERHEAD = 1024  # the announcement's own fields and signature around the descriptors
 DEFAULT_CALL_TIMEOUT = 120.0
 """Seconds one call may run when its caller does not say how long it waits (a TrustGraph agent, say)."""
-
-
-def build_descriptors(
-    descriptor: dict[str, Any], tools: list[dict[str, Any]], topics: Topics = DEFAULT_TOPICS
-) -> tuple[ToolServiceDescriptor, list[ToolDescriptor]]:
-    """Fill the defaults an author may leave out and validate everything."""
-    if not isinstance(descriptor, dict) or "id" not in descriptor:
-        raise ServiceDefinitionError("`descriptor` must be a dict with at least an 'id'")
-    service_id = descriptor["id"]
-    full = {
-        "request-queue": topics.request_queue(str(service_id)),
-        "response-queue": topics.response_queue(str(service_id)),
-        **descriptor,
-    }
-    try:
-        service = ToolServiceDescriptor.model_validate(full)
-    except ValidationError as exc:
-        raise ServiceDefinitionError(f"descriptor of {service_id!r}: {describe_validation_error(exc)}") from None
-    parsed: list[ToolDescriptor] = []
-    for raw in tools:
-        item = {"type": "tool-service", "service": service.id, **_declared_schemas(raw)}
-        try:
-            tool = ToolDescriptor.model_validate(item)
-        except ValidationError as exc:
-            raise ServiceDefinitionError(f"tool {raw.get('name')!r}: {describe_validation_error(exc)}") from None
-        if tool.service != service.id:
-            raise ServiceDefinitionError(f"tool {tool.name!r} names service {tool.service!r}, not {service.id!r}")
-        try:
-            check_tool_against_service(tool, service)
-        except ValueError as exc:
-            raise ServiceDefinitionError(str(exc)) from None
-        parsed.append(tool)
-    size = len(canonical_json({"service": service.to_wire(), "tools": [t.to_wire() for t in parsed]}).encode())
-    if size > MAX_MESSAGE_BYTES - ANNOUNCE_OVERHEAD:
-        raise ServiceDefinitionError(
-            f"service {service.id!r}: its announcement would be about {size // 1024} KiB, over the registry's "
-            f"{MAX_MESSAGE_BYTES // 1024} KiB limit; shorten descriptions or split it into several services"
-        )
-    return service, parsed
-
-
-_SCHEMA_KEYS = {
-    "input-schema": "input-schema",
-    "input_schema": "input-schema",
-    "output-schema": "output-schema",
-    "output_schema": "output-schema",
-}
-
-
-def _declared_schemas(raw: dict[str, Any]) -> dict[str, Any]:
-    """A tool as declared, its schemas turned into JSON Schema dicts (from a pydantic model, type hints, ...)."""
-    if not isinstance(raw, dict):
-        raise ServiceDefinitionError(f"a tool must be a dict, got {type(raw).__name__}")
-    item = {key: value for key, value in raw.items() if key not in _SCHEMA_KEYS}
-    for key, wire in _SCHEMA_KEYS.items():
-        if raw.get(key) is not None:
-            item[wire] = schema_of(raw[key], f"tool {raw.get('name')!r}: {wire}")
-    return item
 
 
 def _parse_request(data: bytes, max_bytes: int = MAX_REQUEST_BYTES) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -184,30 +122,6 @@ def _takes_tool(invoke: Callable[..., Any]) -> bool:
         or (p.name == "tool" and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
         for p in parameters
     )
-
-
-def _call_limits(
-    service_id: str, call_timeout: float, tool_timeouts: Mapping[str, float], tools: list[ToolDescriptor]
-) -> dict[str, float]:
-    """The per-tool limits, checked: positive numbers, for tools the service has."""
-    if not (isinstance(call_timeout, (int, float)) and call_timeout > 0):
-        raise ServiceDefinitionError(
-            f"service {service_id!r}: call_timeout must be a positive number of seconds, got {call_timeout!r}"
-        )
-    names = {tool.name for tool in tools}
-    limits: dict[str, float] = {}
-    for name, seconds in tool_timeouts.items():
-        if name not in names:
-            raise ServiceDefinitionError(
-                f"service {service_id!r}: tool_timeouts names {name!r}, which is not one of its tools"
-                f" ({', '.join(sorted(names))})"
-            )
-        if not (isinstance(seconds, (int, float)) and seconds > 0):
-            raise ServiceDefinitionError(
-                f"service {service_id!r}: tool_timeouts[{name!r}] must be a positive number, got {seconds!r}"
-            )
-        limits[name] = float(seconds)
-    return limits
 
 
 class DynamicToolService:
@@ -268,7 +182,7 @@ class DynamicToolService:
 
     def __take(self, tools: list[ToolDescriptor]) -> None:
         """Serve `tools` from now on: what each call is checked against, labelled and limited by."""
-        self.tool_limits = _call_limits(self.id, self.call_limit, type(self).tool_timeouts, tools)
+        self.tool_limits = call_limits(self.id, self.call_limit, type(self).tool_timeouts, tools)
         self.tool_descriptors = tools
         # A request without a `tool` property (a TrustGraph agent, an older bridge) is for the only tool, if there is
         # one.
@@ -352,29 +266,11 @@ class DynamicToolService:
         try:
             user, config, arguments = _parse_request(message.data, type(self).max_request_bytes)
             if tool == OTHER_TOOL and TOOL not in message.properties:
-                tool = self._labels.of(
-                    message.properties, config
-                )  # a caller that does not name it: its config values may
+                tool = self._labels.of(message.properties, config)  # a caller that does not name it: its config may
                 if span is not None:
                     span.set("tool.name", tool)
                     span.rename(f"serve {tool}")
-            called = self.tool_called(message)
-            contract = self.__contracts.get(called)
-            if contract is not None and called in self.__checks_input:
-                contract.check_arguments(arguments)
-            if self.__pass_tool:
-                result = self.invoke(user, config, arguments, tool=called)  # type: ignore[call-arg]
-            else:
-                result = self.invoke(user, config, arguments)
-            if inspect.isawaitable(result):
-                result = await result
-            if inspect.isasyncgen(result):
-                await stream_responses(result, reply, contract)
-                return
-            if isinstance(result, str):  # most answers: their bytes at once, no model built and dumped
-                await reply(text_response_bytes(result))
-                return
-            await reply(response_for(result, contract))
+            await self.__invoke(message, reply, user, config, arguments)
         except BadRequest as exc:
             error = "bad-request"
             log.warning("request.rejected", service=self.id, reason=str(exc))
@@ -400,6 +296,29 @@ class DynamicToolService:
             took = time.perf_counter() - started
             self.metrics.observe(took, error, tool)
             self.call_stats.record(tool, took, error is not None)
+
+    async def __invoke(
+        self, message: Envelope, reply: Any, user: str, config: dict[str, Any], arguments: dict[str, Any]
+    ) -> None:
+        """Check the arguments against the tool's input schema, call `invoke`, and answer in the form it returned: a
+        stream part by part, text as its bytes at once, anything else as a checked response. What it raises is for
+        `__serve` to answer and count."""
+        called = self.tool_called(message)
+        contract = self.__contracts.get(called)
+        if contract is not None and called in self.__checks_input:
+            contract.check_arguments(arguments)
+        if self.__pass_tool:
+            result = self.invoke(user, config, arguments, tool=called)  # type: ignore[call-arg]
+        else:
+            result = self.invoke(user, config, arguments)
+        if inspect.isawaitable(result):
+            result = await result
+        if inspect.isasyncgen(result):
+            await stream_responses(result, reply, contract)
+        elif isinstance(result, str):  # most answers: their bytes at once, no model built and dumped
+            await reply(text_response_bytes(result))
+        else:
+            await reply(response_for(result, contract))
 
     async def start(self) -> None:
         """Subscribe to requests, then (and only then) announce.

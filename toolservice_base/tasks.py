@@ -40,6 +40,21 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
         pass
 
 
+async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """Whether `event` was set within `timeout` seconds (`None`: however long it takes).
+
+    Not `asyncio.wait_for(event.wait(), timeout)`: on Python 3.11 that swallows
+    a cancellation arriving as the event is set (seen in the replicas: a
+    heartbeat loop woken by `set_role` as it was being closed went on for ever).
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
 async def gather_or_raise(*steps: Awaitable[Any]) -> list[Any]:
     """Run `steps` at once; once every one has ended, raise the first failure, if any, else return their results.
 

@@ -28,6 +28,8 @@ from toolservice_base.schemas.content import (
 )
 from toolservice_base.search import MAX_QUERY_CHARS, query_terms
 
+from ..specs import ToolSpec
+
 if TYPE_CHECKING:
     from .. import ToolSet
 
@@ -50,52 +52,34 @@ def require(module: str, extra: str, distribution: str) -> ModuleType:
         ) from None
 
 
-@dataclass(frozen=True)
-class Spec:
-    """One tool as a model is told of it: the OpenAI-safe name `ToolSet.invoke` takes back, and its JSON Schema;
-    and what MCP says of it besides, for a framework with a place for it: `title`, `annotations` (MCP's hints,
-    camelCase), `output_schema`."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    title: str | None = None
-    annotations: dict[str, Any] | None = None
-    output_schema: dict[str, Any] | None = None
-
-    def mcp_metadata(self) -> dict[str, Any] | None:
-        """`title` and `annotations`, those it has, as a framework's free-form tool metadata; None if neither."""
-        found = {key: value for key, value in (("title", self.title), ("annotations", self.annotations)) if value}
-        return found or None
-
-
 class SpecCache:
-    """The ToolSet's current specs, rebuilt only when its set changed (version, source or names)."""
+    """The ToolSet's current specs, read again only when its set changed (version, source or names).
+
+    A model is told of each tool by its `openai_name` (what `ToolSet.invoke` takes back); the set's own names are
+    for looking specs up (`of`, after a search).
+    """
 
     __slots__ = ("toolset", "_key", "_specs", "_own")
 
     def __init__(self, toolset: ToolSet) -> None:
         self.toolset = toolset
         self._key: tuple[int, str, tuple[str, ...]] | None = None
-        self._specs: tuple[Spec, ...] = ()
-        self._own: dict[str, Spec] = {}
+        self._specs: tuple[ToolSpec, ...] = ()
+        self._own: dict[str, ToolSpec] = {}
 
     def key(self) -> tuple[int, str, tuple[str, ...]]:
         toolset = self.toolset
         return (toolset.version, toolset.source, tuple(toolset.names()))
 
-    def current(self) -> tuple[Spec, ...]:
+    def current(self) -> tuple[ToolSpec, ...]:
         key = self.key()
         if key != self._key:
-            specs = self.toolset.specs()  # each tool's definition and the OpenAI-safe name invoke takes back
-            self._specs = tuple(
-                Spec(s.openai_name, s.description, s.parameters, s.title, s.annotations, s.output_schema) for s in specs
-            )
-            self._own = {spec.name: found for spec, found in zip(specs, self._specs, strict=True)}
+            self._specs = tuple(self.toolset.specs())
+            self._own = {spec.name: spec for spec in self._specs}
             self._key = key
         return self._specs
 
-    def of(self, names: list[str]) -> list[Spec]:
+    def of(self, names: list[str]) -> list[ToolSpec]:
         """The current specs of the tools the ToolSet calls `names` (its own names), in that order."""
         self.current()
         return [self._own[name] for name in names if name in self._own]
@@ -169,7 +153,7 @@ class Focus:
             raise ValueError(f"top_k must be from 1 to 100, got {top_k}")
         self.specs = specs
         self.top_k = top_k
-        self._memo: tuple[tuple[tuple[int, str, tuple[str, ...]], str], asyncio.Task[list[Spec]]] | None = None
+        self._memo: tuple[tuple[tuple[int, str, tuple[str, ...]], str], asyncio.Task[list[ToolSpec]]] | None = None
 
     @property
     def description(self) -> str:
@@ -178,7 +162,7 @@ class Focus:
             " Describe what you want to do in a few words."
         )
 
-    async def offered(self, query: str | None) -> list[Spec]:
+    async def offered(self, query: str | None) -> list[ToolSpec]:
         """The specs to offer for a step whose query is `query` (none: nothing but `search_tools`).
 
         One search per set and query: a framework that asks once per tool (the OpenAI Agents SDK's `is_enabled`)
@@ -192,7 +176,7 @@ class Focus:
             memo = self._memo = (key, asyncio.ensure_future(self._choose(query)))
         return await asyncio.shield(memo[1])  # one asker giving up does not stop the search the others wait for
 
-    async def _choose(self, query: str) -> list[Spec]:
+    async def _choose(self, query: str) -> list[ToolSpec]:
         try:
             found = await self.specs.toolset.search(query, self.top_k)
         except BadQuery:
@@ -210,7 +194,7 @@ class Focus:
         found = await self.offered(query)
         if not found:
             return f"no live tool matches {query!r}; try other words"
-        return "Offered at your next step:\n" + "\n".join(f"- {spec.name}: {spec.description}" for spec in found)
+        return "Offered at your next step:\n" + "\n".join(f"- {spec.openai_name}: {spec.description}" for spec in found)
 
 
 def is_retry(exc: BaseException) -> bool:

@@ -17,7 +17,8 @@ from langchain.agents.middleware import (
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
 
-from ._common import SEARCH_PARAMETERS, SEARCH_TOOL, Focus, Spec
+from ..specs import ToolSpec
+from ._common import SEARCH_PARAMETERS, SEARCH_TOOL, Focus
 from ._langchain_tools import CurrentTools, LiveTool, on_loop
 
 if TYPE_CHECKING:
@@ -63,18 +64,20 @@ class LiveToolsMiddleware(AgentMiddleware[Any, Any, Any]):
             toolset=self.toolset,
         )
 
-    async def _focused(self, request: ModelRequest[Any]) -> list[Spec]:
+    async def _focused(self, request: ModelRequest[Any]) -> list[ToolSpec]:
         """The top-k mode's choice for this model call (nothing without it)."""
         return [] if self._focus is None else await self._focus.offered(_step_query(request.messages))
 
-    def _offer(self, request: ModelRequest[Any], focused: list[Spec]) -> ModelRequest[Any]:
+    def _offer(self, request: ModelRequest[Any], focused: list[ToolSpec]) -> ModelRequest[Any]:
         current = self._tools.current()
         self._offered.update(current)
         others = [t for t in request.tools if not self._ours(t)]
         if self._focus is None or self._search is None:
             return request.override(tools=[*others, *current.values()])
         self._offered.add(SEARCH_TOOL)
-        return request.override(tools=[*others, self._search, *(current[s.name] for s in focused if s.name in current)])
+        return request.override(
+            tools=[*others, self._search, *(current[s.openai_name] for s in focused if s.openai_name in current)]
+        )
 
     def _route(self, request: ToolCallRequest) -> ToolCallRequest:
         name = request.tool_call["name"]

@@ -19,7 +19,8 @@ from pydantic import Field
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.schemas.content import ToolResult, merge
 
-from ._common import Binary, Spec, SpecCache, for_model, model_parts, require
+from ..specs import ToolSpec
+from ._common import Binary, SpecCache, for_model, model_parts, require
 
 require("langchain_core", "langchain", "langchain-core")  # before the imports below: one line if it is missing
 
@@ -66,24 +67,26 @@ class CurrentTools:
         self.user = user
         self.loop = loop
         self.specs = SpecCache(toolset)
-        self._built_from: tuple[Spec, ...] | None = None
+        self._built_from: tuple[ToolSpec, ...] | None = None
         self._tools: dict[str, LiveTool] = {}
 
     def current(self) -> dict[str, LiveTool]:
         specs = self.specs.current()
         if specs is not self._built_from:
-            self._tools = {spec.name: live_tool(self.toolset, spec, self.user, self.loop) for spec in specs}
+            self._tools = {spec.openai_name: live_tool(self.toolset, spec, self.user, self.loop) for spec in specs}
             self._built_from = specs
         return self._tools
 
     def for_name(self, name: str) -> LiveTool:
         """The current tool called `name`; for a name the set no longer holds, a tool whose call tells the model so."""
         found = self.current().get(name)
-        return found if found is not None else live_tool(self.toolset, Spec(name, "", _EMPTY), self.user, self.loop)
+        if found is None:
+            found = live_tool(self.toolset, ToolSpec.synthetic(name, "", _EMPTY), self.user, self.loop)
+        return found
 
 
-def live_tool(toolset: ToolSet, spec: Spec, user: str, loop: asyncio.AbstractEventLoop | None) -> LiveTool:
-    name = spec.name
+def live_tool(toolset: ToolSet, spec: ToolSpec, user: str, loop: asyncio.AbstractEventLoop | None) -> LiveTool:
+    name = spec.openai_name
 
     async def acall(arguments: dict[str, Any]) -> str | list[dict[str, Any]]:
         try:
@@ -135,7 +138,7 @@ def _block(part: str | Binary) -> dict[str, Any]:
     return block
 
 
-def _metadata(spec: Spec) -> dict[str, Any] | None:
+def _metadata(spec: ToolSpec) -> dict[str, Any] | None:
     """What MCP says of the tool beyond its schema (title, annotations, output schema), for a LangChain tool's
     `metadata`; None when it says nothing more."""
     said = {**(spec.mcp_metadata() or {}), **({"output_schema": spec.output_schema} if spec.output_schema else {})}

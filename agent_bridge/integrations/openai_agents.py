@@ -43,12 +43,12 @@ from typing import TYPE_CHECKING, Any
 
 from toolservice_base.errors import ToolDiscoveryError
 
+from ..specs import ToolSpec
 from ._common import (
     SEARCH_PARAMETERS,
     SEARCH_TOOL,
     Binary,
     Focus,
-    Spec,
     SpecCache,
     for_model,
     model_parts,
@@ -125,7 +125,7 @@ class _Turns:
     def enabled(self, name: str) -> Any:
         async def check(ctx: RunContextWrapper[Any], agent: Any) -> bool:
             query = self.searched or _last_user_text(ctx.turn_input)
-            return any(spec.name == name for spec in await self.focus.offered(query))
+            return any(spec.openai_name == name for spec in await self.focus.offered(query))
 
         return check
 
@@ -141,8 +141,8 @@ def _last_user_text(items: list[Any]) -> str | None:
     return None
 
 
-def _function_tool(toolset: ToolSet, spec: Spec, user: str, turns: _Turns | None = None) -> FunctionTool:
-    name = spec.name
+def _function_tool(toolset: ToolSet, spec: ToolSpec, user: str, turns: _Turns | None = None) -> FunctionTool:
+    name = spec.openai_name
 
     async def invoke(ctx: ToolContext[Any], input: str) -> str | list[ToolOutputItem]:
         try:

@@ -38,12 +38,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..specs import ToolSpec
 from ._common import (
     SEARCH_PARAMETERS,
     SEARCH_TOOL,
     Binary,
     Focus,
-    Spec,
     SpecCache,
     for_model,
     is_retry,
@@ -101,7 +101,7 @@ class LiveToolset(AbstractToolset[Any]):
         self._id = id
         self._specs = SpecCache(toolset)
         self._focus = Focus(self._specs, top_k) if top_k is not None else None
-        self._built_from: tuple[Spec, ...] | None = None
+        self._built_from: tuple[ToolSpec, ...] | None = None
         self._tools: dict[str, ToolsetTool[Any]] = {}
 
     @property
@@ -111,19 +111,19 @@ class LiveToolset(AbstractToolset[Any]):
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         specs = self._specs.current()
         if specs is not self._built_from:  # the set changed since the last step: build the definitions again
-            self._tools = {spec.name: self._tool(spec) for spec in specs}
+            self._tools = {spec.openai_name: self._tool(spec) for spec in specs}
             self._built_from = specs
         if self._focus is None:
             return dict(self._tools)
         offered = await self._focus.offered(_step_query(ctx.messages))
-        search = self._tool(Spec(SEARCH_TOOL, self._focus.description, SEARCH_PARAMETERS))
-        return {SEARCH_TOOL: search, **{spec.name: self._tools[spec.name] for spec in offered}}
+        search = self._tool(ToolSpec.synthetic(SEARCH_TOOL, self._focus.description, SEARCH_PARAMETERS))
+        return {SEARCH_TOOL: search, **{spec.openai_name: self._tools[spec.openai_name] for spec in offered}}
 
-    def _tool(self, spec: Spec) -> ToolsetTool[Any]:
+    def _tool(self, spec: ToolSpec) -> ToolsetTool[Any]:
         return ToolsetTool(
             toolset=self,
             tool_def=ToolDefinition(
-                name=spec.name,
+                name=spec.openai_name,
                 description=spec.description,
                 parameters_json_schema=spec.parameters,
                 metadata=spec.mcp_metadata(),

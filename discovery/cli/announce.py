@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from toolservice_base.announcer import Announcer
+from toolservice_base.declaration import build_descriptors
 from toolservice_base.errors import ServiceDefinitionError
 from toolservice_base.schemas import DEFAULT_TTL, MAX_VERSION, check_name
-from toolservice_base.service import build_descriptors
 from toolservice_base.signing import load_private_key
 from toolservice_base.topics import DEFAULT as DEFAULT_TOPICS
 from toolservice_base.topics import Topics

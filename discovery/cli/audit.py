@@ -19,7 +19,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from toolservice_base.settings import TRUST_POLICY_ENV
+from discovery.registry.settings import RegistrySettings
 
 from .common import Deadline, connect, lazy, opened
 from .parsing import subcommands
@@ -64,7 +64,9 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         epilog=EXAMPLES,
     )
     verify.add_argument(
-        "--policy", default=None, help=f"the trust policy naming the audit fronts (env {TRUST_POLICY_ENV}, trust.json)"
+        "--policy",
+        default=None,
+        help=f"the trust policy naming the audit fronts (env {RegistrySettings.env('trust_policy')}, trust.json)",
     )
     verify.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     verify.add_argument("--show", type=int, default=SHOW, metavar="N", help=f"problems listed at most (default {SHOW})")

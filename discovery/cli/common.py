@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+from discovery.store.settings import StoreSettings
 from toolservice_base import Settings, ToolDiscoveryError, Transport, open_transport
 from toolservice_base.transport import broker_unreachable
 
@@ -195,7 +196,7 @@ STORES = ("sqlite", "pulsar")
 def store_choice(args: argparse.Namespace) -> str:
     """`--store`, else TOOLREG_STORE, else sqlite; one line for anything else. `up` and `store export|import` share
     it."""
-    chosen = getattr(args, "store", None) or settings_of(args).store or "sqlite"
+    chosen = getattr(args, "store", None) or StoreSettings.variable("backend").read() or "sqlite"
     if chosen not in STORES:
-        raise CommandError(f"TOOLREG_STORE={chosen!r} is not a store; use one of: {', '.join(STORES)}")
+        raise CommandError(f"{StoreSettings.env('backend')}={chosen!r} is not a store; use one of: {', '.join(STORES)}")
     return str(chosen)

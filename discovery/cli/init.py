@@ -14,11 +14,17 @@ import argparse
 from typing import Any
 
 from discovery.broker.admin import PulsarAdmin, admin_url_for
+from discovery.broker.settings import AdminSettings
 from discovery.broker.topicspace import ALL_PROCESSES, DEFAULT_AUDIT_RETENTION, grant_service, prepare
 from toolservice_base.errors import SettingsError
-from toolservice_base.settings import ADMIN_TOKEN_FILE_ENV, ADMIN_URL_ENV, AUDIT_RETENTION_ENV, CLUSTER_ENV
+from toolservice_base.settings import Settings
 
 from .common import CommandError, settings_of, waiting_for
+
+ADMIN_URL_ENV = AdminSettings.env("admin_url")
+ADMIN_TOKEN_FILE_ENV = AdminSettings.env("admin_token")
+CLUSTER_ENV = AdminSettings.env("cluster")
+AUDIT_RETENTION_ENV = AdminSettings.env("audit_retention")
 
 
 def add_command(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -97,11 +103,10 @@ def _add_role_options(init: argparse.ArgumentParser) -> None:
     )
 
 
-def admin_url(args: argparse.Namespace) -> str:
+def admin_url(args: argparse.Namespace, settings: Settings, admin: AdminSettings) -> str:
     """--admin-url, PULSAR_ADMIN_URL, or the admin port of the PULSAR_URL broker; else one line saying what to give."""
-    settings = settings_of(args)
-    if args.admin_url or settings.admin_url:
-        return str(args.admin_url or settings.admin_url)
+    if args.admin_url or admin.admin_url:
+        return str(args.admin_url or admin.admin_url)
     if settings.pulsar_url:
         return admin_url_for(settings.pulsar_url)
     raise CommandError(
@@ -126,21 +131,26 @@ def roles_of(args: argparse.Namespace) -> list[tuple[str, str]]:
     return [*named, *((role, ALL_PROCESSES) for role in args.role)]
 
 
-async def cmd_init(args: argparse.Namespace) -> int:
+def _settings(args: argparse.Namespace) -> tuple[Settings, AdminSettings]:
+    """The broker's settings and the admin API's; a value either cannot use is a `CommandError`."""
     try:
-        settings = settings_of(args)
+        return settings_of(args), AdminSettings.from_env()
     except SettingsError as exc:
         raise CommandError(str(exc)) from None
-    url = admin_url(args)
-    token = settings.admin_token or settings.auth_token
+
+
+async def cmd_init(args: argparse.Namespace) -> int:
+    settings, admin_settings = _settings(args)
+    url = admin_url(args, settings, admin_settings)
+    token = admin_settings.admin_token or settings.auth_token
     async with PulsarAdmin(url, token) as admin:
         with waiting_for(f"the admin API at {url}"):
             said = await prepare(
                 admin,
                 settings.topicspace,
-                cluster=args.cluster or settings.cluster,
+                cluster=args.cluster or admin_settings.cluster,
                 roles=roles_of(args),
-                audit_retention=args.audit_retention or settings.audit_retention or DEFAULT_AUDIT_RETENTION,
+                audit_retention=args.audit_retention or admin_settings.audit_retention,
                 per_service=args.per_service,
             )
     for line in said:
@@ -177,12 +187,9 @@ def add_grant_command(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 async def cmd_grant(args: argparse.Namespace) -> int:
-    try:
-        settings = settings_of(args)
-    except SettingsError as exc:
-        raise CommandError(str(exc)) from None
-    url = admin_url(args)
-    async with PulsarAdmin(url, settings.admin_token or settings.auth_token) as admin:
+    settings, admin_settings = _settings(args)
+    url = admin_url(args, settings, admin_settings)
+    async with PulsarAdmin(url, admin_settings.admin_token or settings.auth_token) as admin:
         with waiting_for(f"the admin API at {url}"):
             said = await grant_service(
                 admin,

@@ -21,19 +21,11 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from discovery.mcp.settings import McpSettings
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import DEFAULT_CALL_TIMEOUT
 from toolservice_base.schemas import check_name
-from toolservice_base.settings import (
-    MCP_AUDIT_KEY_ENV,
-    MCP_AUDIT_TOPIC_ENV,
-    MCP_OAUTH_ISSUER_ENV,
-    MCP_POLICY_ENV,
-    MCP_RATE_LIMIT_ENV,
-    MCP_RESOURCE_ENV,
-    MCP_TOKEN_ENV,
-    Settings,
-)
+from toolservice_base.settings import Settings
 from toolservice_base.transport import broker_unreachable
 
 from .common import CommandError, settings_of, settle_heap, wait_for_signal
@@ -45,7 +37,8 @@ if TYPE_CHECKING:
 
 log = get_logger("discovery.mcp")
 
-TOKEN_ENV = MCP_TOKEN_ENV
+TOKEN_ENV = McpSettings.env("token")
+_named = McpSettings.env
 DEFAULT_HTTP = "127.0.0.1:8765"
 BROKER_CHECK_TIMEOUT = 2.0
 
@@ -107,7 +100,7 @@ def _add_access_options(mcp: argparse.ArgumentParser) -> None:
         metavar="URL",
         help=(
             "with --http, be an OAuth 2.1 resource server for access tokens of this authorization server "
-            f"(env {MCP_OAUTH_ISSUER_ENV}); replaces the static token"
+            f"(env {_named('oauth_issuer')}); replaces the static token"
         ),
     )
     mcp.add_argument(
@@ -116,34 +109,34 @@ def _add_access_options(mcp: argparse.ArgumentParser) -> None:
         metavar="URL",
         help=(
             "the canonical URI clients reach this server by, which tokens must name as audience "
-            f"(env {MCP_RESOURCE_ENV}; default the URL served, e.g. http://127.0.0.1:8765/mcp)"
+            f"(env {_named('resource')}; default the URL served, e.g. http://127.0.0.1:8765/mcp)"
         ),
     )
     mcp.add_argument(
         "--policy",
         default=None,
         metavar="FILE",
-        help=f"access policy: which scopes and claims may call which tools (JSON; env {MCP_POLICY_ENV}); needs OAuth",
+        help=f"access policy: which scopes and claims may call which tools (JSON; env {_named('policy')}); needs OAuth",
     )
     mcp.add_argument(
         "--rate-limit",
         type=float,
         default=None,
         metavar="CALLS_PER_S",
-        help=f"tool calls per second each caller may make; more get a retry-after (env {MCP_RATE_LIMIT_ENV})",
+        help=f"tool calls per second each caller may make; more get a retry-after (env {_named('rate_limit')})",
     )
     mcp.add_argument(
         "--audit-topic",
         action="store_true",
         default=None,
-        help=f"also publish every call on the persistent topic <topicspace>/audit/mcp-calls ({MCP_AUDIT_TOPIC_ENV})",
+        help=f"also publish every call on the persistent topic <topicspace>/audit/mcp-calls ({_named('audit_topic')})",
     )
     mcp.add_argument(
         "--audit-key",
         default=None,
         metavar="FILE",
         help=(
-            f"sign and chain the audit records with this Ed25519 key from `toolreg keygen` ({MCP_AUDIT_KEY_ENV});"
+            f"sign and chain the audit records with this Ed25519 key from `toolreg keygen` ({_named('audit_key')});"
             " verifiers trust its public key with `toolreg trust add-front`"
         ),
     )
@@ -189,7 +182,7 @@ def parse_address(text: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def read_token(args: argparse.Namespace) -> str | None:
+def read_token(args: argparse.Namespace, config: McpSettings) -> str | None:
     """The bearer token: --token-file, else TOOLREG_MCP_TOKEN, else none."""
     if args.token_file:
         try:
@@ -199,7 +192,7 @@ def read_token(args: argparse.Namespace) -> str | None:
         if not token:
             raise CommandError(f"--token-file {args.token_file} is empty; put the token in it")
         return token
-    return settings_of(args).mcp_token
+    return config.token
 
 
 def _is_loopback(host: str) -> bool:
@@ -244,11 +237,11 @@ async def cmd_mcp(args: argparse.Namespace) -> int:
         raise _sole(group) from None
 
 
-def _address_and_token(args: argparse.Namespace) -> tuple[tuple[str, int] | None, str | None]:
+def _address_and_token(args: argparse.Namespace, config: McpSettings) -> tuple[tuple[str, int] | None, str | None]:
     """Where to serve HTTP (None: stdio) and the bearer token; a warning for HTTP off loopback without a token, or a
     token given for stdio."""
     address = None
-    token = read_token(args)
+    token = read_token(args, config)
     if args.http is not None:
         address = parse_address(args.http)
         if token is None and not _is_loopback(address[0]):
@@ -270,7 +263,7 @@ def _check_access(address: tuple[str, int] | None, token: str | None, oauth: OAu
     if oauth is None and gate.policy is not None:
         raise CommandError(
             "an access policy grants tools to the scopes and claims of OAuth tokens: serve with --http and "
-            f"--oauth-issuer (or {MCP_OAUTH_ISSUER_ENV}), or leave out --policy"
+            f"--oauth-issuer (or {_named('oauth_issuer')}), or leave out --policy"
         )
     if oauth is not None and address is None:
         raise CommandError("--oauth-issuer protects --http; stdio is private to the client that spawned this process")
@@ -330,55 +323,60 @@ async def _follow_registry(stack: contextlib.AsyncExitStack, tools: ToolSet, set
     stack.push_async_callback(stop)
 
 
-def _oauth_settings(args: argparse.Namespace, settings: Settings, gate: Gate) -> OAuthSettings | None:
+def _oauth_settings(args: argparse.Namespace, config: McpSettings, gate: Gate) -> OAuthSettings | None:
     """The resource server's settings when --oauth-issuer (or its variable) names an issuer; else None."""
     from discovery.mcp.auth import OAuthSettings
     from discovery.mcp.auth.http import scopes_named
 
-    issuer = args.oauth_issuer or settings.mcp_oauth_issuer
+    issuer = args.oauth_issuer or config.oauth_issuer
     if issuer is None:
         return None
     policy = gate.policy
     return OAuthSettings(
         issuer=issuer,
-        resource=args.resource or settings.mcp_resource,
-        jwks_uri=settings.mcp_jwks_uri,
-        introspection_client=settings.mcp_introspection_client,
-        introspection_secret=settings.mcp_introspection_secret,
-        algorithms=settings.mcp_token_algorithms,
-        skew=settings.mcp_clock_skew,
+        resource=args.resource or config.resource,
+        jwks_uri=config.jwks_uri,
+        introspection_client=config.introspection_client,
+        introspection_secret=config.introspection_secret,
+        algorithms=config.token_algorithms,
+        skew=config.clock_skew,
         required_scopes=policy.required_scopes if policy is not None else (),
         scopes=scopes_named(policy.required_scopes, policy.scopes()) if policy is not None else (),
     )
 
 
-def _gate(args: argparse.Namespace, settings: Settings, token: str | None) -> Gate:
+def _gate(args: argparse.Namespace, config: McpSettings, token: str | None) -> Gate:
     """The front's gate: its access policy, rate limit and audit trail, and who its local caller is."""
     from discovery.mcp.auth import AccessPolicy, AccessPolicyError, AuditTrail, Caller, Gate, RateLimiter
     from toolservice_base.signing import load_private_key
 
-    policy_file = Path(args.policy) if args.policy else settings.mcp_policy
+    policy_file = Path(args.policy) if args.policy else config.policy
     try:
         policy = AccessPolicy.load(policy_file) if policy_file is not None else None
     except AccessPolicyError as exc:
         raise CommandError(str(exc)) from None
-    rate = args.rate_limit if args.rate_limit is not None else settings.mcp_rate_limit
+    rate = args.rate_limit if args.rate_limit is not None else config.rate_limit
     if rate is not None and not rate > 0:
         raise CommandError(f"--rate-limit must be above 0 calls per second, got {rate:g}")
     local = "stdio" if args.http is None else "bearer-token" if token else "anonymous"
-    key_file = args.audit_key or settings.mcp_audit_key
+    key_file = args.audit_key or config.audit_key
     key = load_private_key(key_file) if key_file is not None else None
     return Gate(
         args.workspace,
         policy=policy,
         limiter=RateLimiter(rate) if rate is not None else None,
-        audit=AuditTrail(args.workspace, arguments=settings.mcp_audit_arguments, key=key),
+        audit=AuditTrail(args.workspace, arguments=config.audit_arguments, key=key),
         local=Caller(local),
     )
 
 
 async def _front(
-    stack: contextlib.AsyncExitStack, args: argparse.Namespace, settings: Settings, tools: ToolSet, gate: Gate
+    stack: contextlib.AsyncExitStack,
+    args: argparse.Namespace,
+    settings: Settings,
+    config: McpSettings,
+    tools: ToolSet,
+    gate: Gate,
 ) -> McpFront:
     """The MCP front on `tools` behind `gate`: its audit records published when asked; a call of a name it does not
     list asks the registry whether that tool is held (`held.HeldLookup`); with `--search`, the registry's view of
@@ -387,7 +385,7 @@ async def _front(
 
     from .held import HeldLookup
 
-    if args.audit_topic or settings.mcp_audit_topic:
+    if args.audit_topic or config.audit_topic:
         await _publish_audit(stack, gate, settings)
     held = HeldLookup(settings, args.workspace)
     stack.push_async_callback(held.close)
@@ -416,9 +414,10 @@ async def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(f"--workspace: {exc}") from None
     settings = settings_of(args)
-    address, token = _address_and_token(args)
-    gate = _gate(args, settings, token)
-    oauth = _oauth_settings(args, settings, gate)
+    config = McpSettings.from_env()
+    address, token = _address_and_token(args, config)
+    gate = _gate(args, config, token)
+    oauth = _oauth_settings(args, config, gate)
     _check_access(address, token, oauth, gate)
     url = settings.resolve_pulsar_url()  # NoBrokerError (one line) when none is configured
 
@@ -432,7 +431,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 stack.callback(stdin.stop)  # runs before the transport closes, which waits for its reader
         await check_broker(url)
         tools = await _open_toolset(stack, args, settings)
-        front = await _front(stack, args, settings, tools, gate)
+        front = await _front(stack, args, settings, config, tools, gate)
 
         def serving(**where: str) -> None:  # said once it does: for HTTP, after the port is bound
             settle_heap()
@@ -450,7 +449,7 @@ async def _serve(args: argparse.Namespace) -> int:
             await _until_signal(serve_streams(front, *streams))
         else:
             assert address is not None
-            endpoint = await _listen(stack, front, address, token, oauth, args.allow_host, settings)
+            endpoint = await _listen(stack, front, address, token, oauth, args.allow_host, config)
             serving(transport="http", endpoint=endpoint)
             guarded = (
                 f" (OAuth 2.1: tokens of {oauth.issuer})" if oauth else " (bearer token required)" if token else ""
@@ -467,7 +466,7 @@ async def _listen(
     token: str | None,
     oauth: OAuthSettings | None,
     allowed_hosts: list[str],
-    settings: Settings,
+    config: McpSettings,
 ) -> str:
     """Serve `front` over streamable HTTP until `stack` closes; its endpoint, or one line saying why it cannot."""
     from discovery.mcp.auth import IssuerError
@@ -481,8 +480,8 @@ async def _listen(
                 token=token,
                 oauth=oauth,
                 allowed_hosts=allowed_hosts,
-                session_idle=settings.mcp_session_idle,
-                max_sessions=settings.mcp_max_sessions,
+                session_idle=config.session_idle,
+                max_sessions=config.max_sessions,
             )
         )
     except (OSError, IssuerError) as exc:

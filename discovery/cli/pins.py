@@ -28,6 +28,11 @@ _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     """`pending`, `approve`, `reject` on the `toolreg` parser."""
     query = query_parent(common_parent)
+    _add_pending_command(subparsers, query)
+    _add_decision_commands(subparsers, query)
+
+
+def _add_pending_command(subparsers: Any, query: argparse.ArgumentParser) -> None:
     pending = subparsers.add_parser(
         "pending",
         parents=[query],
@@ -45,6 +50,9 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
     pending.add_argument("--workspace", default=None, help="only the changes in this workspace (default: all)")
     pending.set_defaults(handler=cmd_pending)
 
+
+def _add_decision_commands(subparsers: Any, query: argparse.ArgumentParser) -> None:
+    """`approve` and `reject`: the same arguments, one decision each."""
     for name, summary, effect in (
         (
             "approve",

@@ -21,19 +21,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from discovery.errors import RegistryUnavailable
+from discovery.mcp.settings import McpSettings
 from discovery.registry.client import DEFAULT_TIMEOUT, RegistryClient
 from discovery.registry.options import RegistryOptions
 from discovery.registry.protocol import NameConflict, Rejection
+from discovery.registry.settings import RegistrySettings
 from discovery.registry.trust import PolicyError, TrustPolicy, policy_from
 from discovery.registry.validation import DEFAULT_MAX_SKEW
 from toolservice_base.errors import SettingsError
-from toolservice_base.settings import (
-    ALLOWED_NAMESPACES_ENV,
-    MAX_CLOCK_SKEW_ENV,
-    MAX_INSTANCES_ENV,
-    PIN_DEFINITIONS_ENV,
-    TRUST_POLICY_ENV,
-)
+from toolservice_base.search.settings import SearchSettings
 
 from .common import CommandError, Deadline, connect, lazy, opened, settings_of, waiting_for
 from .output import Column, add_output_options, render
@@ -42,6 +38,12 @@ from .parsing import parent
 if TYPE_CHECKING:
     from discovery.replicas import GroupKey
     from discovery.store.write_policy import ConfigWriteGuard
+
+TRUST_POLICY_ENV = RegistrySettings.env("trust_policy")
+ALLOWED_NAMESPACES_ENV = RegistrySettings.env("allowed_namespaces")
+MAX_CLOCK_SKEW_ENV = RegistrySettings.env("max_clock_skew")
+MAX_INSTANCES_ENV = RegistrySettings.env("max_instances")
+PIN_DEFINITIONS_ENV = RegistrySettings.env("pin_definitions")
 
 SHORT = 12
 """Hex digits of a definition digest shown in tables; `--digest` takes 8 or more."""
@@ -105,28 +107,29 @@ def add_registry_options(parser: argparse.ArgumentParser) -> None:
 
 
 def registry_options(args: argparse.Namespace) -> RegistryOptions:
-    """`RegistryOptions` from the flags, else the environment (`Settings`), else the defaults; a bad value is a
-    `CommandError`."""
+    """`RegistryOptions` from the flags, else the environment (`RegistrySettings`), else the defaults; a bad value is
+    a `CommandError`."""
     try:
         settings = settings_of(args)
+        env = RegistrySettings.from_env()
+        search = SearchSettings.from_env()
+        follow_audit: bool = McpSettings.variable("audit_topic").read()  # the fronts' setting: do they publish?
     except SettingsError as exc:
         raise CommandError(str(exc)) from None
     try:
-        trust = policy_from(getattr(args, "trust_policy", None) or settings.trust_policy)
+        trust = policy_from(getattr(args, "trust_policy", None) or env.trust_policy)
     except PolicyError as exc:
         raise CommandError(str(exc)) from None
-    namespaces = (
-        getattr(args, "allow_namespace", None) or settings.allowed_namespaces or settings.topics.queue_namespaces
-    )
+    namespaces = getattr(args, "allow_namespace", None) or env.allowed_namespaces or settings.topics.queue_namespaces
     skew = getattr(args, "max_clock_skew", None)
     if skew is None:
-        skew = settings.max_clock_skew if settings.max_clock_skew is not None else DEFAULT_MAX_SKEW
+        skew = env.max_clock_skew
     max_instances = getattr(args, "max_instances", None)
     if max_instances is None:
-        max_instances = settings.max_instances if settings.max_instances is not None else RegistryOptions.max_instances
+        max_instances = env.max_instances
     if max_instances < 1:
         raise CommandError(f"--max-instances must be at least 1, got {max_instances}")
-    pin = bool(getattr(args, "pin_definitions", None)) or settings.pin_definitions
+    pin = bool(getattr(args, "pin_definitions", None)) or env.pin_definitions
     try:
         return RegistryOptions(
             trust=trust,
@@ -136,10 +139,10 @@ def registry_options(args: argparse.Namespace) -> RegistryOptions:
             max_instances_per_service=min(RegistryOptions.max_instances_per_service, max_instances),
             pin_definitions=pin or (trust is not None and trust.pin_definitions),
             auto_approve=trust.auto_approve if trust is not None else None,
-            follow_audit=settings.mcp_audit_topic,
+            follow_audit=follow_audit,
             audit_fronts=trust.front_keys() if trust is not None else {},
-            search_embedder=settings.search_embedder,
-            search_embedder_key=settings.search_embedder_key,
+            search_embedder=search.embedder,
+            search_embedder_key=search.embedder_key,
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from None
@@ -331,6 +334,7 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
     _add_registry_command(subparsers, common_parent)
     _add_tools_command(subparsers, query)
     _add_report_commands(subparsers, query)
+    _add_release_command(subparsers, query)
 
 
 def query_parent(common_parent: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -425,7 +429,7 @@ def _add_tools_command(subparsers: Any, query: argparse.ArgumentParser) -> None:
 
 
 def _add_report_commands(subparsers: Any, query: argparse.ArgumentParser) -> None:
-    """`rejections`, `conflicts`, `release`: what the registry refused, and the removals it holds."""
+    """`rejections`, `conflicts`: what the registry refused, and why."""
     rejections = subparsers.add_parser(
         "rejections",
         parents=[query],
@@ -467,6 +471,9 @@ def _add_report_commands(subparsers: Any, query: argparse.ArgumentParser) -> Non
     conflicts.add_argument("--workspace", default=None, help="only the conflicts in this workspace (default: all)")
     conflicts.set_defaults(handler=cmd_conflicts)
 
+
+def _add_release_command(subparsers: Any, query: argparse.ArgumentParser) -> None:
+    """`release`: confirm the removals self-preservation holds."""
     release = subparsers.add_parser(
         "release",
         parents=[query],

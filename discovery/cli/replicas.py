@@ -22,11 +22,11 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import CommandError, Deadline, connect, lazy, opened, settings_of
+from .common import CommandError, Deadline, connect, lazy, opened
 from .output import Column, add_output_options, output_format, render
 
 if TYPE_CHECKING:
-    from discovery.replicas.membership import ReplicaStatus
+    from discovery.replicas.status import ReplicaStatus
     from toolservice_base.transport import Transport
 
 LISTEN = 2.5
@@ -38,6 +38,11 @@ LOCKS = {"config-store": "state_lock", "registry": "registry_lock"}
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    _add_replicas_command(sub, common)
+    _add_group_key_command(sub, common)
+
+
+def _add_replicas_command(sub: Any, common: argparse.ArgumentParser) -> None:
     replicas = sub.add_parser(
         "replicas",
         parents=[common],
@@ -61,6 +66,8 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     replicas.set_defaults(handler=lazy("replicas", "cmd_replicas"))
 
+
+def _add_group_key_command(sub: Any, common: argparse.ArgumentParser) -> None:
     group_key = sub.add_parser(
         "group-key",
         parents=[common],
@@ -120,11 +127,12 @@ async def cmd_group_key_rotate(args: argparse.Namespace) -> int:
 
 async def cmd_replicas(args: argparse.Namespace) -> int:
     from discovery.replicas import group_key_from
-    from discovery.replicas.membership import STATUS_KIND, ReplicaStatus
     from discovery.replicas.records import RecordCheck
+    from discovery.replicas.settings import ReplicaSettings
+    from discovery.replicas.status import STATUS_KIND, ReplicaStatus
     from toolservice_base import Envelope
 
-    key = group_key_from(settings_of(args).group_key_file)
+    key = group_key_from(ReplicaSettings.from_env().group_key_file)
     heard: dict[tuple[str, str], ReplicaStatus] = {}
     unsigned: set[str] = set()
     chosen = output_format(args)

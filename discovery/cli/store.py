@@ -36,6 +36,7 @@ from discovery.store.check import (
     marker_path,
     store_files,
 )
+from discovery.store.settings import StoreSettings
 from discovery.store.sqlite import STORE_FILE
 
 from .common import CommandError, UpLock, fail, settings_of, store_choice
@@ -178,7 +179,8 @@ def _hint_replicated(args: argparse.Namespace) -> None:
     meant is likely the replicated one, so say how to name it rather than only that no file exists."""
     settings = settings_of(args)
     path = store_path(args)
-    if settings.pulsar_url and not getattr(args, "store", None) and not settings.store and not path.exists():
+    chosen = getattr(args, "store", None) or StoreSettings.variable("backend").read()
+    if settings.pulsar_url and not chosen and not path.exists():
         raise CommandError(
             f"no SQLite config store at {path}; PULSAR_URL is set, so for the store replicated on Apache Pulsar"
             " add --store pulsar (or set TOOLREG_STORE=pulsar), or give --data-dir where `toolreg up` keeps its file"
@@ -212,8 +214,9 @@ async def cmd_store_import(args: argparse.Namespace) -> int:
 def _key(args: argparse.Namespace) -> GroupKey | None:
     """The replicas' group key (TOOLREG_GROUP_KEY), which a replicated export checks and an import signs with."""
     from discovery.replicas import group_key_from
+    from discovery.replicas.settings import ReplicaSettings
 
-    return group_key_from(settings_of(args).group_key_file)
+    return group_key_from(ReplicaSettings.from_env().group_key_file)
 
 
 async def _on_broker(args: argparse.Namespace, action: Callable[[Transport], Awaitable[T]]) -> T:
@@ -239,6 +242,12 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
         ),
     )
     actions = subcommands(store, dest="store_command", metavar="ACTION", required=True)
+    _add_file_commands(actions, common_parent)
+    _add_transfer_commands(actions, common_parent)
+
+
+def _add_file_commands(actions: Any, common_parent: argparse.ArgumentParser) -> None:
+    """`toolreg store check`, `backup` and `restore`: the SQLite file looked after directly, with no broker."""
     check = actions.add_parser(
         "check",
         parents=[common_parent],
@@ -281,7 +290,6 @@ def add_commands(subparsers: Any, common_parent: argparse.ArgumentParser) -> Non
         help="restore a backup of another store (another store id) than the one in this data directory",
     )
     restore.set_defaults(handler=cmd_store_restore)
-    _add_transfer_commands(actions, common_parent)
 
 
 def _add_transfer_commands(actions: Any, common_parent: argparse.ArgumentParser) -> None:

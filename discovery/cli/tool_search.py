@@ -23,8 +23,9 @@ from toolservice_base.configclient import ConfigClient
 from toolservice_base.errors import BadQuery, RequestTimeout
 from toolservice_base.schemas import ToolDescriptor, validate_config_item
 from toolservice_base.search import UNKNOWN, Match, Ranker, SearchDoc, check_limit, query_terms, rank, ranker_for
+from toolservice_base.search.settings import SearchSettings
 
-from .common import CommandError, Deadline, connect, opened, settings_of, waiting_for
+from .common import CommandError, Deadline, connect, opened, waiting_for
 from .output import Column, render
 from .search_health import reports
 
@@ -37,6 +38,7 @@ async def cmd_search(args: argparse.Namespace) -> int:
         query_terms(args.search)
     except BadQuery as exc:
         raise CommandError(f"--search: {exc}") from None
+    search = SearchSettings.from_env()  # so is an embedder that cannot be named
     deadline = Deadline(args.timeout)
     async with AsyncExitStack() as stack:
         connection = await connect(args, deadline)
@@ -60,8 +62,7 @@ async def cmd_search(args: argparse.Namespace) -> int:
             statuses = {}
             print("toolreg: the registry did not answer: ranked by text alone, statuses unknown", file=sys.stderr)
     tools = _parse(items.get("tool", {}))
-    settings = settings_of(args)
-    index = await asyncio.to_thread(_indexed, ranker_for(settings.search_embedder, settings.search_embedder_key), tools)
+    index = await asyncio.to_thread(_indexed, ranker_for(search.embedder, search.embedder_key), tools)
     health = reports(statuses.values())
     matches = rank(index, args.search, args.limit, health_of=lambda name: health.get(name, UNKNOWN))
     _print(args, matches, tools, statuses)

@@ -6,21 +6,21 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from discovery.registry.settings import RegistrySettings
 from discovery.registry.trust import CONFIG_WRITES, PolicyError, TrustedKey, TrustPolicy, operator_key, trusted_key
-from toolservice_base.settings import TRUST_POLICY_ENV
 from toolservice_base.signing import (
     generate_key_pair,
     load_private_key,
     public_key_text,
 )
 
-from .common import fail, settings_of
+from .common import fail
 from .output import Column, add_output_options, render
 from .parsing import Parser, subcommands
 
 
 def policy_path(args: argparse.Namespace) -> Path:
-    return Path(args.policy or settings_of(args).trust_policy or "trust.json")
+    return Path(args.policy or RegistrySettings.variable("trust_policy").read() or "trust.json")
 
 
 async def cmd_keygen(args: argparse.Namespace) -> int:
@@ -262,7 +262,9 @@ def _add_trust_command(sub: argparse._SubParsersAction, common: argparse.Argumen
     """`toolreg trust add|remove|list`: edit the trust policy file."""
     policy = Parser(add_help=False)
     policy.add_argument(
-        "--policy", default=None, help=f"the policy file (env {TRUST_POLICY_ENV}, default ./trust.json)"
+        "--policy",
+        default=None,
+        help=f"the policy file (env {RegistrySettings.env('trust_policy')}, default ./trust.json)",
     )
     trust = sub.add_parser(
         "trust",
@@ -276,9 +278,15 @@ def _add_trust_command(sub: argparse._SubParsersAction, common: argparse.Argumen
         epilog=TRUST_EXAMPLES,
     )
     trust_sub = subcommands(trust, dest="trust_command", metavar="ACTION", required=True)
+    _add_key_commands(trust_sub, [common, policy])
+    _add_config_writes_commands(trust_sub, [common, policy])
+
+
+def _add_key_commands(trust_sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    """`toolreg trust add|remove|list`: the announcing keys, and what each may claim."""
     add = trust_sub.add_parser(
         "add",
-        parents=[common, policy],
+        parents=parents,
         help="trust a public key for some services and tools",
         description=(
             "Add (or replace, by name) a trusted key with the service ids, tool names and workspaces it may claim."
@@ -301,20 +309,19 @@ def _add_trust_command(sub: argparse._SubParsersAction, common: argparse.Argumen
     )
     add.set_defaults(handler=cmd_trust_add)
     remove = trust_sub.add_parser(
-        "remove", parents=[common, policy], help="stop trusting a key", description="Remove a key by name or id."
+        "remove", parents=parents, help="stop trusting a key", description="Remove a key by name or id."
     )
     remove.add_argument("name", metavar="NAME")
     remove.set_defaults(handler=cmd_trust_remove)
     listing = trust_sub.add_parser(
         "list",
-        parents=[common, policy],
+        parents=parents,
         help="list trusted keys and what each may announce",
         description="List the trusted keys: the services, tools and workspaces each may announce.",
     )
     listing.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
     add_output_options(listing, wide="each PUBLIC KEY", name="key name")
     listing.set_defaults(handler=cmd_trust_list)
-    _add_config_writes_commands(trust_sub, [common, policy])
 
 
 def _add_config_writes_commands(trust_sub: Any, parents: list[argparse.ArgumentParser]) -> None:

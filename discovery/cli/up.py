@@ -27,11 +27,14 @@ from discovery.registry.replicated import ActiveRegistry
 from discovery.registry.trust import TrustPolicy
 from discovery.replicas import Election, GroupKey, Membership, group_key_from
 from discovery.replicas.groupkey import protection_line
+from discovery.replicas.settings import ReplicaSettings
 from discovery.store import STORE_FILE, ChangeWindow, ConfigStore, ConfigStoreService
 from discovery.store.local import LocalRequests
 from discovery.store.presence import StorePresence
 from discovery.store.replicated import ReplicatedStore, new_replica_id
+from discovery.store.settings import StoreSettings
 from discovery.web import HealthServer
+from discovery.web.settings import HttpSettings
 from toolservice_base import Settings, Transport, open_transport
 
 from . import registry as cli_registry
@@ -74,18 +77,18 @@ async def cmd_up(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     options = cli_registry.registry_options(args)
     backend = store_backend(args)
-    key = group_key_from(settings.group_key_file)
+    key = group_key_from(ReplicaSettings.from_env().group_key_file)
+    window, http = StoreSettings.from_env().window, HttpSettings.from_env()  # a bad value stops it before it starts
     started = time.perf_counter()
     up = False
     async with AsyncExitStack() as stack:
         _lock(stack, settings.data_dir, backend)
         config: ConfigStore | None = None
-        window = ChangeWindow(settings.change_window_keys, settings.change_window_bytes)
         if backend == "sqlite":
             # checked before anything starts: a damaged store stops us here
             config = ConfigStore(settings.data_dir / STORE_FILE, window=window)
             stack.callback(config.close)
-        health = await start_health(stack, args.metrics_port)
+        health = await start_health(stack, args.metrics_port, http)
         if health is not None:
             health.add_check("startup", lambda: None if up else "starting")
             print(f"metrics       {health.url}/metrics (and /healthz, /readyz)")
@@ -275,11 +278,12 @@ async def cmd_registry(args: argparse.Namespace) -> int:
     """
     options = cli_registry.registry_options(args)
     settings = settings_of(args)
-    key = group_key_from(settings.group_key_file)
+    http = HttpSettings.from_env()  # a value it cannot use stops it before it reaches for the broker
+    key = group_key_from(ReplicaSettings.from_env().group_key_file)
     async with AsyncExitStack() as stack:
         connection = await open_transport(settings)
         stack.push_async_callback(connection.close)
-        health = await start_health(stack, args.metrics_port)
+        health = await start_health(stack, args.metrics_port, http)
         topicspace = connection.topics.topicspace
         sign = None if key is None else (lambda request: key.sign_config(request, topicspace))  # a guarded store
         registry = ActiveRegistry(connection, options, sign=sign)

@@ -278,16 +278,7 @@ class McpFront:
         own_name = listing.own_names.get(name)
         if own_name is None:
             record("unknown_tool")
-            allowed = self.gate.rights(caller).allows(name)  # a caller is told only of a tool it may call
-            why = await self.explain_unknown(name) if self.explain_unknown is not None and allowed else None
-            if why is not None:
-                raise MCPError(types.INVALID_PARAMS, why)
-            found = (
-                "search_tools finds the live tools"
-                if self._surface
-                else f"tools/list names the {len(self.visible(caller).tools)} tools there are"
-            )
-            raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: {found}")
+            raise await self._unknown(caller, name)
         if not self.gate.rights(caller).allows(own_name, name):
             text, scopes = self.gate.denial(caller, name, own_name)
             record("denied", text)
@@ -311,6 +302,20 @@ class McpFront:
             raise
         record(outcome, detail)
         return result
+
+    async def _unknown(self, caller: Caller, name: str) -> MCPError:
+        """The error for a call of a tool the set does not hold: why, when the front can say (`explain_unknown`) and
+        the caller may call that tool (a caller is told only of a tool it may call); else where the live tools are."""
+        allowed = self.gate.rights(caller).allows(name)
+        why = await self.explain_unknown(name) if self.explain_unknown is not None and allowed else None
+        if why is not None:
+            return MCPError(types.INVALID_PARAMS, why)
+        found = (
+            "search_tools finds the live tools"
+            if self._surface
+            else f"tools/list names the {len(self.visible(caller).tools)} tools there are"
+        )
+        return MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: {found}")
 
     async def _resolve(
         self, caller: Caller, name: str, arguments: dict[str, Any]

@@ -20,7 +20,7 @@ SDK leaves to the application:
   deadline and open sockets a cap (`discovery.web.hardening.bounded_config`).
   The socket is bound here, so a taken port is a one-line error and port 0
   works. Idle sessions end, and at most so many are open (503 past it), so
-  abandoned ones cannot pile up (`Settings.mcp_session_idle`, `mcp_max_sessions`).
+  abandoned ones cannot pile up (`McpSettings.session_idle`, `max_sessions`).
 """
 
 from __future__ import annotations
@@ -56,12 +56,12 @@ from discovery.web.hardening import (
 )
 from discovery.web.health import is_loopback_host, split_host
 from toolservice_base.logs import get_logger
-from toolservice_base.settings import Settings
 
 from .auth.http import BearerTokenGuard, OAuthSettings, ResourceServer, resource_server
 from .dropped import CancelDroppedCalls
 from .events import RETRY_MS, BoundedEventStore
 from .server import McpFront, one_line
+from .settings import McpSettings
 
 log = get_logger("discovery.mcp")
 
@@ -447,8 +447,8 @@ async def http_server(
     header_timeout: float = HEADER_TIMEOUT,
     write_timeout: float = WRITE_TIMEOUT,
     max_connections: int = MAX_CONNECTIONS,
-    session_idle: float = Settings.mcp_session_idle,
-    max_sessions: int = Settings.mcp_max_sessions,
+    session_idle: float = McpSettings.session_idle,
+    max_sessions: int = McpSettings.max_sessions,
 ) -> AsyncIterator[str]:
     """Serve `front` over streamable HTTP while the block runs; yields the endpoint URL.
 

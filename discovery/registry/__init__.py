@@ -1,6 +1,7 @@
 """The registry: reads the `tool-descriptors` topic, keeps leases, merges live services into the config store.
 
-`service` wires it and runs its life cycle (`Registry`); `intake` takes every
+`service` wires it and runs its life cycle (`Registry`: `restore` at start,
+`topic_watch` for readiness); `intake` takes every
 announcement, judged by `validation`, `trust` and `pins` (its records and rules:
 `pin_rules`); `leases`, `departed` and `state` hold what it knows, by the keys
 of `keys`; `expiry` is the lease sweep and its policy

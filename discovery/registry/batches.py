@@ -201,14 +201,7 @@ class BatchWriter:
         pin_keys = self.pins.dirty_keys(workspace) if self.pins is not None else set()
         if not entries and not pin_keys:
             return
-        wanted: set[Key] = set(pin_keys)
-        for state, offer, _ in entries:
-            wanted.add(record_key(state.service_id))
-            wanted |= set(state.owned)
-            if offer is not None:
-                wanted |= set(offer.items())
-            if self.pins is not None:
-                wanted |= {(PIN_TYPE, name) for known in state.offers.values() for name in known.digests}
+        wanted = self._wanted(entries, pin_keys)
         found = await self._config.get(sorted(wanted), workspace=workspace)
         original: dict[Key, str | None] = {key: found.get(key) for key in wanted}
         if self.pins is not None:  # the store's pins are the truth: decide again on them, and note what is held
@@ -218,24 +211,8 @@ class BatchWriter:
             entries = self._entries(workspace, [entry[0].key for entry in entries], forced, note=True)
         view = dict(original)
         wall = time.time()
-        kept = {("tool", name): k for name, k in self.departed.kept(workspace, wall).items()}
-        owners = self.owners.layer(workspace)
-        for key, k in kept.items():
-            if key not in owners:  # a name kept for a service that went, unless a live one owns it
-                owners[key] = k.service
-        until = {key: k.until for key, k in kept.items()}
         entries.sort(key=lambda entry: (entry[2] is not None, entry[0].order))  # departures free names first
-        plans: list[Plan] = []
-        for state, offer, record in entries:
-            plan = plan_service(
-                view, owners, service_id=state.service_id, owned=state.owned, record=record, offer=offer, kept=until
-            )
-            apply_plan(view, owners, plan, state.owned)
-            if plan.record is None:  # gone: its names stay with it for one ttl, in this batch too
-                for key in state.owned:
-                    if key[0] == "tool":
-                        owners[key], until[key] = state.service_id, wall + state.ttl()
-            plans.append(plan)
+        plans = self._plans(workspace, entries, view, wall)
         fresh, pin_values, pinned = self._pin_plan(workspace, entries, plans, view, wall)
         puts, deletes, expect = combine(original, view, [*plans, pinned])
         version = None
@@ -249,6 +226,42 @@ class BatchWriter:
         if self._refusals is not None:
             for key, conflicts in refused.items():
                 await self._refusals.tell_conflicts(key, conflicts)
+
+    def _wanted(self, entries: list[Entry], pin_keys: set[Key]) -> set[Key]:
+        """The keys a batch reads before it plans: each service's record, what it owns and offers, and the pins of
+        what it offers (and the pins an operator changed)."""
+        wanted: set[Key] = set(pin_keys)
+        for state, offer, _ in entries:
+            wanted.add(record_key(state.service_id))
+            wanted |= set(state.owned)
+            if offer is not None:
+                wanted |= set(offer.items())
+            if self.pins is not None:
+                wanted |= {(PIN_TYPE, name) for known in state.offers.values() for name in known.digests}
+        return wanted
+
+    def _plans(self, workspace: str, entries: list[Entry], view: dict[Key, str | None], wall: float) -> list[Plan]:
+        """Plan each service's write over `view` in turn, each seeing what the ones before it took (and `view` is
+        left as the batch would leave the store). Names kept for a service that went are taken unless a live one owns
+        them; a service going now keeps its names for one ttl, in this batch too."""
+        kept = {("tool", name): k for name, k in self.departed.kept(workspace, wall).items()}
+        owners = self.owners.layer(workspace)
+        for key, k in kept.items():
+            if key not in owners:  # a name kept for a service that went, unless a live one owns it
+                owners[key] = k.service
+        until = {key: k.until for key, k in kept.items()}
+        plans: list[Plan] = []
+        for state, offer, record in entries:
+            plan = plan_service(
+                view, owners, service_id=state.service_id, owned=state.owned, record=record, offer=offer, kept=until
+            )
+            apply_plan(view, owners, plan, state.owned)
+            if plan.record is None:  # gone: its names stay with it for one ttl, in this batch too
+                for key in state.owned:
+                    if key[0] == "tool":
+                        owners[key], until[key] = state.service_id, wall + state.ttl()
+            plans.append(plan)
+        return plans
 
     def _pin_plan(
         self, workspace: str, entries: list[Entry], plans: list[Plan], view: dict[Key, str | None], wall: float

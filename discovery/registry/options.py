@@ -13,7 +13,7 @@ from typing import Literal
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from toolservice_base.schemas import check_namespace
-from toolservice_base.settings import DEFAULT_EMBEDDER
+from toolservice_base.search.settings import DEFAULT_EMBEDDER
 
 from .validation import DEFAULT_MAX_SKEW, TrustCheck
 
@@ -61,7 +61,7 @@ class RegistryOptions:
     the pinned one, under a higher service version. None: every change waits for an operator."""
 
     search_embedder: str = DEFAULT_EMBEDDER
-    """What the page's search embeds tools and queries with (`Settings.search_embedder`)."""
+    """What the page's search embeds tools and queries with (`SearchSettings.embedder`)."""
     search_embedder_key: str | None = None
 
     def __post_init__(self) -> None:

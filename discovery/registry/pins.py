@@ -235,28 +235,8 @@ class PinBook:
         result = hold(offers, self.of(workspace), taken)
         if not note:
             return result
-        if self.auto_approve is not None:
-            approved = [
-                candidate
-                for name, candidate in result.held.items()
-                if self._auto_approvable(workspace, name, candidate)
-            ]
-            for candidate in approved:
-                old = self.get(workspace, candidate.tool.name)
-                self._set_pin(workspace, candidate, wall, by="auto-approve")
-                log.warning(
-                    "definition.auto_approved",
-                    tool=candidate.tool.name,
-                    service=candidate.offer.service.id,
-                    workspace=workspace,
-                    digest=candidate.digest,
-                    pinned=old.digest if old else None,
-                    version=candidate.offer.version,
-                    pinned_version=old.version if old else None,
-                    rule=self.auto_approve,
-                )
-            if approved:
-                result = hold(offers, self.of(workspace), taken)
+        if self.auto_approve is not None and self._auto_approve(workspace, result, wall):
+            result = hold(offers, self.of(workspace), taken)
         for name, candidate in result.held.items():
             pin = self.get(workspace, name)
             if pin is not None and candidate.digest not in pin.rejected:
@@ -266,6 +246,28 @@ class PinBook:
             if pending is not None and pending.service == offers[0].service.id:
                 self._drop_pending((workspace, name))  # every live instance offers the pinned definition again
         return result
+
+    def _auto_approve(self, workspace: str, result: Hold, wall: float) -> bool:
+        """Pin each held offer the `auto-approve` rule lets in without an operator (logged, as an operator's approval
+        is); whether any was, so the merge holds again on the new pins."""
+        approved = [
+            candidate for name, candidate in result.held.items() if self._auto_approvable(workspace, name, candidate)
+        ]
+        for candidate in approved:
+            old = self.get(workspace, candidate.tool.name)
+            self._set_pin(workspace, candidate, wall, by="auto-approve")
+            log.warning(
+                "definition.auto_approved",
+                tool=candidate.tool.name,
+                service=candidate.offer.service.id,
+                workspace=workspace,
+                digest=candidate.digest,
+                pinned=old.digest if old else None,
+                version=candidate.offer.version,
+                pinned_version=old.version if old else None,
+                rule=self.auto_approve,
+            )
+        return bool(approved)
 
     def _auto_approvable(self, workspace: str, name: str, candidate: Candidate) -> bool:
         pin = self.get(workspace, name)

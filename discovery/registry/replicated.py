@@ -33,7 +33,7 @@ from .overview import Overview, RegistrySnapshot, ReplicaView
 from .service import DESCRIPTOR_LINGER, DESCRIPTOR_PERMITS, Registry
 
 if TYPE_CHECKING:
-    from discovery.replicas.membership import ReplicaStatus
+    from discovery.replicas.status import ReplicaStatus
 
 __all__ = ["ActiveRegistry"]
 

@@ -12,24 +12,26 @@ lease table):
   edge (a lone change is written at once, a burst becomes a few versions);
 - `queries` answers the query API on `tool-registry` (`list`, `get`,
   `rejections`, `conflicts`, `release`, and for pinned definitions
-  `pending`, `approve` and `reject`).
+  `pending`, `approve` and `reject`);
+- `restore` reads back, at start, what the previous run left in the store;
+- `topic_watch` says whether the intake and the query server can use their
+  topics (`readiness`, and the log).
 
-Start-up: ownership records are read back, every recorded instance gets one
-ttl of grace, and a probe asks live services to re-announce. A service that
-died while the registry was down simply never answers and expires after the
-grace; one that lives keeps its tools without a single store write. A
-registry elected from standby (`replicated`) starts warm instead: each
+Start-up (`restore`): ownership records are read back, every recorded instance
+gets one ttl of grace, and a probe asks live services to re-announce. A
+service that died while the registry was down simply never answers and expires
+after the grace; one that lives keeps its tools without a single store write.
+A registry elected from standby (`replicated`) starts warm instead: each
 recorded lease ends when what it heard as a standby says (`heard`), with no
 grace. What the previous run kept of departures (`departed`: withdrawn
-instances, names kept for a service that went) is read back too, so a
-restart opens no window for a replayed message and hands no name over early.
+instances, names kept for a service that went) is read back too, so a restart
+opens no window for a replayed message and hands no name over early.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Self
@@ -47,30 +49,27 @@ from toolservice_base.transport import Subscription, Transport, unique_name
 
 from .book import ServiceBook
 from .callers import CallerBook
-from .departed import DEPARTED_KEY, Departed
+from .departed import Departed
 from .expiry import Expiry
 from .heard import HeardLeases
 from .intake import Intake
-from .leases import LeaseTable, ServiceKey
-from .merge import RECORD_TYPE, OwnershipRecord
+from .leases import LeaseTable
 from .metrics import RegistryMetrics
 from .options import RegistryOptions
 from .overview import Overview, trust_view
-from .pins import PENDING_TYPE, PIN_TYPE, PinBook
+from .pins import PinBook
 from .probes import ProbeLimiter, Prober
 from .protocol import NameConflict, PendingChange, Rejection, ToolStatus
 from .queries import Queries
 from .refusals import Refusals
-from .store_writes import PROBE_WORKSPACE
+from .restore import Restore
+from .topic_watch import TOPIC_CHECK, TopicWatch
 from .validation import SEQUENCE_MEMORY, AnnouncementValidator, RejectionLog
 from .writer import StoreWriter
 
 __all__ = ["ProbeLimiter", "Registry", "RegistryOptions"]
 
 log = get_logger("discovery.registry")
-
-TOPIC_CHECK = 1.0
-"""Seconds between two looks at what the transport says of the registry's topics (`_report_topics`)."""
 
 DESCRIPTOR_PERMITS = 10_000
 """Receiver queue on `tool-descriptors`. The topic is non-persistent: the broker drops what a consumer has
@@ -133,21 +132,12 @@ class Registry:
         """What the registry page shows (`await registry.overview.snapshot()`), read-only."""
         self._descriptors: Subscription | None = None
         self._watch: Subscription | None = None
-        self._server = RequestServer(
-            connection,
-            connection.topics.registry_request,
-            connection.topics.registry_response,
-            self.queries.handle,
-            subscription="tool-registry",
-            too_large=lambda reason: error_body(
-                "answer-too-large", f"{reason}; ask for `list` in pages (`limit`, `after`)"
-            ),
-        )
+        self._server = self._query_server()
+        self._topic_watch = TopicWatch(connection)
+        """Whether the intake and the query server can use their topics (`readiness`, and the log)."""
         self._scheduler: AsyncIOScheduler | None = None
         self._running = False
         self._resources = AsyncExitStack()
-        self._reported: dict[str, str] = {}
-        """Topic -> the problem last logged for it (`_report_topics`)."""
 
     def _writer(self) -> StoreWriter:
         """The one task that writes to the store; a refusal or conflict it meets is told through the intake."""
@@ -203,6 +193,20 @@ class Registry:
             workspace_default=self.workspace_default,
         )
 
+    def _query_server(self) -> RequestServer:
+        """The query API on `tool-registry`; an answer over the broker's limit says how to ask in pages."""
+        topics = self._connection.topics
+        return RequestServer(
+            self._connection,
+            topics.registry_request,
+            topics.registry_response,
+            self.queries.handle,
+            subscription="tool-registry",
+            too_large=lambda reason: error_body(
+                "answer-too-large", f"{reason}; ask for `list` in pages (`limit`, `after`)"
+            ),
+        )
+
     def _overview(self) -> Overview:
         return Overview(
             services=self.book,
@@ -228,7 +232,7 @@ class Registry:
             stack.push_async_callback(self._config.close)
             try:
                 await self.writer.writes.detect()
-                await self._restore()
+                await self._restore().run()
             except (RequestTimeout, ConfigError) as exc:
                 raise RegistryError(f"the config store did not answer ({exc}); start it first (`toolreg up`)") from None
             await self._prober.start()
@@ -255,6 +259,10 @@ class Registry:
             self._running = True
             await self._prober.probe(None, "registry started")
             self._resources = stack.pop_all()
+        self._log_started()
+
+    def _log_started(self) -> None:
+        """What it started with, and whether it checks who signed an announcement (a warning if not)."""
         warm = None if self._heard is None else sum(1 for lease in self.leases if not lease.grace)
         log.info(
             "registry.started",
@@ -301,7 +309,8 @@ class Registry:
     def _start_sweeps(self) -> AsyncIOScheduler:
         """The periodic jobs, on this event loop: the lease sweep (`expiry`) and the look at the topics."""
         scheduler = AsyncIOScheduler()
-        for job, seconds in ((self.expiry.sweep, self.options.sweep_interval), (self._report_topics, TOPIC_CHECK)):
+        jobs = ((self.expiry.sweep, self.options.sweep_interval), (self._topic_watch.report, TOPIC_CHECK))
+        for job, seconds in jobs:
             scheduler.add_job(job, "interval", seconds=seconds, max_instances=1, coalesce=True, misfire_grace_time=None)
         scheduler.start()
         return scheduler
@@ -332,67 +341,18 @@ class Registry:
         """Transactions this registry sent to the store (tests use it to prove coalescing)."""
         return self.writer.store_writes
 
-    async def _restore(self) -> None:
-        """Read ownership records back and give every recorded instance one ttl of grace (or what a standby heard); read
-        back `departed`."""
-        await self.writer.read_index()
-        now, wall = time.monotonic(), time.time()
-        found = await self._config.get([DEPARTED_KEY], workspace=PROBE_WORKSPACE)
-        try:
-            self.departed.load(found.get(DEPARTED_KEY), wall)
-        except ValueError as exc:
-            log.warning(
-                "registry.record_unreadable",
-                key=f"{DEPARTED_KEY[0]}/{DEPARTED_KEY[1]}",
-                workspace=PROBE_WORKSPACE,
-                reason=str(exc),
-            )
-        for instance, withdrawn in self.departed.instances.items():
-            self.validator.ended(instance, withdrawn.sequence, withdrawn.until)
-        if self.pins is not None:
-            await self._restore_pins()
-        for workspace in sorted(self.writer.indexed):
-            records = await self._config.getvalues(RECORD_TYPE, workspace=workspace)
-            for service_id, value in sorted(records.items()):
-                try:
-                    record = OwnershipRecord.from_value(value)
-                    owned = record.owned_keys()
-                except ValueError as exc:
-                    log.warning(
-                        "registry.record_unreadable",
-                        key=f"{RECORD_TYPE}/{service_id}",
-                        workspace=workspace,
-                        reason=str(exc).splitlines()[0],
-                    )
-                    continue
-                key = ServiceKey(workspace, service_id)
-                state = self.book.restore(key, record, owned)
-                self.writer.adopt(state)
-                for instance, item in record.instances.items():
-                    heard = (
-                        self._heard.restore_expiry(instance, workspace, item.ttl, now)
-                        if self._heard is not None
-                        else None
-                    )
-                    self.leases.restore(instance, key, ttl=item.ttl, now=now, digest=record.digest, heard=heard)
-                if (
-                    self.pins is not None
-                ):  # what the store holds for a pinned tool is its pin, until the service re-announces
-                    state.digests = {
-                        name: pin.digest
-                        for name in state.tool_names()
-                        if (pin := self.pins.get(workspace, name)) is not None
-                    }
-                if not record.instances:
-                    self.writer.mark(key)
-
-    async def _restore_pins(self) -> None:
-        """Read back the pins of every workspace the registry writes to, and the pending changes."""
-        assert self.pins is not None
-        for workspace in sorted(self.writer.indexed):
-            self.pins.load_pins(workspace, await self._config.getvalues(PIN_TYPE, workspace=workspace))
-        self.pins.load_pending(await self._config.getvalues(PENDING_TYPE, workspace=PROBE_WORKSPACE))
-        log.info("registry.pins_restored", pins=len(self.pins), pending=len(self.pins.pending))
+    def _restore(self) -> Restore:
+        """What the previous run left in the store, read back before a message is taken (`restore`)."""
+        return Restore(
+            config=self._config,
+            writer=self.writer,
+            book=self.book,
+            leases=self.leases,
+            departed=self.departed,
+            validator=self.validator,
+            pins=self.pins,
+            heard=self._heard,
+        )
 
     async def _on_push(self, push: ConfigPush) -> None:
         """Someone changed tools: a refused announcement may fit now (its holder left)."""
@@ -413,51 +373,14 @@ class Registry:
 
     def readiness(self) -> str | None:
         """None while the registry hears announcements and answers queries; else why not, in the broker's words. For
-        `/readyz`.
-
-        A topic the broker will not let it use (a revoked permission, an
-        expired token, a deleted namespace: what the transport found, see
-        `Transport.problem`) makes it not ready even while its other
-        connections are fine: a registry deaf to announcements lets every
-        lease run out.
-        """
+        `/readyz`: a topic it cannot use makes it not ready even while its connections are fine (`topic_watch`)."""
         if not self._running:
             return "not running"
-        for _, doing, topic in self._topics():
-            if (problem := self._connection.problem(topic)) is not None:
-                return f"cannot {doing} on {topic}: {problem}"
+        if (problem := self._topic_watch.problem()) is not None:
+            return problem
         if not (self._prober.connected and self._server.connected):
             return f"not connected to the broker at {self._connection.url} (reconnecting)"
         return None
-
-    def _topics(self) -> list[tuple[str, str, str]]:
-        """(part, what it does there, topic) for each topic the intake and the query server cannot work without."""
-        topics = self._connection.topics
-        return [
-            ("intake", "hear announcements", topics.tool_descriptors),
-            ("intake", "send probes", topics.tool_probe),
-            ("queries", "take queries", topics.registry_request),
-            ("queries", "answer queries", topics.registry_response),
-        ]
-
-    async def _report_topics(self) -> None:
-        """Log when the intake or the query server cannot use a topic, and why, and when it can again.
-
-        The registry does not stop for it: pulsar-client keeps reconnecting,
-        and a grant, a fresh token or a recreated namespace heals it.
-        Meanwhile the reason is in the log (`registry.intake_failed`,
-        `registry.queries_failed`) and in `readiness`.
-        """
-        for part, doing, topic in self._topics():
-            problem = self._connection.problem(topic)
-            if problem == self._reported.get(topic):
-                continue
-            if problem is None:
-                del self._reported[topic]
-                log.info(f"registry.{part}_restored", topic=topic)
-            else:
-                self._reported[topic] = problem
-                log.warning(f"registry.{part}_failed", topic=topic, cannot=doing, reason=problem)
 
     # --- queries: the query API's answers (`queries`), for code that holds the registry ---
 

@@ -43,6 +43,7 @@ from toolservice_base.configclient import ConfigClient
 from toolservice_base.errors import ConfigConflict
 from toolservice_base.logs import get_logger
 from toolservice_base.schemas import ConfigPush, is_reserved_workspace
+from toolservice_base.tasks import wait_event
 
 log = get_logger("discovery.registry")
 
@@ -189,8 +190,6 @@ class StoreWrites:
         deadline = time.monotonic() + PUSH_WAIT
         while any(v not in self._pushed for v in versions) and time.monotonic() < deadline:
             self._pushed_event.clear()
-            try:
-                await asyncio.wait_for(self._pushed_event.wait(), deadline - time.monotonic())
-            except TimeoutError:
+            if not await wait_event(self._pushed_event, deadline - time.monotonic()):
                 break
         return sum(1 for v in versions if v not in self._pushed or self._pushed[v] & scope)

@@ -360,5 +360,6 @@ def trusted_key(
 
 
 def policy_from(path: str | Path | None) -> TrustPolicy | None:
-    """The policy at `path` (a flag, else `Settings.trust_policy`), else None (accept every valid announcement)."""
+    """The policy at `path` (a flag, else `RegistrySettings.trust_policy`), else None (accept every valid
+    announcement)."""
     return TrustPolicy.load(path) if path else None

@@ -3,7 +3,8 @@
 Three layers, none of which knows what the state is (the config store and the
 registry plug in on top):
 
-- `membership`: each replica's status once a second (`toolreg replicas`);
+- `membership`: each replica's status once a second (`toolreg replicas`), the
+  record itself in `status`;
 - `election`: the lock, an exclusive producer the broker hands to one replica
   at a time (`wait`), taken over from a silent holder (`fence`), with terms
   that only grow and writers (`elected`) that a deposed active can no longer use;
@@ -28,7 +29,8 @@ producer access modes; each layer refuses it in one line.
 from .election import ElectedWriter, Election, RoleChange
 from .groupkey import GroupKey, GroupKeyError, group_key_from
 from .log import FORMAT, LogEntry, Manifest, ReplicatedLog, StateMachine
-from .membership import Membership, ReplicaStatus, Role, differing_settings, settings_digest
+from .membership import Membership
+from .status import ReplicaStatus, Role, differing_settings, settings_digest
 
 __all__ = [
     "FORMAT",

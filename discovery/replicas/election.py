@@ -43,7 +43,7 @@ from typing import Self
 from discovery.errors import NotActive, ReplicationError
 from toolservice_base.errors import Fenced, ProducerBusy, TransportError
 from toolservice_base.logs import get_logger
-from toolservice_base.tasks import cancel_and_wait
+from toolservice_base.tasks import cancel_and_wait, wait_event
 from toolservice_base.transport import ExclusiveMode, ExclusivePublisher, Reader, Transport
 
 from .core import (
@@ -61,7 +61,8 @@ from .core import (
 from .elected import ElectedWriter
 from .groupkey import GroupKey
 from .markers import Markers
-from .membership import Membership, Role, RoleChange, wait_event
+from .membership import Membership
+from .status import Role, RoleChange
 
 log = get_logger("discovery.replicas.election")
 

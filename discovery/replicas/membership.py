@@ -1,8 +1,9 @@
 """Who is in a replica group, in which role, how far along: a status a second from each replica.
 
 Every replica of a group (the config store's, the registry's) publishes a
-small `ReplicaStatus` every `interval` on the non-persistent topic
-`Topics.state_members`, and collects everyone's. The view serves two
+small `ReplicaStatus` (the record and how it is sent: `status`) every
+`interval` on the non-persistent topic `Topics.state_members`, and collects
+everyone's. The view serves two
 purposes:
 
 - `toolreg replicas`: id, role, pid, host, version applied, since when;
@@ -32,34 +33,25 @@ once, so a starting store hears who is there within a round trip.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import os
 import socket
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Self
+from dataclasses import replace
+from typing import Any, Self
 
 from toolservice_base.errors import TransportError
 from toolservice_base.logs import get_logger
-from toolservice_base.tasks import cancel_and_wait
+from toolservice_base.tasks import cancel_and_wait, wait_event
 from toolservice_base.transport import Envelope, Publisher, Transport, encode
 
 from .groupkey import GroupKey
-from .records import Malformed, RecordCheck, counter, moment, sign, text
+from .records import Malformed, RecordCheck, sign
+from .status import STATUS_KIND, ReplicaStatus, Role, describe, is_question, setting_digests, settings_digest
 
 log = get_logger("discovery.replicas.membership")
 
-Role = Literal["active", "standby"]
-ROLES: tuple[Role, ...] = ("active", "standby")
-STATUS_FORMAT = 1
-"""Format of a status message; a status in a newer format is skipped (it is only a view)."""
-STATUS_KIND = "status"
-"""What a status's MAC says it is (`groupkey`)."""
-STORE_KINDS = ("replicated", "sqlite")
-"""What a config store's status says it is (`ReplicaStatus.store`)."""
 ECHO_GAP = 1.5
 """Status intervals between two of its own statuses heard back past which a replica takes it that it could not hear
 in between (`hearing_since`)."""
@@ -67,129 +59,6 @@ WAKE_EVERY = 0.05
 """The shortest time between two statuses published at once on hearing a new member (a flood of newcomers)."""
 ANSWERS_WITHIN = 0.15
 """Seconds a newcomer listens for answers once its question came back to it (members answer at once)."""
-
-
-@dataclass(frozen=True)
-class RoleChange:
-    """One change of role, as `Election.changes()` yields it."""
-
-    role: Role
-    term: int
-    reason: str
-    at: float
-    """When (seconds since the epoch)."""
-
-
-def settings_digest(settings: Mapping[str, Any] | None) -> str:
-    """A short digest of the settings every replica of a group must share, so `toolreg replicas` can show a mismatch."""
-    if not settings:
-        return ""
-    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
-
-
-def setting_digests(settings: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:
-    """A short digest of each setting, by name: what lets a replica refused for other settings be told which differ
-    (the values themselves, a trust policy's keys say, are not published)."""
-    return tuple(sorted((name, settings_digest({name: value})[:8]) for name, value in (settings or {}).items()))
-
-
-def differing_settings(one: ReplicaStatus, other: ReplicaStatus) -> list[str]:
-    """The names of the group settings two replicas hold differently; empty when either did not say (an older one)."""
-    if not one.each or not other.each:
-        return []
-    mine, theirs = dict(one.each), dict(other.each)
-    return sorted(name for name in mine.keys() | theirs.keys() if mine.get(name) != theirs.get(name))
-
-
-@dataclass(frozen=True)
-class ReplicaStatus:
-    """One replica as it last described itself."""
-
-    id: str
-    group: str
-    role: Role
-    pid: int
-    host: str
-    version: int
-    """The last version of the replicated state it has applied."""
-    since: float
-    """When it took its current role (seconds since the epoch, its own clock)."""
-    term: int = 0
-    """The election term it is active in (0 while standby): a higher term wins over a lower one."""
-    settings: str = ""
-    """Digest of its group settings (`settings_digest`)."""
-    each: tuple[tuple[str, str], ...] = ()
-    """Digest of each group setting by name (`setting_digests`): which differ, when `settings` does."""
-    store: str = ""
-    """What kind of config store it is (`replicated`, `sqlite`); empty for other groups (and older replicas)."""
-    heard: float = field(default=0.0, compare=False)
-    """When this view last heard it (this process's monotonic clock): what expiry and the takeover rule go by."""
-    verified: bool = field(default=False, compare=False)
-    """Its MAC checked under the group key: a replica's own word. False without a key (a hint, as every status)."""
-
-    def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {
-            "format": STATUS_FORMAT,
-            "id": self.id,
-            "group": self.group,
-            "role": self.role,
-            "pid": self.pid,
-            "host": self.host,
-            "version": self.version,
-            "since": self.since,
-            "term": self.term,
-            "settings": self.settings,
-            "settings-each": dict(self.each),
-        }
-        if self.store:
-            wire["store"] = self.store
-        return wire
-
-    def probing(self) -> dict[str, Any]:
-        """The status as a newcomer sends it while it looks around: every member that hears it answers at once."""
-        return {**self.to_wire(), "probe": True}
-
-    @classmethod
-    def parse(cls, data: bytes, heard: float, *, verified: bool = False) -> "ReplicaStatus":
-        """The status in a message; `Malformed` (saying why) if it is not one this version reads."""
-        try:
-            raw = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise Malformed("not JSON") from None
-        if not isinstance(raw, dict):
-            raise Malformed("not a JSON object")
-        if counter(raw, "format", default=0) > STATUS_FORMAT:
-            raise Malformed("a status in a newer format")
-        role = raw.get("role")
-        if role not in ROLES:
-            raise Malformed(f"role {str(role)[:20]!r} is neither active nor standby")
-        store = text(raw, "store", default="")
-        if store and store not in STORE_KINDS:
-            raise Malformed(f"store {store[:20]!r} is not a store kind")
-        return cls(
-            id=text(raw, "id"),
-            group=text(raw, "group"),
-            role=role,
-            pid=counter(raw, "pid"),
-            host=text(raw, "host"),
-            version=counter(raw, "version"),
-            since=moment(raw, "since"),
-            term=counter(raw, "term", default=0),
-            settings=text(raw, "settings", default=""),
-            each=_setting_digests(raw.get("settings-each")),
-            store=store,
-            heard=heard,
-            verified=verified,
-        )
-
-    @classmethod
-    def from_wire(cls, data: bytes, heard: float) -> "ReplicaStatus | None":
-        """The status in a message, or None if it is not one (for a reader that only lists what it hears)."""
-        try:
-            return cls.parse(data, heard)
-        except Malformed:
-            return None
 
 
 class Membership:
@@ -355,10 +224,10 @@ class Membership:
             if self._heard_itself is None or status.heard - self._heard_itself > ECHO_GAP * self.interval:
                 self._hearing_since = status.heard
             self._heard_itself = status.heard
-            if _asks(envelope.data):
+            if is_question(envelope.data):
                 self._echo.set()
             return
-        asks = _asks(envelope.data)
+        asks = is_question(envelope.data)
         new = status.id not in self._others and status.id not in self._rivals
         if (new or asks) and status.heard - self._woken_at >= WAKE_EVERY:
             self._woken_at = status.heard  # a newcomer: let it hear this replica now, not in a second
@@ -453,36 +322,3 @@ class Membership:
     def refused(self) -> int:
         """Statuses dropped as malformed, out of range, or not signed by the group key."""
         return self._check.refused
-
-
-def _asks(data: bytes) -> bool:
-    """Whether a status is a newcomer's question (`look_around`): cheap, on bytes already parsed once."""
-    return b'"probe":true' in data
-
-
-def describe(status: ReplicaStatus) -> str:
-    """A replica in a few words, for a line that names it: `sqlite store pid 12 on host-a (id ...)`."""
-    what = f"{status.store} store" if status.store else f"{status.group} replica"
-    return f"{what} {status.id} (pid {status.pid} on {status.host}, {status.role})"
-
-
-async def wait_event(event: asyncio.Event, timeout: float) -> bool:
-    """Whether `event` was set within `timeout` seconds.
-
-    Not `asyncio.wait_for(event.wait(), timeout)`: on Python 3.11 that swallows
-    a cancellation arriving as the event is set (seen here: a heartbeat loop
-    woken by `set_role` as it was being closed went on for ever).
-    """
-    try:
-        async with asyncio.timeout(timeout):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True
-
-
-def _setting_digests(raw: object) -> tuple[tuple[str, str], ...]:
-    """A status's per-setting digests, bounded as every field of a record is: only for naming what differs."""
-    if not isinstance(raw, dict):
-        return ()
-    return tuple(sorted((str(name)[:64], str(digest)[:128]) for name, digest in list(raw.items())[:64]))

@@ -1,7 +1,8 @@
 """The config store: `(workspace, type, key) -> value` and one version, served over Pulsar.
 
 `service` answers the config protocol (ours and TrustGraph 2.11's) and pushes
-changes; `operations` turns one request into reads and writes; `sqlite` is the
+changes, on the system queue and each workspace's (`workspace_queues`), while
+`upkeep` keeps its file marked and backed up; `operations` turns one request into reads and writes; `sqlite` is the
 embedded backend, with `check` (integrity) and `backup` beside it, and
 `changes` its change feed (what changed since a version).
 """

@@ -55,7 +55,7 @@ from discovery.replicas import (
     ReplicatedLog,
     differing_settings,
 )
-from discovery.replicas.membership import describe
+from discovery.replicas.status import describe
 from toolservice_base.errors import ToolDiscoveryError, TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.tasks import cancel_and_wait

@@ -3,8 +3,8 @@
 It answers where TrustGraph's config service does: the system queue
 (`request/config`, the workspace in the request body) and, like TrustGraph's,
 one queue per workspace (`request/config:<workspace>`, the workspace taken
-from the queue), which TrustGraph's API gateway uses. What each request does
-is `operations`; this module is the transport around it.
+from the queue), which TrustGraph's API gateway uses (`workspace_queues`). What
+each request does is `operations`; this module is the transport around it.
 
 Each request is handled to completion without yielding between its SQLite
 read and write, so requests are atomic even though several run at once.
@@ -17,7 +17,7 @@ serve (corrupt: then every one, with how to recover); a write the file system
 refuses (read-only, permissions, full disk) is answered with the cause and the
 fix, `/readyz` says so until it can write again, and nothing written is lost.
 A background task keeps the store's marker current, watches that the store can
-still write, and takes the automatic backups (`backup`).
+still write, and takes the automatic backups (`upkeep`, over `backup`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from typing import Any, Self
 
 from pydantic import ValidationError
 
-from discovery.disk_access import AccessProblem
 from toolservice_base.errors import TransportError
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import RequestServer
@@ -45,15 +44,16 @@ from toolservice_base.schemas import (
     describe_validation_error,
 )
 from toolservice_base.tasks import cancel_and_wait
-from toolservice_base.topics import Topics
 from toolservice_base.transport import Envelope, Publisher, Transport
 
 from . import backup as store_backup
-from .check import StoreAccessError, StoreDamaged, access_problem, how_to_recover, is_corruption
+from .check import StoreDamaged, access_problem, how_to_recover, is_corruption
 from .journal import Journal, already_made, made_durable, not_active
 from .metrics import ConfigStoreMetrics
 from .operations import ConfigOperations, Outcome, StoreProtocol
 from .sqlite import STORE_FILE, ConfigStore
+from .upkeep import Upkeep
+from .workspace_queues import WorkspaceQueues
 from .writability import Writability
 from .write_policy import REFUSAL, ConfigWriteGuard
 
@@ -67,11 +67,6 @@ def answer_too_large(reason: str) -> dict[str, Any]:
     silence."""
     message = f"{reason}; read by type in pages (`getvalues` or `list` with `limit` and `after`)"
     return ConfigResponse(error=ErrorBody(type="answer-too-large", message=message)).to_trustgraph()
-
-
-def workspace_queues(topics: Topics, workspace: str) -> tuple[str, str]:
-    """A workspace's own request and response queues, named as TrustGraph names them (`<base>:<workspace>`)."""
-    return f"{topics.config_request}:{workspace}", f"{topics.config_response}:{workspace}"
 
 
 class ConfigStoreService:
@@ -108,16 +103,22 @@ class ConfigStoreService:
         self._serial = asyncio.Lock()
         self.operations = ConfigOperations(store, protocol)
         self.metrics = metrics or ConfigStoreMetrics.default()
-        self.backup_interval = backup_interval
-        self.backup_versions = backup_versions
-        self.backup_keep = backup_keep
-        self.mark_interval = mark_interval
         self.damaged: str | None = None
         """Why the store is no longer served (SQLite found it corrupt), with how to recover; None while it is whole."""
         self.writability = Writability(store.path)
         """Whether the file system takes the store's writes (read-only mount, permissions, full disk): not damage, reads
         are still served, and it clears by itself once a write can succeed."""
-        self.last_backup: store_backup.Backup | None = None
+        self.upkeep = Upkeep(
+            store,
+            self.writability,
+            damaged=lambda: self.damaged,
+            store_failed=self._store_failed,
+            mark_interval=mark_interval,
+            backup_interval=backup_interval,
+            backup_versions=backup_versions,
+            backup_keep=backup_keep,
+        )
+        """Marker, writability and backups, for a store with a file (`upkeep`)."""
         self._maintenance: asyncio.Task[None] | None = None
         self._server = RequestServer(
             connection,
@@ -127,9 +128,8 @@ class ConfigStoreService:
             subscription=SUBSCRIPTION,
             too_large=answer_too_large,
         )
-        self._workspace_servers: dict[str, RequestServer] = {}
-        self._queue_changes: asyncio.Queue[tuple[bool, str]] = asyncio.Queue()
-        self._queue_task: asyncio.Task[None] | None = None
+        self.queues = WorkspaceQueues(connection, self._handle, subscription=SUBSCRIPTION, too_large=answer_too_large)
+        """The workspaces answered on their own queue (`workspace_queues`)."""
         self._notify: Publisher | None = None
         self._stopped = False
 
@@ -149,21 +149,19 @@ class ConfigStoreService:
             self._notify = await self._connection.publisher(self._connection.topics.config_notify)
             await self._push(ConfigPush(version=self.store.version))
             await self._server.start()
-            for workspace in self.operations.queue_workspaces():
-                await self._open_workspace(workspace)
-            self._queue_task = asyncio.create_task(self._manage_queues(), name="config-workspace-queues")
+            await self.queues.start(self.operations.queue_workspaces())
         except BaseException:
             await self._close_all()
             raise
         self.metrics.set_version(self.store.version)
         if self.store.durable:
-            self._maintenance = asyncio.create_task(self._maintain(), name="config-store-maintenance")
+            self._maintenance = asyncio.create_task(self.upkeep.run(), name="config-store-maintenance")
         log.info(
             "config.store_started",
             path=str(self.store.path),
             version=self.store.version,
             protocol=self.protocol,
-            workspace_queues=sorted(self._workspace_servers),
+            workspace_queues=self.queues.workspaces,
         )
 
     def readiness(self) -> str | None:
@@ -204,58 +202,16 @@ class ConfigStoreService:
         log.info("config.store_stopped")
 
     async def _close_all(self) -> None:
-        await cancel_and_wait(self._queue_task)
+        await self.queues.close()
         await self._server.stop()
-        for workspace in list(self._workspace_servers):
-            await self._close_workspace(workspace)
         if self._notify is not None:
             await self._connection.close_publisher(self._notify)
             self._notify = None
 
-    # --- per-workspace queues ------------------------------------------------
-
     @property
     def workspace_queues(self) -> list[str]:
         """Workspaces answered on their own queue now."""
-        return sorted(self._workspace_servers)
-
-    async def _open_workspace(self, workspace: str) -> None:
-        if workspace in self._workspace_servers:
-            return
-        request_queue, response_queue = workspace_queues(self._connection.topics, workspace)
-
-        async def on_request(message: Envelope, reply: Any) -> None:
-            await self._handle(message, reply, workspace)
-
-        server = RequestServer(
-            self._connection,
-            request_queue,
-            response_queue,
-            on_request,
-            subscription=SUBSCRIPTION,
-            too_large=answer_too_large,
-        )
-        await server.start()
-        self._workspace_servers[workspace] = server
-        log.info("config.workspace_queue_opened", workspace=workspace, queue=request_queue)
-
-    async def _close_workspace(self, workspace: str) -> None:
-        server = self._workspace_servers.pop(workspace, None)
-        if server is not None:
-            await server.stop(timeout=2.0)
-            log.info("config.workspace_queue_closed", workspace=workspace)
-
-    async def _manage_queues(self) -> None:
-        """Open and close workspace queues in the order workspaces came and went, off the request path."""
-        while True:
-            opening, workspace = await self._queue_changes.get()
-            try:
-                if opening:
-                    await self._open_workspace(workspace)
-                else:
-                    await self._close_workspace(workspace)
-            except TransportError as exc:
-                log.warning("config.workspace_queue_failed", workspace=workspace, opening=opening, error=str(exc))
+        return self.queues.workspaces
 
     # --- requests ------------------------------------------------------------
 
@@ -345,9 +301,9 @@ class ConfigStoreService:
                 ms=round((time.perf_counter() - started) * 1000, 2),
             )
         for workspace in outcome.opened:
-            self._queue_changes.put_nowait((True, workspace))
+            self.queues.came(workspace)
         for workspace in outcome.closed:
-            self._queue_changes.put_nowait((False, workspace))
+            self.queues.went(workspace)
         return response
 
     async def _make_durable(self, outcome: Outcome, operation: str, request_id: str | None = None) -> Outcome:
@@ -359,12 +315,6 @@ class ConfigStoreService:
         if lost is not None:
             self.damaged = lost
         return outcome
-
-    def _version(self) -> int | None:
-        try:
-            return self.store.version
-        except sqlite3.Error:
-            return None
 
     def _store_failed(self, operation: str, exc: sqlite3.Error) -> str:
         """Log a failed SQLite call and say it in one line; corruption marks the store damaged for good.
@@ -384,90 +334,6 @@ class ConfigStoreService:
             return self.writability.refused(problem, operation, str(exc))
         log.error("config.store_failed", path=str(path), operation=operation, error=str(exc))
         return f"the config store could not {operation}: {exc} ({path}); see the `toolreg up` log"
-
-    async def _maintain(self) -> None:
-        """Watch that the store can write, keep the marker current (every `mark_interval`) and take backups when they
-        are due.
-
-        Nothing is written while the store cannot write; a backup that fails
-        is tried again after `backup_interval`, not on every tick.
-        """
-        path = self.store.path
-        newest = store_backup.backups_of(path)
-        backed_up = store_backup.version_of_backup(newest[-1]) if newest else None
-        backed_up_at = time.monotonic() if backed_up is not None else float("-inf")
-        failed_at = float("-inf")
-        while True:
-            try:
-                if self.damaged is None:
-                    await self.writability.check()
-                if self.damaged is None and self.writability.reason is None and self._marked():
-                    version = self.store.version
-                    now = time.monotonic()
-                    if (
-                        version > 0
-                        and version != backed_up
-                        and now - failed_at >= self.backup_interval
-                        and (
-                            now - backed_up_at >= self.backup_interval
-                            or backed_up is None
-                            or abs(version - backed_up) >= self.backup_versions
-                        )
-                    ):
-                        backed_up_at = now
-                        try:
-                            backed_up = await self._backup()
-                        except (OSError, sqlite3.Error, StoreDamaged, StoreAccessError) as exc:
-                            failed_at = time.monotonic()
-                            self._backup_failed(exc)
-            except sqlite3.Error as exc:
-                self._store_failed("keep its marker", exc)
-            await asyncio.sleep(self.mark_interval)
-
-    def _marked(self) -> bool:
-        """Keep the marker current; False if the file system refused it (the store cannot write, and says so)."""
-        try:
-            self.store.mark()
-        except OSError as exc:
-            problem = access_problem(exc, self.store.path)
-            if problem is not None:
-                self.writability.refused(problem, "keep its marker", str(exc))
-            else:
-                log.error("config.marker_failed", path=str(self.store.path), error=str(exc))
-            return False
-        return True
-
-    def _backup_failed(self, exc: OSError | sqlite3.Error | StoreDamaged | StoreAccessError) -> None:
-        """A backup is a whole copy: a disk too full for it may still take the store's writes, so it is logged, not
-        served."""
-        if isinstance(exc, StoreAccessError):
-            problem: AccessProblem | None = exc.problem
-        else:
-            problem = None if isinstance(exc, StoreDamaged) else access_problem(exc, self.store.path)
-        if problem is None:
-            log.error("config.backup_failed", path=str(self.store.path), error=str(exc))
-            return
-        log.error(
-            "config.backup_failed",
-            path=str(self.store.path),
-            error=str(exc),
-            cause=problem.cause,
-            fix=f"{problem.remedy(running=True)}; the next backup is tried in {self.backup_interval:g}s",
-        )
-
-    async def _backup(self) -> int:
-        backup = await asyncio.to_thread(store_backup.take_backup, self.store.path)
-        pruned = store_backup.prune(self.store.path, self.backup_keep)
-        self.last_backup = backup
-        log.info(
-            "config.backup_taken",
-            path=str(backup.path),
-            version=backup.facts.version,
-            items=backup.facts.items,
-            ms=round(backup.seconds * 1000, 1),
-            pruned=len(pruned),
-        )
-        return backup.facts.version
 
     def _execute(self, request: ConfigRequest, queue_workspace: str | None) -> Outcome:
         """Every request gets an answer: a damaged store or a failing SQLite call is `store-error`, a bug

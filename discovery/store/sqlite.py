@@ -311,6 +311,38 @@ class ConfigStore:
                 except ValueError as exc:
                     raise StoreError(f"tool/{tool.name}: {exc}") from None
 
+    def _expect(self, workspace: str, expect: Expectations) -> None:
+        """Raise `ExpectationFailed`, naming the key, unless every precondition holds (inside `apply`'s transaction)."""
+        for item_type, key, wanted in expect:
+            current = self._value(workspace, item_type, key)
+            if current != wanted:
+                state = "absent" if current is None else "different"
+                raise ExpectationFailed(
+                    f"{item_type}/{key} is {state} (expected {'absent' if wanted is None else 'a known value'})"
+                )
+
+    def _put_and_delete(self, workspace: str, puts: Items, deletes: Keys) -> tuple[Items, Keys]:
+        """Write `puts` and delete `deletes` (inside `apply`'s transaction); what actually changed: a put of the value
+        already there, or a delete of an absent key, changes nothing and moves no version."""
+        written: Items = []
+        removed: Keys = []
+        for item_type, key, value in puts:
+            if self._value(workspace, item_type, key) == value:
+                continue
+            self._db.execute(
+                "INSERT INTO items (workspace, type, key, value) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (workspace, type, key) DO UPDATE SET value=excluded.value",
+                (workspace, item_type, key, value),
+            )
+            written.append((item_type, key, value))
+        for item_type, key in deletes:
+            cursor = self._db.execute(
+                "DELETE FROM items WHERE workspace=? AND type=? AND key=?", (workspace, item_type, key)
+            )
+            if cursor.rowcount:
+                removed.append((item_type, key))
+        return written, removed
+
     def apply(
         self,
         workspace: str,
@@ -333,36 +365,11 @@ class ConfigStore:
         """
         if validate:
             self._validate(workspace, puts)
-        changed: set[str] = set()
-        written: Items = []
-        removed: Keys = []
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            for item_type, key, wanted in expect:
-                current = self._value(workspace, item_type, key)
-                if current != wanted:
-                    state = "absent" if current is None else "different"
-                    raise ExpectationFailed(
-                        f"{item_type}/{key} is {state} (expected {'absent' if wanted is None else 'a known value'})"
-                    )
-            for item_type, key, value in puts:
-                if self._value(workspace, item_type, key) == value:
-                    continue
-                self._db.execute(
-                    "INSERT INTO items (workspace, type, key, value) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (workspace, type, key) DO UPDATE SET value=excluded.value",
-                    (workspace, item_type, key, value),
-                )
-                changed.add(item_type)
-                written.append((item_type, key, value))
-            for item_type, key in deletes:
-                cursor = self._db.execute(
-                    "DELETE FROM items WHERE workspace=? AND type=? AND key=?", (workspace, item_type, key)
-                )
-                if cursor.rowcount:
-                    changed.add(item_type)
-                    removed.append((item_type, key))
-            moved = bool(changed) or bump_always
+            self._expect(workspace, expect)
+            written, removed = self._put_and_delete(workspace, puts, deletes)
+            moved = bool(written or removed) or bump_always
             version = self._bump() if moved else self.version
             if moved:
                 self.feed.record(version, workspace, [(t, k) for t, k, _ in written] + removed)
@@ -373,7 +380,8 @@ class ConfigStore:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
-        return version, {t: [workspace] for t in sorted(changed)}
+        changed = {item_type for item_type, _, _ in written} | {item_type for item_type, _ in removed}
+        return version, {item_type: [workspace] for item_type in sorted(changed)}
 
     def replay(self, write: Write) -> bool:
         """Apply a logged write as it was made, version included; False (nothing done) if the store is already past it.

@@ -4,7 +4,7 @@ On a loopback address the Host header must be exactly `localhost` or a
 loopback IP literal, compared as a parsed name, never as a text prefix, so
 another site cannot read the page through DNS rebinding. Bound anywhere
 else the page requires the bearer token `TOOLREG_HTTP_TOKEN`
-(`Settings.http_token`), compared in constant time: `Authorization: Bearer
+(`HttpSettings.http_token`), compared in constant time: `Authorization: Bearer
 <token>`, or `/?token=<token>` once, which sets a cookie (HttpOnly,
 SameSite=Strict) and redirects to `/`.
 
@@ -25,13 +25,12 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from toolservice_base.settings import HTTP_TOKEN_ENV
-
 from .health import is_loopback_host, split_host
+from .settings import HttpSettings
 
 __all__ = ["COOKIE", "TOKEN_ENV", "PageAccess"]
 
-TOKEN_ENV = HTTP_TOKEN_ENV
+TOKEN_ENV = HttpSettings.env("http_token")
 COOKIE = "toolreg_token"
 
 

@@ -39,7 +39,6 @@ from starlette.routing import BaseRoute, Route
 
 from toolservice_base.errors import ToolDiscoveryError
 from toolservice_base.logs import get_logger
-from toolservice_base.settings import Settings
 
 from .hardening import (
     HEADER_TIMEOUT,
@@ -50,12 +49,12 @@ from .hardening import (
     bounded_config,
     tcp_listener,
 )
+from .settings import DEFAULT_METRICS_HOST, HttpSettings
 
 log = get_logger("discovery.web")
 
 DEFAULT_METRICS_PORT = 9464
 """The conventional port: what deploy/ sets and the help suggests. Nothing listens unless asked."""
-DEFAULT_METRICS_HOST = "127.0.0.1"
 LOOP_TIMEOUT = 2.0
 """Seconds without a loop heartbeat after which `/healthz` answers 503."""
 SHUTDOWN_GRACE = 2.0
@@ -69,13 +68,14 @@ class HealthError(ToolDiscoveryError):
     """The health server cannot be configured or bound; the message says what to fix."""
 
 
-def metrics_address(port: int | None = None, settings: Settings | None = None) -> tuple[str, int] | None:
+def metrics_address(port: int | None = None, settings: HttpSettings | None = None) -> tuple[str, int] | None:
     """Where to serve, or None for off. An explicit port wins over `TOOLREG_METRICS_PORT`; 0 picks a free one.
 
-    `settings`: where the environment's say comes from (`Settings.metrics_port`, `metrics_host`); read now if None.
+    `settings`: where the environment's say comes from (`HttpSettings.metrics_port`, `metrics_host`); read now if
+    None.
     """
-    settings = settings or Settings.from_env()
-    host = settings.metrics_host or DEFAULT_METRICS_HOST
+    settings = settings or HttpSettings.from_env()
+    host = settings.metrics_host
     if port is None:
         port = settings.metrics_port
         if port is None:

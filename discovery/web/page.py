@@ -57,7 +57,6 @@ from discovery.registry.overview import RegistrySnapshot
 from discovery.shown import shown
 from toolservice_base.logs import get_logger
 from toolservice_base.search import MAX_QUERY_CHARS
-from toolservice_base.settings import Settings
 
 from .access import TOKEN_ENV, PageAccess
 from .feed import (
@@ -75,6 +74,7 @@ from .feed import (
 )
 from .health import HealthServer
 from .search import NO_SEARCH, PageSearch, query_of, run_search, search_answer
+from .settings import HttpSettings
 
 __all__ = [
     "BEATS_INTERVAL",
@@ -289,12 +289,12 @@ def page_routes(
     ]
 
 
-def serve_registry_page(health: HealthServer, overview: SnapshotSource, settings: Settings | None = None) -> str:
+def serve_registry_page(health: HealthServer, overview: SnapshotSource, settings: HttpSettings | None = None) -> str:
     """Add the page to `health`'s routes (or not, off loopback without a token); returns one line saying where it is.
 
-    The token is `Settings.http_token` (`TOOLREG_HTTP_TOKEN`), of `settings` or of the environment now.
+    The token is `HttpSettings.http_token` (`TOOLREG_HTTP_TOKEN`), of `settings` or of the environment now.
     """
-    access = PageAccess(health.loopback, (settings or Settings.from_env()).http_token)
+    access = PageAccess(health.loopback, (settings or HttpSettings.from_env()).http_token)
     if not access.loopback and access.token is None:
         log.info(
             "page.off",

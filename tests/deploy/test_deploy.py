@@ -155,8 +155,8 @@ def _string_value(node: ast.AST, constants: dict[str, str]) -> str | None:
 
 
 def env_vars_read_by_the_package() -> set[str]:
-    """Names passed to os.environ.get / os.getenv / os.environ[...] or settings._env (or _whole) anywhere in the three
-    packages (constants resolved)."""
+    """Names passed to os.environ.get / os.getenv / os.environ[...] or declared (`variables.setting`, `Variable`)
+    anywhere in the three packages (constants resolved)."""
     names: set[str] = set()
     for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
@@ -174,7 +174,7 @@ def env_vars_read_by_the_package() -> set[str]:
             for node in ast.walk(tree):
                 if isinstance(node, ast.Call) and node.args:
                     func = ast.unparse(node.func)
-                    if func in ("os.environ.get", "os.getenv", "environ.get", "_env", "_whole", "env", "settings.env"):
+                    if func in ("os.environ.get", "os.getenv", "environ.get", "setting", "Variable"):
                         names.add(_string_value(node.args[0], constants) or "")
                 elif isinstance(node, ast.Subscript) and ast.unparse(node.value) in ("os.environ", "environ"):
                     names.add(_string_value(node.slice, constants) or "")

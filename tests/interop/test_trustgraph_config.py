@@ -26,7 +26,8 @@ from trustgraph.schema import (
 )
 
 from discovery.broker import EmbeddedBroker
-from discovery.store.service import ConfigStoreService, workspace_queues
+from discovery.store.service import ConfigStoreService
+from discovery.store.workspace_queues import workspace_queues
 from toolservice_base import ConfigClient, ConfigPush, RequestClient, Settings, Transport, topics, watch_config
 
 SERVICE = {

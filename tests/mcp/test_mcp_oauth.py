@@ -40,12 +40,12 @@ from discovery.mcp.auth import AccessPolicy, AuditTrail, Gate, OAuthSettings, Ra
 from discovery.mcp.auth.gate import INSUFFICIENT_SCOPE_META, RETRY_AFTER_META
 from discovery.mcp.auth.tokens import Refusal
 from discovery.mcp.server import DIGEST_META, McpFront
+from discovery.mcp.settings import TOKEN_ALGORITHMS
 from discovery.mcp.transports import http_server
 from toolservice_base import ConfigClient, DynamicToolService, Settings, Transport
 from toolservice_base.examples.calculator import CalculatorService
 from toolservice_base.examples.echo import EchoService
 from toolservice_base.schemas import AuditRecord
-from toolservice_base.settings import MCP_TOKEN_ALGORITHMS
 
 POLICY = {
     "required-scopes": ["mcp"],
@@ -131,7 +131,7 @@ async def serve(
             policy = AccessPolicy.of(POLICY)
             oauth = OAuthSettings(
                 issuer=issuer.issuer,
-                algorithms=MCP_TOKEN_ALGORITHMS,
+                algorithms=TOKEN_ALGORITHMS,
                 skew=0.0,
                 required_scopes=policy.required_scopes,
                 scopes=tuple(policy.scopes()),
@@ -316,7 +316,7 @@ async def test_a_token_accepted_before_is_refused_once_it_has_expired(
 async def test_made_up_key_ids_cost_the_issuer_one_request_per_interval_and_no_memory(
     issuer: AuthorizationServer,
 ) -> None:
-    settings = OAuthSettings(issuer=issuer.issuer, algorithms=MCP_TOKEN_ALGORITHMS, jwks_min_refetch=60)
+    settings = OAuthSettings(issuer=issuer.issuer, algorithms=TOKEN_ALGORITHMS, jwks_min_refetch=60)
     async with resource_server(settings, "http://127.0.0.1:9/mcp") as server:
         checker = server.checker
         assert checker.jwks is not None
@@ -339,7 +339,7 @@ async def test_an_id_token_is_refused_by_its_typ_and_every_access_token_typ_is_a
     """RFC 9068: a JWT access token says `typ: at+jwt`; an ID token of the same issuer (`typ: JWT`), for the same
     audience and validly signed, is not one."""
     resource = "http://127.0.0.1:9/mcp"
-    settings = OAuthSettings(issuer=issuer.issuer, algorithms=MCP_TOKEN_ALGORITHMS)
+    settings = OAuthSettings(issuer=issuer.issuer, algorithms=TOKEN_ALGORITHMS)
     async with resource_server(settings, resource) as server:
         real = await token(issuer.issuer, "calc-agent", resource, "mcp tools:calc")
         header, claims = jwt.get_unverified_header(real), jwt.decode(real, options={"verify_signature": False})
@@ -466,7 +466,7 @@ async def test_calls_are_published_on_the_persistent_audit_topic_with_arguments_
     settings: Settings, services: list[DynamicToolService], issuer: AuthorizationServer, connection: Transport
 ) -> None:
     policy = AccessPolicy.of(POLICY)
-    oauth = OAuthSettings(issuer=issuer.issuer, algorithms=MCP_TOKEN_ALGORITHMS, scopes=tuple(policy.scopes()))
+    oauth = OAuthSettings(issuer=issuer.issuer, algorithms=TOKEN_ALGORITHMS, scopes=tuple(policy.scopes()))
     gate = Gate("default", policy=policy, audit=AuditTrail("default", arguments=True))
     async with ToolSet(settings=settings) as tools, gate.trail.publishing(connection):
         async with http_server(McpFront(tools, gate=gate), "127.0.0.1", 0, oauth=oauth) as url:

@@ -22,7 +22,7 @@ from support.oauth import SlowIssuer, signing_key
 
 from discovery.mcp.auth.issuer import IssuerError, JwksCache
 from discovery.mcp.auth.tokens import Refusal, TokenChecker
-from toolservice_base.settings import MCP_TOKEN_ALGORITHMS
+from discovery.mcp.settings import TOKEN_ALGORITHMS
 
 ISSUER = "http://127.0.0.1:9"
 RESOURCE = "http://127.0.0.1:9/mcp"
@@ -56,7 +56,7 @@ async def http() -> AsyncIterator[httpx2.AsyncClient]:
 
 
 def checker(cache: JwksCache) -> TokenChecker:
-    return TokenChecker(issuer=ISSUER, resource=RESOURCE, algorithms=MCP_TOKEN_ALGORITHMS, skew=0.0, jwks=cache)
+    return TokenChecker(issuer=ISSUER, resource=RESOURCE, algorithms=TOKEN_ALGORITHMS, skew=0.0, jwks=cache)
 
 
 async def test_a_trickling_key_set_is_cut_at_the_deadline_of_the_whole_fetch(

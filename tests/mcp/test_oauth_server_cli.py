@@ -17,7 +17,7 @@ import pytest
 from mcp.server.auth.provider import AccessToken
 
 from discovery.mcp.auth import OAuthSettings, resource_server
-from toolservice_base.settings import MCP_TOKEN_ALGORITHMS
+from discovery.mcp.settings import TOKEN_ALGORITHMS
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "oauth_server.py"
 
@@ -65,7 +65,7 @@ async def test_serve_prints_the_issuer_a_client_and_how_to_get_a_token_the_front
         )
     assert answer.status_code == 200, answer.text
     access = answer.json()["access_token"]
-    settings = OAuthSettings(issuer=issuer, algorithms=MCP_TOKEN_ALGORITHMS)
+    settings = OAuthSettings(issuer=issuer, algorithms=TOKEN_ALGORITHMS)
     async with resource_server(settings, front) as server:
         checked = await server.checker.check(access)
     assert isinstance(checked, AccessToken), checked

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from discovery.registry.trust import PolicyError, TrustPolicy, trusted_key
+from toolservice_base.declaration import build_descriptors
 from toolservice_base.schemas import Announcement, descriptor_digest
-from toolservice_base.service import build_descriptors
 from toolservice_base.signing import (
     Ed25519PrivateKey,
     SigningError,

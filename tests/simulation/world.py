@@ -1,7 +1,8 @@
 """A seeded world: a virtual clock, the model broker, replicas running the real core, clients, and faults.
 
-One thread, one heap of timed steps, one `random.Random(seed)`: the same
-seed replays the same schedule step by step (`python -m simulation --seed N
+One thread, one heap of timed steps (the clients' timeouts in a queue beside
+it, taken in the same order), one `random.Random(seed)`: the same seed
+replays the same schedule step by step (`python -m simulation --seed N
 --trace`). Faults are drawn from the seed too (`Faults`): kills and
 restarts, freezes, partitions both ways and one way, a broker restart, lost
 receipts, clock rates, forged and replayed records, a group-key rotation,
@@ -15,6 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +90,10 @@ class World:
         self.now = 0.0
         self._heap: list[Step] = []
         self._seq = itertools.count()
+        self._timeouts: deque[tuple[float, int, Request]] = deque()
+        """The clients' timeouts, due in the order they were set (one length for all): steps of their own, taken in
+        turn with the heap's by (when, order), kept off the heap, where they were most of its steps and nearly every
+        one found its request answered."""
         self.broker = Broker()
         self.variants = Variants(variant)
         self.trace: list[str] = []
@@ -181,7 +187,7 @@ class World:
 
     def request(self, request: Request) -> None:
         self.requests[request.id] = request
-        self.later(CLIENT_TIMEOUT, self._give_up, request)
+        self._timeouts.append((self.now + CLIENT_TIMEOUT, next(self._seq), request))
         self._dispatch(request)
 
     def _dispatch(self, request: Request) -> None:
@@ -437,8 +443,19 @@ class World:
             self.later(0.5 + 0.1 * number, self.client, number)
         self.later(self.healed_at, self._heal_all)
         end = self.seconds + 6.0
-        heap, pop, parked = self._heap, heapq.heappop, self._parked
-        while heap and heap[0][0] <= end:
+        heap, pop, parked, timeouts, give_up = self._heap, heapq.heappop, self._parked, self._timeouts, self._give_up
+        while True:
+            if timeouts and (not heap or timeouts[0] < heap[0]):  # (when, order) decides: no order is taken twice
+                at, _, request = timeouts.popleft()
+                if request.done:  # answered: nothing to do, nothing done at its time
+                    continue
+                if at > end:
+                    break
+                self.now = at
+                give_up(request)
+                continue
+            if not heap or heap[0][0] > end:
+                break
             entry = pop(heap)
             self.now, _, owner, generation, step, args = entry
             if owner is not None:
@@ -458,6 +475,7 @@ class World:
         full passes walk every such schedule kept alive; without them a schedule goes with its last reference. What
         the checks read stays."""
         self._heap.clear()
+        self._timeouts.clear()
         self._parked.clear()
         for slot in self.broker.exclusive.values():
             slot.waiting.clear()

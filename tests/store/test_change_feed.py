@@ -17,8 +17,9 @@ from support import eventually
 from discovery.store.backup import restore, take_backup
 from discovery.store.changes import ChangeWindow, TooOld
 from discovery.store.operations import ConfigOperations, answer_size
+from discovery.store.settings import StoreSettings
 from discovery.store.sqlite import ConfigStore, Write
-from toolservice_base import ConfigClient, ConfigPush, Settings, Transport, watch_config
+from toolservice_base import ConfigClient, ConfigPush, Transport, watch_config
 from toolservice_base.errors import ChangesUnavailable, SettingsError
 from toolservice_base.schemas import ConfigRequest
 from toolservice_base.transport import Envelope
@@ -173,14 +174,13 @@ def test_the_window_is_a_setting_refused_in_one_line_when_it_is_not_a_positive_c
 ) -> None:
     monkeypatch.setenv("TOOLREG_CHANGE_WINDOW_KEYS", "500")
     monkeypatch.setenv("TOOLREG_CHANGE_WINDOW_BYTES", "65536")
-    settings = Settings.from_env()
-    assert (settings.change_window_keys, settings.change_window_bytes) == (500, 65536)
+    assert StoreSettings.from_env().window == ChangeWindow(500, 65536)
     monkeypatch.setenv("TOOLREG_CHANGE_WINDOW_KEYS", "lots")
     with pytest.raises(SettingsError, match="^TOOLREG_CHANGE_WINDOW_KEYS='lots' is not a whole number$"):
-        Settings.from_env()
+        StoreSettings.from_env()
     monkeypatch.setenv("TOOLREG_CHANGE_WINDOW_KEYS", "0")
     with pytest.raises(SettingsError, match="must be at least 1"):
-        Settings.from_env()
+        StoreSettings.from_env()
 
 
 @pytest.mark.contract

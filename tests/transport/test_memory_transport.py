@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
+import pytest
 from support import eventually
 
-from toolservice_base.transport import Envelope, MemoryBroker, MemoryTransport
+from toolservice_base.transport import (
+    Envelope,
+    MemoryBroker,
+    MemoryTransport,
+    SubscribeOptions,
+    SubscriptionOptions,
+)
 from toolservice_base.transport.memory import MemorySubscription
 
 SENT = [str(n).encode() for n in range(6)]
@@ -44,4 +52,19 @@ async def test_on_a_non_persistent_topic_they_are_lost_as_on_pulsar() -> None:
     await stalled.close()
     await asyncio.sleep(0.05)
     assert sorted(second) == [b"1", b"3", b"5"]
+    await transport.close()
+
+
+async def test_every_transport_takes_the_subscribe_options_declared_once_and_refuses_an_unknown_one() -> None:
+    """`SubscribeOptions` (the keywords) and `SubscriptionOptions` (their defaults) name the same options, and a
+    transport reads them from there: an option it does not know is a TypeError, not silently ignored."""
+    assert set(SubscribeOptions.__annotations__) == {field.name for field in dataclasses.fields(SubscriptionOptions)}
+    assert SubscriptionOptions.of({}) == SubscriptionOptions()
+    transport = MemoryBroker().transport()
+
+    async def handler(message: Envelope) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="exclusive"):
+        await transport.subscribe("persistent://tg/request/x", handler, exclusive=True)  # type: ignore[call-arg]
     await transport.close()

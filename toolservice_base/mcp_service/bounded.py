@@ -21,8 +21,8 @@ from typing import Any
 import httpx2
 import mcp_types as types
 
-from ..settings import MCP_MAX_MESSAGE_ENV
 from ..transport.base import MESSAGE_LIMIT
+from .settings import SidecarSettings
 
 DEFAULT_MAX_MESSAGE = MESSAGE_LIMIT
 """Bytes of one message of an HTTP MCP server read at most: the broker's message limit, since no answer larger than
@@ -33,8 +33,8 @@ _HOP_HEADERS = ("content-length", "content-encoding", "transfer-encoding")
 def too_large(limit: int) -> str:
     """What a request whose answer was over the limit is told (and, through it, its caller)."""
     return (
-        f"the MCP server sent a message larger than {limit} bytes, the sidecar's limit ({MCP_MAX_MESSAGE_ENV}); "
-        "it was refused unread"
+        f"the MCP server sent a message larger than {limit} bytes, the sidecar's limit"
+        f" ({SidecarSettings.env('max_message')}); it was refused unread"
     )
 
 

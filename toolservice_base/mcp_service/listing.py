@@ -34,12 +34,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..declaration import build_descriptors
 from ..errors import McpServerError, ServiceDefinitionError
 from ..logs import get_logger
 from ..names import ascii_lookalikes
 from ..schemas import ToolDescriptor, ToolServiceDescriptor, describe_validation_error
 from ..schemas.base import MAX_DESCRIPTION, MAX_MESSAGE_BYTES, MAX_TOOLS_PER_SERVICE, NAME_PATTERN
-from ..service import build_descriptors
 from ..topics import Topics
 
 log = get_logger("toolservice_base.mcp_service")

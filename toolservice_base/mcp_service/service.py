@@ -43,8 +43,8 @@ from ..settings import Settings
 from ..signing import load_private_key
 from ..tasks import cancel_and_wait
 from ..transport import Transport, open_transport
-from .bounded import DEFAULT_MAX_MESSAGE
 from .listing import Offer, Selection, offer_of, service_id_of
+from .settings import SidecarSettings
 from .upstream import McpServer, Upstream, unwrapped
 
 log = get_logger("toolservice_base.mcp_service")
@@ -170,8 +170,8 @@ class McpToolService:
     `exclude` choose tools by their MCP names (shell patterns). `ttl`,
     `workspace`, `signing_key`, `version` and `call_timeout` are a
     `DynamicToolService`'s. `max_message` bounds one message of an HTTP
-    server (default `Settings.mcp_max_message`, else the broker's limit). Start and stop it with `async with`, or
-    `start()`/`stop()` (say on an `AsyncExitStack`).
+    server (default `SidecarSettings.max_message`: TOOLREG_MCP_MAX_MESSAGE, else the broker's limit). Start and
+    stop it with `async with`, or `start()`/`stop()` (say on an `AsyncExitStack`).
     """
 
     def __init__(
@@ -209,7 +209,7 @@ class McpToolService:
         self.ping_interval = ping_interval if ping_interval is not None else min(ttl / 3, 5.0)
         self.selection = Selection(tuple(include), tuple(exclude))
         self.max_backoff = max_backoff
-        self.max_message = max_message or self.settings.mcp_max_message or DEFAULT_MAX_MESSAGE
+        self.max_message = max_message or SidecarSettings.from_env().max_message
         """Bytes one message of an HTTP MCP server may hold (TOOLREG_MCP_MAX_MESSAGE; default the broker's limit)."""
         self.offer: Offer | None = None
         """What is announced now: None while the server is away."""

@@ -224,24 +224,7 @@ class Upstream:
 
     async def __aenter__(self) -> Upstream:
         async with AsyncExitStack() as stack:
-            relay = None
-            if isinstance(self.server, McpCommand):
-                relay = _StderrRelay(self.server)
-                stack.push_async_callback(relay.close)
-                await relay.start()
-                transport: Any = command_streams(
-                    self.server.command, list(self.server.args), self.server.env, self.server.cwd, relay.write
-                )
-            else:
-                http = httpx2.AsyncClient(
-                    headers=dict(self.server.headers),
-                    timeout=httpx2.Timeout(HTTP_TIMEOUT, read=HTTP_READ_TIMEOUT),
-                    event_hooks={"response": [self._answered, BoundedReads(self.max_message)]},
-                )
-                stack.push_async_callback(http.aclose)
-                transport = streamable_http_client(
-                    self.server.url, http_client=http, max_sse_event_size=self.max_message
-                )
+            transport, relay = await self._transport(stack)
             client = Client(
                 transport,
                 mode="auto",
@@ -271,6 +254,25 @@ class Upstream:
                 await self._listen(stack, client)
             self._stack = stack.pop_all()
         return self
+
+    async def _transport(self, stack: AsyncExitStack) -> tuple[Any, _StderrRelay | None]:
+        """The SDK transport to the server, opened on `stack`: a command's stdio, its stderr relayed to the log (the
+        relay too), or an HTTP client whose reads are bounded and whose error statuses are kept (`_answered`)."""
+        if isinstance(self.server, McpCommand):
+            relay = _StderrRelay(self.server)
+            stack.push_async_callback(relay.close)
+            await relay.start()
+            streams = command_streams(
+                self.server.command, list(self.server.args), self.server.env, self.server.cwd, relay.write
+            )
+            return streams, relay
+        http = httpx2.AsyncClient(
+            headers=dict(self.server.headers),
+            timeout=httpx2.Timeout(HTTP_TIMEOUT, read=HTTP_READ_TIMEOUT),
+            event_hooks={"response": [self._answered, BoundedReads(self.max_message)]},
+        )
+        stack.push_async_callback(http.aclose)
+        return streamable_http_client(self.server.url, http_client=http, max_sse_event_size=self.max_message), None
 
     async def _answered(self, response: httpx2.Response) -> None:
         if response.status_code >= 400:

@@ -10,8 +10,8 @@ and queries mean, by an `Embedder` (`embedding`: WordLlama's, shipped in its whe
 another); `rank` applies the health rules (`health`):
 excluded tools dropped, failing ones lowered; `LiveIndex` (`live`) keeps a ranker in step with a live set, built
 and fed off the event loop. `agent_bridge`'s `ToolSet.search`, `toolreg mcp --search`, `toolreg tools --search`
-and the registry page's search box all rank this way (`ranker_for(Settings.search_embedder)`). A `Ranker` of your
-own goes behind the same interface.
+and the registry page's search box all rank this way (`ranker_for`, as `SearchSettings` names). A `Ranker` of
+your own goes behind the same interface.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`Embedder`: what turns tool text and queries into vectors, chosen by one setting, loaded once per process.
 
-`TOOLREG_SEARCH_EMBEDDER` (`Settings.search_embedder`) names it:
+`TOOLREG_SEARCH_EMBEDDER` (`SearchSettings.embedder`) names it:
 
 - `wordllama` (the default): WordLlama's `l2_supercat` static token embeddings, 256 dimensions, whose weights (16 MB)
   and tokenizer ship inside the `wordllama` wheel: nothing is downloaded, ever (the package's own loader would
@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..logs import get_logger
-from ..settings import DEFAULT_EMBEDDER as DEFAULT
-from ..settings import WORDS_ONLY
+from .settings import DEFAULT_EMBEDDER as DEFAULT
+from .settings import WORDS_ONLY
 
 if TYPE_CHECKING:
     import numpy as np

@@ -32,9 +32,9 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..logs import get_logger
-from ..settings import DEFAULT_EMBEDDER, WORDS_ONLY
 from .embedding import BATCH, Embedder, expected, load
 from .index import ToolIndex
+from .settings import DEFAULT_EMBEDDER, WORDS_ONLY
 from .text import SearchDoc, analyzer, query_terms
 from .vectors import TermTable, VectorTable
 
@@ -179,7 +179,7 @@ class HybridIndex:
 
 def ranker_for(embedder: str = DEFAULT_EMBEDDER, key: str | None = None) -> Rankers:
     """What makes a search's ranker (`LiveIndex` calls it in a worker thread, at the first search): a
-    `HybridIndex` with the embedder `embedder` names (`Settings.search_embedder`), loaded there and then, once per
+    `HybridIndex` with the embedder `embedder` names (`SearchSettings.embedder`), loaded there and then, once per
     process; BM25 alone for `bm25`, or when it cannot be loaded."""
     return Rankers(embedder, key)
 

@@ -18,7 +18,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, Self, TypeAlias, TypedDict, Unpack, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -223,6 +223,46 @@ class Subscription(Protocol):
     async def close(self) -> None: ...
 
 
+class SubscribeOptions(TypedDict, total=False):
+    """The keywords `Transport.subscribe` takes, each as `SubscriptionOptions` describes it (and defaults it): a new
+    option is one key here and one field there, beside each other, and every transport takes it (mypy holds the two
+    to each other at `SubscriptionOptions.of`)."""
+
+    subscription: str | None
+    shared: bool
+    bulk: bool
+    receiver_queue: int
+    inline: bool
+    linger: float
+
+
+@dataclass(frozen=True)
+class SubscriptionOptions:
+    """How one subscription is made: `subscribe`'s keywords (`SubscribeOptions`), with their defaults."""
+
+    subscription: str | None = None
+    """Its name; None: exclusive to this process and uniquely named for it."""
+    shared: bool = False
+    """Spread messages over every consumer of `subscription` (a service's instances); otherwise the subscription is
+    exclusive: this process's alone, and deleted at the broker when it is closed (see `Transport.unsubscribe`)."""
+    bulk: bool = False
+    """The topic's messages can exceed 64 KiB."""
+    receiver_queue: int = 1000
+    """Messages the client takes ahead of the handler."""
+    inline: bool = False
+    """The handler is a plain function that never waits, called on the loop as messages arrive, in order, with no
+    task step between a message and it (an answer reaches its waiting caller one loop iteration sooner). It must not
+    block; what it raises is logged."""
+    linger: float = 0.0
+    """Seconds messages of a steady stream may wait to be handed over together, taken by the loop in one look,
+    instead of one wake-up each; a message after a quiet spell is handed over at once. For streams where
+    milliseconds do not matter and wake-ups do (heartbeats)."""
+
+    @classmethod
+    def of(cls, options: SubscribeOptions) -> SubscriptionOptions:
+        return cls(**options)
+
+
 @runtime_checkable
 class Transport(Protocol):
     """Makes publishers and subscriptions, and closes everything it made in a safe order."""
@@ -268,35 +308,10 @@ class Transport(Protocol):
         """
 
     async def subscribe(
-        self,
-        topic: str,
-        handler: Handler | InlineHandler,
-        *,
-        subscription: str | None = None,
-        shared: bool = False,
-        bulk: bool = False,
-        receiver_queue: int = 1000,
-        inline: bool = False,
-        linger: float = 0.0,
+        self, topic: str, handler: Handler | InlineHandler, **options: Unpack[SubscribeOptions]
     ) -> Subscription:
-        """Subscribe and start delivering to `handler`, one message at a time.
-
-        `inline=True`: `handler` is a plain function that never waits, called on the
-        loop as messages arrive, in order, with no task step between a message and it
-        (an answer reaches its waiting caller one loop iteration sooner). It must not
-        block; what it raises is logged.
-
-        `linger` (seconds): under a steady stream, messages may wait up to this long
-        to be handed over together, taken by the loop in one look, instead of one
-        wake-up each; a message after a quiet spell is handed over at once. For
-        streams where milliseconds do not matter and wake-ups do (heartbeats).
-
-        `shared=True` spreads messages over every consumer of `subscription`
-        (a service's instances); otherwise the subscription is exclusive: this
-        process's alone, by default uniquely named for it, and deleted at the
-        broker when it is closed (see `unsubscribe`). `bulk=True` marks topics
-        whose messages can exceed 64 KiB.
-        """
+        """Subscribe and start delivering to `handler`, one message at a time, as `options` say
+        (`SubscriptionOptions`: `subscription`, `shared`, `bulk`, `receiver_queue`, `inline`, `linger`)."""
 
     async def unsubscribe(self, subscription: Subscription) -> None:
         """End `subscription`; closing the transport ends the ones still open the same way.

@@ -44,6 +44,7 @@ import itertools
 import random
 import weakref
 from collections import deque
+from typing import Unpack
 
 from ..brokers import MEMORY
 from ..errors import Fenced, MessageTooLarge, ProducerBusy, TransportClosed
@@ -60,6 +61,8 @@ from .base import (
     OpenedResources,
     Payload,
     ReaderStart,
+    SubscribeOptions,
+    SubscriptionOptions,
     encode,
     unique_name,
 )
@@ -446,20 +449,14 @@ class MemoryTransport(OpenedResources):
         return reader
 
     async def subscribe(
-        self,
-        topic: str,
-        handler: Handler | InlineHandler,
-        *,
-        subscription: str | None = None,
-        shared: bool = False,
-        bulk: bool = False,
-        receiver_queue: int = 1000,
-        inline: bool = False,
-        linger: float = 0.0,
+        self, topic: str, handler: Handler | InlineHandler, **options: Unpack[SubscribeOptions]
     ) -> MemorySubscription:
-        """`linger` changes nothing here: a message costs no wake-up of a thread."""
+        """`bulk`, `receiver_queue` and `linger` change nothing here: a message costs no wake-up of a thread, and
+        every one is whole in memory."""
         self._check_open()
-        consumer = self._broker.attach(topic, subscription or unique_name("sub"), shared, handler, inline)
+        how = SubscriptionOptions.of(options)
+        name = how.subscription or unique_name("sub")
+        consumer = self._broker.attach(topic, name, how.shared, handler, how.inline)
         sub = MemorySubscription(consumer)
         self._subscriptions.append(sub)
         return sub

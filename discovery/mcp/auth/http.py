@@ -51,6 +51,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolservice_base.logs import get_logger
 
+from ..settings import CLOCK_SKEW, TOKEN_ALGORITHMS
 from .issuer import MIN_REFETCH, IssuerError, IssuerMetadata, JwksCache, check_url, http_client
 from .tokens import Introspection, Refusal, TokenChecker
 
@@ -68,8 +69,8 @@ class OAuthSettings:
     jwks_uri: str | None = None
     introspection_client: str | None = None
     introspection_secret: str | None = None
-    algorithms: tuple[str, ...] = ()
-    skew: float = 30.0
+    algorithms: tuple[str, ...] = TOKEN_ALGORITHMS
+    skew: float = CLOCK_SKEW
     required_scopes: tuple[str, ...] = ()
     scopes: tuple[str, ...] = ()
     """Every scope the access policy names: the metadata's `scopes_supported`."""

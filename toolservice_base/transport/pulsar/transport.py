@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
@@ -27,6 +27,8 @@ from ..base import (
     InlineHandler,
     OpenedResources,
     ReaderStart,
+    SubscribeOptions,
+    SubscriptionOptions,
     broker_unreachable,
     unique_name,
 )
@@ -270,26 +272,19 @@ class PulsarTransport(OpenedResources):
         return reader
 
     async def subscribe(
-        self,
-        topic: str,
-        handler: Handler | InlineHandler,
-        *,
-        subscription: str | None = None,
-        shared: bool = False,
-        bulk: bool = False,
-        receiver_queue: int = 1000,
-        inline: bool = False,
-        linger: float = 0.0,
+        self, topic: str, handler: Handler | InlineHandler, **options: Unpack[SubscribeOptions]
     ) -> PulsarSubscription:
         self._check_open()
-        name = subscription or unique_name("sub")
-        doing = f"subscribing to {topic}" + (f" as {name!r}" if subscription else "")
+        how = SubscriptionOptions.of(options)
+        shared, receiver_queue = how.shared, how.receiver_queue
+        name = how.subscription or unique_name("sub")
+        doing = f"subscribing to {topic}" + (f" as {name!r}" if how.subscription else "")
         # A stream that lingers is taken by the loop's own looks, in batches; the rest on the listener.
-        options: dict[str, Any] = {"receiver_queue": receiver_queue, "delete_on_close": not shared, "inline": inline}
+        made: dict[str, Any] = {"receiver_queue": receiver_queue, "delete_on_close": not shared, "inline": how.inline}
         sub = (
-            BatchedSubscription(topic, handler, self._bridge, linger=linger, **options)
-            if linger > 0
-            else PulsarSubscription(topic, handler, self._bridge, **options)
+            BatchedSubscription(topic, handler, self._bridge, linger=how.linger, **made)
+            if how.linger > 0
+            else PulsarSubscription(topic, handler, self._bridge, **made)
         )
         reserved = name if shared else ""
         async with broker_errors(explain=lambda exc: self._questions.explain(exc, doing, topic, "consume", reserved)):
@@ -298,7 +293,7 @@ class PulsarTransport(OpenedResources):
             if shared:
                 creating = self._subscribe_shared(topic, name, queue, listener)
             else:
-                client = self._bulk() if bulk and self._capabilities.separate_bulk_connection else self._client
+                client = self._bulk() if how.bulk and self._capabilities.separate_bulk_connection else self._client
                 creating = subscribe_listening(client, topic, name, pulsar.ConsumerType.Exclusive, queue, listener)
             # Not shielded: cancelled, the subscription closes whatever the broker grants it late
             # (`subscribe_listening`); refused, nothing is granted (the broker closed the connection).
