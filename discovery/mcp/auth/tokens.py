@@ -187,7 +187,8 @@ class TokenChecker:
         """Refusals by reason since the process started."""
         self._unlogged: Counter[str] = Counter()
         self._logged_at = -REFUSALS_LOGGED_EVERY
-        self._verdicts: OrderedDict[str, _Verdict] = OrderedDict()
+        self._verdicts: OrderedDict[bytes, _Verdict] = OrderedDict()
+        """By the token's SHA-256, as the introspection cache: a token may be 16 KiB, its digest is 32 bytes."""
 
     async def verify_token(self, token: str) -> AccessToken | None:
         checked = await self.check(token)
@@ -213,18 +214,21 @@ class TokenChecker:
         """The verdict on a JWT accepted before, if it still stands: unexpired, and its key still the one the issuer
         publishes under its id (the same object: a key set fetched again holds new ones)."""
         assert self.jwks is not None
-        held = self._verdicts.get(token)
+        key = hashlib.sha256(token.encode()).digest()
+        held = self._verdicts.get(key)
         if held is None:
             return None
         if held.until < time.time() or self.jwks.current(held.kid) is not held.jwk:
-            del self._verdicts[token]
+            del self._verdicts[key]
             return None
         return held.access
 
     def _hold(self, token: str, access: AccessToken, kid: str | None, jwk: dict[str, Any]) -> None:
         if access.expires_at is None:
             return
-        self._verdicts[token] = _Verdict(access, kid, jwk, access.expires_at + self.skew)
+        self._verdicts[hashlib.sha256(token.encode()).digest()] = _Verdict(
+            access, kid, jwk, access.expires_at + self.skew
+        )
         while len(self._verdicts) > VERDICTS:
             self._verdicts.popitem(last=False)
 
