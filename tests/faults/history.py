@@ -26,7 +26,7 @@ from typing import IO, Any, Literal
 Status = Literal["ok", "conflict", "unknown", "fail"]
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
     id: int
     client: int

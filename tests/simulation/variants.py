@@ -67,7 +67,7 @@ class Variants:
     def standby_look(self, replica: SimReplica) -> Wait | ReadMarkers | TryLock | Stop:
         heard = replica.view()
         if self.variant == "count-own-freeze":
-            heard = replace(heard, echo_at=None)
+            heard = replace(heard, echo_at=replica.clock())
         if self.variant == "trust-status" and heard.claim is not None:
             replica.core.on_marker(*heard.claim)
         return replica.core.standby_look(replica.clock(), heard)

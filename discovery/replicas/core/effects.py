@@ -15,26 +15,26 @@ Mode = Literal["exclusive", "wait", "fence"]
 """How the lock is taken: free only (`exclusive`), next in line (`wait`), from whoever holds it (`fence`)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Wait:
     """Nothing to do until the next look."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReadMarkers:
     """Read the lock's markers to the topic's end, then look again (`ReplicaCore.on_markers_read`)."""
 
     why: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TryLock:
     """Ask the broker for the lock in `mode`."""
 
     mode: Mode
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WriteMarker:
     """Write a marker of `term` through the lock: a promotion, or (`held`) a confirmation within `within` seconds."""
 
@@ -44,7 +44,7 @@ class WriteMarker:
     within: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Promote:
     """This replica holds the lock in `term`: open the writers (fencing the deposed one's), read the log to its end,
     then serve."""
@@ -52,14 +52,14 @@ class Promote:
     term: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StepDown:
     """Stop acting as active: revoke the writers first (nothing is written from here on), then the rest."""
 
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Stop:
     """Stop for good, in this one line: nothing this replica can do will make it right. `cause`: its key is not the
     group's (`key`), or its state would lack entries the log lost (`lost`)."""
@@ -68,19 +68,19 @@ class Stop:
     cause: Literal["key", "lost"] = "key"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Confirmed:
     """The lock is held, as confirmed within the grace: the state may be answered from, the write acknowledged."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NotHolding:
     """This replica may not answer or acknowledge (standby, deposed, or its lock unconfirmed): why."""
 
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Apply:
     """Apply the entry: its version is above the state's and nothing before it is missing. `note`: history the broker
     deleted that the snapshot still holds (nothing lost yet), for the driver to log."""
@@ -89,19 +89,19 @@ class Apply:
     note: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Ignore:
     """Skip the entry: at or below the state's version (a duplicate, a stale one, our own read back)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Refuse:
     """Skip the record and log it: it cannot be authenticated, or is not one of ours."""
 
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Append:
     """Write the entry of `version` (following `previous`, in `term`) through the log's writer."""
 
@@ -110,21 +110,21 @@ class Append:
     term: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Acknowledge:
     """The write is in the log: answer it."""
 
     version: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Lost:
     """The write may or may not be in the log: answer an error, stop serving and rebuild from the log."""
 
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WriteSnapshot:
     """Write the whole state as a snapshot now: why."""
 

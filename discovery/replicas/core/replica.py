@@ -200,10 +200,20 @@ class ReplicaCore:
         confirmed at its promotion, answered reads from a state the next
         active had already moved past (found by the simulator: two standbys
         fencing a frozen active 10 ms apart, a stale read 0.5 s later).
+
+        And none before its first echo (`echo_at` None): a standby that never
+        heard itself since it became one cannot tell the holder's silence from
+        its own deafness. Counted to `now`, a standby whose link out was cut
+        when it stepped down, then frozen, fenced a healthy active the moment
+        it thawed, and one whose link in was cut next fenced one as soon as its
+        link out came back (found by the simulator; the deposed active answered
+        a stale read within its grace).
         """
         holder = self.holder if self.holder != self.replica_id else None
         heard_at = heard.any_active_at if holder is None else heard.active_at.get(holder)
-        until = heard.echo_at if heard.echo_at is not None else now
+        if heard.echo_at is None:
+            return 0.0
+        until = heard.echo_at
         since = max(heard_at or 0.0, self.standby_since, self.holder_seen_at, heard.hearing_since or float("-inf"))
         return until - since
 
