@@ -113,6 +113,11 @@ def audiences(claims: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def token_key(token: str) -> bytes:
+    """What both caches keep a token's verdict by: its SHA-256, 32 bytes where the token may be 16 KiB."""
+    return hashlib.sha256(token.encode()).digest()
+
+
 @dataclass(frozen=True, slots=True)
 class _Verdict:
     """An accepted JWT: what it grants, the key that verified it, and until when (its `exp` plus the skew)."""
@@ -134,7 +139,7 @@ class Introspection:
         self._slots = asyncio.Semaphore(INTROSPECTION_CONCURRENCY)
 
     async def claims(self, token: str) -> dict[str, Any] | Refusal:
-        key = hashlib.sha256(token.encode()).digest()
+        key = token_key(token)
         cached = self._cache.get(key)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
@@ -214,7 +219,7 @@ class TokenChecker:
         """The verdict on a JWT accepted before, if it still stands: unexpired, and its key still the one the issuer
         publishes under its id (the same object: a key set fetched again holds new ones)."""
         assert self.jwks is not None
-        key = hashlib.sha256(token.encode()).digest()
+        key = token_key(token)
         held = self._verdicts.get(key)
         if held is None:
             return None
@@ -226,9 +231,7 @@ class TokenChecker:
     def _hold(self, token: str, access: AccessToken, kid: str | None, jwk: dict[str, Any]) -> None:
         if access.expires_at is None:
             return
-        self._verdicts[hashlib.sha256(token.encode()).digest()] = _Verdict(
-            access, kid, jwk, access.expires_at + self.skew
-        )
+        self._verdicts[token_key(token)] = _Verdict(access, kid, jwk, access.expires_at + self.skew)
         while len(self._verdicts) > VERDICTS:
             self._verdicts.popitem(last=False)
 
