@@ -385,18 +385,12 @@ class Upstream:
             except MCPError as exc:
                 if exc.code != types.HEADER_MISMATCH or not self.modern:
                     raise
-                called = await self.client.call_tool(name, arguments, progress_callback=progress)  # re-lists, resends
-                dumped: dict[str, Any] = called.model_dump(by_alias=True, mode="json", exclude_none=True)
-                return dumped
+                return await self._call_through_client(name, arguments, progress)  # it re-lists and resends
             if result.get("resultType", "complete") != "complete":
                 state = result.get("requestState")
                 if result.get("resultType") == "input_required" and not result.get("inputRequests") and state:
                     # Only to be called again with its state: `Client.call_tool` drives that, from this state.
-                    called = await self.client.call_tool(
-                        name, arguments, progress_callback=progress, request_state=str(state)
-                    )
-                    again: dict[str, Any] = called.model_dump(by_alias=True, mode="json", exclude_none=True)
-                    return again
+                    return await self._call_through_client(name, arguments, progress, str(state))
                 raise ToolError(
                     "mcp-error",
                     f"tool {name!r} of the MCP server asked for input ({result['resultType']}), "
@@ -415,6 +409,15 @@ class Upstream:
         except RuntimeError as exc:  # the SDK checks structured content against the tool's output schema
             raise ToolError("bad-result", f"tool {name!r} of the MCP server: {exc}") from None
         return result
+
+    async def _call_through_client(
+        self, name: str, arguments: dict[str, Any], progress: ProgressFnT, state: str | None = None
+    ) -> dict[str, Any]:
+        """`tools/call` by the SDK's `Client.call_tool` (from `state`, if given), for what only it drives: its result
+        parsed into a `CallToolResult` and dumped back to JSON."""
+        called = await self.client.call_tool(name, arguments, progress_callback=progress, request_state=state)
+        dumped: dict[str, Any] = called.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return dumped
 
 
 class _AsChecked(RootModel[dict[str, Any]]):
