@@ -31,7 +31,8 @@ import os
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, TextIO, cast
+from types import UnionType
+from typing import Any, TextIO, cast, get_args
 
 import httpx2
 import mcp_types as types
@@ -40,13 +41,16 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import Subscription, SubscriptionLost
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import RootModel
+from mcp_types import methods
+from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, RootModel
 
+from .. import tracing
 from ..errors import McpServerError, ToolError
 from ..logs import get_logger
 from ..tasks import cancel_and_wait
 from .bounded import DEFAULT_MAX_MESSAGE, BoundedReads
+from .direct import DirectCalls
 from .stdio import command_streams
 
 log = get_logger("toolservice_base.mcp_service")
@@ -215,6 +219,10 @@ class Upstream:
         self.why = ""
         self._refused: httpx2.Response | None = None
         """The last HTTP error status the endpoint answered: the SDK turns it into a bare JSON-RPC error."""
+        self._direct: DirectCalls | None = None
+        """`tools/call` past the session, on a command's transport spoken to with the handshake (`_send_call`)."""
+        self._foreign: frozenset[str] = frozenset()
+        """`tools/call` result keys of revisions later than the negotiated one, dropped as the session drops them."""
 
     async def _handle(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -250,6 +258,9 @@ class Upstream:
             info = client.server_info
             self.name = info.name if info is not None else None
             self.modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
+            if self.modern:  # its requests carry the session's own `_meta` stamp: they go through the session
+                self._direct = None
+            self._foreign = _later_revision_fields("tools/call", client.protocol_version)
             if self.modern and _announces_changes(client.server_capabilities):
                 await self._listen(stack, client)
             self._stack = stack.pop_all()
@@ -262,8 +273,9 @@ class Upstream:
             relay = _StderrRelay(self.server)
             stack.push_async_callback(relay.close)
             await relay.start()
+            self._direct = DirectCalls()
             streams = command_streams(
-                self.server.command, list(self.server.args), self.server.env, self.server.cwd, relay.write
+                self.server.command, list(self.server.args), self.server.env, self.server.cwd, relay.write, self._direct
             )
             return streams, relay
         http = httpx2.AsyncClient(
@@ -377,11 +389,10 @@ class Upstream:
         checked against structured content; on a 2026-07-28 connection the re-listing and one resend after
         `HEADER_MISMATCH`, and a call the server asks to be made again with its state (input it needs from a
         client, which the sidecar declares it cannot give, is an `mcp-error`)."""
-        request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
         session = self.client.session
         try:
             try:
-                result = (await session.send_request(request, _AsChecked, progress_callback=progress)).root
+                result = await self._send_call(name, arguments, progress)
             except MCPError as exc:
                 if exc.code != types.HEADER_MISMATCH or not self.modern:
                     raise
@@ -410,6 +421,31 @@ class Upstream:
             raise ToolError("bad-result", f"tool {name!r} of the MCP server: {exc}") from None
         return result
 
+    async def _send_call(self, name: str, arguments: dict[str, Any], progress: ProgressFnT) -> dict[str, Any]:
+        """`tools/call` sent, its result checked against the negotiated revision's schema as the session's
+        `send_request` checks it (negative `ttlMs` floored, later revisions' keys dropped) and kept as that JSON.
+
+        On a command spoken to with the handshake the request goes past the session (`direct`: a third of the
+        sidecar's loop thread was the session's dispatcher, per request), unless tracing is on: the session's
+        dispatcher makes the request's span and carries its trace context in `_meta`. A 2026-07-28 connection's
+        requests carry the session's own stamp, and an HTTP server's go through its transport: both by the session.
+        """
+        direct = self._direct
+        if direct is None or tracing.tracer() is not None:
+            request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
+            return (await self.client.session.send_request(request, _AsChecked, progress_callback=progress)).root
+        raw = await direct.request("tools/call", {"name": name, "arguments": arguments}, progress)
+        ttl = raw.get("ttlMs")
+        if isinstance(ttl, int | float) and not isinstance(ttl, bool) and ttl < 0:
+            raw["ttlMs"] = 0
+        try:
+            methods.validate_server_result("tools/call", self.client.protocol_version or "2025-11-25", raw)
+        except KeyError:
+            pass
+        if not self._foreign.isdisjoint(raw):
+            raw = {key: value for key, value in raw.items() if key not in self._foreign}
+        return raw
+
     async def _call_through_client(
         self, name: str, arguments: dict[str, Any], progress: ProgressFnT, state: str | None = None
     ) -> dict[str, Any]:
@@ -423,3 +459,29 @@ class Upstream:
 class _AsChecked(RootModel[dict[str, Any]]):
     """A result kept as the JSON object `send_request` checked it to be (against the negotiated revision's schema):
     its top level copied, nothing in it parsed again."""
+
+
+def _later_revision_fields(method: str, version: str | None) -> frozenset[str]:
+    """Result keys of `method` that a revision later than `version` declares and `version` does not: the session's
+    `send_request` drops them before parsing (outside the negotiated contract, a later revision's constraints would
+    apply to them), so the direct path does too."""
+    current = methods.SERVER_RESULTS.get((method, version or ""))
+    if current is None or version not in KNOWN_PROTOCOL_VERSIONS:
+        return frozenset()
+    later: set[str] = set()
+    for revision in KNOWN_PROTOCOL_VERSIONS[KNOWN_PROTOCOL_VERSIONS.index(version) + 1 :]:
+        row = methods.SERVER_RESULTS.get((method, revision))
+        if row is not None:
+            later |= _wire_fields(row)
+    return frozenset(later - _wire_fields(current))
+
+
+def _wire_fields(target: type[BaseModel] | UnionType) -> set[str]:
+    """Top-level wire keys `target` declares (its members', for a union)."""
+    members: tuple[Any, ...] = get_args(target) if isinstance(target, UnionType) else (target,)
+    return {
+        info.alias or name
+        for model in members
+        if isinstance(model, type) and issubclass(model, BaseModel)
+        for name, info in model.model_fields.items()
+    }
