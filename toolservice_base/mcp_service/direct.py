@@ -105,7 +105,7 @@ class DirectCalls:
             write(to_json({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}) + b"\n")
             return await answer
         except asyncio.CancelledError:
-            if self._write is not None and not answer.done():
+            if self._write is not None:  # sent even if the answer came meanwhile, as the SDK does
                 notice = {"requestId": request_id, "reason": "caller cancelled"}
                 self._write(to_json({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": notice}) + b"\n")
             raise
