@@ -9,6 +9,11 @@ revision is spoken to in it (its tool changes heard on a
 liveness asked with `server/discover`), an older one with the handshake
 (`initialize`; `notifications/tools/list_changed`; `ping`).
 
+The session does all of that; a command's `tools/call` spoken with the
+handshake goes past it (`direct`: one line to the transport's writer, the
+answer taken off its reader by id), the session's per-request machinery
+being most of the sidecar's time per call.
+
 What the server may ask of its client it cannot have here: the sidecar
 declares no sampling, elicitation or roots capability (a server that checks
 offers the tools that can work without them), and a server that asks anyway
@@ -383,12 +388,12 @@ class Upstream:
         """`tools/call`, its result as JSON (`isError` included). Cancelling the caller cancels the call at the
         server (`notifications/cancelled`). ToolError when the server answers with a protocol error.
 
-        Sent with the session's `send_request` and the result kept as the JSON it checked against the negotiated
-        revision: `Client.call_tool` would parse it into a `CallToolResult` again and this would dump it back, two
-        more passes over every answer. What `Client.call_tool` adds is kept where it can apply: the output schema
-        checked against structured content; on a 2026-07-28 connection the re-listing and one resend after
-        `HEADER_MISMATCH`, and a call the server asks to be made again with its state (input it needs from a
-        client, which the sidecar declares it cannot give, is an `mcp-error`)."""
+        Sent by `_send_call` (past the session, on a command spoken to with the handshake) and the result kept as
+        the JSON checked against the negotiated revision: `Client.call_tool` would parse it into a `CallToolResult`
+        again and this would dump it back, two more passes over every answer. What `Client.call_tool` adds is
+        kept where it can apply: the output schema checked against structured content; on a 2026-07-28 connection
+        the re-listing and one resend after `HEADER_MISMATCH`, and a call the server asks to be made again with its
+        state (input it needs from a client, which the sidecar declares it cannot give, is an `mcp-error`)."""
         session = self.client.session
         try:
             try:
