@@ -417,7 +417,7 @@ class Upstream:
                 shell = (
                     types.CallToolResult.model_construct(structured_content=result["structuredContent"])
                     if "structuredContent" in result
-                    else types.CallToolResult.model_construct()
+                    else _UNSTRUCTURED
                 )
                 await session.validate_tool_result(name, shell)
         except MCPError as exc:
@@ -459,6 +459,11 @@ class Upstream:
         called = await self.client.call_tool(name, arguments, progress_callback=progress, request_state=state)
         dumped: dict[str, Any] = called.model_dump(by_alias=True, mode="json", exclude_none=True)
         return dumped
+
+
+_UNSTRUCTURED = types.CallToolResult.model_construct()
+"""The shell of every result without structured content: `validate_tool_result` only reads it, and building one per
+call was 2.7 % of the sidecar's loop thread once the rest of the call had gone."""
 
 
 class _AsChecked(RootModel[dict[str, Any]]):
