@@ -83,5 +83,5 @@ def test_porcupine_finds_the_histories_linearizable_and_the_stale_reads_of_a_bad
     for seed in range(1, 11):
         verdict, world = run(seed)
         assert linearizable(world, lincheck, tmp_path)["verdict"] == "ok", said(verdict)
-    broken, world = run(2, variant="no-confirm")
+    broken, world = run(14, variant="no-confirm")
     assert not broken.ok and linearizable(world, lincheck, tmp_path)["verdict"] == "illegal"
