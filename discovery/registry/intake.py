@@ -291,7 +291,7 @@ class Intake:
         if len(state.offers) > 2 * self.options.max_instances_per_service:
             self._forget_unused_offers(state, keep=announcement.digest)
         previous = self.leases.get(announcement.instance)
-        lease, _ = self.leases.renew(
+        lease, created = self.leases.renew(
             announcement.instance,
             key,
             ttl=announcement.ttl,
@@ -302,6 +302,8 @@ class Intake:
             **self._provenance(announcement),
         )
         state.since.setdefault(announcement.instance, wall)
+        if created:  # the gauge moves now, not at the next sweep (sweeps skip the ticks where nothing runs out)
+            self.metrics.instances.set(len(self.leases))
         if previous is not None and previous.service != key:
             self._mark(previous.service)  # the instance now serves another service id
         if previous is not None and previous.held:

@@ -288,10 +288,11 @@ class PulsarTransport(OpenedResources):
         )
         reserved = name if shared else ""
         async with broker_errors(explain=lambda exc: self._questions.explain(exc, doing, topic, "consume", reserved)):
-            batched = isinstance(sub, BatchedSubscription)
-            listener = None if batched else sub.on_message
-            queue = sub.client_queue if batched else receiver_queue
-            batches = sub.batches() if isinstance(sub, BatchedSubscription) else None
+            listener: Callable[[Any, Any], None] | None
+            if isinstance(sub, BatchedSubscription):
+                listener, queue, batches = None, sub.client_queue, sub.batches()
+            else:
+                listener, queue, batches = sub.on_message, receiver_queue, None
             if shared:
                 creating = self._subscribe_shared(topic, name, queue, listener, batches)
             else:
