@@ -124,7 +124,9 @@ class Intake:
         if announcement.kind == "announce":
             await self._on_announce(announcement, now, wall, tracing.remote_context(message.properties))
         elif announcement.kind == "heartbeat":
-            await self._on_heartbeat(announcement, now, wall, message.properties.get(TOOL_STATS))
+            probe = self._on_heartbeat(announcement, now, wall, message.properties.get(TOOL_STATS))
+            if probe is not None:
+                await self._prober.probe(announcement.instance, probe)
         else:
             self._on_withdraw(announcement, wall, tracing.remote_context(message.properties))
 
@@ -312,14 +314,14 @@ class Intake:
         # the store even if the record says nothing changed: conflicts live in memory.
         self._mark(key, force=not known, link=link)
 
-    async def _on_heartbeat(
+    def _on_heartbeat(
         self, announcement: Announcement, now: float, wall: float, stats: str | None = None
-    ) -> None:
-        """Renew the lease; `stats`, the heartbeat's `tool-stats` property, goes on it for the page (`usage`)."""
+    ) -> str | None:
+        """Renew the lease; `stats`, the heartbeat's `tool-stats` property, goes on it for the page (`usage`). Returns
+        why its instance is to be probed, if it is (a plain function: a heartbeat costs no coroutine of its own)."""
         lease = self.leases.get(announcement.instance)
         if lease is None or lease.service.workspace != announcement.workspace:
-            await self._prober.probe(announcement.instance, "heartbeat from an unknown instance")
-            return
+            return "heartbeat from an unknown instance"
         was_held = lease.held
         self.leases.renew(
             announcement.instance,
@@ -333,11 +335,12 @@ class Intake:
             self._resume(now)
         state = self._book.get(lease.service)
         if lease.digest != announcement.digest:
-            await self._prober.probe(announcement.instance, "heartbeat with an unknown digest")
-        elif state is None or lease.digest not in state.offers:
-            await self._prober.probe(announcement.instance, "descriptors not known since the registry started")
-        elif stats is not None:
+            return "heartbeat with an unknown digest"
+        if state is None or lease.digest not in state.offers:
+            return "descriptors not known since the registry started"
+        if stats is not None:
             self._heard_calls(lease, announcement, stats, {tool.name for tool in state.offers[lease.digest].tools})
+        return None
 
     @staticmethod
     def _heard_calls(lease: Lease, announcement: Announcement, stats: str, tools: set[str]) -> None:
