@@ -263,3 +263,29 @@ def test_sweeps_expire_exactly_the_leases_a_full_pass_would_after_any_history() 
             result = leases.sweep(now)
             assert sorted(lease.instance for lease in [*result.expired, *result.held]) == expected
             assert all(leases.get(lease.instance) is None for lease in result.expired)
+
+
+def test_the_next_due_lease_is_the_earliest_end_a_sweep_could_take_after_any_history() -> None:
+    """The registry sleeps until `next_due` (`Expiry.due_at`), so it must never be later than the first lease a sweep
+    would take: renewals, refusals, holds, resumptions, removals and sweeps in random order, and after each one
+    `next_due` is the earliest end among the leases not held (or held and refused); none: infinity."""
+    rng = random.Random(11)
+    leases = LeaseTable(threshold=0.5, minimum=3)
+    now = 0.0
+    names = [f"i{n}" for n in range(40)]
+    assert leases.next_due() == float("inf")
+    for _ in range(3_000):
+        now += rng.choice((0.0, 0.01, 0.1, 0.5))
+        action, name = rng.random(), rng.choice(names)
+        if action < 0.55:
+            leases.renew(name, ("default", rng.choice("abc")), ttl=rng.choice((1.0, 2.0, 3.0)), now=now, wall=now)
+        elif action < 0.65:
+            leases.refuse(name, "refused for the test")
+        elif action < 0.7:
+            leases.resume_held(now)
+        elif action < 0.73:
+            leases.remove(name)
+        else:
+            leases.sweep(now)
+        takeable = [lease.expires_at for lease in leases if not lease.held or lease.refused is not None]
+        assert leases.next_due() == min(takeable, default=float("inf"))
