@@ -344,6 +344,7 @@ async def _sole_registry(
 
 
 async def _refuse_an_older_registry(members: Membership) -> None:
+    """Refuse to go on once an older registry is heard; looked at each time another member of the group speaks."""
     own = members.status
     while True:
         older = [
@@ -358,7 +359,7 @@ async def _refuse_an_older_registry(members: Membership) -> None:
                 " one registry per topicspace (`toolreg up` runs one; use `toolreg up --no-registry` beside `toolreg"
                 " registry`)"
             )
-        await asyncio.sleep(0.2)
+        await members.other_heard()
 
 
 async def _elect_registry(

@@ -111,6 +111,11 @@ class Departed:
         """Names of `workspace` kept for a departed service at `now`."""
         return {tool: k for tool, k in self.names.get(workspace, {}).items() if k.until > now}
 
+    @property
+    def next_due(self) -> float:
+        """When (wall clock) the next kept name is released; infinity when none is kept."""
+        return self._next_due
+
     def prune(self, now: float) -> set[str]:
         """Forget what is due; returns the workspaces where a kept name was released (cheap when nothing is due)."""
         released: set[str] = set()

@@ -15,6 +15,15 @@ fails, half a minute later. A registry in a replica group has the proof
 second, and every announcement or heartbeat that comes in proves it too
 (`inbound`). A sweep then runs as of the moment it last heard, never later,
 and not at all once it has heard nothing for `DEAF_AFTER`.
+
+Sweeps keep to the ticks of `sweep_interval`, but a tick at which nothing
+can run out is skipped (`due_at`: the next lease's end, the next kept name's
+release): the registry (`Registry`) sleeps until the first tick that can find
+something to do, or the next look at its topics (every second), whichever
+comes first. A lease still runs out at the same tick as if every tick swept;
+what an idle tick would only have noticed (a stall, the broker lost or heard
+again) is noticed within a second, and every tick sweeps while sweeps are
+paused or the broker is not heard.
 """
 
 from __future__ import annotations
@@ -52,7 +61,8 @@ Hearing: TypeAlias = Callable[[], float | None]
 
 
 class Expiry:
-    """The periodic lease sweep (`sweep`, every `RegistryOptions.sweep_interval`), paused while expiry would lie."""
+    """The periodic lease sweep (`sweep`, at the ticks of `RegistryOptions.sweep_interval` that `due_at` asks for),
+    paused while expiry would lie."""
 
     def __init__(
         self,
@@ -81,6 +91,15 @@ class Expiry:
         self._last_sweep = time.monotonic()
         self._sweeps_paused_until = 0.0
         self._disconnected = False
+
+    def due_at(self, now: float) -> float:
+        """When (monotonic) a sweep can next find something to do: a lease running out, or a kept name released; `now`
+        (every tick) while sweeps are paused or the broker is not heard. At or before `now`: at the next tick."""
+        if self._disconnected or now < self._sweeps_paused_until:
+            return now
+        kept = self.departed.next_due
+        released = now + (kept - time.time()) if kept != float("inf") else kept
+        return min(self.leases.next_due(), released)
 
     def _mark(self, key: ServiceKey) -> None:
         self._writer.mark(key)

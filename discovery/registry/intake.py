@@ -124,7 +124,9 @@ class Intake:
         if announcement.kind == "announce":
             await self._on_announce(announcement, now, wall, tracing.remote_context(message.properties))
         elif announcement.kind == "heartbeat":
-            await self._on_heartbeat(announcement, now, wall, message.properties.get(TOOL_STATS))
+            probe = self._on_heartbeat(announcement, now, wall, message.properties.get(TOOL_STATS))
+            if probe is not None:
+                await self._prober.probe(announcement.instance, probe)
         else:
             self._on_withdraw(announcement, wall, tracing.remote_context(message.properties))
 
@@ -291,7 +293,7 @@ class Intake:
         if len(state.offers) > 2 * self.options.max_instances_per_service:
             self._forget_unused_offers(state, keep=announcement.digest)
         previous = self.leases.get(announcement.instance)
-        lease, _ = self.leases.renew(
+        lease, created = self.leases.renew(
             announcement.instance,
             key,
             ttl=announcement.ttl,
@@ -302,6 +304,8 @@ class Intake:
             **self._provenance(announcement),
         )
         state.since.setdefault(announcement.instance, wall)
+        if created:  # the gauge moves now, not at the next sweep (sweeps skip the ticks where nothing runs out)
+            self.metrics.instances.set(len(self.leases))
         if previous is not None and previous.service != key:
             self._mark(previous.service)  # the instance now serves another service id
         if previous is not None and previous.held:
@@ -310,14 +314,14 @@ class Intake:
         # the store even if the record says nothing changed: conflicts live in memory.
         self._mark(key, force=not known, link=link)
 
-    async def _on_heartbeat(
+    def _on_heartbeat(
         self, announcement: Announcement, now: float, wall: float, stats: str | None = None
-    ) -> None:
-        """Renew the lease; `stats`, the heartbeat's `tool-stats` property, goes on it for the page (`usage`)."""
+    ) -> str | None:
+        """Renew the lease; `stats`, the heartbeat's `tool-stats` property, goes on it for the page (`usage`). Returns
+        why its instance is to be probed, if it is (a plain function: a heartbeat costs no coroutine of its own)."""
         lease = self.leases.get(announcement.instance)
         if lease is None or lease.service.workspace != announcement.workspace:
-            await self._prober.probe(announcement.instance, "heartbeat from an unknown instance")
-            return
+            return "heartbeat from an unknown instance"
         was_held = lease.held
         self.leases.renew(
             announcement.instance,
@@ -331,11 +335,12 @@ class Intake:
             self._resume(now)
         state = self._book.get(lease.service)
         if lease.digest != announcement.digest:
-            await self._prober.probe(announcement.instance, "heartbeat with an unknown digest")
-        elif state is None or lease.digest not in state.offers:
-            await self._prober.probe(announcement.instance, "descriptors not known since the registry started")
-        elif stats is not None:
+            return "heartbeat with an unknown digest"
+        if state is None or lease.digest not in state.offers:
+            return "descriptors not known since the registry started"
+        if stats is not None:
             self._heard_calls(lease, announcement, stats, {tool.name for tool in state.offers[lease.digest].tools})
+        return None
 
     @staticmethod
     def _heard_calls(lease: Lease, announcement: Announcement, stats: str, tools: set[str]) -> None:

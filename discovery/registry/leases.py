@@ -322,6 +322,18 @@ class LeaseTable:
             self.remove(lease.instance)
         return SweepResult(expired=expired, held=held, failing=failing, total=total)
 
+    def next_due(self) -> float:
+        """When (monotonic) the next lease can run out, held ones aside; infinity when none can. What a sweep would
+        drop from the deadlines on the way (entries a lease has moved on from) is dropped here."""
+        deadlines, leases = self._deadlines, self._leases
+        while deadlines:
+            expires_at, instance = deadlines[0]
+            lease = leases.get(instance)
+            if lease is not None and lease.expires_at == expires_at and (not lease.held or lease.refused is not None):
+                return expires_at
+            heapq.heappop(deadlines)
+        return float("inf")
+
     def _due(self, now: float) -> list[Lease]:
         """The leases whose end has come, unless held (and not refused): popped from the deadlines, each once."""
         deadlines, leases = self._deadlines, self._leases

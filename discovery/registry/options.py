@@ -26,7 +26,8 @@ class RegistryOptions:
     """Tuning of one registry. The defaults suit production and tests alike."""
 
     sweep_interval: float = 0.25
-    """Seconds between lease sweeps (at most 1): how late past its ttl a dead instance goes."""
+    """Seconds between lease sweeps (at most 1): how late past its ttl a dead instance goes. A tick at which no lease
+    can run out is skipped (`Expiry.due_at`); the registry sweeps once a second all the same."""
     self_preservation_share: float = 0.5
     """Hold the deletions when more than this share of all leases expire in one sweep..."""
     self_preservation_min: int = 3

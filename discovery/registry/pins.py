@@ -71,7 +71,7 @@ from toolservice_base.logs import get_logger
 from toolservice_base.schemas import Announcement
 from toolservice_base.schemas.tools import definition_digest, tool_definition
 
-from .keys import Key
+from .keys import Key, unreadable
 from .merge import Offer
 from .options import AutoApprove
 from .pin_rules import (
@@ -202,12 +202,7 @@ class PinBook:
             try:
                 pin = Pin.model_validate_json(value)
             except ValidationError as exc:
-                log.warning(
-                    "registry.record_unreadable",
-                    key=f"{PIN_TYPE}/{tool}",
-                    workspace=workspace,
-                    reason=str(exc).splitlines()[0],
-                )
+                unreadable((PIN_TYPE, tool), exc, workspace)
                 continue
             pins[tool] = pin
             if pin.rejected:
@@ -218,7 +213,7 @@ class PinBook:
             try:
                 pending = Pending.model_validate_json(value)
             except ValidationError as exc:
-                log.warning("registry.record_unreadable", key=f"{PENDING_TYPE}/{key}", reason=str(exc).splitlines()[0])
+                unreadable((PENDING_TYPE, key), exc)
                 continue
             pin = self.get(pending.workspace, pending.tool)
             if pin is not None and (pending.offered == pin.digest or pending.offered in pin.rejected):

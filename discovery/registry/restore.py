@@ -27,6 +27,7 @@ from toolservice_base.logs import get_logger
 from .book import ServiceBook
 from .departed import DEPARTED_KEY, Departed
 from .heard import HeardLeases
+from .keys import unreadable
 from .leases import LeaseTable, ServiceKey
 from .merge import RECORD_TYPE, OwnershipRecord
 from .pins import PENDING_TYPE, PIN_TYPE, PinBook
@@ -69,12 +70,7 @@ class Restore:
         try:
             self.departed.load(found.get(DEPARTED_KEY), wall)
         except ValueError as exc:
-            log.warning(
-                "registry.record_unreadable",
-                key=f"{DEPARTED_KEY[0]}/{DEPARTED_KEY[1]}",
-                workspace=PROBE_WORKSPACE,
-                reason=str(exc),
-            )
+            unreadable(DEPARTED_KEY, exc, PROBE_WORKSPACE)
         for instance, withdrawn in self.departed.instances.items():
             self.validator.ended(instance, withdrawn.sequence, withdrawn.until)
 
@@ -92,12 +88,7 @@ class Restore:
             record = OwnershipRecord.from_value(value)
             owned = record.owned_keys()
         except ValueError as exc:
-            log.warning(
-                "registry.record_unreadable",
-                key=f"{RECORD_TYPE}/{service_id}",
-                workspace=workspace,
-                reason=str(exc).splitlines()[0],
-            )
+            unreadable((RECORD_TYPE, service_id), exc, workspace)
             return
         key = ServiceKey(workspace, service_id)
         state = self.book.restore(key, record, owned)

@@ -120,6 +120,7 @@ class Membership:
         self._wake = asyncio.Event()
         self._echo = asyncio.Event()
         self._rival_heard = asyncio.Event()
+        self._other_heard = asyncio.Event()
         self._asking = bool(store)
         """A store's statuses are questions until it `joined` (after `look_around`): one refused at start never
         counts, for the stores already there, as a member or a rival."""
@@ -240,8 +241,15 @@ class Membership:
             self._said_rival(status)
             return
         self._others[status.id] = status
+        self._other_heard.set()
         if status.role == "active":
             self._active_heard[status.id] = self._any_active_heard = status.heard
+
+    async def other_heard(self) -> None:
+        """Wait until another member of the group says itself (at once if one did since the last wait returned): a
+        watch on the group wakes when there is something to see, not every fraction of a second."""
+        await self._other_heard.wait()
+        self._other_heard.clear()
 
     def _rival(self, status: ReplicaStatus) -> bool:
         """Another config store on this topicspace: of another kind, or another SQLite store."""

@@ -367,14 +367,49 @@ LISTEN_QUEUE = 1024
 retry."""
 
 
+TICK = 1.0
+"""Seconds between two of uvicorn's ticks (`BoundedServer.main_loop`): it refreshes the Date header once a second."""
+
+
 class BoundedServer(uvicorn.Server):
-    """uvicorn without its signal handlers (SIGTERM and SIGINT belong to the process, `toolreg`), and with a deep accept
-    queue.
+    """uvicorn without its signal handlers (SIGTERM and SIGINT belong to the process, `toolreg`), with a deep accept
+    queue, and ticking once a second.
 
     asyncio accepts as many connections at once as the backlog it was given
     (`bounded_config` keeps that at the connection cap); the kernel's queue
     behind it is widened here, once listening, to `LISTEN_QUEUE`.
+
+    uvicorn ticks every 0.1 s to refresh its Date header (every tenth tick)
+    and to see whether it should exit: ten wake-ups a second of the loop of
+    every process that serves HTTP, most of an idle registry's. Here it ticks
+    every `TICK`, and setting `should_exit` ends the wait at once.
     """
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        self._exit_asked: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+        super().__init__(config)
+
+    @property
+    def should_exit(self) -> bool:
+        return self._should_exit
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        """Set from any thread; True wakes `main_loop` now."""
+        self._should_exit = value
+        if value and self._exit_asked is not None:
+            loop, asked = self._exit_asked
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing waits any more
+                loop.call_soon_threadsafe(asked.set)
+
+    async def main_loop(self) -> None:
+        asked = asyncio.Event()
+        self._exit_asked = (asyncio.get_running_loop(), asked)
+        counter = 0
+        while not await self.on_tick(counter):
+            counter += 10  # a tick is a second: every one refreshes the Date header, as every tenth of uvicorn's does
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asked.wait(), TICK)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

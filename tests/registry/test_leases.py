@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 import pytest
 
@@ -234,27 +235,33 @@ def test_a_sweep_with_nothing_due_makes_no_pass_over_the_fleet() -> None:
     assert _CountedPasses.passes == 0
 
 
-def test_sweeps_expire_exactly_the_leases_a_full_pass_would_after_any_history() -> None:
-    """Renewals, refusals, holds, resumptions and removals in random order: each sweep expires and holds what a pass
-    over every lease finds due (its end come, and not held unless refused)."""
-    rng = random.Random(7)
+def random_history(seed: int, steps: int = 3_000) -> Iterator[tuple[LeaseTable, float, bool]]:
+    """Renewals, refusals, holds, resumptions and removals of 40 instances' leases in random order, the clock moving
+    on between them; after each step the table, the time, and whether this step is the caller's turn to sweep
+    (about a quarter of them)."""
+    rng = random.Random(seed)
     leases = LeaseTable(threshold=0.5, minimum=3)
     now = 0.0
     names = [f"i{n}" for n in range(40)]
-    for _ in range(3_000):
+    for _ in range(steps):
         now += rng.choice((0.0, 0.01, 0.1, 0.5))
-        action = rng.random()
-        name = rng.choice(names)
+        action, name = rng.random(), rng.choice(names)
         if action < 0.55:
-            service = ("default", rng.choice("abc"))
-            leases.renew(name, service, ttl=rng.choice((1.0, 2.0, 3.0)), now=now, wall=now)
+            leases.renew(name, ("default", rng.choice("abc")), ttl=rng.choice((1.0, 2.0, 3.0)), now=now, wall=now)
         elif action < 0.65:
             leases.refuse(name, "refused for the test")
         elif action < 0.7:
             leases.resume_held(now)
         elif action < 0.73:
             leases.remove(name)
-        else:
+        yield leases, now, action >= 0.73
+
+
+def test_sweeps_expire_exactly_the_leases_a_full_pass_would_after_any_history() -> None:
+    """Each sweep expires and holds what a pass over every lease finds due (its end come, and not held unless
+    refused)."""
+    for leases, now, sweeping in random_history(7):
+        if sweeping:
             expected = sorted(
                 lease.instance
                 for lease in leases
@@ -263,3 +270,15 @@ def test_sweeps_expire_exactly_the_leases_a_full_pass_would_after_any_history() 
             result = leases.sweep(now)
             assert sorted(lease.instance for lease in [*result.expired, *result.held]) == expected
             assert all(leases.get(lease.instance) is None for lease in result.expired)
+
+
+def test_the_next_due_lease_is_the_earliest_end_a_sweep_could_take_after_any_history() -> None:
+    """The registry sleeps until `next_due` (`Expiry.due_at`), so it must never be later than the first lease a sweep
+    would take: after every step of a random history (sweeps among them), `next_due` is the earliest end among the
+    leases not held (or held and refused); none: infinity."""
+    assert LeaseTable(threshold=0.5, minimum=3).next_due() == float("inf")
+    for leases, now, sweeping in random_history(11):
+        if sweeping:
+            leases.sweep(now)
+        takeable = [lease.expires_at for lease in leases if not lease.held or lease.refused is not None]
+        assert leases.next_due() == min(takeable, default=float("inf"))

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 from support import eventually
 from support.pins import ARG, LEAK, ORIGINAL, PINNING, Sender, announce, offer, service, tool
 
@@ -109,6 +110,23 @@ def test_auto_approval_needs_the_same_key_and_a_higher_version() -> None:
         assert (book.get("default", "tell-joke").digest == definition_digest(changed, service())) is approved  # type: ignore[union-attr]
         assert (not result.held and not book.pending) is approved, (signer, version)
     assert version_key("v1.2.3") == (1, 2, 3) and version_key("1.2b") is None
+
+
+def test_a_stored_pin_or_pending_change_that_cannot_be_read_is_told_in_one_line_and_skipped() -> None:
+    """A bad value never keeps the other pins from loading; the log names its key and the first line of the reason."""
+    good = pin_of(service(), ORIGINAL)
+    book = PinBook()
+    with capture_logs() as logs:
+        book.load_pins("default", {"tell-joke": good.model_dump_json(), "broken": '{"tool": 1}'})
+        book.load_pending({"default/broken": "not json"})
+    assert book.get("default", "tell-joke") == good and book.get("default", "broken") is None
+    assert not book.pending
+    told = [entry for entry in logs if entry["event"] == "registry.record_unreadable"]
+    assert [(entry["key"], entry["workspace"]) for entry in told] == [
+        (f"{PIN_TYPE}/broken", "default"),
+        (f"{PENDING_TYPE}/default/broken", None),
+    ]
+    assert all(entry["reason"] and "\n" not in entry["reason"] for entry in told)
 
 
 # --- a registry on a real broker -------------------------------------------------------------

@@ -110,6 +110,39 @@ async def test_a_silent_instance_expires_after_its_ttl(
         assert time.monotonic() - silent >= TTL * 0.6  # not before the lease could have run out
 
 
+async def test_sweeps_skip_the_ticks_at_which_nothing_can_run_out_yet_a_silent_lease_goes_at_the_tick_after_its_end(
+    settings: Settings, connection: Transport, config_client: ConfigClient, config_store: ConfigStoreService
+) -> None:
+    """Leases renewed long before they end ask for no tick of their own: the registry sweeps once a second (with its
+    look at the topics), not at every tick; a lease that falls silent still runs out at the first tick after its end."""
+    registry = Registry(connection, options=FAST)
+    sweeps: list[float] = []
+    sweep = registry.expiry.sweep
+
+    async def counted() -> None:
+        sweeps.append(time.monotonic())
+        await sweep()
+
+    registry.expiry.sweep = counted  # type: ignore[method-assign]
+    async with (
+        registry,
+        JokeService(settings=settings, ttl=10.0) as steady,
+        JokeService(settings=settings, ttl=TTL) as svc,
+    ):
+        await eventually(lambda: has_tools(config_client, "tell-joke"), timeout=1.0)
+        silence(steady)  # its lease ends ten seconds after its last message: nothing for the sweeps to do till then
+        silence(svc)
+        instance = svc.announcer.instance  # type: ignore[union-attr]
+        lease = registry.leases.get(instance)
+        assert lease is not None
+        ends = lease.expires_at
+        await eventually(lambda: registry.leases.get(instance) is None, timeout=TTL + 1.0)
+        assert time.monotonic() - ends < FAST.sweep_interval + 0.4  # the tick after its end, give or take the loop
+        sweeps.clear()
+        await asyncio.sleep(2.0)
+        assert 1 <= len(sweeps) <= 3, sweeps  # once a second, where every 0.1 s tick would have made 20
+
+
 async def test_no_lease_runs_out_on_a_silence_the_registry_could_not_hear(
     settings: Settings, connection: Transport, config_client: ConfigClient, config_store: ConfigStoreService
 ) -> None:

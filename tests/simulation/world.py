@@ -8,7 +8,10 @@ restarts, freezes, partitions both ways and one way, a broker restart, lost
 receipts, clock rates, forged and replayed records, a group-key rotation,
 a replica with a wrong key or none. Clients put, conditionally put, delete
 and read a few keys in an ordinary and a reserved workspace; their history
-is what `check` judges.
+is what `check` judges. They keep a busy pace from just before each fault
+to a little after it ends, and a slow one while nothing is wrong: nearly
+all of a schedule's cost is its operations, and the busy ones are where a
+bad rule shows (`_pause`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,15 @@ NET = (0.0003, 0.003)
 """Seconds a message takes through the broker, drawn per message."""
 CLIENT_TIMEOUT = 2.0
 CLIENTS = 5
+BUSY_PAUSE = (0.01, 0.1)
+"""Seconds a client waits between operations while the group is disturbed or about to be: where the faults bite."""
+QUIET_PAUSE = (0.3, 1.0)
+"""Seconds it waits while nothing is wrong nor about to be: enough for the history to show the group serving."""
+AFTERMATH = 2.5
+"""How long after a fault ends the clients stay busy: the time in which a replica that was frozen or cut off may still
+act on what it last knew (where `no-confirm` is caught), and a client's timeout after it."""
+LEAD = 0.5
+"""How long before a planned fault the clients get busy."""
 FAULTS = (
     "kill",
     "freeze",
@@ -47,6 +59,8 @@ FAULTS = (
     "replay",
 )
 """The kinds of fault a schedule may draw (`rotation` and `wrong-key` are schedules of their own)."""
+CUTS = {"partition": frozenset({"in", "out"}), "inbound": frozenset({"in"}), "outbound": frozenset({"out"})}
+"""The directions of a replica's link each kind of cut takes down."""
 
 
 Step = tuple[float, int, "SimReplica | None", int, Callable[..., Any], tuple[Any, ...]]
@@ -110,7 +124,13 @@ class World:
         self.key: GroupKey | None = GroupKey.generate(self.rng.randbytes(32)) if self.keyed else None
         self.replicas = [SimReplica(self, f"r{n}", self.key) for n in range(replicas)]
         self.down: dict[str, set[str]] = {}
-        """Replica -> the directions ('in', 'out') its link to the broker is cut in."""
+        """Replica -> the directions ('in', 'out') its link to the broker is cut in: the union of its cuts."""
+        self._cuts: dict[str, list[frozenset[str]]] = {}
+        """Replica -> each cut of its link still on: overlapping faults heal one at a time, each at its own end."""
+        self._freezes: dict[str, int] = {}
+        """Replica -> how many freezes hold it: it runs again when the last one ends."""
+        self._losing = 0
+        """How many lost-receipt faults are on."""
         self.lost_receipts = 0.0
         self.ops: list[Op] = []
         self.requests: dict[str, Request] = {}
@@ -129,6 +149,10 @@ class World:
         """A frozen replica's steps, run in order once it thaws."""
         self.faults = self.draw_faults()
         self.healed_at = seconds * 0.75
+        self.busy_until = 0.0
+        """Until when the clients keep the busy pace (`_pause`): a fault and its aftermath."""
+        self.planned: list[float] = []
+        """When each planned disturbance starts (faults, rotation steps, a stranger's start, the final heal)."""
 
     # --- the clock ----------------------------------------------------------------------------
 
@@ -252,8 +276,17 @@ class World:
             self._issue(number, next(self._counts[number]))
 
     def _pause(self, number: int) -> None:
-        """A client has its answer (or gave up): its next operation after a pause."""
-        self.later(self.rng.uniform(0.01, 0.1), self.client, number)
+        """A client has its answer (or gave up): its next operation after a pause, short while the group is disturbed
+        or about to be, long while it is not. Nearly all of a schedule's cost is its operations, and those far from
+        any fault only show the group serving: a few do that as well as many."""
+        now = self.now
+        busy = now < self.busy_until or any(at - LEAD <= now < at for at in self.planned)
+        low, high = BUSY_PAUSE if busy else QUIET_PAUSE
+        self.later(low + (high - low) * self.rng.random(), self.client, number)
+
+    def _disturbed_until(self, end: float) -> None:
+        if end + AFTERMATH > self.busy_until:
+            self.busy_until = end + AFTERMATH
 
     def _issue(self, number: int, n: int) -> None:
         rid = f"c{number}-{n}"
@@ -306,13 +339,19 @@ class World:
         for kind in self.faults.kinds:
             at = self.rng.uniform(1.0, max(1.0, self.healed_at - 4.0))  # after the group's first records
             self.later(at, self._fault, kind)
+            self.planned.append(at)
+        self.planned.append(self.healed_at)
         if self.faults.rotation:
             self.later(1.0, self._rotate, 1)
+            self.planned.append(1.0)
         if self.faults.stranger is not None:
             key = GroupKey.generate(self.rng.randbytes(32)) if self.faults.stranger == "wrong-key" else None
             stranger = SimReplica(self, "stranger", key, group=False)
             self.replicas.append(stranger)
-            self.later(self.rng.uniform(0.5, 6.0), self._start, stranger)
+            at = self.rng.uniform(0.5, 6.0)
+            self.later(at, self._start, stranger)
+            self.planned.append(at)
+            self.later(at, self._disturbed_until, at)
         if "skew" in self.faults.kinds:
             for replica in self.replicas:
                 replica.rate, replica.offset = self.rng.uniform(0.95, 1.05), self.rng.uniform(-100, 100)
@@ -327,6 +366,7 @@ class World:
         target = self._target()
         length = self.rng.uniform(0.5, 6.0)
         self.trace.append(f"{self.now:9.4f} fault {kind} on {target.name} for {length:.2f}s")
+        self._disturbed_until(self.now + length)
         if kind not in ("forged-status", "skew"):
             self.disturbed.append((self.now, self.now + length + CLIENT_TIMEOUT, kind))
         if kind in ("kill", "freeze", "partition", "inbound", "outbound"):
@@ -339,19 +379,19 @@ class World:
             self.later(length, self._start, target)
         elif kind == "freeze":
             target.frozen = True
-            self.later(length, self._thaw, target)
+            self._freezes[target.name] = self._freezes.get(target.name, 0) + 1
+            self.later(length, self._unfreeze, target)
         elif kind in ("partition", "inbound", "outbound"):
-            self.down[target.name] = {"partition": {"in", "out"}, "inbound": {"in"}, "outbound": {"out"}}[kind]
+            self._cut(target, CUTS[kind], length)
             if kind != "inbound":  # the broker hears nothing from it: dropped after the keep-alive
                 self.later(KEEPALIVE, self._keepalive, target)
-            self.later(length, self._heal, target)
         elif kind == "broker-restart":
             for replica in self.replicas:
-                self.down[replica.name] = {"in", "out"}
-                self.later(min(length, 1.0), self._heal, replica)
+                self._cut(replica, CUTS["partition"], min(length, 1.0))
         elif kind == "receipts":
+            self._losing += 1
             self.lost_receipts = 0.2
-            self.later(length, setattr, self, "lost_receipts", 0.0)
+            self.later(length, self._receipts_kept)
         elif kind == "forge":
             self._forge()
         elif kind == "forged-status":
@@ -385,8 +425,32 @@ class World:
                 self.redeliver(request)
             replica.queue = []
 
-    def _heal(self, replica: SimReplica) -> None:
-        self.down.pop(replica.name, None)
+    def _cut(self, replica: SimReplica, directions: frozenset[str], length: float) -> None:
+        cuts = self._cuts.setdefault(replica.name, [])
+        cuts.append(directions)
+        self.down[replica.name] = set().union(*cuts)
+        self.later(length, self._heal, replica, directions)
+
+    def _heal(self, replica: SimReplica, directions: frozenset[str]) -> None:
+        """One cut ends; another still on keeps its directions down."""
+        cuts = self._cuts.get(replica.name, [])
+        if directions in cuts:
+            cuts.remove(directions)
+        if cuts:
+            self.down[replica.name] = set().union(*cuts)
+        else:
+            self.down.pop(replica.name, None)
+
+    def _unfreeze(self, replica: SimReplica) -> None:
+        held = self._freezes.get(replica.name, 0) - 1
+        self._freezes[replica.name] = max(held, 0)
+        if held <= 0 and replica.frozen:
+            self._thaw(replica)
+
+    def _receipts_kept(self) -> None:
+        self._losing = max(self._losing - 1, 0)
+        if not self._losing:
+            self.lost_receipts = 0.0
 
     def _forge(self) -> None:
         """Someone allowed to produce on the state topics: a fencing writer on the log, a marker, a status."""
@@ -426,6 +490,7 @@ class World:
         assert self.key is not None
         rotated, _ = self.key.rotated(self.rng.randbytes(32))
         self.key = rotated
+        self._disturbed_until(self.now + 0.8 * len(self.replicas) + 1.0)
         for n, replica in enumerate(r for r in self.replicas if r.group):
             self.later(0.8 * n + 0.4, self._restart_with, replica, rotated)
         if step < 3:
@@ -493,8 +558,11 @@ class World:
 
     def _heal_all(self) -> None:
         self.trace.append(f"{self.now:9.4f} every fault healed")
+        self._disturbed_until(self.now)
         self.down.clear()
-        self.lost_receipts = 0.0
+        self._cuts.clear()
+        self._freezes.clear()
+        self._losing, self.lost_receipts = 0, 0.0
         for replica in self.replicas:
             if replica.frozen:
                 self._thaw(replica)

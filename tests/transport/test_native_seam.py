@@ -22,8 +22,9 @@ def test_the_native_names_the_transport_uses_exist() -> None:
     assert native.RESULT_OK is not None and inspect.isclass(native.NativeError)
     for method in ("content", "property", "build"):
         assert hasattr(native.MessageBuilder(), method), method
-    for method in ("consumer_type", "receiver_queue_size", "schema", "message_listener"):
+    for method in ("consumer_type", "receiver_queue_size", "schema", "message_listener", "batch_receive_policy"):
         assert hasattr(native.ConsumerConfiguration(), method), method
+    assert callable(native.BatchReceivePolicy)
 
 
 async def test_a_clients_producers_and_readers_native_objects_have_what_the_transport_calls(

@@ -14,10 +14,15 @@ writer here takes every message already waiting and writes them in one go:
 at 32 calls in flight the pipe `write` was a fifth of the sidecar's busy time,
 and the server read each request on its own. A message sent alone is written
 at once, as before.
+
+And the sidecar's own requests (`direct.DirectCalls`, given to
+`command_streams`): their lines join the same writer, and the reader takes
+their answers off the output, by id, before the session would see them.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import TextIO
@@ -29,6 +34,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client.stdio import get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
+
+from .direct import DirectCalls
 
 EXIT_GRACE = 2.0
 """Seconds a server has to exit once its stdin is closed, and again after SIGTERM, as the SDK gives it."""
@@ -42,24 +49,36 @@ Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObj
 
 @asynccontextmanager
 async def command_streams(
-    command: str, args: list[str], env: Mapping[str, str], cwd: str | None, errlog: TextIO
+    command: str,
+    args: list[str],
+    env: Mapping[str, str],
+    cwd: str | None,
+    errlog: TextIO,
+    direct: DirectCalls | None = None,
 ) -> AsyncIterator[Streams]:
     """Start `command` and yield the session's (read, write) streams to it; stop it on leaving (see the module).
 
-    OSError if the command cannot be started."""
+    `direct`, if given, sends its requests through the same writer and takes their answers off the reader, from
+    the start until the connection ends. OSError if the command cannot be started."""
     process = await anyio.open_process(
         [command, *args], env=get_default_environment() | dict(env), stderr=errlog, cwd=cwd, start_new_session=True
     )
     read_in, read_out = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_in, write_out = anyio.create_memory_object_stream[SessionMessage](0)
+    outbox = _Outbox()
     written = anyio.Event()
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(_read, process, read_in)
-        tasks.start_soon(_write, process, write_out, read_in, written)
+        tasks.start_soon(_read, process, read_in, direct)
+        tasks.start_soon(_forward, write_out, outbox)
+        tasks.start_soon(_write, process, outbox, write_out, read_in, written, direct)
+        if direct is not None:
+            direct.attach(outbox.put)
         try:
             yield read_out, write_in
         finally:
             with anyio.CancelScope(shield=True):
+                if direct is not None:
+                    direct.close()
                 read_out.close()  # a reader waiting to deliver goes on to discard what the server still says
                 write_in.close()
                 with anyio.move_on_after(FLUSH_GRACE):
@@ -70,25 +89,55 @@ async def command_streams(
             tasks.cancel_scope.cancel()
 
 
-async def _read(process: Process, messages: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
-    """Each line of the server's stdout to the session, parsed; once the session is gone, the rest discarded (a
-    server blocked writing its output could not see its stdin close)."""
+class _Outbox:
+    """Lines waiting for the writer, from the session (through `_forward`) and from `DirectCalls` (directly)."""
+
+    __slots__ = ("closed", "lines", "ready")
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.ready = asyncio.Event()
+        self.closed = False
+
+    def put(self, line: bytes) -> None:
+        self.lines.append(line)
+        self.ready.set()
+
+    def close(self) -> None:
+        """Nothing more comes: the writer ends once what is waiting is written."""
+        self.closed = True
+        self.ready.set()
+
+
+async def _read(
+    process: Process, messages: MemoryObjectSendStream[SessionMessage | Exception], direct: DirectCalls | None
+) -> None:
+    """Each line of the server's stdout parsed, to `direct` if it is one of its answers, else to the session; once
+    the session is gone, the rest discarded (a server blocked writing its output could not see its stdin close).
+    The output's end ends the connection for `direct` too."""
     assert process.stdout is not None
     delivering = True
     held = b""
-    async with messages:
-        with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            async for chunk in process.stdout:
-                if not delivering:
-                    continue
-                lines = (held + chunk).split(b"\n")
-                held = lines.pop()
-                for line in lines:
-                    try:
-                        await messages.send(_parsed(line))
-                    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                        delivering = False
-                        break
+    try:
+        async with messages:
+            with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                async for chunk in process.stdout:
+                    if not delivering:
+                        continue
+                    lines = (held + chunk).split(b"\n")
+                    held = lines.pop()
+                    for line in lines:
+                        item = _parsed(line)
+                        if direct is not None and direct.take(item, line):
+                            continue
+                        try:
+                            await messages.send(item)
+                        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                            delivering = False
+                            break
+    finally:
+        if direct is not None:
+            direct.close()
 
 
 def _parsed(line: bytes) -> SessionMessage | Exception:
@@ -98,24 +147,42 @@ def _parsed(line: bytes) -> SessionMessage | Exception:
         return exc
 
 
+async def _forward(messages: MemoryObjectReceiveStream[SessionMessage], outbox: _Outbox) -> None:
+    """Each message the session sends, as a line to the writer; the session's stream closed, the outbox too."""
+    with suppress(anyio.ClosedResourceError):
+        async with messages:
+            async for message in messages:
+                outbox.put(_line(message))
+    outbox.close()
+
+
 async def _write(
     process: Process,
+    outbox: _Outbox,
     messages: MemoryObjectReceiveStream[SessionMessage],
     replies: MemoryObjectSendStream[SessionMessage | Exception],
     written: anyio.Event,
+    direct: DirectCalls | None,
 ) -> None:
-    """Every message the session sends, each a line, those already waiting in one write."""
+    """Every line waiting, in one write; on leaving, until none is left. A pipe that cannot be written ends the
+    connection: the session's streams closed (it is told the connection ended, not left waiting for answers) and
+    `direct` closed."""
     assert process.stdin is not None
     try:
-        async with messages:
-            async for first in messages:
-                lines = [_line(first)]
-                with suppress(anyio.WouldBlock, anyio.EndOfStream):
-                    while True:
-                        lines.append(_line(messages.receive_nowait()))
-                await process.stdin.send(b"".join(lines))
+        while True:
+            if not outbox.lines:
+                if outbox.closed:
+                    return
+                outbox.ready.clear()
+                await outbox.ready.wait()
+                continue
+            lines, outbox.lines = outbox.lines, []
+            await process.stdin.send(b"".join(lines))
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
         # The server may still run: the session is told the connection ended, not left waiting for answers.
+        if direct is not None:
+            direct.close()
+        messages.close()
         await replies.aclose()
     finally:
         written.set()

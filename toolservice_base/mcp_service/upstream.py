@@ -9,6 +9,11 @@ revision is spoken to in it (its tool changes heard on a
 liveness asked with `server/discover`), an older one with the handshake
 (`initialize`; `notifications/tools/list_changed`; `ping`).
 
+The session does all of that; a command's `tools/call` spoken with the
+handshake goes past it (`direct`: one line to the transport's writer, the
+answer taken off its reader by id), the session's per-request machinery
+being most of the sidecar's time per call.
+
 What the server may ask of its client it cannot have here: the sidecar
 declares no sampling, elicitation or roots capability (a server that checks
 offers the tools that can work without them), and a server that asks anyway
@@ -31,7 +36,8 @@ import os
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, TextIO, cast
+from types import UnionType
+from typing import Any, TextIO, cast, get_args
 
 import httpx2
 import mcp_types as types
@@ -40,13 +46,16 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import Subscription, SubscriptionLost
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import RootModel
+from mcp_types import methods
+from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, RootModel
 
+from .. import tracing
 from ..errors import McpServerError, ToolError
 from ..logs import get_logger
 from ..tasks import cancel_and_wait
 from .bounded import DEFAULT_MAX_MESSAGE, BoundedReads
+from .direct import DirectCalls
 from .stdio import command_streams
 
 log = get_logger("toolservice_base.mcp_service")
@@ -215,6 +224,10 @@ class Upstream:
         self.why = ""
         self._refused: httpx2.Response | None = None
         """The last HTTP error status the endpoint answered: the SDK turns it into a bare JSON-RPC error."""
+        self._direct: DirectCalls | None = None
+        """`tools/call` past the session, on a command's transport spoken to with the handshake (`_send_call`)."""
+        self._foreign: frozenset[str] = frozenset()
+        """`tools/call` result keys of revisions later than the negotiated one, dropped as the session drops them."""
 
     async def _handle(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -250,6 +263,9 @@ class Upstream:
             info = client.server_info
             self.name = info.name if info is not None else None
             self.modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
+            if self.modern:  # its requests carry the session's own `_meta` stamp: they go through the session
+                self._direct = None
+            self._foreign = _later_revision_fields("tools/call", client.protocol_version)
             if self.modern and _announces_changes(client.server_capabilities):
                 await self._listen(stack, client)
             self._stack = stack.pop_all()
@@ -262,8 +278,9 @@ class Upstream:
             relay = _StderrRelay(self.server)
             stack.push_async_callback(relay.close)
             await relay.start()
+            self._direct = DirectCalls()
             streams = command_streams(
-                self.server.command, list(self.server.args), self.server.env, self.server.cwd, relay.write
+                self.server.command, list(self.server.args), self.server.env, self.server.cwd, relay.write, self._direct
             )
             return streams, relay
         http = httpx2.AsyncClient(
@@ -371,17 +388,16 @@ class Upstream:
         """`tools/call`, its result as JSON (`isError` included). Cancelling the caller cancels the call at the
         server (`notifications/cancelled`). ToolError when the server answers with a protocol error.
 
-        Sent with the session's `send_request` and the result kept as the JSON it checked against the negotiated
-        revision: `Client.call_tool` would parse it into a `CallToolResult` again and this would dump it back, two
-        more passes over every answer. What `Client.call_tool` adds is kept where it can apply: the output schema
-        checked against structured content; on a 2026-07-28 connection the re-listing and one resend after
-        `HEADER_MISMATCH`, and a call the server asks to be made again with its state (input it needs from a
-        client, which the sidecar declares it cannot give, is an `mcp-error`)."""
-        request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
+        Sent by `_send_call` (past the session, on a command spoken to with the handshake) and the result kept as
+        the JSON checked against the negotiated revision: `Client.call_tool` would parse it into a `CallToolResult`
+        again and this would dump it back, two more passes over every answer. What `Client.call_tool` adds is
+        kept where it can apply: the output schema checked against structured content; on a 2026-07-28 connection
+        the re-listing and one resend after `HEADER_MISMATCH`, and a call the server asks to be made again with its
+        state (input it needs from a client, which the sidecar declares it cannot give, is an `mcp-error`)."""
         session = self.client.session
         try:
             try:
-                result = (await session.send_request(request, _AsChecked, progress_callback=progress)).root
+                result = await self._send_call(name, arguments, progress)
             except MCPError as exc:
                 if exc.code != types.HEADER_MISMATCH or not self.modern:
                     raise
@@ -401,7 +417,7 @@ class Upstream:
                 shell = (
                     types.CallToolResult.model_construct(structured_content=result["structuredContent"])
                     if "structuredContent" in result
-                    else types.CallToolResult.model_construct()
+                    else _UNSTRUCTURED
                 )
                 await session.validate_tool_result(name, shell)
         except MCPError as exc:
@@ -409,6 +425,31 @@ class Upstream:
         except RuntimeError as exc:  # the SDK checks structured content against the tool's output schema
             raise ToolError("bad-result", f"tool {name!r} of the MCP server: {exc}") from None
         return result
+
+    async def _send_call(self, name: str, arguments: dict[str, Any], progress: ProgressFnT) -> dict[str, Any]:
+        """`tools/call` sent, its result checked against the negotiated revision's schema as the session's
+        `send_request` checks it (negative `ttlMs` floored, later revisions' keys dropped) and kept as that JSON.
+
+        On a command spoken to with the handshake the request goes past the session (`direct`: a third of the
+        sidecar's loop thread was the session's dispatcher, per request), unless tracing is on: the session's
+        dispatcher makes the request's span and carries its trace context in `_meta`. A 2026-07-28 connection's
+        requests carry the session's own stamp, and an HTTP server's go through its transport: both by the session.
+        """
+        direct = self._direct
+        if direct is None or tracing.tracer() is not None:
+            request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
+            return (await self.client.session.send_request(request, _AsChecked, progress_callback=progress)).root
+        raw = await direct.request("tools/call", {"name": name, "arguments": arguments}, progress)
+        ttl = raw.get("ttlMs")
+        if isinstance(ttl, int | float) and not isinstance(ttl, bool) and ttl < 0:
+            raw["ttlMs"] = 0
+        try:
+            methods.validate_server_result("tools/call", self.client.protocol_version or "2025-11-25", raw)
+        except KeyError:
+            pass
+        if not self._foreign.isdisjoint(raw):
+            raw = {key: value for key, value in raw.items() if key not in self._foreign}
+        return raw
 
     async def _call_through_client(
         self, name: str, arguments: dict[str, Any], progress: ProgressFnT, state: str | None = None
@@ -420,6 +461,37 @@ class Upstream:
         return dumped
 
 
+_UNSTRUCTURED = types.CallToolResult.model_construct()
+"""The shell of every result without structured content: `validate_tool_result` only reads it, and building one per
+call was 2.7 % of the sidecar's loop thread once the rest of the call had gone."""
+
+
 class _AsChecked(RootModel[dict[str, Any]]):
     """A result kept as the JSON object `send_request` checked it to be (against the negotiated revision's schema):
     its top level copied, nothing in it parsed again."""
+
+
+def _later_revision_fields(method: str, version: str | None) -> frozenset[str]:
+    """Result keys of `method` that a revision later than `version` declares and `version` does not: the session's
+    `send_request` drops them before parsing (outside the negotiated contract, a later revision's constraints would
+    apply to them), so the direct path does too."""
+    current = methods.SERVER_RESULTS.get((method, version or ""))
+    if current is None or version not in KNOWN_PROTOCOL_VERSIONS:
+        return frozenset()
+    later: set[str] = set()
+    for revision in KNOWN_PROTOCOL_VERSIONS[KNOWN_PROTOCOL_VERSIONS.index(version) + 1 :]:
+        row = methods.SERVER_RESULTS.get((method, revision))
+        if row is not None:
+            later |= _wire_fields(row)
+    return frozenset(later - _wire_fields(current))
+
+
+def _wire_fields(target: type[BaseModel] | UnionType) -> set[str]:
+    """Top-level wire keys `target` declares (its members', for a union)."""
+    members: tuple[Any, ...] = get_args(target) if isinstance(target, UnionType) else (target,)
+    return {
+        info.alias or name
+        for model in members
+        if isinstance(model, type) and issubclass(model, BaseModel)
+        for name, info in model.model_fields.items()
+    }

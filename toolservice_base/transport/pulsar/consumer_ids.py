@@ -31,16 +31,19 @@ async def subscribe_shifted(
     receiver_queue: int,
     listener: Callable[[Any, Any], None] | None,
     shift_subscription: str,
+    batches: Any = None,
 ) -> Any:
-    """A Shared consumer of `name` on `topic` with `listener` (None: received), its id shifted first; up to
-    `SHARED_ATTEMPTS` tries."""
+    """A Shared consumer of `name` on `topic` with `listener` (None: received, in `batches`), its id shifted first;
+    up to `SHARED_ATTEMPTS` tries."""
     last: BaseException | None = None
     for attempt in range(1, SHARED_ATTEMPTS + 1):
         await shift_consumer_id(client, topic, shift_subscription)
         with broker_errors(
             log="consumer.shared_subscribe_retry", level="warning", topic=topic, subscription=name, attempt=attempt
         ) as subscribing:
-            return await subscribe_listening(client, topic, name, pulsar.ConsumerType.Shared, receiver_queue, listener)
+            return await subscribe_listening(
+                client, topic, name, pulsar.ConsumerType.Shared, receiver_queue, listener, batches
+            )
         last = subscribing.error
     assert last is not None
     raise last

@@ -20,6 +20,8 @@ import pulsar.asyncio as pulsar_asyncio
 
 MessageBuilder = _pulsar.MessageBuilder
 ConsumerConfiguration = _pulsar.ConsumerConfiguration
+BatchReceivePolicy = _pulsar.BatchReceivePolicy
+"""What a consumer's `batch_receive` takes at once and how long it waits for more (`BatchedSubscription`)."""
 NativeError = _pulsar.Error
 """What a native creation callback is given instead of the object when it failed."""
 NativePulsarException = _pulsar.PulsarException

@@ -299,9 +299,10 @@ async def subscribe_listening(
     consumer_type: Any,
     receiver_queue: int,
     listener: Callable[[Any, Any], None] | None,
+    batches: Any = None,
 ) -> Any:
-    """Subscribe with `listener` as the consumer's message listener (None: messages are received, see
-    `BatchedSubscription`); the native consumer once the broker has it.
+    """Subscribe with `listener` as the consumer's message listener (None: messages are received, in `batches`, a
+    `BatchReceivePolicy`: see `BatchedSubscription`); the native consumer once the broker has it.
 
     As `pulsar.asyncio.Client.subscribe` does, without a thread: the creation's
     completion comes back through its callback.
@@ -312,6 +313,8 @@ async def subscribe_listening(
     conf.schema(_BYTES.schema_info())
     if listener is not None:
         conf.message_listener(listener)
+    if batches is not None:
+        conf.batch_receive_policy(batches)
     loop = asyncio.get_running_loop()
     created: asyncio.Future[Any] = loop.create_future()
 

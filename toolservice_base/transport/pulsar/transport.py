@@ -288,13 +288,18 @@ class PulsarTransport(OpenedResources):
         )
         reserved = name if shared else ""
         async with broker_errors(explain=lambda exc: self._questions.explain(exc, doing, topic, "consume", reserved)):
-            listener = None if isinstance(sub, BatchedSubscription) else sub.on_message
-            queue = sub.client_queue if isinstance(sub, BatchedSubscription) else receiver_queue
+            listener: Callable[[Any, Any], None] | None
+            if isinstance(sub, BatchedSubscription):
+                listener, queue, batches = None, sub.client_queue, sub.batches()
+            else:
+                listener, queue, batches = sub.on_message, receiver_queue, None
             if shared:
-                creating = self._subscribe_shared(topic, name, queue, listener)
+                creating = self._subscribe_shared(topic, name, queue, listener, batches)
             else:
                 client = self._bulk() if how.bulk and self._capabilities.separate_bulk_connection else self._client
-                creating = subscribe_listening(client, topic, name, pulsar.ConsumerType.Exclusive, queue, listener)
+                creating = subscribe_listening(
+                    client, topic, name, pulsar.ConsumerType.Exclusive, queue, listener, batches
+                )
             # Not shielded: cancelled, the subscription closes whatever the broker grants it late
             # (`subscribe_listening`); refused, nothing is granted (the broker closed the connection).
             attempt = asyncio.ensure_future(creating)
@@ -314,11 +319,16 @@ class PulsarTransport(OpenedResources):
         return self._bulk_client
 
     async def _subscribe_shared(
-        self, topic: str, name: str, receiver_queue: int, listener: Callable[[Any, Any], None] | None
+        self,
+        topic: str,
+        name: str,
+        receiver_queue: int,
+        listener: Callable[[Any, Any], None] | None,
+        batches: Any = None,
     ) -> Any:
         if not self._capabilities.shift_consumer_ids:
             return await subscribe_listening(
-                self._client, topic, name, pulsar.ConsumerType.Shared, receiver_queue, listener
+                self._client, topic, name, pulsar.ConsumerType.Shared, receiver_queue, listener, batches
             )
         if self._shared_client is None:
             # A short operation timeout: a collision shows up as a timeout, and we retry.
@@ -326,7 +336,7 @@ class PulsarTransport(OpenedResources):
                 self.url, **{**self._client_options, "operation_timeout_seconds": 2}
             )
         return await subscribe_shifted(
-            self._shared_client, topic, name, receiver_queue, listener, self._shift_subscription
+            self._shared_client, topic, name, receiver_queue, listener, self._shift_subscription, batches
         )
 
     async def _close_when_the_loop_ends(self) -> None:
