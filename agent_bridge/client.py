@@ -29,6 +29,7 @@ from toolservice_base.errors import AnswerTooLarge, ToolError
 from toolservice_base.logs import get_logger
 from toolservice_base.rpc import DEFAULT_LIMITS, TOOL, CallLimits, RequestClient
 from toolservice_base.schemas import (
+    TextContent,
     ToolResult,
     ToolServiceDescriptor,
     ToolServiceResponse,
@@ -142,11 +143,12 @@ class ToolServiceClient:
         configured, the call is a client span. A rich answer's chunks are the
         text renderings the service sent with it.
         """
-        responses = self.responses(user, config, arguments, limits, tool=tool)
-        async with aclosing(responses) as each:
-            async for response in each:
-                if response.response:
-                    yield response.response
+        bodies = self._bodies(user, config, arguments, limits, tool)
+        async with aclosing(bodies) as each:
+            async for body, checked in each:
+                text = checked.text(body)
+                if text:
+                    yield text
 
     async def parts(
         self,
@@ -159,10 +161,10 @@ class ToolServiceClient:
     ) -> AsyncGenerator[ToolResult, None]:
         """Like `stream`, as `ToolResult`s: each response's content blocks and structured content, or its text as
         one text block; empty responses skipped."""
-        responses = self.responses(user, config, arguments, limits, tool=tool)
+        responses = self._bodies(user, config, arguments, limits, tool)
         async with aclosing(responses) as each:
-            async for response in each:
-                part = response.result()
+            async for body, checked in each:
+                part = checked.part(body)
                 if part.content or part.structured is not None:
                     yield part
 
@@ -177,6 +179,21 @@ class ToolServiceClient:
     ) -> AsyncGenerator[ToolServiceResponse, None]:
         """Every response to one call, checked (an error answer raises `ToolError`), until the last; bounded by
         `limits` as `stream` says."""
+        bodies = self._bodies(user, config, arguments, limits, tool)
+        async with aclosing(bodies) as each:
+            async for body, checked in each:
+                yield checked(body)
+
+    async def _bodies(
+        self,
+        user: str,
+        config: Mapping[str, Any],
+        arguments: Mapping[str, Any],
+        limits: CallLimits | float,
+        tool: str,
+    ) -> AsyncGenerator[tuple[dict[str, Any], _Checked], None]:
+        """Every response to one call as the JSON it came as, with the call's check to read it by (`_Checked`: its
+        text, its part, or the whole response), until the last."""
         limits = CallLimits.of(limits)
         request = self._request(user, config, arguments)
         # Counted before the first await: a reload that swaps this client out in
@@ -194,7 +211,7 @@ class ToolServiceClient:
                 checked = _Checked(self.service.id, limits.max_answer_bytes, tool)
                 async with aclosing(responses) as bodies:
                     async for body in bodies:
-                        yield checked(body)
+                        yield body, checked
         finally:
             self._end()
 
@@ -314,6 +331,15 @@ class _Checked:
             return self(body).response
         self._count(len(text) if text.isascii() else len(text.encode()))
         return text
+
+    def part(self, body: dict[str, Any]) -> ToolResult:
+        """What the response adds to the call's result (`ToolServiceResponse.result`); a plain text answer is read
+        without its model, as `text` reads it."""
+        text = plain_text(body)
+        if text is None:
+            return self(body).result()
+        self._count(len(text) if text.isascii() else len(text.encode()))
+        return ToolResult(content=(TextContent(text=text),)) if text else ToolResult()
 
     def _count(self, size: int) -> None:
         self._size += size

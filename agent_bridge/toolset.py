@@ -39,7 +39,7 @@ from toolservice_base.settings import Settings
 from toolservice_base.transport import Transport, open_transport
 
 from .build import Entry, one_line
-from .impls import PartsForUser, StreamsForUser, Tool, ToolFactory
+from .impls import Tool, ToolFactory
 from .metrics import BridgeMetrics
 from .reload import ChangeCallback, Reloader, State
 from .search import ToolSearch
@@ -319,15 +319,17 @@ class ToolSet:
         except (UnknownToolError, BadArguments) as exc:
             self.metrics.failed(*labels, exc)
             raise
-        if isinstance(entry.impl, PartsForUser):
-            parts: AsyncIterator[ToolResult] = entry.impl.call_parts(args, user=user or None)
+        rich = entry.parts_for_user
+        if rich is not None:
+            parts: AsyncIterator[ToolResult] = rich.call_parts(args, user=user or None)
         else:
             parts = _as_parts(self._chunks(entry, args, user))
         return self.metrics.timed_stream(*labels, self._search.outcomes.counted(labels[1], parts))
 
     def _chunks(self, entry: Entry, args: dict[str, Any], user: str) -> AsyncIterator[str]:
-        if isinstance(entry.impl, StreamsForUser):
-            chunks: AsyncIterator[str] = entry.impl.call_stream(args, user=user or None)
+        streams = entry.streams_for_user
+        if streams is not None:
+            chunks: AsyncIterator[str] = streams.call_stream(args, user=user or None)
             return chunks
         return _single(entry.impl, args)
 

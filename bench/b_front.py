@@ -10,7 +10,8 @@ low-level `Server` answering `echo` from memory in a process of its own, no auth
 `Client` (streamable HTTP, the protocol it negotiates) in this process: sequential calls in interleaved rounds (p50,
 p99), then calls/s with `SESSIONS` sessions each keeping `IN_FLIGHT` calls going, in interleaved bursts (the median
 burst of each). The difference is the price of the front: its guards, the audit record, the bus round trip and the
-service (and with OAuth, each request's token checked).
+service (and with OAuth, each request's token checked). Under `--profile DIR`, an extra, untimed burst of each path
+with py-spy on its server process: `front-front.txt`, `front-oauth.txt`, `front-reference.txt`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from .common import CpuPerCall, Progress, Stack, Workdirs, free_port, spawn, summary_ms
+from .common import CpuPerCall, Progress, Stack, Workdirs, free_port, profiling, sampled, spawn, summary_ms
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from oauth_server import AuthorizationServer  # noqa: E402  (scripts/ is not a package)
@@ -113,6 +114,11 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
                 with meters[name].over(burst // ROUNDS):
                     rates[name].append(await _rate(connect, burst // ROUNDS))
         cpu = {name: meter.figures() for name, meter in meters.items()}
+        if profiling():  # an extra, untimed burst each, py-spy on the front, the OAuth front and the bare server
+            for name, process in (("front", "front"), ("oauth", "oauth-front"), ("reference", "reference")):
+                progress.update(f"profiled: {burst} calls, {SESSIONS} sessions x {IN_FLIGHT} in flight", force=True)
+                with sampled(stack.processes[process].pid, f"front-{name}"):
+                    await _rate(paths[name], burst)
     finally:
         stack.stop()
         issuer.stop()

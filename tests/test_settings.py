@@ -8,7 +8,9 @@ process needs to reach the broker.
 
 from __future__ import annotations
 
+import argparse
 import ast
+import asyncio
 import dataclasses
 import importlib
 import re
@@ -17,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sniffio
 
 from discovery.broker.settings import AdminSettings
+from discovery.cli.main import run_loop
 from discovery.mcp.settings import TOKEN_ALGORITHMS, McpSettings
 from discovery.registry.settings import RegistrySettings
 from discovery.replicas.settings import ReplicaSettings
@@ -196,6 +200,23 @@ def test_the_event_loop_is_read_when_asked(monkeypatch: pytest.MonkeyPatch) -> N
         event_loop()
     monkeypatch.setenv("TOOLREG_EVENT_LOOP", "asyncio")
     assert event_loop() == "asyncio"
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_command_tells_sniffio_it_runs_on_asyncio_in_every_task(monkeypatch: pytest.MonkeyPatch, loop: str) -> None:
+    """anyio asks sniffio for each cancel scope and event; told, sniffio needs no system call to answer."""
+    pytest.importorskip(loop)
+    monkeypatch.setenv("TOOLREG_EVENT_LOOP", loop)
+
+    async def told() -> str | None:
+        return sniffio.current_async_library_cvar.get()
+
+    async def command(args: argparse.Namespace) -> int:
+        in_a_task = await asyncio.create_task(told())  # a task started by the command inherits what it was told
+        return 0 if in_a_task == await told() == sniffio.current_async_library() == "asyncio" else 1
+
+    assert sniffio.current_async_library_cvar.get() is None
+    assert run_loop(command, argparse.Namespace()) == 0
 
 
 # --- the operators' guide -------------------------------------------------------------------

@@ -93,7 +93,13 @@ def one_line(exc: BaseException) -> str:
 
 
 def _mcp_result(result: ToolResult) -> types.CallToolResult:
-    """A `ToolResult` as MCP's `CallToolResult`: the same blocks, and the structured content."""
+    """A `ToolResult` as MCP's `CallToolResult`: the same blocks, and the structured content. One plain text block
+    (most answers) is built as it is, not dumped to JSON and read back."""
+    content = result.content
+    if result.structured is None and len(content) == 1:
+        block = content[0]
+        if type(block) is TextContent and not block.model_extra:
+            return types.CallToolResult(content=[types.TextContent(type="text", text=block.text)])
     return types.CallToolResult.model_validate(result.to_mcp())
 
 

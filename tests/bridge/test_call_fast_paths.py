@@ -12,6 +12,7 @@ what is read is what the model reads (or refuses).
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -42,8 +43,28 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=6,
 )
-# Values JSON would not give too: tuples, sets, bytes, a float equal to an integer.
-python_values = json_values | st.tuples(st.integers()) | st.just(1.0) | st.just(b"x") | st.just(frozenset())
+
+
+class _Text(str):
+    pass
+
+
+class _Number(int):
+    pass
+
+
+# Values JSON would not give too: tuples, sets, bytes, a float equal to an integer, subclasses of what it gives (the
+# shortcut takes only the exact types at once and asks jsonschema of the rest).
+python_values = (
+    json_values
+    | st.tuples(st.integers())
+    | st.just(1.0)
+    | st.just(b"x")
+    | st.just(frozenset())
+    | st.builds(_Text, st.text(max_size=3))
+    | st.builds(_Number, st.integers())
+    | st.builds(OrderedDict, st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+)
 
 
 @st.composite

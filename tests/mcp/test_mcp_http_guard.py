@@ -26,7 +26,7 @@ from support import toolreg_env
 from agent_bridge import ToolSet
 from discovery.broker import EmbeddedBroker
 from discovery.mcp.server import McpFront
-from discovery.mcp.transports import http_server
+from discovery.mcp.transports import MAX_VERDICTS, HostOriginGuard, http_server
 from discovery.store.service import ConfigStoreService
 from toolservice_base import Settings
 
@@ -161,3 +161,29 @@ async def test_toolreg_mcp_on_127_0_0_2_refuses_another_sites_host_and_origin(co
     assert _refused(await post(url, {"Host": f"127.0.0.2:{port}", "Origin": "http://attacker.example"}), "Origin")
     allowed = await post(url, {})
     assert allowed.status_code == 200 and "protocolVersion" in allowed.text
+
+
+def test_a_verdict_kept_for_a_host_and_origin_is_the_same_as_judging_them_again() -> None:
+    """The guard keeps its verdict per (Host, Origin) as sent; asked again, past the pairs it keeps, or with a header
+    too long to keep, it answers as it did the first time."""
+    guard = HostOriginGuard(None, "127.0.0.1", 8765)  # type: ignore[arg-type]  # the app is never reached here
+
+    def verdict(host: bytes, origin: bytes | None = None) -> str | None:
+        headers = [(b"accept", b"*/*"), (b"host", host)] + ([(b"origin", origin)] if origin is not None else [])
+        return guard.refusal({"type": "http", "headers": headers})
+
+    pairs: list[tuple[bytes, bytes | None]] = [
+        (b"127.0.0.1:8765", None),
+        (b"localhost:8765", b"http://localhost:8765"),
+        (b"127.0.0.1:8765", b"http://attacker.example"),
+        (b"attacker.example:8765", None),
+        (b"127.0.0.1:8765", b"http://127.0.0.1:8766"),
+        (b"127.0.0.1:8765", b"http://x" + b"y" * 600 + b":8765"),  # too long to keep
+    ]
+    first = [verdict(*pair) for pair in pairs]
+    assert first[0] is None and first[1] is None
+    assert all(reason is not None for reason in first[2:])
+    assert [verdict(*pair) for pair in pairs] == first
+    for n in range(MAX_VERDICTS + 10):  # more pairs than are kept: the kept ones are emptied, never wrong
+        assert verdict(f"attacker{n}.example:8765".encode()) is not None
+    assert [verdict(*pair) for pair in pairs] == first
