@@ -131,13 +131,14 @@ def product_env(url: str, data_dir: Path, broker: str = "pulsar-lite", **extra: 
     return env
 
 
-def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """A child Python process (`python -m ...`), logging to `log`, in its own session so Ctrl-C reaches us first."""
+def spawn(args: list[str], env: dict[str, str], log: Path, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
+    """A child Python process (`python -m ...`), logging to `log`, in its own session so Ctrl-C reaches us first.
+    Run in `cwd` (this checkout by default): `python -m` puts the working directory first on the path."""
     with open(log, "ab") as handle:
         return subprocess.Popen(
             [sys.executable, *args],
             env=env,
-            cwd=ROOT,
+            cwd=cwd,
             stdout=handle,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -13,26 +13,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 from .b_front import Connect, _connect, _rate, _until_listed
 from .common import CpuPerCall, Stack, Workdirs, free_port, run, spawn
-
-
-def _spawn_from(root: Path, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """`spawn`, run from `root`: `python -m` puts the working directory first on the path."""
-    with open(log, "ab") as handle:
-        return subprocess.Popen(
-            [sys.executable, *args],
-            env=env,
-            cwd=root,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
 
 
 async def main(other: Path, rounds: int, burst: int) -> None:
@@ -41,11 +25,11 @@ async def main(other: Path, rounds: int, burst: int) -> None:
     try:
         stack.processes["echo"] = spawn(["-m", "bench.serve", "--id", "echo"], stack.env(), stack.workdir / "echo.log")
         ports = {"other": free_port(), "this": free_port(), "reference": free_port()}
-        stack.processes["other"] = _spawn_from(
-            other,
+        stack.processes["other"] = spawn(
             ["-m", "discovery.cli", "mcp", "--http", f"127.0.0.1:{ports['other']}"],
             stack.env(PYTHONPATH=str(other)),
             stack.workdir / "mcp-other.log",
+            cwd=other,
         )
         stack.processes["this"] = spawn(
             ["-m", "discovery.cli", "mcp", "--http", f"127.0.0.1:{ports['this']}"],
