@@ -28,8 +28,9 @@ LIBRARY_LOGGERS = ("toolservice_base", "discovery", "agent_bridge", "bench")
 CLIENT_LOGGER = "toolservice_base.transport.pulsar_client"
 """Where pulsar-client's own log lines go (see `transport.pulsar`)."""
 
+_FILTER = structlog.stdlib.filter_by_level
 _PROCESSORS: list[Any] = [
-    structlog.stdlib.filter_by_level,
+    _FILTER,
     structlog.contextvars.merge_contextvars,
     structlog.stdlib.add_logger_name,
     structlog.stdlib.add_log_level,
@@ -48,18 +49,21 @@ class _Logger(structlog.stdlib.BoundLogger):
     Why: a dropped event still built its event dict and went through the processor chain to be refused by its
     first processor (an exception raised and caught). The MCP front makes two such calls per tool call at the
     default level (`mcp.call_tool`, and `mcp.call` under `warning`): 1.5 % of its loop. The test is
-    `filter_by_level`'s own, so what is logged is unchanged.
+    `filter_by_level`'s own, made only while `filter_by_level` heads the chain, so what is logged is unchanged:
+    `structlog.testing.capture_logs` replaces the chain's processors in place, and then every event is captured.
     """
 
-    def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+    def _dropped(self, level: int) -> bool:
         logger = self._logger
-        if logger.disabled or logging.DEBUG < logger.getEffectiveLevel():
+        return _PROCESSORS[0] is _FILTER and (logger.disabled or level < logger.getEffectiveLevel())
+
+    def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if self._dropped(logging.DEBUG):
             return None
         return self._proxy_to_logger("debug", event, *args, **kw)
 
     def info(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
-        logger = self._logger
-        if logger.disabled or logging.INFO < logger.getEffectiveLevel():
+        if self._dropped(logging.INFO):
             return None
         return self._proxy_to_logger("info", event, *args, **kw)
 
