@@ -54,7 +54,7 @@ from ...logs import get_logger
 from ..base import Handler, InlineHandler
 from .bridge import LoopBridge
 from .errors import broker_errors
-from .native import RESULT_OK, BatchReceivePolicy, NativePulsarException
+from .native import RESULT_OK, BatchReceivePolicy
 from .subscription import PulsarSubscription
 
 log = get_logger("toolservice_base.transport")
@@ -65,10 +65,6 @@ COLLECT_AT_MOST = 1024
 LOOK_WAIT_MS = 1
 """Milliseconds a look's `batch_receive` waits for more than the client holds: the shortest it takes (0 would wait
 for a full batch)."""
-
-
-def _acknowledged(_: object) -> None:
-    """The callback of an acknowledgement sent from the loop: nothing to do (`BatchedSubscription._acknowledge`)."""
 
 
 class BatchedSubscription(PulsarSubscription):
@@ -202,16 +198,6 @@ class BatchedSubscription(PulsarSubscription):
             return
         self._looking = False
         self._wait_again(native)
-
-    def _acknowledge(self, consumer: Any, message: Any) -> None:
-        """As on the listener, made cheaper for the loop, which acknowledges every message of a look: a callback that
-        does nothing instead of None (pybind11 tries both of `acknowledge_async`'s overloads with None before it takes
-        it; measured warm, 1.2 µs a message against 1.6 µs; pulsar-client calls it at once, on the loop's thread), and
-        a failure caught here rather than through a `broker_errors` made for each message."""
-        try:
-            consumer.acknowledge_async(message, _acknowledged)
-        except NativePulsarException as exc:
-            log.debug("consumer.ack_failed", topic=self.topic, error=str(exc))
 
     def _hand_over(self) -> None:
         """The inbox to the handler (its task, or inline), if it is not at work on it already."""

@@ -180,9 +180,14 @@ class PulsarSubscription:
         Not the blocking `acknowledge`: it lets go of the GIL to wait and must take it back, so on the listener
         thread each message would wait for the loop thread's next switch (py-spy: the listener thread's time went
         to `waitForAsyncResult` under 64 calls in flight). An ack failure was only ever logged; it still is.
+
+        A callback that does nothing, not None: with None pybind11 tries both of `acknowledge_async`'s overloads
+        before it takes one (measured warm, 1.6 µs a message; 1.2 µs with the callback, measured together with a
+        failure caught without a `broker_errors`, which this keeps: Pulsar's exceptions are caught in one place).
+        pulsar-client calls it at once, on the acknowledging thread.
         """
         with broker_errors(log="consumer.ack_failed", topic=self.topic):
-            consumer.acknowledge_async(message, None)
+            consumer.acknowledge_async(message, _acknowledged)
 
     def _pause(self, consumer: Any) -> None:
         with self._pause_lock:
@@ -347,3 +352,7 @@ _abandoned: set[asyncio.Future[Any]] = set()
 async def _close_granted(granted: Any) -> None:
     with broker_errors(log="consumer.close_failed"):
         await pulsar_asyncio.Consumer(granted, _BYTES).close()
+
+
+def _acknowledged(_: object) -> None:
+    """The callback of every acknowledgement (`PulsarSubscription._acknowledge`): nothing to do."""
