@@ -326,20 +326,23 @@ class _Checked:
 
     def text(self, body: dict[str, Any]) -> str:
         """What the response adds to the observation: its text. A plain text answer is read without its model."""
-        text = plain_text(body)
-        if text is None:
-            return self(body).response
-        self._count(len(text) if text.isascii() else len(text.encode()))
-        return text
+        text = self._plain(body)
+        return self(body).response if text is None else text
 
     def part(self, body: dict[str, Any]) -> ToolResult:
         """What the response adds to the call's result (`ToolServiceResponse.result`); a plain text answer is read
         without its model, as `text` reads it."""
-        text = plain_text(body)
+        text = self._plain(body)
         if text is None:
             return self(body).result()
-        self._count(len(text) if text.isascii() else len(text.encode()))
         return ToolResult(content=(TextContent(text=text),)) if text else ToolResult()
+
+    def _plain(self, body: dict[str, Any]) -> str | None:
+        """A plain text answer's text, counted; None for any other response (read through its model)."""
+        text = plain_text(body)
+        if text is not None:
+            self._count(len(text) if text.isascii() else len(text.encode()))
+        return text
 
     def _count(self, size: int) -> None:
         self._size += size
