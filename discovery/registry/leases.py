@@ -325,27 +325,30 @@ class LeaseTable:
     def next_due(self) -> float:
         """When (monotonic) the next lease can run out, held ones aside; infinity when none can. What a sweep would
         drop from the deadlines on the way (entries a lease has moved on from) is dropped here."""
-        deadlines, leases = self._deadlines, self._leases
+        deadlines = self._deadlines
         while deadlines:
-            expires_at, instance = deadlines[0]
-            lease = leases.get(instance)
-            if lease is not None and lease.expires_at == expires_at and (not lease.held or lease.refused is not None):
-                return expires_at
+            if self._takeable(*deadlines[0]) is not None:
+                return deadlines[0][0]
             heapq.heappop(deadlines)
         return float("inf")
 
     def _due(self, now: float) -> list[Lease]:
         """The leases whose end has come, unless held (and not refused): popped from the deadlines, each once."""
-        deadlines, leases = self._deadlines, self._leases
+        deadlines = self._deadlines
         due: dict[str, Lease] = {}
         while deadlines and deadlines[0][0] <= now:
-            expires_at, instance = heapq.heappop(deadlines)
-            lease = leases.get(instance)
-            if lease is None or lease.expires_at != expires_at:
-                continue  # renewed or removed since
-            if not lease.held or lease.refused is not None:
-                due[instance] = lease  # a held lease waits for `resume_held`, `refuse` or `release_held`
+            lease = self._takeable(*heapq.heappop(deadlines))
+            if lease is not None:
+                due[lease.instance] = lease
         return list(due.values())
+
+    def _takeable(self, expires_at: float, instance: str) -> Lease | None:
+        """The lease a deadline still stands for, if a sweep may take it: None once renewed or removed since, and
+        while held (a held lease waits for `resume_held`, `refuse` or `release_held`) unless refused."""
+        lease = self._leases.get(instance)
+        if lease is None or lease.expires_at != expires_at:
+            return None
+        return lease if not lease.held or lease.refused is not None else None
 
     def by_service(self) -> dict[ServiceKey, list[Lease]]:
         """Every lease, grouped by service: a pass over the fleet. For one service, `of_service`."""
