@@ -10,12 +10,10 @@ hand it back to the model to correct its call; the values it quotes are
 spelled as the JSON the model wrote (`null`, `true`, `false`), not as the
 library's Python reprs.
 
-A tool with only flat `arguments` has a schema of one fixed shape (an object
-whose properties each have a type, all required, no others): its check is
-that shape's, with the library's own type checker, which is exact and costs a
-few microseconds where `is_valid` walked the schema in tens (10.8 % of a
-caller's loop thread at 64 calls in flight, bench/PROFILE.md). Anything it
-does not accept goes to the library, which has the last word and the message.
+Both kinds of schema are checked as `toolservice_base.tool_contract.SchemaCheck`
+checks them: a compiled validator says "valid" in a fraction of a microsecond,
+and anything it does not accept goes to the library, which has the last word
+and the message.
 """
 
 from __future__ import annotations
@@ -23,12 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from toolservice_base.errors import BadArguments
 from toolservice_base.schemas import ToolDescriptor, json_literals
-from toolservice_base.tool_contract import ToolContract
+from toolservice_base.tool_contract import SchemaCheck, ToolContract
 
 from .impls import arguments_schema
 
@@ -39,26 +36,21 @@ MAX_DETAIL = 200
 class ArgumentCheck:
     """The compiled schema of one tool; built once per tool and reused by every call."""
 
-    __slots__ = ("tool", "service", "schema", "_validator", "_contract", "_types")
+    __slots__ = ("tool", "service", "schema", "_check", "_contract")
 
     def __init__(self, tool: ToolDescriptor) -> None:
         self.tool = tool.name
         self.service = tool.service or ""
         self.schema = arguments_schema(tool)
-        self._validator = Draft202012Validator(self.schema)
         self._contract = ToolContract(tool) if tool.input_schema is not None else None
-        self._types: dict[str, str] | None = (
-            None if tool.input_schema is not None else {a.name: a.type for a in tool.arguments}
-        )
+        self._check = self._contract.arguments if self._contract is not None else SchemaCheck(self.schema)
 
     def check(self, arguments: Mapping[str, Any]) -> None:
         """Return if `arguments` fit the schema; else raise `BadArguments` naming the first argument at fault."""
         if self._contract is not None:
             self._contract.check_arguments(arguments)
             return
-        if self._types is not None and _fits(self._types, arguments):
-            return
-        if self._validator.is_valid(arguments):
+        if self._check.is_valid(arguments):
             return
         raise self._refusal(arguments)
 
@@ -73,7 +65,7 @@ class ArgumentCheck:
         if unknown:
             takes = ", ".join(properties) or "no arguments"
             return self._bad(unknown[0], f"unknown argument {unknown[0]!r}; {self.tool} takes {takes}")
-        error = best_match(self._validator.iter_errors(arguments))
+        error = best_match(self._check.validator.iter_errors(arguments))
         if error is None:  # pragma: no cover - is_valid said there was one
             return self._bad("", "arguments do not match the tool's schema")
         argument = str(error.absolute_path[0]) if error.absolute_path else ""
@@ -83,33 +75,3 @@ class ArgumentCheck:
 
     def _bad(self, argument: str, message: str) -> BadArguments:
         return BadArguments(self.tool, argument, " ".join(message.split()), service=self.service)
-
-
-_TYPES = Draft202012Validator.TYPE_CHECKER
-_PLAIN: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "object": (dict,),
-    "array": (list,),
-    "null": (type(None),),
-}
-"""The Python types JSON gives each JSON type, exactly (no subclass: `True` is not an integer): a value of one is of
-that type as the library judges too. Anything else is asked of the library's own type checker."""
-
-
-def _fits(types: dict[str, str], arguments: Mapping[str, Any]) -> bool:
-    """Whether `arguments` fit a flat-arguments schema: an object (a dict, as the library reads JSON), exactly the
-    arguments `types` names (all required, no others), each of its type as the library judges types.
-
-    A value whose Python type is the one JSON gives its type is taken at once (`_PLAIN`); the library's checker
-    (a persistent map's lookup and a call per value: 2.8 % of a caller's loop at 64 in flight) is asked only of
-    the others."""
-    if (type(arguments) is not dict and not _TYPES.is_type(arguments, "object")) or arguments.keys() != types.keys():
-        return False
-    for name, value in arguments.items():
-        kind = types[name]
-        if type(value) not in _PLAIN.get(kind, ()) and not _TYPES.is_type(value, kind):
-            return False
-    return True

@@ -1,9 +1,10 @@
 """The call path's shortcuts decide exactly what the long way decides.
 
-A call checks flat arguments by their schema's fixed shape before asking
-jsonschema, and builds its request's bytes without the pydantic model; a
-service answers text with bytes built the same way, and reads a plain request
-with the json module alone, as the caller reads a plain text answer. For any
+A call checks flat arguments with a compiled validator before asking
+jsonschema (`toolservice_base.tool_contract.SchemaCheck`), and builds its
+request's bytes without the pydantic model; a service answers text with bytes
+built the same way, and reads a plain request with the json module alone, as
+the caller reads a plain text answer. For any
 arguments, the shortcut accepts exactly what jsonschema accepts (and a
 refusal's text still comes from jsonschema), the bytes are the models', and
 what is read is what the model reads (or refuses).
@@ -54,7 +55,7 @@ class _Number(int):
 
 
 # Values JSON would not give too: tuples, sets, bytes, a float equal to an integer, subclasses of what it gives (the
-# shortcut takes only the exact types at once and asks jsonschema of the rest).
+# compiled validator is asked only of the exact types, and jsonschema of the rest).
 python_values = (
     json_values
     | st.tuples(st.integers())
@@ -80,7 +81,7 @@ def tools_and_arguments(draw: st.DrawFn) -> tuple[ToolDescriptor, dict[str, Any]
 
 @settings(max_examples=400, deadline=None)
 @given(tools_and_arguments())
-def test_the_flat_arguments_shortcut_accepts_exactly_what_jsonschema_accepts(
+def test_the_flat_arguments_check_accepts_exactly_what_jsonschema_accepts(
     case: tuple[ToolDescriptor, dict[str, Any]],
 ) -> None:
     tool, arguments = case
