@@ -5,7 +5,7 @@ script): say which request ids it was sent, wait to be cancelled, print lines th
 
 Tools: `whoami` answers with its request's id as JSON; `wait` answers only when cancelled (never: a cancelled request
 is not answered); `garble` prints a line that is no JSON before its answer; `garble-answer` answers with a line that
-has its id but is no JSON-RPC response; `refuse`
+has its id but is no JSON-RPC response; `malformed` answers with a result whose `content` is no list; `refuse`
 answers with a JSON-RPC error; `die` exits the process while the others wait. It speaks the handshake
 protocol (2025-11-25), standard library only.
 """
@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Any
 
-TOOLS = ["whoami", "wait", "garble", "garble-answer", "refuse", "die"]
+TOOLS = ["whoami", "wait", "garble", "garble-answer", "malformed", "refuse", "die"]
 
 
 def send(message: dict[str, Any]) -> None:
@@ -80,6 +80,8 @@ class Server:
             text(request_id, "answered after a line of garbage")
         elif name == "garble-answer":
             send({"jsonrpc": "2.0", "id": request_id, "outcome": "no result, no error"})
+        elif name == "malformed":
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"content": "not a list of blocks"}})
         elif name == "refuse":
             send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": "not today"}})
         elif name == "die":

@@ -113,7 +113,8 @@ async def test_its_ids_never_meet_the_sessions_while_both_are_in_flight(tmp_path
         assert all(isinstance(told_id, str) and told_id.startswith("toolreg-") for told_id in told)
         assert len(set(told)) == 40
         assert all(
-            [tool["name"] for tool in listed] == ["whoami", "wait", "garble", "garble-answer", "refuse", "die"]
+            [tool["name"] for tool in listed]
+            == ["whoami", "wait", "garble", "garble-answer", "malformed", "refuse", "die"]
             for listed in answered[40:45]
         )
         assert [line.split()[1] for line in seen(ids)] == [json.dumps(told_id) for told_id in told]
@@ -178,3 +179,14 @@ async def test_a_protocol_error_is_the_same_tool_error(tmp_path: Path) -> None:
         async with connected(command) as upstream:
             session = await outcome(upstream, "refuse", {})
     assert direct == session == (("ToolError", "mcp-error", "not today (MCP error -32602)"), [])
+
+
+async def test_a_result_outside_the_revisions_schema_is_the_same_bad_result(tmp_path: Path) -> None:
+    command = [sys.executable, str(SCRIPTED), str(tmp_path / "seen")]
+    async with connected(command) as upstream:
+        direct = await outcome(upstream, "malformed", {})
+    with through_the_session():
+        async with connected(command) as upstream:
+            session = await outcome(upstream, "malformed", {})
+    refusal = "tool 'malformed' of the MCP server answered a result MCP 2025-11-25 does not allow: content: Input"
+    assert direct == session == (("ToolError", "bad-result", f"{refusal} should be a valid list"), [])
