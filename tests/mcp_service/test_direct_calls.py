@@ -3,7 +3,7 @@
 The sidecar writes a stdio server's `tools/call` itself and takes the answer off the pipe by id; the SDK's session
 keeps the handshake, the listing, pings and the rest. Each test holds it to what the session's own path does, which
 is still taken with tracing on (the session makes the request's span): the same results (plain, `isError`,
-structured, a protocol error), the same progress, the same error when the server dies; a caller that stops waiting
+structured, a protocol error, a result outside the revision's schema), the same progress, the same error when the server dies; a caller that stops waiting
 cancels at the server; its ids never meet the session's. Against `@modelcontextprotocol/server-everything` from npm,
 and a server scripted line by line (`scripted_server.py`) for what no well-behaved server does.
 """
@@ -171,22 +171,23 @@ async def test_lines_that_are_no_message_do_not_end_the_connection(tmp_path: Pat
         await upstream.ping()
 
 
-async def test_a_protocol_error_is_the_same_tool_error(tmp_path: Path) -> None:
-    command = [sys.executable, str(SCRIPTED), str(tmp_path / "seen")]
-    async with connected(command) as upstream:
-        direct = await outcome(upstream, "refuse", {})
-    with through_the_session():
-        async with connected(command) as upstream:
-            session = await outcome(upstream, "refuse", {})
-    assert direct == session == (("ToolError", "mcp-error", "not today (MCP error -32602)"), [])
+OUTSIDE_SCHEMA = "tool 'malformed' of the MCP server answered a result MCP 2025-11-25 does not allow: content: Input"
 
 
-async def test_a_result_outside_the_revisions_schema_is_the_same_bad_result(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("tool", "refusal"),
+    [
+        ("refuse", ("mcp-error", "not today (MCP error -32602)")),  # a JSON-RPC error
+        ("malformed", ("bad-result", f"{OUTSIDE_SCHEMA} should be a valid list")),  # outside the revision's schema
+    ],
+)
+async def test_a_refused_or_malformed_answer_is_the_same_tool_error(
+    tmp_path: Path, tool: str, refusal: tuple[str, str]
+) -> None:
     command = [sys.executable, str(SCRIPTED), str(tmp_path / "seen")]
     async with connected(command) as upstream:
-        direct = await outcome(upstream, "malformed", {})
+        direct = await outcome(upstream, tool, {})
     with through_the_session():
         async with connected(command) as upstream:
-            session = await outcome(upstream, "malformed", {})
-    refusal = "tool 'malformed' of the MCP server answered a result MCP 2025-11-25 does not allow: content: Input"
-    assert direct == session == (("ToolError", "bad-result", f"{refusal} should be a valid list"), [])
+            session = await outcome(upstream, tool, {})
+    assert direct == session == (("ToolError", *refusal), [])
