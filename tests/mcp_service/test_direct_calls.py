@@ -3,9 +3,10 @@
 The sidecar writes a stdio server's `tools/call` itself and takes the answer off the pipe by id; the SDK's session
 keeps the handshake, the listing, pings and the rest. Each test holds it to what the session's own path does, which
 is still taken with tracing on (the session makes the request's span): the same results (plain, `isError`,
-structured, a protocol error, a result outside the revision's schema), the same progress, the same error when the server dies; a caller that stops waiting
-cancels at the server; its ids never meet the session's. Against `@modelcontextprotocol/server-everything` from npm,
-and a server scripted line by line (`scripted_server.py`) for what no well-behaved server does.
+structured, a protocol error, a result outside the revision's schema), the same progress, the same error when the
+server dies; a caller that stops waiting cancels at the server; its ids never meet the session's. Against
+`@modelcontextprotocol/server-everything` from npm, and a server scripted line by line (`scripted_server.py`) for
+what no well-behaved server does.
 """
 
 from __future__ import annotations
