@@ -114,6 +114,7 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
                 with meters[name].over(burst // ROUNDS):
                     rates[name].append(await _rate(connect, burst // ROUNDS))
         cpu = {name: meter.figures() for name, meter in meters.items()}
+        main_cpu = {name: meter.main_thread_figures() for name, meter in meters.items()}
         if profiling():  # an extra, untimed burst each, py-spy on the front, the OAuth front and the bare server
             for name, process in (("front", "front"), ("oauth", "oauth-front"), ("reference", "reference")):
                 progress.update(f"profiled: {burst} calls, {SESSIONS} sessions x {IN_FLIGHT} in flight", force=True)
@@ -130,8 +131,10 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
         f"bare SDK server p50 {r['p50_ms']:.2f} ms, {rate['reference']:.0f} calls/s"
     )
     progress.done(f"CPU per call, us: {cpu}")
+    progress.done(f"of it, each main thread's: {main_cpu}")
     result = _result(o, a, r, len(samples["front"]), rate, rates)
     result["data"]["cpu_us_per_call"] = cpu
+    result["data"]["main_thread_cpu_us_per_call"] = main_cpu
     return result
 
 

@@ -8,10 +8,11 @@ over stdio and calling `echo`, as an MCP host does. Sequential calls (p50, p99),
 with 32 calls in flight on each path, and on the SDK's fastest call (`ClientSession.call_tool`, without
 `Client`'s input-required and re-list rounds). The difference is the price of putting the server on the bus.
 
-The CPU each process on a path spends per call (all its threads, from `/proc`) is read over each path's burst:
-the caller, the broker, the sidecar and its server against the SDK's client and its server. Under `python -m bench
---profile DIR` an extra, untimed burst through the bus is sampled with py-spy in the caller (`sidecar-caller.txt`)
-and the sidecar (`sidecar.txt`); `python -m bench.profile_summary DIR/sidecar.txt --thread MainThread --layers`.
+The CPU each process on a path spends per call (all its threads, and its main thread alone, from `/proc`) is read
+over each path's burst: the caller, the broker, the sidecar and its server against the SDK's client and its
+server. Under `python -m bench --profile DIR` an extra, untimed burst through the bus is sampled with py-spy in the
+caller (`sidecar-caller.txt`) and the sidecar (`sidecar.txt`); `python -m bench.profile_summary DIR/sidecar.txt
+--thread MainThread --layers`.
 """
 
 from __future__ import annotations
@@ -102,8 +103,11 @@ async def run(work: Workdirs, quick: bool) -> dict[str, Any]:
     )
     result["data"]["sdk_session_calls_per_s"] = session_rate
     bus_cpu, sdk_cpu = bus_meter.figures(), sdk_meter.figures()
+    bus_main, sdk_main = bus_meter.main_thread_figures(), sdk_meter.main_thread_figures()
     result["data"]["cpu_us_per_call"] = {"bus": bus_cpu, "mcp_sdk": sdk_cpu}
+    result["data"]["main_thread_cpu_us_per_call"] = {"bus": bus_main, "mcp_sdk": sdk_main}
     progress.done(f"CPU per call, us: through the bus {bus_cpu}; the SDK directly {sdk_cpu}")
+    progress.done(f"of it, each main thread's: through the bus {bus_main}; the SDK directly {sdk_main}")
     return result
 
 

@@ -1,7 +1,9 @@
-"""The benchmark suite's machinery, in `--quick` mode on its cheapest benchmarks, so `make bench` cannot rot.
+"""The benchmark suite's machinery, in `--quick` mode on its cheapest benchmarks and on those of the call paths
+(invoke, the sidecar, the MCP front, the registry at scale), so `make bench` cannot rot.
 
 Not a performance test: it asserts that the suite runs end to end against a
-real broker and writes results with the expected shape and real figures.
+real broker and writes results with the expected shape and real figures; no
+figure is held to its target here (that is the benchmark's row, `met`).
 """
 
 from __future__ import annotations
@@ -87,6 +89,48 @@ def test_quick_mcp_bench_writes_results(tmp_path: Path) -> None:
     assert data["hotplug"]["starts"] == 20 and data["hotplug"]["notified"]["n"] == 20
     assert 0 < data["hotplug"]["notified"]["p50_ms"] <= data["hotplug"]["first_call_ok"]["p50_ms"]
     assert all(row["ours"] is not None and row["reference"] is not None for row in mcp["rows"])
+
+
+CALL_PATH_TARGETS = {
+    "invoke": [
+        "p50 ratio to raw, listener-bridged caller and a responder answering from an event loop",
+        "calls/s at 64 in flight, ratio to the listener-bridged caller and a responder answering from an event loop",
+    ],
+    "sidecar": ["calls/s, 32 in flight"],
+    "front": ["calls/s, 4 sessions x 8 in flight", "calls/s, 4 sessions x 8 in flight, OAuth on"],
+    "scale": ["registry CPU share vs a bare listener consumer"],
+}
+"""The call paths' figures held to a target, each of its benchmark."""
+
+
+@pytest.mark.timeout(240)
+def test_the_call_paths_benchmarks_run_and_give_each_target_figure_beside_its_reference(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
+    only = [arg for name in CALL_PATH_TARGETS for arg in ("--only", name)]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", *only, "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=230,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    by_name = {b["name"]: b for b in json.loads((tmp_path / "results-pulsar-lite.json").read_text())["benchmarks"]}
+    assert set(by_name) == set(CALL_PATH_TARGETS)
+    for name, figures in CALL_PATH_TARGETS.items():
+        rows = {row["figure"]: row for row in by_name[name]["rows"]}
+        for figure in figures:
+            row = rows[figure]
+            assert row["ours"] is not None and row["reference"] is not None and row["target"], row
+            assert isinstance(row["met"], bool), row
+    # Each process on the sidecar's and the front's paths is measured, its main thread apart.
+    sidecar = by_name["sidecar"]["data"]
+    assert {"caller", "sidecar", "server"} <= sidecar["cpu_us_per_call"]["bus"].keys()
+    assert all(us > 0 for us in sidecar["main_thread_cpu_us_per_call"]["bus"].values())
+    front = by_name["front"]["data"]
+    assert {"client", "front", "echo service"} <= front["cpu_us_per_call"]["front"].keys()
+    assert {"client", "server"} <= front["main_thread_cpu_us_per_call"]["reference"].keys()
 
 
 def test_results_of_two_brokers_sit_side_by_side_and_a_figure_one_lacks_says_so(tmp_path: Path) -> None:
