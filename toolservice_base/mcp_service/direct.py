@@ -78,10 +78,6 @@ class DirectCalls:
         self._write = write
         self._loop = asyncio.get_running_loop()
 
-    @property
-    def open(self) -> bool:
-        return self._write is not None
-
     def close(self) -> None:
         """The connection ended: every request waiting fails with the SDK's CONNECTION_CLOSED, as do later ones."""
         self._write = None

@@ -32,13 +32,11 @@ is read.
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from types import UnionType
-from typing import Any, TextIO, cast, get_args
+from typing import Any, TextIO, cast
 
 import httpx2
 import mcp_types as types
@@ -47,17 +45,16 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import Subscription, SubscriptionLost
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
-from mcp_types import methods
-from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, RootModel, TypeAdapter, ValidationError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import RootModel, ValidationError
 
 from .. import tracing
 from ..errors import McpServerError, ToolError
 from ..logs import get_logger
-from ..schemas import printable
 from ..tasks import cancel_and_wait
 from .bounded import DEFAULT_MAX_MESSAGE, BoundedReads
 from .direct import DirectCalls
+from .results import RevisionResults
 from .stdio import command_streams
 
 log = get_logger("toolservice_base.mcp_service")
@@ -228,10 +225,8 @@ class Upstream:
         """The last HTTP error status the endpoint answered: the SDK turns it into a bare JSON-RPC error."""
         self._direct: DirectCalls | None = None
         """`tools/call` past the session, on a command's transport spoken to with the handshake (`_send_call`)."""
-        self._foreign: frozenset[str] = frozenset()
-        """`tools/call` result keys of revisions later than the negotiated one, dropped as the session drops them."""
-        self._result_check: Callable[..., Any] | None = None
-        """The negotiated revision's `tools/call` result schema, as `methods.validate_server_result` applies it."""
+        self._results = RevisionResults.of(None)
+        """What a `tools/call` result must be under the negotiated revision, as the session holds it (`_send_call`)."""
 
     async def _handle(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -269,8 +264,7 @@ class Upstream:
             self.modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
             if self.modern:  # its requests carry the session's own `_meta` stamp: they go through the session
                 self._direct = None
-            self._foreign = _later_revision_fields("tools/call", client.protocol_version)
-            self._result_check = _result_check("tools/call", client.protocol_version or "2025-11-25")
+            self._results = RevisionResults.of(client.protocol_version)
             if self.modern and _announces_changes(client.server_capabilities):
                 await self._listen(stack, client)
             self._stack = stack.pop_all()
@@ -430,7 +424,7 @@ class Upstream:
         except RuntimeError as exc:  # the SDK checks structured content against the tool's output schema
             raise ToolError("bad-result", f"tool {name!r} of the MCP server: {exc}") from None
         except ValidationError as exc:  # the result is outside the negotiated revision's schema
-            raise ToolError("bad-result", _outside_schema(name, self.client.protocol_version, exc)) from None
+            raise ToolError("bad-result", self._results.outside_schema(name, exc)) from None
         return result
 
     async def _send_call(self, name: str, arguments: dict[str, Any], progress: ProgressFnT) -> dict[str, Any]:
@@ -447,14 +441,7 @@ class Upstream:
             request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments))
             return (await self.client.session.send_request(request, _AsChecked, progress_callback=progress)).root
         raw = await direct.request("tools/call", {"name": name, "arguments": arguments}, progress)
-        ttl = raw.get("ttlMs")
-        if isinstance(ttl, int | float) and not isinstance(ttl, bool) and ttl < 0:
-            raw["ttlMs"] = 0
-        if self._result_check is not None:
-            self._result_check(raw, by_name=False)
-        if not self._foreign.isdisjoint(raw):
-            raw = {key: value for key, value in raw.items() if key not in self._foreign}
-        return raw
+        return self._results.checked(raw)
 
     async def _call_through_client(
         self, name: str, arguments: dict[str, Any], progress: ProgressFnT, state: str | None = None
@@ -474,48 +461,3 @@ call was 2.7 % of the sidecar's loop thread once the rest of the call had gone."
 class _AsChecked(RootModel[dict[str, Any]]):
     """A result kept as the JSON object `send_request` checked it to be (against the negotiated revision's schema):
     its top level copied, nothing in it parsed again."""
-
-
-def _outside_schema(name: str, version: str | None, error: ValidationError) -> str:
-    """One line naming where a result breaks MCP's schema, as pydantic found it first."""
-    first = error.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in first["loc"]) or "the result"
-    return (
-        f"tool {name!r} of the MCP server answered a result MCP {version or ''} does not allow: "
-        f"{printable(where, 80)}: {printable(first['msg'], 160)}"
-    )
-
-
-@functools.cache
-def _result_check(method: str, version: str) -> Callable[..., Any] | None:
-    """What `methods.validate_server_result(method, version, ...)` checks, without the dump of the result it then
-    makes and drops (4 % of the sidecar's loop thread at 32 calls in flight); None where the revision has no
-    schema for `method`, as that function's KeyError means."""
-    row = methods.SERVER_RESULTS.get((method, version))
-    return None if row is None else TypeAdapter(cast(Any, row)).validate_python
-
-
-def _later_revision_fields(method: str, version: str | None) -> frozenset[str]:
-    """Result keys of `method` that a revision later than `version` declares and `version` does not: the session's
-    `send_request` drops them before parsing (outside the negotiated contract, a later revision's constraints would
-    apply to them), so the direct path does too."""
-    current = methods.SERVER_RESULTS.get((method, version or ""))
-    if current is None or version not in KNOWN_PROTOCOL_VERSIONS:
-        return frozenset()
-    later: set[str] = set()
-    for revision in KNOWN_PROTOCOL_VERSIONS[KNOWN_PROTOCOL_VERSIONS.index(version) + 1 :]:
-        row = methods.SERVER_RESULTS.get((method, revision))
-        if row is not None:
-            later |= _wire_fields(row)
-    return frozenset(later - _wire_fields(current))
-
-
-def _wire_fields(target: type[BaseModel] | UnionType) -> set[str]:
-    """Top-level wire keys `target` declares (its members', for a union)."""
-    members: tuple[Any, ...] = get_args(target) if isinstance(target, UnionType) else (target,)
-    return {
-        info.alias or name
-        for model in members
-        if isinstance(model, type) and issubclass(model, BaseModel)
-        for name, info in model.model_fields.items()
-    }
