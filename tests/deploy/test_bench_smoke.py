@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,22 +22,27 @@ ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("psutil")  # a bench extra; the suite itself is run by `make bench`, which installs it
 
 
-@pytest.mark.timeout(180)
-def test_quick_bench_writes_results(tmp_path: Path) -> None:
+def quick_bench(out: Path, names: list[str], timeout: float) -> dict[str, Any]:
+    """`python -m bench --quick --only NAME ...` on a fresh embedded broker (no `PULSAR_`/`TOOLREG_` setting of
+    this machine's reaches it), asserted to succeed; the results it wrote."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
+    only = [arg for name in names for arg in ("--only", name)]
     done = subprocess.run(
-        [
-            *(sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)),
-            *("--only", "reload", "--only", "propagation", "--only", "stages"),
-        ],
+        [sys.executable, "-m", "bench", "--quick", *only, "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=170,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    results = json.loads((tmp_path / "results-pulsar-lite.json").read_text())
+    results: dict[str, Any] = json.loads((out / "results-pulsar-lite.json").read_text())
+    return results
+
+
+@pytest.mark.timeout(180)
+def test_quick_bench_writes_results(tmp_path: Path) -> None:
+    results = quick_bench(tmp_path, ["reload", "propagation", "stages"], timeout=170)
     assert set(results["meta"]) >= {"date", "command", "machine", "versions", "wall_seconds"}
     by_name = {b["name"]: b for b in results["benchmarks"]}
     assert set(by_name) == {"reload", "propagation", "stages"}
@@ -69,17 +75,7 @@ def test_quick_bench_writes_results(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_quick_mcp_bench_writes_results(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--only", "mcp", "--out", str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    (mcp,) = json.loads((tmp_path / "results-pulsar-lite.json").read_text())["benchmarks"]
+    (mcp,) = quick_bench(tmp_path, ["mcp"], timeout=110)["benchmarks"]
     data = mcp["data"]
     assert (
         data["latency"]["count"] == 200
@@ -105,18 +101,8 @@ CALL_PATH_TARGETS = {
 
 @pytest.mark.timeout(240)
 def test_the_call_paths_benchmarks_run_and_give_each_target_figure_beside_its_reference(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "TOOLREG_"))}
-    only = [arg for name in CALL_PATH_TARGETS for arg in ("--only", name)]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", *only, "--out", str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=230,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    by_name = {b["name"]: b for b in json.loads((tmp_path / "results-pulsar-lite.json").read_text())["benchmarks"]}
+    results = quick_bench(tmp_path, list(CALL_PATH_TARGETS), timeout=230)
+    by_name = {b["name"]: b for b in results["benchmarks"]}
     assert set(by_name) == set(CALL_PATH_TARGETS)
     for name, figures in CALL_PATH_TARGETS.items():
         rows = {row["figure"]: row for row in by_name[name]["rows"]}
